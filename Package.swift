@@ -1,0 +1,32 @@
+// swift-tools-version:6.0
+import PackageDescription
+
+let package = Package(
+    name: "PeerVoice",
+    products: [
+        .executable(name: "peervoiced", targets: ["peervoiced"]),
+    ],
+    targets: [
+        // C libraries, each reached through one system-library target and wrapped by one Swift module.
+        .systemLibrary(name: "CGio", pkgConfig: "gio-unix-2.0", providers: [.apt(["libglib2.0-dev"])]),
+
+        // GLib main loop, timers, fd watches and GDBus, in Swift. The only importer of CGio.
+        .target(name: "GIO", dependencies: ["CGio"]),
+
+        // Wire protocol, message store, state machines: pure Swift, no C module.
+        .target(name: "PeerVoiceCore"),
+
+        // The service: bus API, peer links, transports.
+        .target(
+            name: "PeerVoiceDaemon",
+            dependencies: ["PeerVoiceCore", "GIO"],
+            resources: [.embedInCode("org.example.PeerVoice.xml")]
+        ),
+        .executableTarget(name: "peervoiced", dependencies: ["PeerVoiceDaemon"]),
+
+        .target(name: "TestHarness", dependencies: ["GIO"], path: "Tests/TestHarness"),
+        .testTarget(name: "PeerVoiceCoreTests", dependencies: ["PeerVoiceCore"]),
+        .testTarget(name: "ServiceTests", dependencies: ["TestHarness", "GIO"]),
+    ],
+    swiftLanguageModes: [.v6]
+)
