@@ -1,1 +1,50 @@
-public enum PeerVoiceDaemonPlaceholder {}
+import Foundation
+import GIO
+import PeerVoiceCore
+
+/// Runs peervoiced: owns the bus name, serves the API on the GLib main loop until SIGTERM/SIGINT.
+/// Returns the process exit status.
+public func runDaemon(arguments: [String]) -> Int32 {
+    let options: Options
+    switch Options.parse(arguments) {
+    case .exit(let message, let status):
+        FileHandle(fileDescriptor: status == 0 ? 1 : 2).write(Data((message + "\n").utf8))
+        return status
+    case .run(let parsed):
+        options = parsed
+    }
+    if options.verbose { Log.threshold = .debug }
+
+    let loop = MainLoop()
+    // Watched before the name is owned: a client may send SIGTERM as soon as it sees the name.
+    let stop = { (signal: String) in
+        Log.info("\(signal): shutting down")
+        loop.quit()
+    }
+    let signalSources = [UnixSignal.watch(SIGTERM) { stop("SIGTERM") }, UnixSignal.watch(SIGINT) { stop("SIGINT") }]
+    let service = PeerVoiceService()
+    let connection: DBusConnection
+    let bus: BusObject
+    do {
+        connection = try DBusConnection.session()
+        // The object is in place before the name is owned, so the first caller finds it.
+        bus = try BusObject(connection: connection, service: service)
+        guard try connection.requestName(BusObject.busName) == .owned else {
+            Log.error("\(BusObject.busName) is already owned on the session bus: another peervoiced is running (stop it first, e.g. systemctl --user stop peervoiced)")
+            return 1
+        }
+    } catch {
+        Log.error("cannot serve on the session bus: \(error.message) (is DBUS_SESSION_BUS_ADDRESS set? `make run` starts a private bus when there is none)")
+        return 1
+    }
+    service.emit = { [unowned bus] event in bus.emit(event) }
+    Log.info("serving \(BusObject.busName) on the session bus as \(connection.uniqueName)")
+
+    loop.run()
+
+    withExtendedLifetime(signalSources) {}
+    bus.unregister()
+    connection.releaseName(BusObject.busName)
+    connection.flush()
+    return 0
+}

@@ -1,1 +1,4 @@
+import Foundation
 import PeerVoiceDaemon
+
+exit(runDaemon(arguments: Array(CommandLine.arguments.dropFirst())))

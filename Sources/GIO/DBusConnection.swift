@@ -1,0 +1,285 @@
+import CGio
+
+/// A D-Bus error: its name (`org.example.PeerVoice.Error.NotConnected`) and a message for people.
+public struct BusError: Error, Equatable, CustomStringConvertible {
+    public let name: String
+    public let message: String
+
+    public init(name: String, message: String) {
+        self.name = name
+        self.message = message
+    }
+
+    /// Takes over (and frees) a `GError` filled in by GDBus.
+    init(consuming error: UnsafeMutablePointer<GError>) {
+        defer { g_error_free(error) }
+        if let remote = g_dbus_error_get_remote_error(error) {
+            name = String(cString: remote)
+            g_free(remote)
+            g_dbus_error_strip_remote_error(error)
+        } else {
+            name = "org.gtk.GDBus.Error.Local"
+        }
+        message = String(cString: error.pointee.message)
+    }
+
+    public var description: String { "\(name): \(message)" }
+}
+
+/// Runs a GLib call that reports failure through a `GError**`, turning it into a thrown `BusError`.
+func throwingGError<T>(_ body: (UnsafeMutablePointer<UnsafeMutablePointer<GError>?>) -> T?) throws(BusError) -> T {
+    var error: UnsafeMutablePointer<GError>?
+    let result = body(&error)
+    if let error { throw BusError(consuming: error) }
+    guard let result else { throw BusError(name: "org.gtk.GDBus.Error.Local", message: "call failed without an error") }
+    return result
+}
+
+/// A signal received from the bus.
+public struct BusSignal {
+    public let sender: String
+    public let path: String
+    public let interface: String
+    public let member: String
+    public let arguments: Variant
+}
+
+/// A connection to a message bus (`GDBusConnection`). Callbacks run on the main context that was
+/// the thread-default one when they were registered (the default main loop in the service).
+public final class DBusConnection: @unchecked Sendable {
+    let pointer: OpaquePointer
+
+    private init(owning pointer: OpaquePointer) {
+        self.pointer = pointer
+        g_dbus_connection_set_exit_on_close(pointer, 0)
+    }
+
+    deinit { g_object_unref(UnsafeMutableRawPointer(pointer)) }
+
+    /// The user's session bus (`DBUS_SESSION_BUS_ADDRESS`).
+    public static func session() throws(BusError) -> DBusConnection {
+        DBusConnection(owning: try throwingGError { g_bus_get_sync(G_BUS_TYPE_SESSION, nil, $0) })
+    }
+
+    /// The system bus, where BlueZ lives.
+    public static func system() throws(BusError) -> DBusConnection {
+        DBusConnection(owning: try throwingGError { g_bus_get_sync(G_BUS_TYPE_SYSTEM, nil, $0) })
+    }
+
+    /// A new, private connection to the message bus at `address` (e.g. `unix:path=/tmp/bus`).
+    public static func connect(address: String) throws(BusError) -> DBusConnection {
+        let flags = GDBusConnectionFlags(rawValue: G_DBUS_CONNECTION_FLAGS_AUTHENTICATION_CLIENT.rawValue
+            | G_DBUS_CONNECTION_FLAGS_MESSAGE_BUS_CONNECTION.rawValue)
+        return DBusConnection(owning: try throwingGError {
+            g_dbus_connection_new_for_address_sync(address, flags, nil, nil, $0)
+        })
+    }
+
+    /// This connection's unique name, e.g. `:1.42`.
+    public var uniqueName: String { String(cString: g_dbus_connection_get_unique_name(pointer)) }
+
+    public var isClosed: Bool { g_dbus_connection_is_closed(pointer) != 0 }
+
+    // MARK: Names
+
+    public enum NameRequestResult: Equatable {
+        case owned
+        case alreadyOwned
+    }
+
+    /// Asks the bus for `name` without queueing or replacing anyone (`RequestName` with
+    /// `DBUS_NAME_FLAG_DO_NOT_QUEUE`), so a second instance learns at once that it lost.
+    public func requestName(_ name: String) throws(BusError) -> NameRequestResult {
+        let doNotQueue: UInt32 = 4
+        let reply = try call(destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus",
+                             interface: "org.freedesktop.DBus", method: "RequestName",
+                             arguments: Variant(tuple: [Variant(name), Variant(doNotQueue)]))
+        let primaryOwner: UInt32 = 1, alreadyOwner: UInt32 = 4
+        switch reply[0].uint32 {
+        case primaryOwner, alreadyOwner: return .owned
+        default: return .alreadyOwned
+        }
+    }
+
+    public func releaseName(_ name: String) {
+        _ = try? call(destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus",
+                      interface: "org.freedesktop.DBus", method: "ReleaseName",
+                      arguments: Variant(tuple: [Variant(name)]))
+    }
+
+    /// Blocks until everything queued on this connection has been written to the bus.
+    public func flush() {
+        g_dbus_connection_flush_sync(pointer, nil, nil)
+    }
+
+    // MARK: Calls
+
+    /// Calls a method and waits for the reply (or `timeoutMs`; -1 = GDBus default of 25 s).
+    @discardableResult
+    public func call(destination: String, path: String, interface: String, method: String,
+                     arguments: Variant? = nil, timeoutMs: Int32 = -1) throws(BusError) -> Variant {
+        Variant(owning: try throwingGError {
+            g_dbus_connection_call_sync(pointer, destination, path, interface, method, arguments?.pointer,
+                                        nil, G_DBUS_CALL_FLAGS_NONE, timeoutMs, nil, $0)
+        })
+    }
+
+    /// Calls a method; `completion` runs on the current thread-default main context with the reply.
+    public func callAsync(destination: String, path: String, interface: String, method: String,
+                          arguments: Variant? = nil, timeoutMs: Int32 = -1,
+                          completion: @escaping (Result<Variant, BusError>) -> Void) {
+        let box = ClosureBox<(Result<Variant, BusError>) -> Void>(completion)
+        g_dbus_connection_call(pointer, destination, path, interface, method, arguments?.pointer, nil,
+                               G_DBUS_CALL_FLAGS_NONE, timeoutMs, nil, asyncCallTrampoline, box.retainedPointer())
+    }
+
+    // MARK: Signals
+
+    /// Emits a signal to every subscriber (no destination).
+    public func emitSignal(path: String, interface: String, name: String, arguments: Variant) throws(BusError) {
+        let _: gboolean = try throwingGError {
+            let ok = g_dbus_connection_emit_signal(pointer, nil, path, interface, name, arguments.pointer, $0)
+            return ok
+        }
+    }
+
+    /// Emits `org.freedesktop.DBus.Properties.PropertiesChanged` for `interface` with new values.
+    public func emitPropertiesChanged(path: String, interface: String, changed: [(String, Variant)]) throws(BusError) {
+        try emitSignal(path: path, interface: "org.freedesktop.DBus.Properties", name: "PropertiesChanged",
+                       arguments: Variant(tuple: [Variant(interface), Variant(dictionary: changed),
+                                                  Variant(array: [], elementType: "s")]))
+    }
+
+    /// Calls `handler` for each matching signal until the returned subscription is released.
+    /// nil matches anything.
+    public func subscribe(sender: String? = nil, interface: String? = nil, member: String? = nil,
+                          path: String? = nil, _ handler: @escaping (BusSignal) -> Void) -> SignalSubscription {
+        let box = ClosureBox<(BusSignal) -> Void>(handler)
+        let id = g_dbus_connection_signal_subscribe(pointer, sender, interface, member, path, nil,
+                                                    G_DBUS_SIGNAL_FLAGS_NONE, signalTrampoline,
+                                                    box.retainedPointer(), releaseAnyBox)
+        return SignalSubscription(connection: self, id: id)
+    }
+
+    // MARK: Objects
+
+    /// Exports an object implementing `interface` as described in `introspectionXML`. GDBus checks
+    /// argument types against the XML and answers `Introspect` from it.
+    public func registerObject(path: String, introspectionXML: String, interface: String,
+                               methods: @escaping (MethodCall) -> Void,
+                               properties: @escaping (String) -> Variant?) throws(BusError) -> ObjectRegistration {
+        let node = try throwingGError { g_dbus_node_info_new_for_xml(introspectionXML, $0) }
+        defer { g_dbus_node_info_unref(node) }
+        guard let info = g_dbus_node_info_lookup_interface(node, interface) else {
+            throw BusError(name: "org.gtk.GDBus.Error.Local", message: "interface \(interface) is not in the introspection XML")
+        }
+        let box = ClosureBox<ObjectHandlers>(ObjectHandlers(methods: methods, properties: properties))
+        var vtable = GDBusInterfaceVTable()
+        vtable.method_call = methodCallTrampoline
+        vtable.get_property = getPropertyTrampoline
+        let id: guint = try throwingGError {
+            let id = g_dbus_connection_register_object(pointer, path, info, &vtable, box.retainedPointer(), releaseAnyBox, $0)
+            return id == 0 ? nil : id
+        }
+        return ObjectRegistration(connection: self, id: id)
+    }
+}
+
+/// An exported object; unregistered when released.
+public final class ObjectRegistration {
+    private let connection: DBusConnection
+    private let id: guint
+
+    init(connection: DBusConnection, id: guint) {
+        self.connection = connection
+        self.id = id
+    }
+
+    deinit { g_dbus_connection_unregister_object(connection.pointer, id) }
+}
+
+/// A signal subscription; unsubscribed when released.
+public final class SignalSubscription {
+    private let connection: DBusConnection
+    private let id: guint
+
+    init(connection: DBusConnection, id: guint) {
+        self.connection = connection
+        self.id = id
+    }
+
+    deinit { g_dbus_connection_signal_unsubscribe(connection.pointer, id) }
+}
+
+/// One incoming method call. Answer it exactly once with `reply` or `fail`; one dropped unanswered
+/// is answered with `org.freedesktop.DBus.Error.Failed` so the caller never waits for nothing.
+public final class MethodCall {
+    private var invocation: OpaquePointer?
+    public let sender: String
+    public let method: String
+    public let arguments: Variant
+
+    init(invocation: OpaquePointer, sender: String, method: String, arguments: Variant) {
+        self.invocation = invocation
+        self.sender = sender
+        self.method = method
+        self.arguments = arguments
+    }
+
+    deinit {
+        if invocation != nil { fail(name: "org.freedesktop.DBus.Error.Failed", message: "\(method) was not answered") }
+    }
+
+    /// Replies with `value`, a tuple matching the method's out arguments (nil for none).
+    public func reply(_ value: Variant? = nil) {
+        guard let invocation else { return }
+        self.invocation = nil
+        g_dbus_method_invocation_return_value(invocation, value?.pointer)
+    }
+
+    public func fail(name: String, message: String) {
+        guard let invocation else { return }
+        self.invocation = nil
+        g_dbus_method_invocation_return_dbus_error(invocation, name, message)
+    }
+
+    public func fail(_ error: BusError) { fail(name: error.name, message: error.message) }
+}
+
+struct ObjectHandlers {
+    let methods: (MethodCall) -> Void
+    let properties: (String) -> Variant?
+}
+
+private let methodCallTrampoline: GDBusInterfaceMethodCallFunc = { _, sender, _, _, method, parameters, invocation, userData in
+    let call = MethodCall(invocation: invocation!, sender: sender.map { String(cString: $0) } ?? "",
+                          method: String(cString: method!), arguments: Variant(adopting: parameters!))
+    ClosureBox<ObjectHandlers>.from(userData).function.methods(call)
+}
+
+private let getPropertyTrampoline: GDBusInterfaceGetPropertyFunc = { _, _, _, _, name, error, userData in
+    let property = String(cString: name!)
+    guard let value = ClosureBox<ObjectHandlers>.from(userData).function.properties(property) else {
+        g_set_error_literal(error, g_dbus_error_quark(), gint(G_DBUS_ERROR_UNKNOWN_PROPERTY.rawValue), "No property \(property)")
+        return nil
+    }
+    return g_variant_ref(value.pointer)
+}
+
+private let signalTrampoline: GDBusSignalCallback = { _, sender, path, interface, member, parameters, userData in
+    let signal = BusSignal(sender: sender.map { String(cString: $0) } ?? "", path: String(cString: path!),
+                           interface: String(cString: interface!), member: String(cString: member!),
+                           arguments: Variant(adopting: parameters!))
+    ClosureBox<(BusSignal) -> Void>.from(userData).function(signal)
+}
+
+private let asyncCallTrampoline: GAsyncReadyCallback = { source, result, userData in
+    let box = Unmanaged<ClosureBox<(Result<Variant, BusError>) -> Void>>.fromOpaque(userData!).takeRetainedValue()
+    var error: UnsafeMutablePointer<GError>?
+    if let reply = g_dbus_connection_call_finish(OpaquePointer(source), result, &error) {
+        box.function(.success(Variant(owning: reply)))
+    } else {
+        box.function(.failure(error.map { BusError(consuming: $0) }
+            ?? BusError(name: "org.gtk.GDBus.Error.Local", message: "call failed without an error")))
+    }
+}

@@ -1,0 +1,124 @@
+import CGio
+
+/// An immutable GLib `GVariant`: the values D-Bus messages carry.
+///
+/// Holds one strong reference (floating references are sunk on creation), so a `Variant` can be
+/// kept, passed around and handed to GDBus, which takes its own reference.
+public final class Variant: @unchecked Sendable {
+    let pointer: OpaquePointer
+
+    /// Adopts `pointer`, sinking a floating reference or taking a new one.
+    init(adopting pointer: OpaquePointer) {
+        self.pointer = g_variant_ref_sink(pointer)
+    }
+
+    /// Takes over a reference the caller already owns (a `(transfer full)` return value).
+    init(owning pointer: OpaquePointer) {
+        self.pointer = pointer
+    }
+
+    deinit { g_variant_unref(pointer) }
+
+    public convenience init(_ string: String) { self.init(adopting: g_variant_new_string(string)) }
+    public convenience init(_ bool: Bool) { self.init(adopting: g_variant_new_boolean(bool ? 1 : 0)) }
+    public convenience init(_ value: UInt32) { self.init(adopting: g_variant_new_uint32(value)) }
+    public convenience init(_ value: UInt64) { self.init(adopting: g_variant_new_uint64(guint64(value))) }
+    public convenience init(_ value: Int32) { self.init(adopting: g_variant_new_int32(value)) }
+
+    /// A D-Bus object path (`o`).
+    public convenience init(objectPath: String) { self.init(adopting: g_variant_new_object_path(objectPath)) }
+
+    /// A tuple (the body of every D-Bus message): `Variant(tuple: [Variant("x"), Variant(true)])` is `("x", true)`.
+    public convenience init(tuple items: [Variant]) {
+        var children: [OpaquePointer?] = items.map { $0.pointer }
+        self.init(adopting: g_variant_new_tuple(&children, gsize(children.count)))
+    }
+
+    /// An array whose elements have the D-Bus type `elementType` (needed when `items` is empty).
+    public convenience init(array items: [Variant], elementType: String) {
+        let type = g_variant_type_new(elementType)!
+        defer { g_variant_type_free(type) }
+        var children: [OpaquePointer?] = items.map { $0.pointer }
+        self.init(adopting: g_variant_new_array(type, &children, gsize(children.count)))
+    }
+
+    /// A `v` box around `value`.
+    public convenience init(boxing value: Variant) { self.init(adopting: g_variant_new_variant(value.pointer)) }
+
+    /// A dictionary `a{sv}`.
+    public convenience init(dictionary: [(String, Variant)]) {
+        let entries = dictionary.map { key, value in
+            Variant(adopting: g_variant_new_dict_entry(g_variant_new_string(key), g_variant_new_variant(value.pointer)))
+        }
+        self.init(array: entries, elementType: "{sv}")
+    }
+
+    /// Parses GVariant text format, e.g. `Variant(parsing: "('a', uint32 3)")`; nil if malformed.
+    public convenience init?(parsing text: String) {
+        guard let value = g_variant_parse(nil, text, nil, nil, nil) else { return nil }
+        self.init(owning: value)
+    }
+
+    /// The D-Bus type string, e.g. `(ss)`.
+    public var typeString: String { String(cString: g_variant_get_type_string(pointer)) }
+
+    public var string: String? {
+        guard g_variant_is_of_type(pointer, cgio_type_from_string("s")) != 0
+            || g_variant_is_of_type(pointer, cgio_type_from_string("o")) != 0 else { return nil }
+        return String(cString: g_variant_get_string(pointer, nil))
+    }
+
+    public var bool: Bool? {
+        guard g_variant_is_of_type(pointer, cgio_type_from_string("b")) != 0 else { return nil }
+        return g_variant_get_boolean(pointer) != 0
+    }
+
+    public var uint32: UInt32? {
+        guard g_variant_is_of_type(pointer, cgio_type_from_string("u")) != 0 else { return nil }
+        return g_variant_get_uint32(pointer)
+    }
+
+    public var uint64: UInt64? {
+        guard g_variant_is_of_type(pointer, cgio_type_from_string("t")) != 0 else { return nil }
+        return UInt64(g_variant_get_uint64(pointer))
+    }
+
+    /// The value inside a `v` box.
+    public var unboxed: Variant? {
+        guard g_variant_is_of_type(pointer, cgio_type_from_string("v")) != 0 else { return nil }
+        return Variant(owning: g_variant_get_variant(pointer))
+    }
+
+    /// Number of children of a tuple, array or dictionary entry; 0 for basic values.
+    public var count: Int {
+        g_variant_is_container(pointer) != 0 ? Int(g_variant_n_children(pointer)) : 0
+    }
+
+    public subscript(index: Int) -> Variant {
+        precondition(index >= 0 && index < count, "Variant index \(index) out of range 0..<\(count)")
+        return Variant(owning: g_variant_get_child_value(pointer, gsize(index)))
+    }
+
+    public var children: [Variant] { (0..<count).map { self[$0] } }
+
+    /// Looks up `key` in an `a{sv}` dictionary.
+    public func lookup(_ key: String) -> Variant? {
+        guard let value = g_variant_lookup_value(pointer, key, nil) else { return nil }
+        return Variant(owning: value)
+    }
+}
+
+extension Variant: CustomStringConvertible {
+    /// GVariant text format with type annotations, as `gdbus` prints it.
+    public var description: String {
+        let text = g_variant_print(pointer, 1)!
+        defer { g_free(text) }
+        return String(cString: text)
+    }
+}
+
+extension Variant: Equatable {
+    public static func == (lhs: Variant, rhs: Variant) -> Bool {
+        g_variant_equal(UnsafeRawPointer(lhs.pointer), UnsafeRawPointer(rhs.pointer)) != 0
+    }
+}

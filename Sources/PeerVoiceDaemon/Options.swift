@@ -1,0 +1,73 @@
+import Foundation
+
+/// peervoiced's command line.
+public struct Options: Sendable {
+    public static let version = "0.1.0"
+
+    /// `HOST:PORT` for the IP transport's listener; nil = IP transport only dials.
+    public var listen: String?
+    public var adapter: String?
+    public var name: String = ProcessInfo.processInfo.hostName
+    public var stateDirectory: String = Options.defaultStateDirectory
+    public var verbose = false
+
+    public static let usage = """
+        Usage: peervoiced [OPTION]...
+        PeerVoice: find nearby computers, exchange text and talk, over Bluetooth or IP.
+        Serves org.example.PeerVoice on the session bus.
+
+          --listen HOST:PORT  accept IP peers on this address (e.g. 0.0.0.0:47800); off by default
+          --adapter hciN      Bluetooth adapter to use (default: the first powered one)
+          --name NAME         display name other peers see (default: the host name)
+          --state-dir DIR     keys, peers and messages (default: $XDG_STATE_HOME/peervoice)
+          --verbose           debug logging
+          --help              show this help and exit
+          --version           show the version and exit
+        """
+
+    public enum ParseResult {
+        case run(Options)
+        case exit(message: String, status: Int32)
+    }
+
+    public static func parse(_ arguments: [String]) -> ParseResult {
+        var options = Options()
+        var rest = arguments[...]
+        func value(for flag: String) -> String? {
+            guard let next = rest.popFirst(), !next.hasPrefix("--") else { return nil }
+            return next
+        }
+        while let argument = rest.popFirst() {
+            // Accept --flag=value as well as --flag value.
+            var flag = argument
+            if argument.hasPrefix("--"), let equals = argument.firstIndex(of: "=") {
+                flag = String(argument[..<equals])
+                rest.insert(String(argument[argument.index(after: equals)...]), at: rest.startIndex)
+            }
+            switch flag {
+            case "--help", "-h": return .exit(message: usage, status: 0)
+            case "--version": return .exit(message: "peervoiced \(version)", status: 0)
+            case "--verbose", "-v": options.verbose = true
+            case "--listen", "--adapter", "--name", "--state-dir":
+                guard let value = value(for: flag), !value.isEmpty else {
+                    return .exit(message: "peervoiced: \(flag) needs a value\n\(usage)", status: 2)
+                }
+                switch flag {
+                case "--listen": options.listen = value
+                case "--adapter": options.adapter = value
+                case "--name": options.name = value
+                default: options.stateDirectory = value
+                }
+            default:
+                return .exit(message: "peervoiced: unknown option '\(argument)'\n\(usage)", status: 2)
+            }
+        }
+        return .run(options)
+    }
+
+    static var defaultStateDirectory: String {
+        let environment = ProcessInfo.processInfo.environment
+        if let state = environment["XDG_STATE_HOME"], state.hasPrefix("/") { return state + "/peervoice" }
+        return NSHomeDirectory() + "/.local/state/peervoice"
+    }
+}
