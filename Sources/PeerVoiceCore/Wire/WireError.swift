@@ -1,0 +1,79 @@
+/// Why bytes from a peer are not a valid PeerVoice stream or frame, or why a frame cannot be built.
+///
+/// Descriptions are meant for log lines: they say what was wrong and never quote message text.
+public enum WireError: Error, Equatable, Sendable, CustomStringConvertible {
+    /// The stream does not start with the magic `"PVLK"`.
+    case notPeerVoice
+    /// The peer's preamble announces a protocol version we do not speak.
+    case unsupportedVersion(UInt16)
+    /// A frame declared a body length of 0.
+    case emptyFrame
+    /// A frame declared a body longer than ``Wire/maxFrameBodyBytes``.
+    case frameTooLarge(bodyBytes: UInt32)
+    /// The body's type byte is not a frame type of this version.
+    case unknownFrameType(UInt8)
+    /// The body is too short for the fixed fields of its type (or, for HELLO, for the declared name).
+    case frameTooShort(FrameType, bodyBytes: Int, requiredBytes: Int)
+    /// Bytes follow the last field of a frame that allows nothing more.
+    case trailingBytes(FrameType, count: Int)
+    /// A HELLO display name is longer than ``Wire/maxNameBytes``.
+    case nameTooLong(bytes: Int)
+    /// A HELLO display name is not valid UTF-8.
+    case nameNotUTF8
+    /// A TEXT frame has sequence number 0; numbering starts at 1.
+    case zeroSequence
+    /// A TEXT frame carries no text.
+    case emptyText
+    /// A TEXT frame's text is longer than ``Wire/maxTextBytes``.
+    case textTooLong(bytes: Int)
+    /// A TEXT frame's text is not valid UTF-8.
+    case textNotUTF8
+    /// A VOICE frame's Opus payload is longer than ``Wire/maxOpusPayloadBytes``.
+    case voicePayloadTooLong(bytes: Int)
+    /// A datagram is shorter than the 4-byte length prefix.
+    case datagramTooShort(bytes: Int)
+    /// A datagram's length prefix does not match the bytes that follow it.
+    case datagramLengthMismatch(declaredBodyBytes: UInt32, actualBodyBytes: Int)
+
+    public var description: String {
+        switch self {
+        case .notPeerVoice:
+            return "not a PeerVoice stream (the first bytes are not \"PVLK\")"
+        case .unsupportedVersion(let version):
+            return "peer speaks protocol version \(version); this side speaks version \(Wire.protocolVersion)"
+        case .emptyFrame:
+            return "frame with an empty body (length 0)"
+        case .frameTooLarge(let bodyBytes):
+            return "frame of \(bodyBytes) bytes exceeds the \(Wire.maxFrameBodyBytes)-byte limit"
+        case .unknownFrameType(let type):
+            return "unknown frame type 0x\(hex2(type))"
+        case .frameTooShort(let type, let bodyBytes, let requiredBytes):
+            return "\(type) frame of \(bodyBytes) bytes is too short (needs \(requiredBytes))"
+        case .trailingBytes(let type, let count):
+            return "\(type) frame has \(count) unexpected trailing byte\(count == 1 ? "" : "s")"
+        case .nameTooLong(let bytes):
+            return "display name of \(bytes) bytes exceeds the \(Wire.maxNameBytes)-byte limit"
+        case .nameNotUTF8:
+            return "display name is not valid UTF-8"
+        case .zeroSequence:
+            return "TEXT frame with sequence number 0 (numbering starts at 1)"
+        case .emptyText:
+            return "TEXT frame with empty text"
+        case .textTooLong(let bytes):
+            return "text of \(bytes) bytes exceeds the \(Wire.maxTextBytes)-byte limit"
+        case .textNotUTF8:
+            return "text is not valid UTF-8"
+        case .voicePayloadTooLong(let bytes):
+            return "Opus payload of \(bytes) bytes exceeds the \(Wire.maxOpusPayloadBytes)-byte limit"
+        case .datagramTooShort(let bytes):
+            return "datagram of \(bytes) bytes is shorter than a length prefix"
+        case .datagramLengthMismatch(let declared, let actual):
+            return "datagram declares a \(declared)-byte frame but carries \(actual) bytes"
+        }
+    }
+}
+
+private func hex2(_ byte: UInt8) -> String {
+    let digits = String(byte, radix: 16)
+    return digits.count == 1 ? "0" + digits : digits
+}
