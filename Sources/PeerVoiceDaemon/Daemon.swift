@@ -22,7 +22,13 @@ public func runDaemon(arguments: [String]) -> Int32 {
         loop.quit()
     }
     let signalSources = [UnixSignal.watch(SIGTERM) { stop("SIGTERM") }, UnixSignal.watch(SIGINT) { stop("SIGINT") }]
-    let service = PeerVoiceService()
+    let service: PeerVoiceService
+    do {
+        service = try PeerVoiceService(options: options)
+    } catch {
+        Log.error(error.message)
+        return 1
+    }
     let connection: DBusConnection
     let bus: BusObject
     do {
@@ -39,10 +45,18 @@ public func runDaemon(arguments: [String]) -> Int32 {
     }
     service.emit = { [unowned bus] event in bus.emit(event) }
     Log.info("serving \(BusObject.busName) on the session bus as \(connection.uniqueName)")
+    do {
+        try service.start()
+    } catch {
+        Log.error(error.message)
+        connection.releaseName(BusObject.busName)
+        return 1
+    }
 
     loop.run()
 
     withExtendedLifetime(signalSources) {}
+    service.shutdown()
     bus.unregister()
     connection.releaseName(BusObject.busName)
     connection.flush()

@@ -1,0 +1,649 @@
+import Foundation
+
+/// The durable message store: each peer's outbox, the duplicate marks of what it sent us, and
+/// the history of both directions.
+///
+/// Promise: a message `enqueue` accepted is on its way to the OS (one write(2), no user-space
+/// buffer) before `enqueue` returns, and a received one before `receive` returns, so a kill -9
+/// of either side loses nothing that was confirmed; it is delivered once (the receiver drops
+/// duplicates by the sender's sequence number) or reported failed.
+///
+/// Files, in `directory` (mode 0700; files 0600): one append-only journal per peer,
+/// `<hex of the peer id's UTF-8>.pvj`, and `forgotten-peers.pvt`, the last sequence numbers of
+/// removed peers so their numbering never restarts. See `MessageJournal.swift` for the format.
+///
+/// Used from one thread only (the GLib main loop); not `Sendable`.
+public final class MessageStore {
+    /// The directory holding the journals.
+    public let directory: String
+    public let limits: MessageStoreLimits
+    private let warn: (String) -> Void
+    private var peers: [String: MessageStorePeer] = [:]
+    /// Removed peers' last sequence numbers, restored if they come back.
+    private var forgottenSeqs: [String: UInt64] = [:]
+    private var tombstones: MessageJournalFile?
+    private var tombstoneRecords = 0
+
+    /// Peer ids longer than this (UTF-8 bytes) are refused: the hex file name must fit in 255.
+    static let maxPeerIDBytes = 120
+    static let journalSuffix = ".pvj"
+    static let tombstoneName = "forgotten-peers.pvt"
+
+    /// Opens (creating if needed) the store in `directory` and replays its journals. A torn or
+    /// corrupt journal tail, as a crash leaves, is cut off and reported through `onWarning`.
+    /// `onWarning` receives human-readable notes for the log (never message text); it is called
+    /// synchronously, also from `init`.
+    public init(
+        directory: String,
+        limits: MessageStoreLimits = MessageStoreLimits(),
+        onWarning: @escaping (String) -> Void = { _ in }
+    ) throws {
+        self.directory = directory
+        self.limits = limits
+        self.warn = onWarning
+        let fm = FileManager.default
+
+        var isDirectory: ObjCBool = false
+        if fm.fileExists(atPath: directory, isDirectory: &isDirectory) {
+            guard isDirectory.boolValue else { throw MessageStoreError.io("\(directory) is not a directory") }
+            // Message text is private: keep the directory owner-only even if it was created wider.
+            do {
+                try fm.setAttributes([.posixPermissions: 0o700], ofItemAtPath: directory)
+            } catch {
+                onWarning("cannot restrict \(directory) to mode 0700: \(error.localizedDescription)")
+            }
+        } else {
+            do {
+                try fm.createDirectory(
+                    atPath: directory, withIntermediateDirectories: true,
+                    attributes: [.posixPermissions: 0o700])
+            } catch {
+                throw MessageStoreError.io("cannot create \(directory): \(error.localizedDescription)")
+            }
+        }
+
+        try loadTombstones()
+
+        let names: [String]
+        do {
+            names = try fm.contentsOfDirectory(atPath: directory)
+        } catch {
+            throw MessageStoreError.io("cannot list \(directory): \(error.localizedDescription)")
+        }
+        // A journal may exist only as `.compact` after a crash in the middle of a rewrite.
+        var stems = Set<String>()
+        for var name in names {
+            if name.hasSuffix(".compact") { name.removeLast(".compact".count) }
+            guard name.hasSuffix(Self.journalSuffix) else { continue }
+            name.removeLast(Self.journalSuffix.count)
+            stems.insert(name)
+        }
+        for stem in stems.sorted() {
+            guard let peer = Self.peerID(fromFileStem: stem),
+                let loaded = try MessageJournalFile.load(path: journalPath(peer), warn: onWarning)
+            else { continue }
+            let state = replay(loaded, peer: peer)
+            // Covers a crash while a returning peer's journal was being created, before its
+            // first record (which carries the continued numbering) was written.
+            state.lastSeq = max(state.lastSeq, forgottenSeqs[peer] ?? 0)
+            peers[peer] = state
+            // A journal a crash kept from being compacted is compacted now.
+            let snapshot = state.snapshot(historyLimit: limits.historyPerPeer)
+            loaded.file.setBaseline(UInt64(MessageJournalFile.magic.count + snapshot.count))
+            if loaded.file.wantsCompaction(slack: limits.compactionSlackBytes) {
+                do {
+                    try loaded.file.rewrite(records: snapshot)
+                } catch {
+                    onWarning("cannot compact the journal of \(peer): \(error)")
+                    loaded.file.postponeCompaction()
+                }
+            }
+        }
+    }
+
+    // MARK: Queries
+
+    /// Peers with at least one queued (unacknowledged, unfailed) message, sorted.
+    public var peersWithPendingMessages: [String] {
+        peers.values.filter { $0.queuedCount > 0 }.map(\.peer).sorted()
+    }
+
+    /// Peers that have a journal (any message either way since they were last forgotten), sorted.
+    public var knownPeers: [String] {
+        peers.keys.sorted()
+    }
+
+    /// The peer's queued messages, oldest (lowest seq) first: what to send on (re)connection.
+    public func pending(peer: String) -> [OutgoingMessage] {
+        guard let state = peers[peer] else { return [] }
+        return state.outbox[state.outboxHead...].filter { $0.status == .queued }.map {
+            OutgoingMessage(seq: $0.seq, id: $0.id, sentAtMs: $0.timeMs, text: $0.text)
+        }
+    }
+
+    /// The newest `max` messages exchanged with the peer (at most `limits.historyPerPeer`),
+    /// oldest first, both directions, with their current status.
+    public func history(peer: String, max: Int) -> [StoredMessage] {
+        guard let state = peers[peer], max > 0 else { return [] }
+        let count = Swift.max(0, min(max, limits.historyPerPeer, state.history.count))
+        return state.history.suffix(count).map {
+            StoredMessage(id: $0.id, status: $0.status, timeMs: $0.timeMs, text: $0.text, seq: $0.seq)
+        }
+    }
+
+    // MARK: Sending
+
+    /// Accepts a message for the peer: assigns the next per-peer sequence number (from 1, never
+    /// reused for that peer, even after `forget`) and writes it to the journal before returning.
+    /// Throws `outboxFull` at a limit, `invalidArgument` for a malformed peer or id, `io` if the
+    /// disk refused; in every throwing case nothing was stored.
+    public func enqueue(peer: String, id: String, text: String, nowMs: UInt64) throws -> OutgoingMessage {
+        try Self.checkPeer(peer)
+        try Self.checkShort(id, what: "message id")
+        let textBytes = text.utf8.count
+        let queuedCount = peers[peer]?.queuedCount ?? 0
+        let queuedBytes = peers[peer]?.queuedBytes ?? 0
+        if queuedCount >= limits.maxQueuedPerPeer {
+            throw MessageStoreError.outboxFull(peer: peer, limit: "\(limits.maxQueuedPerPeer) messages")
+        }
+        if textBytes > limits.maxQueuedBytesPerPeer - queuedBytes {
+            throw MessageStoreError.outboxFull(peer: peer, limit: "\(limits.maxQueuedBytesPerPeer) bytes of text")
+        }
+        let state = try stateCreatingJournal(peer: peer)
+        let seq = state.lastSeq + 1
+        try persistBeforeChange(
+            state, MessageJournalRecord.outgoing(status: .queued, seq: seq, timeMs: nowMs, id: id, text: text))
+        state.addOutgoing(status: .queued, seq: seq, timeMs: nowMs, id: id, text: text, historyLimit: limits.historyPerPeer)
+        compactIfDue(state)
+        return OutgoingMessage(seq: seq, id: id, sentAtMs: nowMs, text: text)
+    }
+
+    /// The peer has every message up to `seq`. Returns the ids that became delivered, oldest
+    /// first (the caller emits `MessageDelivered` for each); repeated or stale acknowledgements
+    /// return nothing. Failed messages stay failed. An acknowledgement beyond the last sequence
+    /// number we assigned is clamped, so it can never swallow messages not yet sent.
+    public func acknowledge(peer: String, upTo seq: UInt64) -> [String] {
+        guard let state = peers[peer] else { return [] }
+        if seq > state.lastSeq {
+            warn("\(peer) acknowledged sequence number \(seq) but only \(state.lastSeq) were sent; ignoring the excess")
+        }
+        let upTo = min(seq, state.lastSeq)
+        guard upTo > state.ackedUpTo else { return [] }
+        let delivered = state.acknowledge(upTo: upTo)
+        persistAfterChange(state, MessageJournalRecord.acknowledged(upTo: upTo))
+        compactIfDue(state)
+        return delivered.map(\.id)
+    }
+
+    /// Fails every queued message older than `limits.expiryMs` at `nowMs`. Returns them per peer
+    /// (peers sorted), oldest first; the caller emits `MessageFailed` for each.
+    public func expire(nowMs: UInt64) -> [(peer: String, id: String)] {
+        var result: [(peer: String, id: String)] = []
+        for peer in peers.keys.sorted() {
+            guard let state = peers[peer], state.queuedCount > 0 else { continue }
+            let expired = state.outbox[state.outboxHead...].filter {
+                $0.status == .queued && nowMs >= $0.timeMs && nowMs - $0.timeMs >= limits.expiryMs
+            }
+            guard !expired.isEmpty else { continue }
+            var records: [UInt8] = []
+            for entry in expired {
+                state.markFailed(entry)
+                records += MessageJournalRecord.failed(seq: entry.seq)
+            }
+            state.tidyOutbox()
+            // All of the peer's failures in one write.
+            persistAfterChange(state, records)
+            compactIfDue(state)
+            result += expired.map { (peer: peer, id: $0.id) }
+        }
+        return result
+    }
+
+    /// Removes the peer (`RemovePeer`): returns the ids of its queued messages, which are now
+    /// failed (the caller emits `MessageFailed`), and deletes its journal. Its last sequence
+    /// number is kept in `forgotten-peers.pvt` so numbering continues if it comes back.
+    /// Throws `io` (changing nothing) if that cannot be recorded or the journal deleted.
+    public func forget(peer: String) throws -> [String] {
+        guard let state = peers[peer] else { return [] }
+        let failed = state.outbox[state.outboxHead...].filter { $0.status == .queued }.map(\.id)
+        if state.lastSeq > 0 { try recordForgotten(peer: peer, lastSeq: state.lastSeq) }
+        try state.journal.remove()
+        peers[peer] = nil
+        return failed
+    }
+
+    // MARK: Receiving
+
+    /// Stores a message from the peer, unless it is a duplicate: its `seq` is at or below the
+    /// highest already stored from that sender instance. Returns true when new and stored (the
+    /// caller emits `MessageReceived`), false for a duplicate; either way the caller then
+    /// acknowledges. Relies on each sender instance's messages arriving in sequence order (a
+    /// stream transport). Throws `invalidArgument` (seq 0, malformed ids) or `io`; then nothing
+    /// was stored and the caller must not acknowledge.
+    public func receive(
+        peer: String, senderInstance: String, seq: UInt64, id: String, text: String,
+        sentAtMs: UInt64, nowMs: UInt64
+    ) throws -> Bool {
+        try Self.checkPeer(peer)
+        try Self.checkShort(senderInstance, what: "sender instance")
+        try Self.checkShort(id, what: "message id")
+        guard seq > 0 else { throw MessageStoreError.invalidArgument("sequence number 0 (they start at 1)") }
+        if let state = peers[peer], state.isDuplicate(instance: senderInstance, seq: seq) { return false }
+        let state = try stateCreatingJournal(peer: peer)
+        try persistBeforeChange(
+            state,
+            MessageJournalRecord.received(
+                instance: senderInstance, seq: seq, sentAtMs: sentAtMs, receivedAtMs: nowMs, id: id, text: text))
+        state.addReceived(
+            instance: senderInstance, seq: seq, sentAtMs: sentAtMs, receivedAtMs: nowMs, id: id, text: text,
+            limits: limits)
+        compactIfDue(state)
+        return true
+    }
+
+    // MARK: Persistence
+
+    /// For changes the caller must not confirm unless stored (enqueue, receive): write first,
+    /// then change memory. Throws, changing nothing, if the disk refuses.
+    private func persistBeforeChange(_ state: MessageStorePeer, _ records: [UInt8]) throws {
+        if state.unsaved {
+            // Memory holds transitions an earlier failed write lost; store them first.
+            try state.journal.rewrite(records: state.snapshot(historyLimit: limits.historyPerPeer))
+            state.unsaved = false
+        }
+        try state.journal.append(records)
+    }
+
+    /// For facts that happened regardless of the disk (acknowledgements, failures): memory has
+    /// changed already. On a write failure the journal is rewritten from memory, now or at the
+    /// next write, so it catches up instead of diverging.
+    private func persistAfterChange(_ state: MessageStorePeer, _ records: [UInt8]) {
+        if !state.unsaved {
+            do {
+                try state.journal.append(records)
+                return
+            } catch {
+                warn("cannot record a status change for \(state.peer): \(error); will rewrite the journal")
+                state.unsaved = true
+            }
+        }
+        do {
+            try state.journal.rewrite(records: state.snapshot(historyLimit: limits.historyPerPeer))
+            state.unsaved = false
+        } catch {
+            warn("cannot rewrite the journal of \(state.peer): \(error); will retry")
+        }
+    }
+
+    /// Compaction is amortised: a journal is rewritten only after it has doubled (plus slack)
+    /// since its last rewrite, keeping pending messages, the history window, the next sequence
+    /// number and the duplicate marks.
+    private func compactIfDue(_ state: MessageStorePeer) {
+        guard state.journal.wantsCompaction(slack: limits.compactionSlackBytes) else { return }
+        do {
+            try state.journal.rewrite(records: state.snapshot(historyLimit: limits.historyPerPeer))
+            state.unsaved = false
+        } catch {
+            warn("cannot compact the journal of \(state.peer): \(error)")
+            state.journal.postponeCompaction()
+        }
+    }
+
+    private func stateCreatingJournal(peer: String) throws -> MessageStorePeer {
+        if let state = peers[peer] { return state }
+        // A peer removed earlier continues its numbering: its receiver may remember our
+        // sequence numbers and would drop reused ones as duplicates.
+        let start = forgottenSeqs[peer] ?? 0
+        let file = try MessageJournalFile.create(
+            path: journalPath(peer), records: MessageJournalRecord.state(lastSeq: start, ackedUpTo: start))
+        let state = MessageStorePeer(peer: peer, journal: file)
+        state.lastSeq = start
+        state.ackedUpTo = start
+        peers[peer] = state
+        return state
+    }
+
+    private func replay(_ loaded: MessageJournalFile.Loaded, peer: String) -> MessageStorePeer {
+        let state = MessageStorePeer(peer: peer, journal: loaded.file)
+        var unknown = 0
+        var malformed = 0
+        for body in loaded.bodies {
+            do {
+                var r = try MessageJournalReader(loaded.bytes, body: body)
+                // Every field is read before anything is applied, so a bad record changes nothing.
+                switch MessageJournalRecordType(rawValue: r.type) {
+                case .state:
+                    let lastSeq = try r.u64(), ackedUpTo = try r.u64()
+                    state.lastSeq = max(state.lastSeq, lastSeq)
+                    _ = state.acknowledge(upTo: ackedUpTo)
+                case .watermark:
+                    let instance = try r.str8(), seq = try r.u64()
+                    state.noteSender(instance: instance, seq: seq, cap: limits.maxSenderInstancesPerPeer)
+                case .outgoing:
+                    let rawStatus = try r.u8(), seq = try r.u64(), timeMs = try r.u64()
+                    let id = try r.str8(), text = try r.str32()
+                    guard let status = MessageJournalOutgoingStatus(rawValue: rawStatus) else {
+                        throw MessageJournalReader.Malformed()
+                    }
+                    let mapped: MessageStatus = switch status {
+                    case .queued: .queued
+                    case .delivered: .delivered
+                    case .failed: .failed
+                    }
+                    state.addOutgoing(
+                        status: mapped, seq: seq, timeMs: timeMs, id: id, text: text,
+                        historyLimit: limits.historyPerPeer)
+                case .acknowledged:
+                    _ = state.acknowledge(upTo: try r.u64())
+                case .failed:
+                    if let entry = state.queuedEntry(seq: try r.u64()) {
+                        state.markFailed(entry)
+                        state.tidyOutbox()
+                    }
+                case .received:
+                    let instance = try r.str8(), seq = try r.u64(), sentAtMs = try r.u64()
+                    let receivedAtMs = try r.u64(), id = try r.str8(), text = try r.str32()
+                    state.addReceived(
+                        instance: instance, seq: seq, sentAtMs: sentAtMs, receivedAtMs: receivedAtMs, id: id,
+                        text: text, limits: limits)
+                case .forgotten, nil:
+                    // A newer format's record (its checksum is fine): skip rather than lose the rest.
+                    unknown += 1
+                }
+            } catch {
+                malformed += 1
+            }
+        }
+        if unknown + malformed > 0 {
+            warn("journal of \(peer): skipped \(unknown) unknown and \(malformed) malformed records")
+        }
+        return state
+    }
+
+    private func loadTombstones() throws {
+        guard let loaded = try MessageJournalFile.load(path: tombstonePath, warn: warn) else { return }
+        for body in loaded.bodies {
+            guard var r = try? MessageJournalReader(loaded.bytes, body: body),
+                r.type == MessageJournalRecordType.forgotten.rawValue,
+                let peer = try? r.str8(), let lastSeq = try? r.u64()
+            else { continue }
+            forgottenSeqs[peer] = max(forgottenSeqs[peer] ?? 0, lastSeq)
+        }
+        tombstones = loaded.file
+        tombstoneRecords = loaded.bodies.count
+    }
+
+    private func recordForgotten(peer: String, lastSeq: UInt64) throws {
+        let record = MessageJournalRecord.forgotten(peer: peer, lastSeq: lastSeq)
+        if let file = tombstones {
+            try file.append(record)
+        } else {
+            tombstones = try MessageJournalFile.create(path: tombstonePath, records: record)
+        }
+        forgottenSeqs[peer] = max(forgottenSeqs[peer] ?? 0, lastSeq)
+        tombstoneRecords += 1
+        // One record per RemovePeer; rewrite once most are superseded.
+        if tombstoneRecords > 2 * forgottenSeqs.count + 64, let file = tombstones {
+            let records = forgottenSeqs.sorted { $0.key < $1.key }.flatMap {
+                MessageJournalRecord.forgotten(peer: $0.key, lastSeq: $0.value)
+            }
+            do {
+                try file.rewrite(records: records)
+                tombstoneRecords = forgottenSeqs.count
+            } catch {
+                warn("cannot compact \(Self.tombstoneName): \(error)")
+            }
+        }
+    }
+
+    // MARK: Names and validation
+
+    private var tombstonePath: String { directory + "/" + Self.tombstoneName }
+
+    private func journalPath(_ peer: String) -> String {
+        directory + "/" + Self.fileStem(peer: peer) + Self.journalSuffix
+    }
+
+    /// Lowercase hex of the UTF-8: safe for any peer id (':' '[' ']' '%' '/'), and reversible.
+    static func fileStem(peer: String) -> String {
+        let digits = Array("0123456789abcdef".utf8)
+        var out: [UInt8] = []
+        out.reserveCapacity(peer.utf8.count * 2)
+        for b in peer.utf8 {
+            out.append(digits[Int(b >> 4)])
+            out.append(digits[Int(b & 0xF)])
+        }
+        return String(decoding: out, as: UTF8.self)
+    }
+
+    static func peerID(fromFileStem stem: String) -> String? {
+        let chars = Array(stem.utf8)
+        guard !chars.isEmpty, chars.count % 2 == 0 else { return nil }
+        func nibble(_ c: UInt8) -> UInt8? {
+            switch c {
+            case UInt8(ascii: "0")...UInt8(ascii: "9"): c - UInt8(ascii: "0")
+            case UInt8(ascii: "a")...UInt8(ascii: "f"): c - UInt8(ascii: "a") + 10
+            default: nil
+            }
+        }
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(chars.count / 2)
+        var i = 0
+        while i < chars.count {
+            guard let hi = nibble(chars[i]), let lo = nibble(chars[i + 1]) else { return nil }
+            bytes.append(hi << 4 | lo)
+            i += 2
+        }
+        guard let peer = String(bytes: bytes, encoding: .utf8), fileStem(peer: peer) == stem else { return nil }
+        return peer
+    }
+
+    private static func checkPeer(_ peer: String) throws {
+        guard !peer.isEmpty, peer.utf8.count <= maxPeerIDBytes else {
+            throw MessageStoreError.invalidArgument("peer id must be 1 to \(maxPeerIDBytes) bytes")
+        }
+    }
+
+    private static func checkShort(_ value: String, what: String) throws {
+        guard !value.isEmpty, value.utf8.count <= Int(UInt8.max) else {
+            throw MessageStoreError.invalidArgument("\(what) must be 1 to 255 bytes")
+        }
+    }
+}
+
+/// One message in memory. A class so the history window and the outbox share it: an
+/// acknowledgement updates the status both see.
+final class MessageStoreEntry {
+    /// Position in the peer's history, increasing; orders outbox entries against the window.
+    let ordinal: UInt64
+    let outgoing: Bool
+    let id: String
+    var status: MessageStatus
+    /// Local time: accepted by `Send`, or received.
+    let timeMs: UInt64
+    /// For received messages, the sender's clock (kept for the journal).
+    let peerTimeMs: UInt64
+    let text: String
+    let textBytes: Int
+    let seq: UInt64
+
+    init(ordinal: UInt64, outgoing: Bool, id: String, status: MessageStatus, timeMs: UInt64,
+         peerTimeMs: UInt64, text: String, seq: UInt64) {
+        self.ordinal = ordinal
+        self.outgoing = outgoing
+        self.id = id
+        self.status = status
+        self.timeMs = timeMs
+        self.peerTimeMs = peerTimeMs
+        self.text = text
+        self.textBytes = text.utf8.count
+        self.seq = seq
+    }
+}
+
+/// Everything the store knows about one peer; mirrors its journal.
+final class MessageStorePeer {
+    struct SenderMark {
+        var seq: UInt64
+        var lastUse: UInt64
+    }
+
+    let peer: String
+    let journal: MessageJournalFile
+    /// Highest sequence number assigned to an outgoing message.
+    var lastSeq: UInt64 = 0
+    var ackedUpTo: UInt64 = 0
+    /// Outgoing messages from `outboxHead` on, by seq. Entries that failed in the middle stay
+    /// until `tidyOutbox` sweeps them, so failing one is O(1).
+    var outbox: [MessageStoreEntry] = []
+    var outboxHead = 0
+    var queuedCount = 0
+    var queuedBytes = 0
+    /// Oldest first; trimmed to the history limit when it reaches about twice that (amortised).
+    var history: [MessageStoreEntry] = []
+    /// Per sender instance: the highest seq stored (duplicate detection), and recency for the cap.
+    var senders: [String: SenderMark] = [:]
+    private var useCounter: UInt64 = 0
+    private var nextOrdinal: UInt64 = 0
+    /// Memory holds changes a failed write kept from the journal; rewrite before the next append.
+    var unsaved = false
+
+    init(peer: String, journal: MessageJournalFile) {
+        self.peer = peer
+        self.journal = journal
+    }
+
+    private func appendHistory(_ entry: MessageStoreEntry, limit: Int) {
+        history.append(entry)
+        let keep = max(limit, 0)
+        if history.count >= 2 * keep + 64 { history.removeFirst(history.count - keep) }
+    }
+
+    func addOutgoing(status: MessageStatus, seq: UInt64, timeMs: UInt64, id: String, text: String, historyLimit: Int) {
+        let entry = MessageStoreEntry(
+            ordinal: nextOrdinal, outgoing: true, id: id, status: status, timeMs: timeMs, peerTimeMs: timeMs,
+            text: text, seq: seq)
+        nextOrdinal += 1
+        lastSeq = max(lastSeq, seq)
+        appendHistory(entry, limit: historyLimit)
+        if status == .queued {
+            outbox.append(entry)
+            queuedCount += 1
+            queuedBytes += entry.textBytes
+        }
+    }
+
+    func acknowledge(upTo: UInt64) -> [MessageStoreEntry] {
+        guard upTo > ackedUpTo else { return [] }
+        ackedUpTo = upTo
+        var delivered: [MessageStoreEntry] = []
+        while outboxHead < outbox.count, outbox[outboxHead].seq <= upTo {
+            let entry = outbox[outboxHead]
+            outboxHead += 1
+            guard entry.status == .queued else { continue }
+            entry.status = .delivered
+            queuedCount -= 1
+            queuedBytes -= entry.textBytes
+            delivered.append(entry)
+        }
+        tidyOutbox()
+        return delivered
+    }
+
+    /// The queued outgoing message with this seq (binary search: the outbox is ordered by seq).
+    func queuedEntry(seq: UInt64) -> MessageStoreEntry? {
+        var low = outboxHead, high = outbox.count
+        while low < high {
+            let mid = (low + high) / 2
+            if outbox[mid].seq < seq { low = mid + 1 } else { high = mid }
+        }
+        guard low < outbox.count, outbox[low].seq == seq, outbox[low].status == .queued else { return nil }
+        return outbox[low]
+    }
+
+    /// Call `tidyOutbox` after a batch.
+    func markFailed(_ entry: MessageStoreEntry) {
+        guard entry.status == .queued else { return }
+        entry.status = .failed
+        queuedCount -= 1
+        queuedBytes -= entry.textBytes
+    }
+
+    /// Drops finished entries from the outbox, amortised O(1) per entry.
+    func tidyOutbox() {
+        while outboxHead < outbox.count, outbox[outboxHead].status != .queued { outboxHead += 1 }
+        if outboxHead == outbox.count {
+            outbox.removeAll(keepingCapacity: true)
+            outboxHead = 0
+        } else if outbox.count - outboxHead > 2 * queuedCount + 64 {
+            outbox = outbox[outboxHead...].filter { $0.status == .queued }
+            outboxHead = 0
+        } else if outboxHead >= 1024, outboxHead * 2 >= outbox.count {
+            outbox.removeFirst(outboxHead)
+            outboxHead = 0
+        }
+    }
+
+    func isDuplicate(instance: String, seq: UInt64) -> Bool {
+        guard let mark = senders[instance] else { return false }
+        return seq <= mark.seq
+    }
+
+    func noteSender(instance: String, seq: UInt64, cap: Int) {
+        useCounter += 1
+        if var mark = senders[instance] {
+            mark.seq = max(mark.seq, seq)
+            mark.lastUse = useCounter
+            senders[instance] = mark
+            return
+        }
+        senders[instance] = SenderMark(seq: seq, lastUse: useCounter)
+        if senders.count > max(cap, 1), let oldest = senders.min(by: { $0.value.lastUse < $1.value.lastUse }) {
+            senders[oldest.key] = nil
+        }
+    }
+
+    func addReceived(
+        instance: String, seq: UInt64, sentAtMs: UInt64, receivedAtMs: UInt64, id: String, text: String,
+        limits: MessageStoreLimits
+    ) {
+        // An empty instance comes from a rewrite: history only, the mark is in a watermark record.
+        if !instance.isEmpty { noteSender(instance: instance, seq: seq, cap: limits.maxSenderInstancesPerPeer) }
+        let entry = MessageStoreEntry(
+            ordinal: nextOrdinal, outgoing: false, id: id, status: .received, timeMs: receivedAtMs,
+            peerTimeMs: sentAtMs, text: text, seq: seq)
+        nextOrdinal += 1
+        appendHistory(entry, limit: limits.historyPerPeer)
+    }
+
+    /// The journal's live contents (records, without the magic): state, duplicate marks, queued
+    /// messages older than the history window, then the window. Trims the window in memory too.
+    func snapshot(historyLimit: Int) -> [UInt8] {
+        let keep = max(historyLimit, 0)
+        if history.count > keep { history.removeFirst(history.count - keep) }
+        var out = MessageJournalRecord.state(lastSeq: lastSeq, ackedUpTo: ackedUpTo)
+        for (instance, mark) in senders.sorted(by: { $0.value.lastUse < $1.value.lastUse }) {
+            out += MessageJournalRecord.watermark(instance: instance, seq: mark.seq)
+        }
+        let firstKept = history.first?.ordinal ?? .max
+        for entry in outbox[outboxHead...] where entry.status == .queued && entry.ordinal < firstKept {
+            out += record(entry)
+        }
+        for entry in history { out += record(entry) }
+        return out
+    }
+
+    private func record(_ entry: MessageStoreEntry) -> [UInt8] {
+        guard entry.outgoing else {
+            return MessageJournalRecord.received(
+                instance: "", seq: entry.seq, sentAtMs: entry.peerTimeMs, receivedAtMs: entry.timeMs,
+                id: entry.id, text: entry.text)
+        }
+        let status: MessageJournalOutgoingStatus = switch entry.status {
+        case .queued, .received: .queued
+        case .delivered: .delivered
+        case .failed: .failed
+        }
+        return MessageJournalRecord.outgoing(status: status, seq: entry.seq, timeMs: entry.timeMs, id: entry.id, text: entry.text)
+    }
+}

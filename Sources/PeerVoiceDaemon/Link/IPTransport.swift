@@ -1,0 +1,106 @@
+import GIO
+import Glibc
+import PeerVoiceCore
+
+/// TCP for peer links: a listener (with `--listen`) and outgoing dials.
+final class IPTransport {
+    /// How long a dial may take before it counts as failed.
+    static let dialTimeoutMs: UInt32 = 5_000
+
+    /// A connection someone opened to us.
+    var onIncoming: (StreamConnection, IPEndpoint) -> Void = { _, _ in }
+
+    private var listener: Socket?
+    private var acceptWatch: EventSource?
+    /// `HOST:PORT` we listen on ("" when not listening), with the real port if 0 was asked for.
+    private(set) var listenAddress = ""
+    private(set) var listenPort: UInt16 = 0
+
+    /// Starts listening on `address` (`HOST:PORT`, `[V6]:PORT`; port 0 picks one).
+    func listen(on address: String) throws(ServiceError) {
+        let endpoint = try Self.parseListenAddress(address)
+        let socket: Socket
+        do {
+            socket = try Socket.listening(on: endpoint)
+        } catch {
+            throw .failed("cannot listen on \(address): \(error)")
+        }
+        let bound = socket.localEndpoint ?? endpoint
+        listener = socket
+        listenPort = bound.port
+        listenAddress = bound.description
+        acceptWatch = FDWatch.add(fd: socket.fd, events: .readable) { [unowned self] _ in
+            acceptWaiting()
+            return true
+        }
+        Log.info("listening for IP peers on \(listenAddress)")
+    }
+
+    private func acceptWaiting() {
+        guard let listener else { return }
+        do {
+            while let (socket, remote) = try listener.accept() {
+                Log.debug("connection from \(remote)")
+                onIncoming(StreamConnection(socket: socket), remote)
+            }
+        } catch {
+            Log.warning("accepting IP peers failed: \(error)")
+        }
+    }
+
+    /// Connects to `endpoint`; `completion` runs once, on the main loop, with the stream or an
+    /// error a person can read. Cancelling the returned source abandons the attempt.
+    func dial(_ endpoint: IPEndpoint, completion: @escaping (Result<StreamConnection, ServiceError>) -> Void) -> DialAttempt {
+        let attempt = DialAttempt()
+        let socket: Socket
+        do {
+            socket = try Socket.connecting(to: endpoint)
+        } catch {
+            // Reported from the main loop, as every other outcome, so callers see one order of events.
+            attempt.timer = Timer.after(milliseconds: 0) { completion(.failure(.failed("cannot reach \(endpoint): \(error)"))) }
+            return attempt
+        }
+        let finish = { [unowned attempt] (result: Result<StreamConnection, ServiceError>) in
+            attempt.watch?.cancel()
+            attempt.timer?.cancel()
+            attempt.watch = nil
+            attempt.timer = nil
+            completion(result)
+        }
+        attempt.watch = FDWatch.add(fd: socket.fd, events: .writable) { _ in
+            let code = socket.pendingError
+            if code == 0 {
+                finish(.success(StreamConnection(socket: socket)))
+            } else {
+                finish(.failure(.failed("cannot reach \(endpoint): \(String(cString: strerror(code)))")))
+            }
+            return false
+        }
+        attempt.timer = Timer.after(milliseconds: Self.dialTimeoutMs) {
+            finish(.failure(.failed("cannot reach \(endpoint): no answer within \(Self.dialTimeoutMs / 1000) s")))
+        }
+        return attempt
+    }
+
+    static func parseListenAddress(_ text: String) throws(ServiceError) -> IPEndpoint {
+        if let peer = try? PeerID(parsing: "ip:" + text) { return IPEndpoint(host: peer.host, port: peer.port) }
+        // Port 0 ("any free port") is fine for a listener though not for a peer id.
+        if text.hasSuffix(":0"), let peer = try? PeerID(parsing: "ip:" + text.dropLast() + "1") {
+            return IPEndpoint(host: peer.host, port: 0)
+        }
+        throw .invalidArgument("--listen \(text): use HOST:PORT with a numeric address, e.g. 0.0.0.0:47800 or [::]:47800")
+    }
+}
+
+/// An outgoing connection attempt in progress.
+final class DialAttempt {
+    fileprivate var watch: EventSource?
+    fileprivate var timer: EventSource?
+
+    func cancel() {
+        watch?.cancel()
+        timer?.cancel()
+        watch = nil
+        timer = nil
+    }
+}

@@ -1,0 +1,124 @@
+import GIO
+import Glibc
+
+/// A byte stream over a non-blocking file descriptor (a TCP socket, or the RFCOMM socket BlueZ
+/// hands over), driven by main-loop fd watches. Writes that the kernel cannot take at once wait
+/// in order in `pendingOutput`.
+final class StreamConnection {
+    /// Beyond this much unsent output the peer is not reading: the connection is closed rather
+    /// than growing without bound (unacknowledged messages stay in the outbox).
+    static let maxPendingOutputBytes = 16 << 20
+
+    var onBytes: (ArraySlice<UInt8>) -> Void = { _ in }
+    /// Called once, when the stream ends or fails; `reason` is for the log.
+    var onClose: (String) -> Void = { _ in }
+
+    private let socket: Socket
+    private var readWatch: EventSource?
+    private var writeWatch: EventSource?
+    private var pendingOutput: [UInt8] = []
+    private var pendingOffset = 0
+    private var readBuffer = [UInt8](repeating: 0, count: 64 * 1024)
+    private(set) var isClosed = false
+
+    init(socket: Socket) {
+        self.socket = socket
+    }
+
+    /// Begins delivering `onBytes`.
+    func start() {
+        readWatch = FDWatch.add(fd: socket.fd, events: .readable) { [weak self] _ in
+            self?.readAvailable()
+            return true
+        }
+    }
+
+    func send(_ bytes: [UInt8]) {
+        guard !isClosed else { return }
+        if pendingOutput.isEmpty {
+            let written = write(bytes[...])
+            guard !isClosed else { return }
+            if written == bytes.count { return }
+            pendingOutput = Array(bytes[written...])
+            pendingOffset = 0
+            writeWatch = FDWatch.add(fd: socket.fd, events: .writable) { [weak self] _ in
+                self?.flushPendingOutput() ?? false
+            }
+        } else {
+            pendingOutput += bytes
+            if pendingOutput.count - pendingOffset > Self.maxPendingOutputBytes {
+                close(reason: "the peer is not reading (over \(Self.maxPendingOutputBytes >> 20) MiB unsent)")
+            }
+        }
+    }
+
+    /// Stops both directions and reports `reason` through `onClose`.
+    func close(reason: String) {
+        guard !isClosed else { return }
+        isClosed = true
+        readWatch?.cancel()
+        writeWatch?.cancel()
+        socket.close()
+        onClose(reason)
+    }
+
+    /// Tries to write whatever is waiting, then closes without reporting: for a goodbye.
+    func closeAfterFlushing() {
+        guard !isClosed else { return }
+        if !pendingOutput.isEmpty { _ = flushPendingOutput() }
+        isClosed = true
+        readWatch?.cancel()
+        writeWatch?.cancel()
+        socket.close()
+    }
+
+    /// Writes as much of `bytes` as the kernel takes now; returns how many.
+    private func write(_ bytes: ArraySlice<UInt8>) -> Int {
+        var offset = bytes.startIndex
+        while offset < bytes.endIndex {
+            let result = bytes[offset...].withUnsafeBytes { Glibc.send(socket.fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+            if result > 0 {
+                offset += result
+            } else if result == -1 && errno == EINTR {
+                continue
+            } else if result == -1 && (errno == EAGAIN || errno == EWOULDBLOCK) {
+                break
+            } else {
+                close(reason: "write failed: \(String(cString: strerror(errno)))")
+                break
+            }
+        }
+        return offset - bytes.startIndex
+    }
+
+    private func flushPendingOutput() -> Bool {
+        pendingOffset += write(pendingOutput[pendingOffset...])
+        guard !isClosed else { return false }
+        if pendingOffset < pendingOutput.count { return true }
+        pendingOutput.removeAll(keepingCapacity: false)
+        pendingOffset = 0
+        writeWatch = nil
+        return false
+    }
+
+    private func readAvailable() {
+        // Bounded per wake-up so one busy peer cannot starve the bus and other peers.
+        for _ in 0..<16 {
+            let count = readBuffer.withUnsafeMutableBytes { Glibc.read(socket.fd, $0.baseAddress, $0.count) }
+            if count > 0 {
+                onBytes(readBuffer[0..<count])
+                if isClosed { return }
+            } else if count == 0 {
+                close(reason: "the peer closed the connection")
+                return
+            } else if errno == EINTR {
+                continue
+            } else if errno == EAGAIN || errno == EWOULDBLOCK {
+                return
+            } else {
+                close(reason: "read failed: \(String(cString: strerror(errno)))")
+                return
+            }
+        }
+    }
+}
