@@ -10,8 +10,12 @@ let package = Package(
         // C libraries, each reached through one system-library target and wrapped by one Swift module.
         .systemLibrary(name: "CGio", pkgConfig: "gio-unix-2.0", providers: [.apt(["libglib2.0-dev"])]),
 
+        .systemLibrary(name: "CSodium", pkgConfig: "libsodium", providers: [.apt(["libsodium-dev"])]),
+
         // GLib main loop, timers, fd watches and GDBus, in Swift. The only importer of CGio.
         .target(name: "GIO", dependencies: ["CGio"]),
+        // libsodium behind PeerVoiceCore's crypto protocol. The only importer of CSodium.
+        .target(name: "Sodium", dependencies: ["CSodium", "PeerVoiceCore"]),
 
         // Wire protocol, message store, state machines: pure Swift, no C module.
         .target(name: "PeerVoiceCore"),
@@ -19,13 +23,14 @@ let package = Package(
         // The service: bus API, peer links, transports.
         .target(
             name: "PeerVoiceDaemon",
-            dependencies: ["PeerVoiceCore", "GIO"],
+            dependencies: ["PeerVoiceCore", "GIO", "Sodium"],
             resources: [.embedInCode("org.example.PeerVoice.xml")]
         ),
         .executableTarget(name: "peervoiced", dependencies: ["PeerVoiceDaemon"]),
 
         .target(name: "TestHarness", dependencies: ["GIO"], path: "Tests/TestHarness"),
         .testTarget(name: "PeerVoiceCoreTests", dependencies: ["PeerVoiceCore"]),
+        .testTarget(name: "SodiumTests", dependencies: ["Sodium", "PeerVoiceCore"]),
         .testTarget(name: "ServiceTests", dependencies: ["TestHarness", "GIO"]),
     ],
     swiftLanguageModes: [.v6]
