@@ -80,7 +80,7 @@ final class PeerVoiceService {
             try FileManager.default.createDirectory(atPath: state, withIntermediateDirectories: true,
                                                     attributes: [.posixPermissions: 0o700])
             instance = try Self.loadInstanceID(in: state)
-            store = try MessageStore(directory: state + "/messages")
+            store = try MessageStore(directory: state + "/messages", onWarning: { Log.warning("message store: \($0)") })
             directory = try PeerDirectory(path: state + "/peers.json")
         } catch {
             throw .failed("cannot use the state directory \(state): \(error)")

@@ -245,6 +245,15 @@ final class MessageStoreTests: XCTestCase {
         // Numbering never restarts for a peer: its receiver may still remember seq 3.
         XCTAssertEqual(try reopened.enqueue(peer: peer, id: id(4), text: "again", nowMs: 0).seq, 4)
         XCTAssertEqual(try open().enqueue(peer: peer, id: id(5), text: "again", nowMs: 0).seq, 5)
+
+        // Removed again, then a crash right after its new journal was created, before the first
+        // record: the numbering still continues.
+        let store3 = try open()
+        XCTAssertEqual(try store3.forget(peer: peer), [id(4), id(5)])
+        try Data("PVJRNL01".utf8).write(to: URL(fileURLWithPath: journalPath(peer)))
+        let store4 = try open()
+        XCTAssertEqual(store4.knownPeers, [other, peer])
+        XCTAssertEqual(try store4.enqueue(peer: peer, id: id(6), text: "again", nowMs: 0).seq, 6)
     }
 
     func testTornTailIsCutOffAndEarlierRecordsSurvive() throws {

@@ -3,10 +3,11 @@ import Foundation
 /// The durable message store: each peer's outbox, the duplicate marks of what it sent us, and
 /// the history of both directions.
 ///
-/// Promise: a message `enqueue` accepted is on its way to the OS (one write(2), no user-space
+/// Promise: a message `enqueue` accepts has been handed to the OS (one write(2), no user-space
 /// buffer) before `enqueue` returns, and a received one before `receive` returns, so a kill -9
 /// of either side loses nothing that was confirmed; it is delivered once (the receiver drops
-/// duplicates by the sender's sequence number) or reported failed.
+/// duplicates by the sender's sequence number) or reported failed. (Without fsync, a power
+/// loss is not covered.)
 ///
 /// Files, in `directory` (mode 0700; files 0600): one append-only journal per peer,
 /// `<hex of the peer id's UTF-8>.pvj`, and `forgotten-peers.pvt`, the last sequence numbers of
