@@ -360,6 +360,7 @@ final class WireTests: XCTestCase {
             [0xED, 0xA0, 0x80],  // UTF-16 surrogate
             [0xF4, 0x90, 0x80, 0x80],  // above U+10FFFF
             [0x61, 0xE4, 0xB8],  // truncated sequence at the end
+            [0x61, 0x00, 0x62],  // NUL: valid UTF-8, but no D-Bus string can carry it
         ]
         for bytes in invalid {
             assertDecodeFails(textBody(seq: 1, text: bytes), .textNotUTF8)
@@ -368,6 +369,7 @@ final class WireTests: XCTestCase {
 
     func testBadHelloNames() {
         assertDecodeFails(helloBody(name: [0x41, 0xFE]), .nameNotUTF8)
+        assertDecodeFails(helloBody(name: [0x41, 0x00]), .nameNotUTF8)
         assertDecodeFails(helloBody(name: Array(repeating: 0x61, count: 257)), .nameTooLong(bytes: 257))
         // The declared length alone is enough to reject.
         var declared = helloBody(name: [])

@@ -110,7 +110,9 @@ extension Frame {
             let nameLength = Int(reader.readUInt16())
             guard nameLength <= Wire.maxNameBytes else { throw .nameTooLong(bytes: nameLength) }
             try requireExactly(Frame.helloFixedBytes + nameLength)
-            guard let name = String(validating: reader.readRest(), as: UTF8.self) else {
+            // NUL is valid UTF-8 but no D-Bus string can carry it.
+            let nameBytes = reader.readRest()
+            guard !nameBytes.contains(0), let name = String(validating: nameBytes, as: UTF8.self) else {
                 throw .nameNotUTF8
             }
             self = .hello(try Hello(
@@ -126,7 +128,7 @@ extension Frame {
             let textBytes = reader.readRest()
             guard !textBytes.isEmpty else { throw .emptyText }
             guard textBytes.count <= Wire.maxTextBytes else { throw .textTooLong(bytes: textBytes.count) }
-            guard let text = String(validating: textBytes, as: UTF8.self) else { throw .textNotUTF8 }
+            guard !textBytes.contains(0), let text = String(validating: textBytes, as: UTF8.self) else { throw .textNotUTF8 }
             self = .text(try TextFrame(seq: seq, messageID: messageID, sentAtMs: sentAtMs, text: text))
 
         case .ack:

@@ -54,7 +54,7 @@ public enum WireError: Error, Equatable, Sendable, CustomStringConvertible {
         case .nameTooLong(let bytes):
             return "display name of \(bytes) bytes exceeds the \(Wire.maxNameBytes)-byte limit"
         case .nameNotUTF8:
-            return "display name is not valid UTF-8"
+            return "display name is not valid UTF-8 without NUL"
         case .zeroSequence:
             return "TEXT frame with sequence number 0 (numbering starts at 1)"
         case .emptyText:
@@ -62,7 +62,7 @@ public enum WireError: Error, Equatable, Sendable, CustomStringConvertible {
         case .textTooLong(let bytes):
             return "text of \(bytes) bytes exceeds the \(Wire.maxTextBytes)-byte limit"
         case .textNotUTF8:
-            return "text is not valid UTF-8"
+            return "text is not valid UTF-8 without NUL"
         case .voicePayloadTooLong(let bytes):
             return "Opus payload of \(bytes) bytes exceeds the \(Wire.maxOpusPayloadBytes)-byte limit"
         case .datagramTooShort(let bytes):
