@@ -1,0 +1,52 @@
+import PeerVoiceCore
+import XCTest
+
+final class PeerIDTests: XCTestCase {
+    func testBluetoothAddressesAreNormalisedToUpperCase() throws {
+        let peer = try PeerID(parsing: "aa:bb:cc:dd:ee:0f")
+        XCTAssertEqual(peer.description, "AA:BB:CC:DD:EE:0F")
+        XCTAssertEqual(peer.transport, .bluetooth)
+        XCTAssertEqual(peer, try PeerID(parsing: "AA:BB:CC:DD:EE:0F"))
+    }
+
+    func testIPPeers() throws {
+        let v4 = try PeerID(parsing: "ip:127.0.0.1:47800")
+        XCTAssertEqual(v4.transport, .ip)
+        XCTAssertEqual(v4.host, "127.0.0.1")
+        XCTAssertEqual(v4.port, 47800)
+        XCTAssertEqual(v4.description, "ip:127.0.0.1:47800")
+        let v6 = try PeerID(parsing: "ip:[FE80::1]:9")
+        XCTAssertEqual(v6.host, "fe80::1")
+        XCTAssertEqual(v6.description, "ip:[fe80::1]:9")
+        XCTAssertEqual(PeerID(ipHost: "::1", port: 47800).description, "ip:[::1]:47800")
+    }
+
+    func testMalformedIDsSayWhatIsWrong() {
+        let cases: [(String, String)] = [
+            ("bogus", "is not a peer id"),
+            ("ip:1.2.3.4", "has no port"),
+            ("ip:1.2.3.4:0", "is not a port"),
+            ("ip:1.2.3.4:65536", "is not a port"),
+            ("ip:256.0.0.1:80", "is not an IPv4 address"),
+            ("ip:host.example:80", "numeric address"),
+            ("ip:[::1]80", "ip:[ADDRESS]:PORT"),
+            ("ip:[xyz]:80", "is not an IPv6 address"),
+        ]
+        for (text, expected) in cases {
+            XCTAssertThrowsError(try PeerID(parsing: text), text) { error in
+                guard case ServiceError.invalidArgument(let message) = error else { return XCTFail("\(text): \(error)") }
+                XCTAssertTrue(message.contains(expected), "\(text): \(message)")
+            }
+        }
+    }
+
+    func testMessageTextLimits() throws {
+        XCTAssertThrowsError(try MessageText.validate("")) { XCTAssertEqual(($0 as? ServiceError)?.name, "InvalidArgument") }
+        XCTAssertNoThrow(try MessageText.validate(String(repeating: "a", count: 65_536)))
+        XCTAssertThrowsError(try MessageText.validate(String(repeating: "a", count: 65_537))) {
+            XCTAssertEqual(($0 as? ServiceError)?.name, "TooLarge")
+        }
+        // The limit counts UTF-8 bytes, not characters: 16,385 four-byte emoji are 65,540 bytes.
+        XCTAssertThrowsError(try MessageText.validate(String(repeating: "😀", count: 16_385)))
+    }
+}
