@@ -161,6 +161,17 @@ public final class DBusConnection: @unchecked Sendable {
         return SignalSubscription(connection: self, id: id)
     }
 
+    /// Calls `appeared` (with the owner's unique name) when `name` gets an owner, and `vanished`
+    /// when it loses one, starting with its current state, until the watch is released.
+    public func watchName(_ name: String, appeared: @escaping (String) -> Void,
+                          vanished: @escaping () -> Void) -> NameWatch {
+        let box = ClosureBox<NameWatchHandlers>(NameWatchHandlers(appeared: appeared, vanished: vanished))
+        let id = g_bus_watch_name_on_connection(pointer, name, G_BUS_NAME_WATCHER_FLAGS_NONE,
+                                                nameAppearedTrampoline, nameVanishedTrampoline,
+                                                box.retainedPointer(), releaseAnyBox)
+        return NameWatch(id: id)
+    }
+
     // MARK: Objects
 
     /// Exports an object implementing `interface` as described in `introspectionXML`. GDBus checks
@@ -211,6 +222,28 @@ public final class SignalSubscription {
     deinit { g_dbus_connection_signal_unsubscribe(connection.pointer, id) }
 }
 
+/// A watch on a bus name; stops when released.
+public final class NameWatch {
+    private let id: guint
+
+    init(id: guint) { self.id = id }
+
+    deinit { g_bus_unwatch_name(id) }
+}
+
+struct NameWatchHandlers {
+    let appeared: (String) -> Void
+    let vanished: () -> Void
+}
+
+private let nameAppearedTrampoline: GBusNameAppearedCallback = { _, _, owner, userData in
+    ClosureBox<NameWatchHandlers>.from(userData).function.appeared(String(cString: owner!))
+}
+
+private let nameVanishedTrampoline: GBusNameVanishedCallback = { _, _, userData in
+    ClosureBox<NameWatchHandlers>.from(userData).function.vanished()
+}
+
 /// One incoming method call. Answer it exactly once with `reply` or `fail`; one dropped unanswered
 /// is answered with `org.freedesktop.DBus.Error.Failed` so the caller never waits for nothing.
 public final class MethodCall {
@@ -244,6 +277,15 @@ public final class MethodCall {
     }
 
     public func fail(_ error: BusError) { fail(name: error.name, message: error.message) }
+
+    /// The file descriptor an `h` argument refers to, duplicated: the caller owns and closes it
+    /// (BlueZ's `Profile1.NewConnection` hands over its socket this way).
+    public func fileDescriptor(handle: Int32) -> Int32? {
+        guard let invocation,
+              let list = g_dbus_message_get_unix_fd_list(g_dbus_method_invocation_get_message(invocation)) else { return nil }
+        let fd = g_unix_fd_list_get(list, handle, nil)
+        return fd >= 0 ? fd : nil
+    }
 }
 
 struct ObjectHandlers {
