@@ -36,17 +36,18 @@ PACKAGES := \
 	libpipewire-0.3-dev
 
 # Debian packages the tests (and `make run`) need besides PACKAGES: dbus-daemon for the private
-# buses, libglib2.0-bin for gdbus.
+# buses, libglib2.0-bin for gdbus, python3-gi for the benchmarks (bench/).
 TEST_PACKAGES := \
 	dbus-daemon \
-	libglib2.0-bin
+	libglib2.0-bin \
+	python3-gi
 
 # busctl comes from `systemd`, which is normally installed; pull it in only when busctl is missing.
 BUSCTL_PACKAGE = $(if $(shell command -v busctl 2>/dev/null),,systemd)
 
 GEN_DIR := .build/peervoice-gen
 
-.PHONY: build deps run test install uninstall clean
+.PHONY: build deps run test install uninstall clean bench-messages
 
 deps:
 	scripts/deps.sh $(PACKAGES) $(TEST_PACKAGES) $(BUSCTL_PACKAGE)
@@ -67,17 +68,39 @@ install: deps
 	mkdir -p $(GEN_DIR)
 	sed 's|@bindir@|$(BINDIR)|g' dbus/org.example.PeerVoice.service.in > $(GEN_DIR)/org.example.PeerVoice.service
 	sed 's|@bindir@|$(BINDIR)|g' desktop/peervoiced.service.in > $(GEN_DIR)/peervoiced.service
-	install -Dm755 "$$($(SWIFT) build -c release $(SWIFT_FLAGS) --show-bin-path)/peervoiced" "$(DESTDIR)$(BINDIR)/peervoiced"
+	sed 's|@bindir@|$(BINDIR)|g' desktop/peervoiced.desktop > $(GEN_DIR)/peervoiced.desktop
+	bin="$$($(SWIFT) build -c release $(SWIFT_FLAGS) --show-bin-path)"; \
+	install -Dm755 "$$bin/peervoiced" "$(DESTDIR)$(BINDIR)/peervoiced"; \
+	install -Dm755 "$$bin/peervoicectl" "$(DESTDIR)$(BINDIR)/peervoicectl"
 	install -Dm644 dbus/org.example.PeerVoice.xml "$(DESTDIR)$(DATADIR)/dbus-1/interfaces/org.example.PeerVoice.xml"
 	install -Dm644 $(GEN_DIR)/org.example.PeerVoice.service "$(DESTDIR)$(DATADIR)/dbus-1/services/org.example.PeerVoice.service"
 	install -Dm644 $(GEN_DIR)/peervoiced.service "$(DESTDIR)$(USERUNITDIR)/peervoiced.service"
+	install -Dm644 completion/peervoicectl.bash "$(DESTDIR)$(DATADIR)/bash-completion/completions/peervoicectl"
+	install -Dm644 $(GEN_DIR)/peervoiced.desktop "$(DESTDIR)$(DATADIR)/applications/peervoiced.desktop"
+# Autostart: SYSCONFDIR/xdg/autostart, where SYSCONFDIR is /etc for PREFIX=/usr, else PREFIX/etc
+# (set SYSCONFDIR=/etc to have sessions find it under another PREFIX).
+	install -Dm644 $(GEN_DIR)/peervoiced.desktop "$(DESTDIR)$(or $(SYSCONFDIR),$(if $(filter /usr,$(PREFIX)),/etc,$(PREFIX)/etc))/xdg/autostart/peervoiced.desktop"
 
 uninstall:
 	rm -f "$(DESTDIR)$(BINDIR)/peervoiced" \
+	      "$(DESTDIR)$(BINDIR)/peervoicectl" \
 	      "$(DESTDIR)$(DATADIR)/dbus-1/interfaces/org.example.PeerVoice.xml" \
 	      "$(DESTDIR)$(DATADIR)/dbus-1/services/org.example.PeerVoice.service" \
-	      "$(DESTDIR)$(USERUNITDIR)/peervoiced.service"
+	      "$(DESTDIR)$(USERUNITDIR)/peervoiced.service" \
+	      "$(DESTDIR)$(DATADIR)/bash-completion/completions/peervoicectl" \
+	      "$(DESTDIR)$(DATADIR)/applications/peervoiced.desktop" \
+	      "$(DESTDIR)$(or $(SYSCONFDIR),$(if $(filter /usr,$(PREFIX)),/etc,$(PREFIX)/etc))/xdg/autostart/peervoiced.desktop"
 
 clean:
 	$(SWIFT) package clean
 	rm -rf $(GEN_DIR)
+
+# Benchmark, not a test: text-message throughput and latency between two release peervoiced on
+# private buses; prints a table, writes bench/results/messages.json, asserts nothing (see
+# bench/README.md). BENCH_ARGS go to bench/messages.py, e.g. BENCH_ARGS='--runs 1 -n 1000'.
+# Only the peervoiced product is built, so a broken test or tool target does not stop it.
+# Debian's /usr/bin/python3 on purpose: python3-gi is installed for it, not for a python3 that
+# may come first on PATH (pyenv, a virtualenv).
+bench-messages: deps
+	$(SWIFT) build -c release --product peervoiced $(SWIFT_FLAGS)
+	/usr/bin/python3 bench/messages.py --bin "$$($(SWIFT) build -c release $(SWIFT_FLAGS) --show-bin-path)/peervoiced" $(BENCH_ARGS)

@@ -118,10 +118,12 @@ public final class DBusConnection: @unchecked Sendable {
     @discardableResult
     public func call(destination: String, path: String, interface: String, method: String,
                      arguments: Variant? = nil, timeoutMs: Int32 = -1) throws(BusError) -> Variant {
-        Variant(owning: try throwingGError {
-            g_dbus_connection_call_sync(pointer, destination, path, interface, method, arguments?.pointer,
-                                        nil, G_DBUS_CALL_FLAGS_NONE, timeoutMs, nil, $0)
-        })
+        try withExtendedLifetime(arguments) { () throws(BusError) in
+            Variant(owning: try throwingGError {
+                g_dbus_connection_call_sync(pointer, destination, path, interface, method, arguments?.pointer,
+                                            nil, G_DBUS_CALL_FLAGS_NONE, timeoutMs, nil, $0)
+            })
+        }
     }
 
     /// Calls a method; `completion` runs on the current thread-default main context with the reply.
@@ -129,17 +131,18 @@ public final class DBusConnection: @unchecked Sendable {
                           arguments: Variant? = nil, timeoutMs: Int32 = -1,
                           completion: @escaping (Result<Variant, BusError>) -> Void) {
         let box = ClosureBox<(Result<Variant, BusError>) -> Void>(completion)
-        g_dbus_connection_call(pointer, destination, path, interface, method, arguments?.pointer, nil,
-                               G_DBUS_CALL_FLAGS_NONE, timeoutMs, nil, asyncCallTrampoline, box.retainedPointer())
+        withExtendedLifetime(arguments) {
+            g_dbus_connection_call(pointer, destination, path, interface, method, arguments?.pointer, nil,
+                                   G_DBUS_CALL_FLAGS_NONE, timeoutMs, nil, asyncCallTrampoline, box.retainedPointer())
+        }
     }
 
     // MARK: Signals
 
     /// Emits a signal to every subscriber (no destination).
     public func emitSignal(path: String, interface: String, name: String, arguments: Variant) throws(BusError) {
-        let _: gboolean = try throwingGError {
-            let ok = g_dbus_connection_emit_signal(pointer, nil, path, interface, name, arguments.pointer, $0)
-            return ok
+        let _: gboolean = try arguments.withPointer { arguments throws(BusError) in
+            try throwingGError { g_dbus_connection_emit_signal(pointer, nil, path, interface, name, arguments, $0) }
         }
     }
 
@@ -267,7 +270,7 @@ public final class MethodCall {
     public func reply(_ value: Variant? = nil) {
         guard let invocation else { return }
         self.invocation = nil
-        g_dbus_method_invocation_return_value(invocation, value?.pointer)
+        withExtendedLifetime(value) { g_dbus_method_invocation_return_value(invocation, value?.pointer) }
     }
 
     public func fail(name: String, message: String) {
@@ -305,7 +308,7 @@ private let getPropertyTrampoline: GDBusInterfaceGetPropertyFunc = { _, _, _, _,
         g_set_error_literal(error, g_dbus_error_quark(), gint(G_DBUS_ERROR_UNKNOWN_PROPERTY.rawValue), "No property \(property)")
         return nil
     }
-    return g_variant_ref(value.pointer)
+    return value.withPointer { g_variant_ref($0) }
 }
 
 private let signalTrampoline: GDBusSignalCallback = { _, sender, path, interface, member, parameters, userData in

@@ -19,6 +19,20 @@ public final class Variant: @unchecked Sendable {
 
     deinit { g_variant_unref(pointer) }
 
+    /// Runs `body` with the `GVariant*` while this value is guaranteed alive: in optimised builds a
+    /// temporary `Variant` may otherwise be released before C has taken its own reference.
+    func withPointer<Result, Failure: Error>(_ body: (OpaquePointer) throws(Failure) -> Result) throws(Failure) -> Result {
+        try withExtendedLifetime(self) { () throws(Failure) in try body(pointer) }
+    }
+
+    /// Like `withPointer`, for an array of children.
+    static func withPointers<Result>(_ items: [Variant], _ body: (inout [OpaquePointer?]) -> Result) -> Result {
+        withExtendedLifetime(items) {
+            var pointers: [OpaquePointer?] = items.map { $0.pointer }
+            return body(&pointers)
+        }
+    }
+
     public convenience init(_ string: String) { self.init(adopting: g_variant_new_string(string)) }
     public convenience init(_ bool: Bool) { self.init(adopting: g_variant_new_boolean(bool ? 1 : 0)) }
     public convenience init(_ value: UInt32) { self.init(adopting: g_variant_new_uint32(value)) }
@@ -30,25 +44,23 @@ public final class Variant: @unchecked Sendable {
 
     /// A tuple (the body of every D-Bus message): `Variant(tuple: [Variant("x"), Variant(true)])` is `("x", true)`.
     public convenience init(tuple items: [Variant]) {
-        var children: [OpaquePointer?] = items.map { $0.pointer }
-        self.init(adopting: g_variant_new_tuple(&children, gsize(children.count)))
+        self.init(adopting: Variant.withPointers(items) { g_variant_new_tuple(&$0, gsize($0.count)) })
     }
 
     /// An array whose elements have the D-Bus type `elementType` (needed when `items` is empty).
     public convenience init(array items: [Variant], elementType: String) {
         let type = g_variant_type_new(elementType)!
         defer { g_variant_type_free(type) }
-        var children: [OpaquePointer?] = items.map { $0.pointer }
-        self.init(adopting: g_variant_new_array(type, &children, gsize(children.count)))
+        self.init(adopting: Variant.withPointers(items) { g_variant_new_array(type, &$0, gsize($0.count)) })
     }
 
     /// A `v` box around `value`.
-    public convenience init(boxing value: Variant) { self.init(adopting: g_variant_new_variant(value.pointer)) }
+    public convenience init(boxing value: Variant) { self.init(adopting: value.withPointer { g_variant_new_variant($0) }) }
 
     /// A dictionary `a{sv}`.
     public convenience init(dictionary: [(String, Variant)]) {
         let entries = dictionary.map { key, value in
-            Variant(adopting: g_variant_new_dict_entry(g_variant_new_string(key), g_variant_new_variant(value.pointer)))
+            Variant(adopting: value.withPointer { g_variant_new_dict_entry(g_variant_new_string(key), g_variant_new_variant($0)) })
         }
         self.init(array: entries, elementType: "{sv}")
     }
@@ -119,6 +131,6 @@ extension Variant: CustomStringConvertible {
 
 extension Variant: Equatable {
     public static func == (lhs: Variant, rhs: Variant) -> Bool {
-        g_variant_equal(UnsafeRawPointer(lhs.pointer), UnsafeRawPointer(rhs.pointer)) != 0
+        lhs.withPointer { l in rhs.withPointer { r in g_variant_equal(UnsafeRawPointer(l), UnsafeRawPointer(r)) != 0 } }
     }
 }
