@@ -3,6 +3,7 @@
 #   make [build]        debug build (after `deps`)
 #   make run ARGS=...   build, then run .build/debug/peervoiced on your session bus (scripts/run.sh)
 #   make test           build the tests and run every suite, serially (TEST_FILTER=regex to narrow)
+#   make test-bluetooth-vm  real BlueZ in two QEMU VMs: discover, pair, restart bluetoothd
 #   make install        release build, installed under $(DESTDIR)$(PREFIX)
 #   make deps           install the Debian packages below that are missing
 #   make clean          swift package clean
@@ -36,14 +37,36 @@ PACKAGES := \
 	libpipewire-0.3-dev
 
 # Debian packages the tests (and `make run`) need besides PACKAGES: dbus-daemon for the private
-# buses, libglib2.0-bin for gdbus, python3-gi for the benchmarks (bench/).
+# buses, libglib2.0-bin for gdbus, python3-gi for the benchmarks (bench/); pipewire, pipewire-bin
+# (pw-cli, pw-link, pw-play, pw-record, pw-dump, pw-metadata) and wireplumber for the private
+# headless PipeWire of scripts/pipewire-session.sh.
 TEST_PACKAGES := \
 	dbus-daemon \
 	libglib2.0-bin \
-	python3-gi
+	python3-gi \
+	pipewire \
+	pipewire-bin \
+	wireplumber
 
 # busctl comes from `systemd`, which is normally installed; pull it in only when busctl is missing.
 BUSCTL_PACKAGE = $(if $(shell command -v busctl 2>/dev/null),,systemd)
+
+# Debian packages of the two-VM Bluetooth tests (tests/bluetooth-vm/, `make test-bluetooth-vm`),
+# installed like the others without recommends (~500 MB, about a minute): QEMU (TCG; no KVM
+# needed), Debian's kernel (its vmlinuz and modules boot the VMs), busybox-static (initramfs),
+# BlueZ (bluetoothd, bluetoothctl, btattach, btmon), bluez-test-tools (btvirt, the emulated
+# controllers), python3 (the H:4 relay), kmod (modprobe), xz-utils (unpacks the kernel once).
+# The VMs also run the host's dbus-daemon and busctl.
+VM_PACKAGES := \
+	qemu-system-x86 \
+	linux-image-amd64 \
+	busybox-static \
+	bluez \
+	bluez-test-tools \
+	python3 \
+	kmod \
+	xz-utils \
+	dbus-daemon
 
 GEN_DIR := .build/peervoice-gen
 
@@ -104,3 +127,14 @@ clean:
 bench-messages: deps
 	$(SWIFT) build -c release --product peervoiced $(SWIFT_FLAGS)
 	/usr/bin/python3 bench/messages.py --bin "$$($(SWIFT) build -c release $(SWIFT_FLAGS) --show-bin-path)/peervoiced" $(BENCH_ARGS)
+
+# Smoke test of the two-VM harness with BlueZ's own tools only (no PeerVoice code): A discovers
+# and pairs with B, B restarts bluetoothd, A sees B again. Logs and summary.txt go to
+# BLUETOOTH_VM_OUT; the unpacked kernel and the initramfs are cached in .build/bluetooth-vm/.
+BLUETOOTH_VM_OUT ?= .build/bluetooth-vm/smoke
+.PHONY: test-bluetooth-vm
+test-bluetooth-vm:
+	@start=$$(date +%s); scripts/deps.sh $(VM_PACKAGES) $(BUSCTL_PACKAGE); \
+	    echo "test-bluetooth-vm: packages ready in $$(( $$(date +%s) - start ))s"
+	tests/bluetooth-vm/run-pair.sh --out $(BLUETOOTH_VM_OUT) --timeout 300 \
+	    --guest-a tests/bluetooth-vm/smoke-a.sh --guest-b tests/bluetooth-vm/smoke-b.sh
