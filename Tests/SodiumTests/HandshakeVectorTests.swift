@@ -1,0 +1,87 @@
+import PeerVoiceCore
+import Sodium
+import XCTest
+
+/// A fixed handshake (fixed secret keys) whose bytes are published in docs/SECURITY.md §8, so a
+/// second implementation can check itself. The values were cross-checked with an independent
+/// implementation of docs/SECURITY.md (Python: hashlib BLAKE2b, `cryptography` X25519 and
+/// ChaCha20-Poly1305, HChaCha20 by hand).
+final class HandshakeVectorTests: XCTestCase {
+    static let initiatorStatic = Array(UInt8(0x00)...UInt8(0x1f))
+    static let responderStatic = Array(UInt8(0x20)...UInt8(0x3f))
+    static let initiatorEphemeral = Array(UInt8(0x40)...UInt8(0x5f))
+    static let responderEphemeral = Array(UInt8(0x60)...UInt8(0x7f))
+
+    func testPublishedVector() throws {
+        let crypto = LibSodium()
+        let initiator = try Handshake(role: .initiator,
+                                      identity: StaticIdentity(secretKey: Self.initiatorStatic, using: crypto),
+                                      payload: Array("alice".utf8),
+                                      crypto: FixedEphemeral(secretKey: Self.initiatorEphemeral))
+        let responder = try Handshake(role: .responder,
+                                      identity: StaticIdentity(secretKey: Self.responderStatic, using: crypto),
+                                      payload: Array("bob".utf8),
+                                      crypto: FixedEphemeral(secretKey: Self.responderEphemeral))
+        var messages: [[UInt8]] = []
+        for index in 0..<5 {
+            let (from, to) = index % 2 == 0 ? (initiator, responder) : (responder, initiator)
+            messages.append(try from.writeMessage())
+            try to.readMessage(messages.last!)
+        }
+        let i = try XCTUnwrap(initiator.result)
+        var sealer = i.makeLinkSealer()
+        let record = try sealer.seal(Frame.keepalive.encodedBody())
+        let voice = VoiceKeys.key(exporterKey: i.exporterKey, direction: .initiatorToResponder,
+                                  sessionID: [UInt8](repeating: 0, count: 16), crypto: crypto)
+
+        let actual = [
+            "msg1 " + hexString(messages[0]),
+            "msg2 " + hexString(messages[1]),
+            "msg3 " + hexString(messages[2]),
+            "msg4 " + hexString(messages[3]),
+            "msg5 " + hexString(messages[4]),
+            "code " + i.verificationCode,
+            "h " + hexString(i.handshakeHash),
+            "k_ir " + hexString(i.initiatorToResponderKey),
+            "k_ri " + hexString(i.responderToInitiatorKey),
+            "k_exp " + hexString(i.exporterKey),
+            "record " + hexString(record),
+            "voice " + hexString(voice),
+        ]
+        XCTAssertEqual(actual, Self.expected)
+    }
+
+    static let expected: [String] = [
+        "msg1 21354879cf771ae27bdd1b7c3f36c4afa0eef8b11058269ca65ca91044a478a012",
+        "msg2 22675dd574ed7789310b3d2e7681f3790b466c773b1521fecf36577958371ea52f",
+        "msg3 2379a631eede1bf9c98f12032cdeadd0e7a079398fc786b88cc846ec89af85a51a",
+        "msg4 240ab3b17845163cc23044935481fcacd0b169d357749343cdf957acf7bfe537825adb57d8e4132c01041b5bccd0b49a26c2594876ea87431ccf939e01792c9eedf22ea0",
+        "msg5 2523b0ef1d26d690dc4e75568c5a8b451e80fcca25dd0c52bda2e738014f47ed07dfc11530e9cac9ec5e81d960a98cb11f4f4619345651fa0489b20f641e28e08b5ed595fa88",
+        "code 274232",
+        "h 7a1cd78892d6bb24af7f941b1ed8604824f90370ea8658ad3045572fd1e3846e",
+        "k_ir c5ac2afe95d01ae97b4287f710b945a3d711914f3afc41a8ed0f9106a61cc7c3",
+        "k_ri 66135ec2f56b4f66f0fe2494ef57f6526f782a0b248fb8a9220cbe1270ad476b",
+        "k_exp 1e81bfba1efa34f140a7d5b98b753325bf4daf3c6b53580023a11994e601dd0b",
+        "record 00000000000000009486320acaf8409cd577c3895814575c53",
+        "voice 3e2c6b3ca72a990b291194e8a1dda7f656f331bacbed0e7271bb1c25e0034d36",
+    ]
+}
+
+/// LibSodium whose one key pair is fixed (for the ephemeral key of a test vector).
+private struct FixedEphemeral: CryptoPrimitives {
+    let secretKey: [UInt8]
+    let real = LibSodium()
+    func randomBytes(_ count: Int) -> [UInt8] { real.randomBytes(count) }
+    func x25519KeyPair() -> (publicKey: [UInt8], secretKey: [UInt8]) {
+        (real.x25519(secretKey, [9] + [UInt8](repeating: 0, count: 31))!, secretKey)
+    }
+    func x25519(_ secretKey: [UInt8], _ publicKey: [UInt8]) -> [UInt8]? { real.x25519(secretKey, publicKey) }
+    func hash(_ data: [UInt8], key: [UInt8]?) -> [UInt8] { real.hash(data, key: key) }
+    func seal(key: [UInt8], nonce: [UInt8], plaintext: [UInt8], associatedData: [UInt8]) -> [UInt8] {
+        real.seal(key: key, nonce: nonce, plaintext: plaintext, associatedData: associatedData)
+    }
+    func open(key: [UInt8], nonce: [UInt8], ciphertext: [UInt8], associatedData: [UInt8]) -> [UInt8]? {
+        real.open(key: key, nonce: nonce, ciphertext: ciphertext, associatedData: associatedData)
+    }
+    func wipe(_ bytes: inout [UInt8]) { real.wipe(&bytes) }
+}
