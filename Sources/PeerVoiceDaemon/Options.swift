@@ -7,6 +7,9 @@ public struct Options: Sendable {
     /// `HOST:PORT` for the IP transport's listener; nil = IP transport only dials.
     public var listen: String?
     public var adapter: String?
+    /// Also ask BlueZ to make our pairing agent the default one, so pairings other computers
+    /// start reach PeerVoice too (`AgentManager1.RequestDefaultAgent`).
+    public var defaultAgent = false
     public var name: String = ProcessInfo.processInfo.hostName
     public var stateDirectory: String = Options.defaultStateDirectory
     public var verbose = false
@@ -18,6 +21,8 @@ public struct Options: Sendable {
 
           --listen HOST:PORT  accept IP peers on this address (e.g. 0.0.0.0:47800); off by default
           --adapter hciN      Bluetooth adapter to use (default: the first powered one)
+          --default-agent     answer Bluetooth pairing requests from other computers too
+                              (PeerVoice's agent becomes BlueZ's default agent)
           --name NAME         display name other peers see (default: the host name)
           --state-dir DIR     keys, peers and messages (default: $XDG_STATE_HOME/peervoice)
           --verbose           debug logging
@@ -48,6 +53,7 @@ public struct Options: Sendable {
             case "--help", "-h": return .exit(message: usage, status: 0)
             case "--version": return .exit(message: "peervoiced \(version)", status: 0)
             case "--verbose", "-v": options.verbose = true
+            case "--default-agent": options.defaultAgent = true
             case "--listen", "--adapter", "--name", "--state-dir":
                 guard let value = value(for: flag), !value.isEmpty else {
                     return .exit(message: "peervoiced: \(flag) needs a value\n\(usage)", status: 2)

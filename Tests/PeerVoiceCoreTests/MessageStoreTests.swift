@@ -428,3 +428,21 @@ final class MessageStoreTests: XCTestCase {
 private final class UnsafeWarnings {
     var lines: [String] = []
 }
+
+extension MessageStoreTests {
+    func testPendingAfterASeqStreamsTheRestInOrder() throws {
+        let directory = NSTemporaryDirectory() + "pending-after-\(UInt64.random(in: 0...UInt64.max))"
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let store = try MessageStore(directory: directory)
+        XCTAssertFalse(store.hasPending(peer: "ip:10.0.0.1:1"))
+        for index in 1...10 {
+            _ = try store.enqueue(peer: "ip:10.0.0.1:1", id: String(format: "%032x", index), text: "m\(index)", nowMs: 1)
+        }
+        _ = store.acknowledge(peer: "ip:10.0.0.1:1", upTo: 3)
+        XCTAssertTrue(store.hasPending(peer: "ip:10.0.0.1:1"))
+        XCTAssertEqual(store.pending(peer: "ip:10.0.0.1:1", after: 0, limit: 2).map(\.seq), [4, 5])
+        XCTAssertEqual(store.pending(peer: "ip:10.0.0.1:1", after: 7, limit: 100).map(\.seq), [8, 9, 10])
+        XCTAssertEqual(store.pending(peer: "ip:10.0.0.1:1", after: 10, limit: 100), [])
+        XCTAssertEqual(store.pending(peer: "ip:10.0.0.1:1", after: 0, limit: 100), store.pending(peer: "ip:10.0.0.1:1"))
+    }
+}

@@ -7,18 +7,18 @@ final class WireTests: XCTestCase {
     // MARK: - Preamble
 
     func testPreambleBytes() {
-        XCTAssertEqual(Preamble.bytes, [0x50, 0x56, 0x4C, 0x4B, 0x00, 0x01, 0x00, 0x00])
+        XCTAssertEqual(Preamble.bytes, [0x50, 0x56, 0x4C, 0x4B, 0x00, 0x02, 0x00, 0x00])
         XCTAssertEqual(Preamble.byteCount, 8)
     }
 
     func testPreambleCheck() throws {
         XCTAssertNoThrow(try Preamble.check(Preamble.bytes))
         // The reserved field is ignored on receipt.
-        XCTAssertNoThrow(try Preamble.check([0x50, 0x56, 0x4C, 0x4B, 0x00, 0x01, 0xAB, 0xCD]))
+        XCTAssertNoThrow(try Preamble.check([0x50, 0x56, 0x4C, 0x4B, 0x00, 0x02, 0xAB, 0xCD]))
         assertThrows(.notPeerVoice) { try Preamble.check(Array("GET / HT".utf8)) }
         assertThrows(.notPeerVoice) { try Preamble.check(Array(Preamble.bytes.prefix(7))) }
         assertThrows(.notPeerVoice) { try Preamble.check(Preamble.bytes + [0]) }
-        assertThrows(.unsupportedVersion(2)) { try Preamble.check([0x50, 0x56, 0x4C, 0x4B, 0x00, 0x02, 0x00, 0x00]) }
+        assertThrows(.unsupportedVersion(1)) { try Preamble.check([0x50, 0x56, 0x4C, 0x4B, 0x00, 0x01, 0x00, 0x00]) }
         assertThrows(.unsupportedVersion(0)) { try Preamble.check([0x50, 0x56, 0x4C, 0x4B, 0x00, 0x00, 0x00, 0x00]) }
     }
 
@@ -84,11 +84,13 @@ final class WireTests: XCTestCase {
 
     func testTextLayout() throws {
         let messageID = try XCTUnwrap(MessageID(hex: "F0F1F2F3F4F5F6F7F8F9FAFBFCFDFEFF"))
-        let text = try TextFrame(seq: 0x0102030405060708, messageID: messageID, sentAtMs: 1_700_000_000_000, text: "hé")
+        let text = try TextFrame(seq: 0x0102030405060708, previousSeq: 0x0102030405060707, messageID: messageID,
+                                 sentAtMs: 1_700_000_000_000, text: "hé")
         XCTAssertEqual(Frame.text(text).encoded(), [
-            0x00, 0x00, 0x00, 36,  // 1 + 8 + 16 + 8 + 3
+            0x00, 0x00, 0x00, 44,  // 1 + 8 + 8 + 16 + 8 + 3
             0x02,
             0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08,
+            0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x07,
             0xF0, 0xF1, 0xF2, 0xF3, 0xF4, 0xF5, 0xF6, 0xF7, 0xF8, 0xF9, 0xFA, 0xFB, 0xFC, 0xFD, 0xFE, 0xFF,
             0x00, 0x00, 0x01, 0x8B, 0xCF, 0xE5, 0x68, 0x00,  // 1_700_000_000_000
             0x68, 0xC3, 0xA9,
@@ -303,7 +305,7 @@ final class WireTests: XCTestCase {
     // MARK: - Malformed bodies
 
     func testUnknownFrameTypes() {
-        for type: UInt8 in [0x00, 0x06, 0x0F, 0x11, 0xFF] {
+        for type: UInt8 in [0x00, 0x07, 0x0F, 0x11, 0xFF] {
             assertDecodeFails([type], .unknownFrameType(type))
         }
     }
@@ -469,7 +471,7 @@ final class WireTests: XCTestCase {
 
     func testDescriptionsForLogs() throws {
         XCTAssertEqual(WireError.frameTooLarge(bodyBytes: 1_000_000).description,
-                       "frame of 1000000 bytes exceeds the 70000-byte limit")
+                       "frame of 1000000 bytes is over the limit (70000 bytes; 1024 during the handshake)")
         XCTAssertEqual(WireError.unknownFrameType(0x0A).description, "unknown frame type 0x0a")
         XCTAssertEqual(WireError.unsupportedVersion(2).description,
                        "peer speaks protocol version 2; this side speaks version 1")
@@ -570,6 +572,8 @@ final class WireTests: XCTestCase {
             .ack(seq: .max),
             .keepalive,
             .goodbye(.userDisconnected),
+            .pairing(accepted: true),
+            .pairing(accepted: false),
             .goodbye(.shuttingDown),
             .goodbye(.protocolError),
             .goodbye(GoodbyeReason(rawValue: 77)),
@@ -597,7 +601,7 @@ final class WireTests: XCTestCase {
     }
 
     private func textBody(seq: UInt64, text: [UInt8]) -> [UInt8] {
-        [0x02] + be64(seq) + [UInt8](repeating: 0x11, count: 16) + be64(1_700_000_000_000) + text
+        [0x02] + be64(seq) + be64(0) + [UInt8](repeating: 0x11, count: 16) + be64(1_700_000_000_000) + text
     }
 
     private func be64(_ value: UInt64) -> [UInt8] {
@@ -643,5 +647,36 @@ private struct SplitMix64: RandomNumberGenerator {
         z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
         z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
         return z ^ (z >> 31)
+    }
+}
+
+extension WireTests {
+    func testPairingDecisionIsZeroOrOne() {
+        XCTAssertEqual(try Frame(body: [0x06, 0x01]), .pairing(accepted: true))
+        XCTAssertEqual(try Frame(body: [0x06, 0x00]), .pairing(accepted: false))
+        XCTAssertEqual(Frame.pairing(accepted: true).encoded(), [0, 0, 0, 2, 0x06, 0x01])
+        XCTAssertThrowsError(try Frame(body: [0x06, 0x02])) { XCTAssertEqual($0 as? WireError, .invalidPairingDecision(2)) }
+        XCTAssertThrowsError(try Frame(body: [0x06])) { XCTAssertEqual($0 as? WireError, .frameTooShort(.pairing, bodyBytes: 1, requiredBytes: 2)) }
+        XCTAssertThrowsError(try Frame(body: [0x06, 0x01, 0x00])) { XCTAssertEqual($0 as? WireError, .trailingBytes(.pairing, count: 1)) }
+    }
+
+    func testDecoderBodyLimitCanBeLowered() {
+        var decoder = FrameDecoder(expectingPreamble: false)
+        decoder.maxBodyBytes = 1024
+        decoder.append([0x00, 0x00, 0x04, 0x01])  // 1025, refused before the body arrives
+        XCTAssertThrowsError(try decoder.nextBody()) { XCTAssertEqual($0 as? WireError, .frameTooLarge(bodyBytes: 1025)) }
+    }
+}
+
+extension WireTests {
+    func testTextPreviousSequenceMustComeBefore() throws {
+        XCTAssertThrowsError(try TextFrame(seq: 5, previousSeq: 5, messageID: .random(), sentAtMs: 0, text: "x")) {
+            XCTAssertEqual($0 as? WireError, .previousSequenceNotBefore(seq: 5, previous: 5))
+        }
+        let frame = Frame.text(try TextFrame(seq: 9, previousSeq: 4, messageID: .random(), sentAtMs: 0, text: "x"))
+        XCTAssertEqual(try Frame(body: frame.encodedBody()), frame)
+        var body = frame.encodedBody()
+        body[9 + 7] = 9  // previous seq = 9 = seq
+        XCTAssertThrowsError(try Frame(body: body)) { XCTAssertEqual($0 as? WireError, .previousSequenceNotBefore(seq: 9, previous: 9)) }
     }
 }

@@ -122,6 +122,25 @@ public final class MessageStore {
         }
     }
 
+    /// Queued messages with a seq above `seq`, oldest first, at most `limit` of them: what a
+    /// sender streams next, without copying the whole outbox each time.
+    public func pending(peer: String, after seq: UInt64, limit: Int) -> [OutgoingMessage] {
+        guard let state = peers[peer], limit > 0 else { return [] }
+        var result: [OutgoingMessage] = []
+        var index = state.firstOutboxIndex(atLeast: seq &+ 1)
+        while index < state.outbox.count, result.count < limit {
+            let entry = state.outbox[index]
+            if entry.status == .queued {
+                result.append(OutgoingMessage(seq: entry.seq, id: entry.id, sentAtMs: entry.timeMs, text: entry.text))
+            }
+            index += 1
+        }
+        return result
+    }
+
+    /// Whether any message waits for the peer.
+    public func hasPending(peer: String) -> Bool { (peers[peer]?.queuedCount ?? 0) > 0 }
+
     /// The newest `max` messages exchanged with the peer (at most `limits.historyPerPeer`),
     /// oldest first, both directions, with their current status.
     public func history(peer: String, max: Int) -> [StoredMessage] {
@@ -551,15 +570,22 @@ final class MessageStorePeer {
         return delivered
     }
 
-    /// The queued outgoing message with this seq (binary search: the outbox is ordered by seq).
+    /// The queued outgoing message with this seq.
     func queuedEntry(seq: UInt64) -> MessageStoreEntry? {
+        let index = firstOutboxIndex(atLeast: seq)
+        guard index < outbox.count, outbox[index].seq == seq, outbox[index].status == .queued else { return nil }
+        return outbox[index]
+    }
+
+    /// Index of the first outbox entry with a seq of at least `seq` (binary search: the outbox is
+    /// ordered by seq).
+    func firstOutboxIndex(atLeast seq: UInt64) -> Int {
         var low = outboxHead, high = outbox.count
         while low < high {
             let mid = (low + high) / 2
             if outbox[mid].seq < seq { low = mid + 1 } else { high = mid }
         }
-        guard low < outbox.count, outbox[low].seq == seq, outbox[low].status == .queued else { return nil }
-        return outbox[low]
+        return low
     }
 
     /// Call `tidyOutbox` after a batch.

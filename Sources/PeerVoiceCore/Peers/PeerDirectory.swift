@@ -9,12 +9,20 @@ public struct KnownPeer: Codable, Equatable, Sendable {
     public var instance: String?
     /// Whether we can dial it: we dialled it, or it announced a listen port.
     public var redialable: Bool
+    /// Its long-term public key (hex), pinned when a person confirmed the pairing code; a link
+    /// presenting another key is refused.
+    public var key: String?
+    /// Set by `Disconnect`: not redialled, even across restarts, until the next `Connect`.
+    public var stayDisconnected: Bool
 
-    public init(id: String, name: String, instance: String?, redialable: Bool) {
+    public init(id: String, name: String, instance: String?, redialable: Bool, key: String? = nil,
+                stayDisconnected: Bool = false) {
         self.id = id
         self.name = name
         self.instance = instance
         self.redialable = redialable
+        self.key = key
+        self.stayDisconnected = stayDisconnected
     }
 }
 

@@ -15,6 +15,9 @@ public enum Frame: Equatable, Sendable {
     case goodbye(GoodbyeReason)
     /// One Opus packet of live audio.
     case voice(VoiceFrame)
+    /// The sender's person (or pinned key) accepted the peer after the handshake; nothing but
+    /// KEEPALIVE, PAIRING and GOODBYE flows until both sides have sent it.
+    case pairing(accepted: Bool)
 
     /// The frame's type byte.
     public var type: FrameType {
@@ -25,6 +28,7 @@ public enum Frame: Equatable, Sendable {
         case .keepalive: return .keepalive
         case .goodbye: return .goodbye
         case .voice: return .voice
+        case .pairing: return .pairing
         }
     }
 }
@@ -36,6 +40,7 @@ public enum FrameType: UInt8, Sendable, CaseIterable, CustomStringConvertible {
     case ack = 0x03
     case keepalive = 0x04
     case goodbye = 0x05
+    case pairing = 0x06
     case voice = 0x10
 
     /// The frame's name as the protocol document writes it, e.g. `"HELLO"`.
@@ -47,6 +52,7 @@ public enum FrameType: UInt8, Sendable, CaseIterable, CustomStringConvertible {
         case .keepalive: return "KEEPALIVE"
         case .goodbye: return "GOODBYE"
         case .voice: return "VOICE"
+        case .pairing: return "PAIRING"
         }
     }
 }
@@ -125,6 +131,10 @@ public struct Hello: Equatable, Sendable {
 public struct TextFrame: Equatable, Sendable, CustomStringConvertible {
     /// Per-peer sequence number, starting at 1, never reused toward that peer.
     public let seq: UInt64
+    /// The `seq` of the TEXT sent just before this one on this link, or 0 when this one starts
+    /// (or restarts) the link's run: a receiver that sees a different value knows a TEXT was
+    /// lost in between (a rejected record) and waits for the sender to send the run again.
+    public let previousSeq: UInt64
     /// The message's identifier, the same at both ends.
     public let messageID: MessageID
     /// When the sender accepted the message, in milliseconds since the Unix epoch.
@@ -134,12 +144,14 @@ public struct TextFrame: Equatable, Sendable, CustomStringConvertible {
 
     /// - Throws: ``WireError/zeroSequence`` for `seq` 0, ``WireError/emptyText`` or
     ///   ``WireError/textTooLong(bytes:)`` when `text` is not 1 to ``Wire/maxTextBytes`` bytes of UTF-8.
-    public init(seq: UInt64, messageID: MessageID, sentAtMs: UInt64, text: String) throws(WireError) {
+    public init(seq: UInt64, previousSeq: UInt64 = 0, messageID: MessageID, sentAtMs: UInt64, text: String) throws(WireError) {
         guard seq != 0 else { throw .zeroSequence }
+        guard previousSeq < seq else { throw .previousSequenceNotBefore(seq: seq, previous: previousSeq) }
         let textBytes = text.utf8.count
         guard textBytes != 0 else { throw .emptyText }
         guard textBytes <= Wire.maxTextBytes else { throw .textTooLong(bytes: textBytes) }
         self.seq = seq
+        self.previousSeq = previousSeq
         self.messageID = messageID
         self.sentAtMs = sentAtMs
         self.text = text
@@ -147,7 +159,7 @@ public struct TextFrame: Equatable, Sendable, CustomStringConvertible {
 
     /// Describes the frame without its text, so it can go into a log line.
     public var description: String {
-        "TEXT seq \(seq) id \(messageID.hex) sent at \(sentAtMs) ms, \(text.utf8.count) bytes of text"
+        "TEXT seq \(seq) after \(previousSeq) id \(messageID.hex) sent at \(sentAtMs) ms, \(text.utf8.count) bytes of text"
     }
 }
 
@@ -216,6 +228,8 @@ extension Frame: CustomStringConvertible {
             return "GOODBYE (\(reason))"
         case .voice(let voice):
             return voice.description
+        case .pairing(let accepted):
+            return accepted ? "PAIRING accepted" : "PAIRING refused"
         }
     }
 }

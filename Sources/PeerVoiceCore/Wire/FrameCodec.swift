@@ -4,11 +4,12 @@
 extension Frame {
     /// Fixed part of a HELLO body: type, instance id, capabilities, listen port, voice port, name length.
     static let helloFixedBytes = 1 + 16 + 4 + 2 + 2 + 2
-    /// Fixed part of a TEXT body: type, seq, message id, sent-at.
-    static let textFixedBytes = 1 + 8 + 16 + 8
+    /// Fixed part of a TEXT body: type, seq, previous seq, message id, sent-at.
+    static let textFixedBytes = 1 + 8 + 8 + 16 + 8
     static let ackBytes = 1 + 8
     static let keepaliveBytes = 1
     static let goodbyeBytes = 1 + 1
+    static let pairingBytes = 1 + 1
     /// Fixed part of a VOICE body: type, seq, timestamp.
     static let voiceFixedBytes = 1 + 8 + 4
 
@@ -38,6 +39,7 @@ extension Frame {
         case .keepalive: return Frame.keepaliveBytes
         case .goodbye: return Frame.goodbyeBytes
         case .voice(let voice): return Frame.voiceFixedBytes + voice.payload.count
+        case .pairing: return Frame.pairingBytes
         }
     }
 
@@ -53,6 +55,7 @@ extension Frame {
             bytes.append(contentsOf: hello.name.utf8)
         case .text(let text):
             bytes.appendBigEndian(text.seq)
+            bytes.appendBigEndian(text.previousSeq)
             bytes.append(text.messageID.value)
             bytes.appendBigEndian(text.sentAtMs)
             bytes.append(contentsOf: text.text.utf8)
@@ -66,6 +69,8 @@ extension Frame {
             bytes.appendBigEndian(voice.seq)
             bytes.appendBigEndian(voice.timestamp)
             bytes.append(contentsOf: voice.payload)
+        case .pairing(let accepted):
+            bytes.append(accepted ? 1 : 0)
         }
     }
 
@@ -122,14 +127,16 @@ extension Frame {
         case .text:
             try require(Frame.textFixedBytes)
             let seq = reader.readUInt64()
+            let previousSeq = reader.readUInt64()
             let messageID = MessageID(value: reader.readID())
             let sentAtMs = reader.readUInt64()
             guard seq != 0 else { throw .zeroSequence }
+            guard previousSeq < seq else { throw .previousSequenceNotBefore(seq: seq, previous: previousSeq) }
             let textBytes = reader.readRest()
             guard !textBytes.isEmpty else { throw .emptyText }
             guard textBytes.count <= Wire.maxTextBytes else { throw .textTooLong(bytes: textBytes.count) }
             guard !textBytes.contains(0), let text = String(validating: textBytes, as: UTF8.self) else { throw .textNotUTF8 }
-            self = .text(try TextFrame(seq: seq, messageID: messageID, sentAtMs: sentAtMs, text: text))
+            self = .text(try TextFrame(seq: seq, previousSeq: previousSeq, messageID: messageID, sentAtMs: sentAtMs, text: text))
 
         case .ack:
             try requireExactly(Frame.ackBytes)
@@ -152,6 +159,14 @@ extension Frame {
                 throw .voicePayloadTooLong(bytes: payload.count)
             }
             self = .voice(try VoiceFrame(seq: seq, timestamp: timestamp, payload: Array(payload)))
+
+        case .pairing:
+            try requireExactly(Frame.pairingBytes)
+            switch reader.readUInt8() {
+            case 0: self = .pairing(accepted: false)
+            case 1: self = .pairing(accepted: true)
+            case let other: throw .invalidPairingDecision(other)
+            }
         }
     }
 

@@ -24,6 +24,9 @@ public struct FrameDecoder: Sendable {
     /// one read are not each paid for with a copy of what follows them.
     private static let compactionThreshold = 64 * 1024
 
+    /// Largest body accepted; a link lowers it while handshake messages (at most 1 KiB) are due.
+    public var maxBodyBytes = Wire.maxFrameBodyBytes
+
     /// A decoder for the start of a stream: it expects the peer's preamble before any frame.
     /// Pass false to decode a stream whose preamble was already checked.
     public init(expectingPreamble: Bool = true) {
@@ -91,7 +94,7 @@ public struct FrameDecoder: Sendable {
                 length = length << 8 | Int(byte)
             }
             guard length != 0 else { throw WireError.emptyFrame }
-            guard length <= Wire.maxFrameBodyBytes else {
+            guard length <= maxBodyBytes else {
                 throw WireError.frameTooLarge(bodyBytes: UInt32(truncatingIfNeeded: length))
             }
             guard bufferedByteCount - Wire.lengthPrefixBytes >= length else { return nil }

@@ -28,6 +28,10 @@ public enum WireError: Error, Equatable, Sendable, CustomStringConvertible {
     case textTooLong(bytes: Int)
     /// A TEXT frame's text is not valid UTF-8.
     case textNotUTF8
+    /// A TEXT frame whose previous sequence number is not below its own.
+    case previousSequenceNotBefore(seq: UInt64, previous: UInt64)
+    /// A PAIRING frame whose decision byte is neither 0 nor 1.
+    case invalidPairingDecision(UInt8)
     /// A VOICE frame's Opus payload is longer than ``Wire/maxOpusPayloadBytes``.
     case voicePayloadTooLong(bytes: Int)
     /// A datagram is shorter than the 4-byte length prefix.
@@ -44,7 +48,7 @@ public enum WireError: Error, Equatable, Sendable, CustomStringConvertible {
         case .emptyFrame:
             return "frame with an empty body (length 0)"
         case .frameTooLarge(let bodyBytes):
-            return "frame of \(bodyBytes) bytes exceeds the \(Wire.maxFrameBodyBytes)-byte limit"
+            return "frame of \(bodyBytes) bytes is over the limit (\(Wire.maxFrameBodyBytes) bytes; \(Handshake.maxMessageBytes) during the handshake)"
         case .unknownFrameType(let type):
             return "unknown frame type 0x\(hex2(type))"
         case .frameTooShort(let type, let bodyBytes, let requiredBytes):
@@ -63,6 +67,10 @@ public enum WireError: Error, Equatable, Sendable, CustomStringConvertible {
             return "text of \(bytes) bytes exceeds the \(Wire.maxTextBytes)-byte limit"
         case .textNotUTF8:
             return "text is not valid UTF-8 without NUL"
+        case .previousSequenceNotBefore(let seq, let previous):
+            return "TEXT frame with sequence number \(seq) claims to follow \(previous)"
+        case .invalidPairingDecision(let value):
+            return "PAIRING frame with decision \(value) (must be 0 or 1)"
         case .voicePayloadTooLong(let bytes):
             return "Opus payload of \(bytes) bytes exceeds the \(Wire.maxOpusPayloadBytes)-byte limit"
         case .datagramTooShort(let bytes):

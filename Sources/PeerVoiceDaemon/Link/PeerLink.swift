@@ -1,47 +1,101 @@
 import GIO
 import PeerVoiceCore
 
+/// Where a link's other end is.
+enum RemoteEndpoint: CustomStringConvertible {
+    case ip(IPEndpoint)
+    case bluetooth(address: String)
+
+    var description: String {
+        switch self {
+        case .ip(let endpoint): endpoint.description
+        case .bluetooth(let address): address
+        }
+    }
+}
+
 /// What a link reports to whoever owns it (the service).
 protocol PeerLinkDelegate: AnyObject {
-    /// Both HELLOs are exchanged: the link is up.
+    /// The key exchange is done: `link.peerHello` and `link.result` say who the peer is. Nothing
+    /// flows until the owner calls `accept()` (a pinned key, or a person confirmed the code) and
+    /// the peer accepts too.
+    func linkDidAuthenticate(_ link: PeerLink)
+    /// Both sides accepted: frames flow.
     func linkDidOpen(_ link: PeerLink)
-    /// Every frame after the handshake, in order.
+    /// Every frame after opening, in order.
     func link(_ link: PeerLink, received frame: Frame)
     /// Every frame of one read has been delivered: a good moment to acknowledge them together.
     func linkDidDrainInput(_ link: PeerLink)
-    /// The link is gone; `goodbye` is the peer's reason if it said goodbye.
-    func linkDidClose(_ link: PeerLink, reason: String, goodbye: GoodbyeReason?)
+    /// The link is gone. `goodbye` is the peer's reason if it said goodbye.
+    func linkDidClose(_ link: PeerLink, reason: LinkCloseReason)
 }
 
-/// One peer-link connection speaking the wire protocol (docs/PROTOCOL.md) over a byte stream:
-/// preamble and HELLO both ways, then frames, with keepalives so a silent peer is noticed.
+/// Why a link ended, as far as the owner needs to act on it.
+enum LinkCloseReason: CustomStringConvertible {
+    /// The peer said goodbye.
+    case goodbye(GoodbyeReason)
+    /// The peer refused to pair with us.
+    case refusedByPeer
+    /// The key exchange failed (including a pinned peer presenting another key).
+    case handshakeFailed(HandshakeError)
+    /// We closed it, or the transport failed; the text is for the log.
+    case other(String)
+
+    var description: String {
+        switch self {
+        case .goodbye(let reason): "the peer said goodbye (\(reason))"
+        case .refusedByPeer: "the peer refused to pair"
+        case .handshakeFailed(let error): "key exchange failed: \(error)"
+        case .other(let text): text
+        }
+    }
+}
+
+/// One peer-link connection speaking the wire protocol (docs/PROTOCOL.md, docs/SECURITY.md) over
+/// a byte stream: preamble both ways, the authenticated key exchange carrying each side's HELLO,
+/// a PAIRING decision from each side, then sealed frames, with keepalives so a silent peer is
+/// noticed.
 final class PeerLink {
     /// Sent when nothing else was sent for this long.
     static let keepaliveInterval: Duration = .seconds(1)
     /// A peer silent this long is gone (reported `disconnected` well within 5 s).
     static let silenceLimit: Duration = .seconds(4)
-    /// Time allowed from connect to the peer's HELLO.
+    /// Time allowed from connect to the end of the key exchange. The wait for a person's
+    /// confirmation after it is the owner's (60 s), with keepalives flowing meanwhile.
     static let handshakeLimit: Duration = .seconds(10)
+    /// Rejected records (tampered, replayed) tolerated before the link is closed.
+    static let maxRejectedRecords: UInt64 = 8
+
+    enum Phase: Equatable {
+        case handshaking, awaitingPairing, open, closed
+    }
 
     weak var delegate: PeerLinkDelegate?
-    /// Where the connection came from or went to.
-    let remote: IPEndpoint
-    /// True if we dialled.
+    let remote: RemoteEndpoint
+    /// True if we dialled (we are the handshake's initiator).
     let isOutgoing: Bool
-    /// The peer's HELLO, once received.
+    private(set) var phase = Phase.handshaking
+    /// The peer's HELLO, from the key exchange.
     private(set) var peerHello: Hello?
-    private(set) var isOpen = false
-    private(set) var isClosed = false
+    /// Keys, the peer's long-term key and the verification code, once authenticated.
+    private(set) var result: HandshakeResult?
+    /// Records the peer sent that failed to open, by reason.
+    var rejectedRecords: RecordRejections { opener?.rejections ?? RecordRejections() }
 
     private let connection: StreamConnection
     private var decoder = FrameDecoder()
+    private var handshake: Handshake?
+    private var sealer: RecordSealer?
+    private var opener: RecordOpener?
+    private var acceptedLocally = false
+    private var acceptedByPeer = false
     private var timer: EventSource?
     private let clock = ContinuousClock()
     private let startedAt: ContinuousClock.Instant
     private var lastReceived: ContinuousClock.Instant
     private var lastSent: ContinuousClock.Instant
 
-    init(connection: StreamConnection, remote: IPEndpoint, isOutgoing: Bool) {
+    init(connection: StreamConnection, remote: RemoteEndpoint, isOutgoing: Bool) {
         self.connection = connection
         self.remote = remote
         self.isOutgoing = isOutgoing
@@ -50,91 +104,209 @@ final class PeerLink {
         lastSent = startedAt
     }
 
-    /// Sends our preamble and HELLO and starts reading.
-    func start(hello: Hello) {
+    /// Sends our preamble and first handshake message (if we dial) and starts reading.
+    /// `pinnedKey`: the key the peer must present (we never reveal ourselves to another one).
+    func start(hello: Hello, identity: StaticIdentity, pinnedKey: [UInt8]?, crypto: any CryptoPrimitives) {
         connection.onBytes = { [unowned self] bytes in received(bytes) }
-        connection.onClose = { [unowned self] reason in finish(reason: reason, goodbye: nil) }
+        connection.onClose = { [unowned self] reason in finish(.other(reason)) }
+        decoder.maxBodyBytes = Handshake.maxMessageBytes
         connection.start()
-        connection.send(Preamble.bytes + Frame.hello(hello).encoded())
+        connection.send(Preamble.bytes)
+        do {
+            handshake = try Handshake(role: isOutgoing ? .initiator : .responder, identity: identity,
+                                      payload: Frame.hello(hello).encodedBody(),
+                                      expectedRemoteStaticKey: pinnedKey, crypto: crypto)
+            try advanceHandshake()
+        } catch {
+            failed(error)
+        }
         timer = Timer.every(milliseconds: 250) { [weak self] in
             self?.checkLiveness()
             return true
         }
     }
 
-    func send(_ frame: Frame) {
-        guard !isClosed else { return }
-        connection.send(frame.encoded())
-        lastSent = clock.now
+    /// Our side trusts the peer (its key is pinned, or a person confirmed the code).
+    func accept() {
+        guard phase == .awaitingPairing, !acceptedLocally else { return }
+        acceptedLocally = true
+        sendSealed(.pairing(accepted: true))
+        openIfBothAccepted()
     }
+
+    /// Our side refuses the peer: it is told, and the link ends.
+    func refuse(logReason: String) {
+        guard phase == .awaitingPairing else { return }
+        sendSealed(.pairing(accepted: false))
+        connection.closeAfterFlushing()
+        finish(.other(logReason))
+    }
+
+    /// Sends a frame on an open link.
+    func send(_ frame: Frame) {
+        guard phase == .open else { return }
+        sendSealed(frame)
+    }
+
+    /// Bytes written but not yet taken by the kernel: the sender's flow control reads this.
+    var unsentBytes: Int { connection.pendingOutputBytes }
 
     /// Closes on purpose, telling the peer why (a `userDisconnected` goodbye means "do not redial").
     func close(goodbye reason: GoodbyeReason, logReason: String) {
-        guard !isClosed else { return }
-        connection.send(Frame.goodbye(reason).encoded())
+        guard phase != .closed else { return }
+        if sealer != nil { sendSealed(.goodbye(reason)) }
         connection.closeAfterFlushing()
-        finish(reason: logReason, goodbye: nil)
+        finish(.other(logReason))
     }
 
     /// Closes without a goodbye (the peer may redial).
     func drop(reason: String) {
-        guard !isClosed else { return }
+        guard phase != .closed else { return }
         connection.closeAfterFlushing()
-        finish(reason: reason, goodbye: nil)
+        finish(.other(reason))
     }
+
+    // MARK: Receiving
 
     private func received(_ bytes: ArraySlice<UInt8>) {
         lastReceived = clock.now
         decoder.append(bytes)
         do {
-            while !isClosed, let frame = try decoder.next() {
-                handle(frame)
+            while phase != .closed, let body = try decoder.nextBody() {
+                if phase == .handshaking {
+                    try handshakeMessage(body)
+                } else {
+                    try sealedRecord(body)
+                }
             }
-            if isOpen && !isClosed { delegate?.linkDidDrainInput(self) }
+            if phase == .open { delegate?.linkDidDrainInput(self) }
         } catch {
+            failed(error)
+        }
+    }
+
+    /// Ends the link over what the peer sent: a failed key exchange, or bytes that break the protocol.
+    private func failed(_ error: any Error) {
+        if let error = error as? HandshakeError {
+            Log.info("link \(remote): key exchange failed: \(error)")
+            connection.closeAfterFlushing()
+            finish(.handshakeFailed(error))
+        } else {
             Log.info("link \(remote): \(error); closing")
             close(goodbye: .protocolError, logReason: "protocol error: \(error)")
         }
     }
 
-    private func handle(_ frame: Frame) {
-        switch frame {
-        case .hello(let hello):
-            guard peerHello == nil else {
-                close(goodbye: .protocolError, logReason: "protocol error: a second HELLO")
+    private func handshakeMessage(_ body: [UInt8]) throws {
+        guard let handshake else { return }
+        try handshake.readMessage(body)
+        try advanceHandshake()
+    }
+
+    /// Sends what the handshake wants sent; on completion, switches to sealed frames.
+    private func advanceHandshake() throws {
+        guard let handshake else { return }
+        while case .send = handshake.nextAction {
+            connection.send(Wire.lengthPrefixed(try handshake.writeMessage()))
+            lastSent = clock.now
+        }
+        guard let result = handshake.result else { return }
+        guard case .hello(let hello) = try Frame(body: result.remotePayload) else {
+            throw WireError.unknownFrameType(result.remotePayload.first ?? 0)
+        }
+        self.handshake = nil
+        self.result = result
+        peerHello = hello
+        sealer = result.makeLinkSealer()
+        opener = result.makeLinkOpener()
+        decoder.maxBodyBytes = Wire.maxFrameBodyBytes
+        phase = .awaitingPairing
+        delegate?.linkDidAuthenticate(self)
+    }
+
+    private func sealedRecord(_ body: [UInt8]) throws {
+        guard var opener else { return }
+        let plaintext: [UInt8]
+        do {
+            plaintext = try opener.open(body)
+            self.opener = opener
+        } catch {
+            // A record that does not open is dropped and counted; the frames around it still
+            // count (TEXT carries its predecessor's seq, so a lost one is noticed and resent).
+            self.opener = opener
+            Log.info("link \(remote): dropped a record (\(error)); \(opener.rejections.total) so far")
+            if opener.rejections.total >= Self.maxRejectedRecords {
+                drop(reason: "\(opener.rejections.total) records failed to open")
+            }
+            return
+        }
+        let frame = try Frame(body: plaintext)
+        switch (phase, frame) {
+        case (_, .keepalive):
+            break
+        case (_, .goodbye(let reason)):
+            connection.closeAfterFlushing()
+            finish(.goodbye(reason))
+        case (.awaitingPairing, .pairing(let accepted)):
+            guard accepted else {
+                connection.closeAfterFlushing()
+                finish(.refusedByPeer)
                 return
             }
-            peerHello = hello
-            isOpen = true
-            delegate?.linkDidOpen(self)
-        case _ where peerHello == nil:
-            close(goodbye: .protocolError, logReason: "protocol error: \(frame.type) before HELLO")
-        case .goodbye(let reason):
-            connection.closeAfterFlushing()
-            finish(reason: "the peer said goodbye (\(reason))", goodbye: reason)
-        case .keepalive:
-            break
+            acceptedByPeer = true
+            openIfBothAccepted()
+        case (.open, .pairing), (.awaitingPairing, _), (_, .hello):
+            close(goodbye: .protocolError, logReason: "protocol error: \(frame.type) \(phase == .open ? "after" : "before") pairing")
         default:
             delegate?.link(self, received: frame)
         }
     }
 
-    private func checkLiveness() {
-        let now = clock.now
-        if !isOpen, now - startedAt > Self.handshakeLimit {
-            drop(reason: "no HELLO within \(Self.handshakeLimit)")
-        } else if isOpen, now - lastReceived > Self.silenceLimit {
-            drop(reason: "the peer was silent for \(Self.silenceLimit)")
-        } else if isOpen, now - lastSent >= Self.keepaliveInterval {
-            send(.keepalive)
+    private func openIfBothAccepted() {
+        guard acceptedLocally, acceptedByPeer, phase == .awaitingPairing else { return }
+        phase = .open
+        delegate?.linkDidOpen(self)
+    }
+
+    // MARK: Sending and timing
+
+    private func sendSealed(_ frame: Frame) {
+        guard var sealer, phase != .closed else { return }
+        if sealer.shouldRekey {
+            // 2^47 records on one link: a new link brings fresh keys long before nonces run out.
+            drop(reason: "rekeying: the link's record counter is half used")
+            return
+        }
+        do {
+            connection.send(Wire.lengthPrefixed(try sealer.seal(frame.encodedBody())))
+            self.sealer = sealer
+            lastSent = clock.now
+        } catch {
+            drop(reason: "cannot seal: \(error)")
         }
     }
 
-    private func finish(reason: String, goodbye: GoodbyeReason?) {
-        guard !isClosed else { return }
-        isClosed = true
+    private func checkLiveness() {
+        let now = clock.now
+        switch phase {
+        case .handshaking where now - startedAt > Self.handshakeLimit:
+            drop(reason: "the key exchange did not finish within \(Self.handshakeLimit)")
+        case .awaitingPairing, .open:
+            if now - lastReceived > Self.silenceLimit {
+                drop(reason: "the peer was silent for \(Self.silenceLimit)")
+            } else if now - lastSent >= Self.keepaliveInterval {
+                sendSealed(.keepalive)
+            }
+        default:
+            break
+        }
+    }
+
+    private func finish(_ reason: LinkCloseReason) {
+        guard phase != .closed else { return }
+        phase = .closed
         timer?.cancel()
         timer = nil
-        delegate?.linkDidClose(self, reason: reason, goodbye: goodbye)
+        delegate?.linkDidClose(self, reason: reason)
     }
 }

@@ -1,0 +1,552 @@
+import GIO
+import Glibc
+import PeerVoiceCore
+
+/// What the Bluetooth transport tells the service, always on the main loop.
+protocol BluetoothTransportDelegate: AnyObject {
+    /// `Adapter` or `Discovering` changed.
+    func bluetoothStateChanged(_ properties: [ServiceProperty])
+    func bluetoothFound(_ peer: PeerID, name: String)
+    func bluetoothLost(_ peer: PeerID)
+    /// BlueZ asks a person about pairing with `peer`: compare `passkey` ("" = nothing to compare)
+    /// and answer with ConfirmPairing; `needsAnswer` is false when the code is only shown.
+    func bluetoothPairingPrompt(_ peer: PeerID, name: String, passkey: String, needsAnswer: Bool)
+    func bluetoothPairingPromptEnded(_ peer: PeerID, outcome: BluezAgent.Outcome)
+    /// An RFCOMM channel to `peer` is up (`outgoing`: we dialled it). Returns whether the service
+    /// takes it (and the descriptor); a refused channel is closed.
+    func bluetoothChannelOpened(_ peer: PeerID, name: String, fd: Int32, outgoing: Bool) -> Bool
+    /// Someone other than us asked BlueZ to close the channel to `peer`.
+    func bluetoothChannelCloseRequested(_ peer: PeerID)
+}
+
+/// Bluetooth through BlueZ: the adapter in use, discovery, pairing (through `BluezAgent`) and
+/// RFCOMM channels (through `BluezProfile`) that carry peer links. Follows org.bluez as it comes
+/// and goes: when bluetoothd restarts, the profile and agent are registered again and discovery
+/// resumes. Without a system bus or BlueZ it stays idle and says why (`unavailableReason`).
+final class BluetoothTransport {
+    /// How long `Device1.Pair` may take: both people may each take up to 60 s to confirm.
+    static let pairTimeoutMs: Int32 = 130_000
+    /// Paging, SDP and the RFCOMM connection.
+    static let connectProfileTimeoutMs: Int32 = 60_000
+    /// After a person accepted a pairing the other computer started, how long to wait for its channel.
+    static let incomingChannelWaitMs: UInt32 = 30_000
+
+    weak var delegate: BluetoothTransportDelegate?
+
+    /// The adapter in use (`hci0`), "" when there is none.
+    private(set) var adapterName = ""
+    private(set) var isDiscovering = false
+
+    private let requestedAdapter: String?
+    private let isDefaultAgent: Bool
+    private var bluez: BluezClient?
+    private var profile: BluezProfile?
+    private var agent: BluezAgent?
+    private var systemBusError: String?
+    private var adapterPath: String?
+    /// The org.bluez owner our profile and agent are registered with.
+    private var registeredWith: String?
+    private var everRegistered = false
+    /// StartDiscovery was called and StopDiscovery not yet: resumed when BlueZ comes back.
+    private var discoveryWanted = false
+    /// The adapter's settings before we made it discoverable, restored by StopDiscovery.
+    private var savedAdapterSettings: (path: String, discoverable: Bool, timeoutSeconds: UInt32, pairable: Bool)?
+    /// Devices reported with PeerFound (device path → address), for PeerLost.
+    private var reported: [String: String] = [:]
+    /// Our dials in progress, by address.
+    private var dials: Set<String> = []
+    /// Open links and the address they run to.
+    private var links: [ObjectIdentifier: String] = [:]
+    /// Our DisconnectProfile calls in progress, by address, with what waits for them.
+    private var disconnecting: [String: [() -> Void]] = [:]
+    /// Peers whose pairing a person accepted here, waiting for their channel.
+    private var awaitingChannel: [String: EventSource] = [:]
+
+    init(adapter: String?, defaultAgent: Bool) {
+        requestedAdapter = adapter
+        isDefaultAgent = defaultAgent
+    }
+
+    /// Connects to the system bus and starts following org.bluez. Never fails: without BlueZ the
+    /// service runs on IP alone.
+    func start() {
+        let connection: DBusConnection
+        do {
+            connection = try DBusConnection.system()
+            let profile = try BluezProfile(connection: connection)
+            let agent = try BluezAgent(connection: connection)
+            self.profile = profile
+            self.agent = agent
+        } catch {
+            systemBusError = error.message
+            Log.info("Bluetooth is off: cannot use the system bus (\(error.message))")
+            return
+        }
+        let bluez = BluezClient(connection: connection)
+        self.bluez = bluez
+        profile?.isFromBluez = { [unowned self] sender in sender == self.bluez?.objects.owner }
+        profile?.onNewConnection = { [unowned self] path, fd in channelOpened(devicePath: path, fd: fd) }
+        profile?.onRequestDisconnection = { [unowned self] path in closeRequested(devicePath: path) }
+        agent?.isFromBluez = profile!.isFromBluez
+        agent?.onPrompt = { [unowned self] path, passkey, needsAnswer in
+            guard let peer = peerID(devicePath: path) else { return }
+            delegate?.bluetoothPairingPrompt(peer, name: deviceName(path), passkey: passkey, needsAnswer: needsAnswer)
+        }
+        agent?.onPromptEnded = { [unowned self] path, outcome in promptEnded(devicePath: path, outcome: outcome) }
+        agent?.mayUseService = { [unowned self] path, uuid in
+            uuid.lowercased() == BluezProfile.uuid && (self.bluez?.device(at: path)?.isPaired ?? false)
+        }
+        bluez.objects.onChange = { [unowned self] change in bluezChanged(change) }
+        bluez.objects.start()
+    }
+
+    /// At exit: restores the adapter's discoverability. BlueZ drops our profile, agent and
+    /// discovery session by itself when our connection closes.
+    func stop() {
+        if isDiscovering || savedAdapterSettings != nil { stopDiscoveryNow() }
+        bluez?.objects.stop()
+    }
+
+    /// Why Bluetooth cannot be used now, in words a person can act on; nil when it can.
+    var unavailableReason: String? {
+        if let systemBusError {
+            return "Bluetooth is not available: BlueZ is not running (cannot reach the system bus: \(systemBusError))"
+        }
+        guard let bluez else { return "Bluetooth is not available: BlueZ is not running" }
+        guard bluez.objects.owner != nil else {
+            return "Bluetooth is not available: BlueZ is not running (nothing owns org.bluez on the system bus; start it, e.g. sudo systemctl start bluetooth)"
+        }
+        guard bluez.objects.isReady else {
+            return "Bluetooth is not available yet: BlueZ is starting or not answering; try again in a moment"
+        }
+        guard let adapterPath, let adapter = bluez.adapter(at: adapterPath) else {
+            let names = bluez.adapters.map(\.name)
+            if let requestedAdapter {
+                return "Bluetooth is not available: BlueZ has no adapter \(requestedAdapter) (--adapter); it has \(names.isEmpty ? "none" : names.joined(separator: ", "))"
+            }
+            return names.isEmpty ? "Bluetooth is not available: BlueZ has no adapter (is a Bluetooth controller plugged in?)"
+                : "Bluetooth is not available: no adapter is powered on (\(names.joined(separator: ", "))); switch one on, e.g. bluetoothctl power on"
+        }
+        guard adapter.isPowered else {
+            return "Bluetooth is not available: adapter \(adapter.name) is powered off; switch it on, e.g. bluetoothctl power on"
+        }
+        return nil
+    }
+
+    // MARK: Devices
+
+    /// The device BlueZ knows at `address` on our adapter.
+    func device(_ address: String) -> BluezDevice? {
+        guard let bluez, let adapterPath else { return nil }
+        return bluez.device(at: adapterPath + "/dev_" + address.uppercased().replacingOccurrences(of: ":", with: "_"))
+    }
+
+    /// Devices on our adapter that offer PeerVoice (BlueZ knows their UUIDs).
+    var peerVoiceDevices: [BluezDevice] {
+        guard let bluez, let adapterPath else { return [] }
+        return bluez.devices(of: adapterPath).filter { $0.uuids.contains(BluezProfile.uuid) }
+    }
+
+    // MARK: Discovery
+
+    /// Makes the adapter discoverable and pairable and searches for BR/EDR devices. Shared by all
+    /// callers: a second call while discovering does nothing.
+    func startDiscovery() throws(ServiceError) {
+        if let reason = unavailableReason { throw .notAvailable(reason) }
+        discoveryWanted = true
+        guard !isDiscovering else { return }
+        try startDiscoveryNow()
+    }
+
+    /// Stops searching and restores the adapter's discoverability as it was before StartDiscovery.
+    func stopDiscovery() throws(ServiceError) {
+        discoveryWanted = false
+        if !isDiscovering && savedAdapterSettings == nil {
+            if let reason = unavailableReason { throw .notAvailable(reason) }
+            return
+        }
+        stopDiscoveryNow()
+    }
+
+    private func startDiscoveryNow() throws(ServiceError) {
+        guard let bluez, let adapterPath, let adapter = bluez.adapter(at: adapterPath) else { return }
+        if savedAdapterSettings?.path != adapterPath {
+            savedAdapterSettings = (adapterPath, adapter.isDiscoverable, adapter.discoverableTimeoutSeconds, adapter.isPairable)
+        }
+        do {
+            // No timeout while we search; StopDiscovery puts the old one back.
+            try bluez.setAndWait(adapterPath, Bluez.adapterInterface, "DiscoverableTimeout", Variant(UInt32(0)))
+            try bluez.setAndWait(adapterPath, Bluez.adapterInterface, "Pairable", Variant(true))
+            try bluez.setAndWait(adapterPath, Bluez.adapterInterface, "Discoverable", Variant(true))
+            // Inquiry results seldom carry our 128-bit UUID, so the filter names only the transport
+            // (ConnectProfile is BR/EDR only); devices are sorted out in `shouldReport`.
+            try bluez.callAndWait(adapterPath, Bluez.adapterInterface, "SetDiscoveryFilter",
+                                  [Variant(dictionary: [("Transport", Variant("bredr"))])])
+            try bluez.callAndWait(adapterPath, Bluez.adapterInterface, "StartDiscovery")
+        } catch {
+            restoreAdapterSettings()
+            throw .failed("could not start Bluetooth discovery on \(adapter.name): \(error.message)")
+        }
+        Log.info("discovering Bluetooth peers on \(adapter.name) (discoverable and pairable meanwhile)")
+        setDiscovering(true)
+        for device in bluez.devices(of: adapterPath) where device.properties["RSSI"] != nil {
+            report(device)
+        }
+    }
+
+    private func stopDiscoveryNow() {
+        if isDiscovering, let bluez, let adapterPath {
+            do {
+                try bluez.callAndWait(adapterPath, Bluez.adapterInterface, "StopDiscovery")
+            } catch {
+                Log.debug("StopDiscovery on \(adapterName): \(error.message)")
+            }
+        }
+        restoreAdapterSettings()
+        setDiscovering(false)
+        Log.info("stopped discovering Bluetooth peers")
+    }
+
+    private func restoreAdapterSettings() {
+        guard let saved = savedAdapterSettings, let bluez else { return }
+        savedAdapterSettings = nil
+        guard bluez.adapter(at: saved.path) != nil else { return }
+        do {
+            try bluez.setAndWait(saved.path, Bluez.adapterInterface, "Discoverable", Variant(saved.discoverable))
+            try bluez.setAndWait(saved.path, Bluez.adapterInterface, "DiscoverableTimeout", Variant(saved.timeoutSeconds))
+            try bluez.setAndWait(saved.path, Bluez.adapterInterface, "Pairable", Variant(saved.pairable))
+        } catch {
+            Log.warning("could not restore the discoverability of \(saved.path): \(error.message)")
+        }
+    }
+
+    private func setDiscovering(_ discovering: Bool) {
+        guard discovering != isDiscovering else { return }
+        isDiscovering = discovering
+        delegate?.bluetoothStateChanged([.discovering])
+    }
+
+    /// Every device found, except paired ones whose services BlueZ knows without ours: a device
+    /// not yet paired has at most the UUIDs of its inquiry response, which seldom lists ours.
+    private func shouldReport(_ device: BluezDevice) -> Bool {
+        device.adapterPath == adapterPath && (device.uuids.contains(BluezProfile.uuid) || !device.isPaired)
+    }
+
+    private func report(_ device: BluezDevice) {
+        guard shouldReport(device), let peer = PeerID(bluetoothAddress: device.address) else { return }
+        reported[device.path] = device.address
+        delegate?.bluetoothFound(peer, name: device.name)
+    }
+
+    private func reportLost(_ path: String) {
+        guard let address = reported.removeValue(forKey: path), let peer = PeerID(bluetoothAddress: address) else { return }
+        delegate?.bluetoothLost(peer)
+    }
+
+    // MARK: BlueZ coming and going
+
+    private func bluezChanged(_ change: ObjectManagerClient.Change) {
+        guard let bluez else { return }
+        switch change {
+        case .appeared(let owner):
+            register(with: owner, attempt: 1)
+        case .ready:
+            selectAdapter()
+        case .failed(let error):
+            Log.warning("BlueZ does not list its objects (\(error.message)): Bluetooth is unavailable until it restarts")
+        case .vanished:
+            if registeredWith != nil {
+                Log.info("BlueZ went away (org.bluez has no owner): Bluetooth is unavailable until it is back")
+            }
+            registeredWith = nil
+            agent?.cancelAll()
+            for path in reported.keys.sorted() { reportLost(path) }
+            disconnecting.values.forEach { $0.forEach { $0() } }
+            disconnecting = [:]
+            savedAdapterSettings = nil
+            selectAdapter()
+        case .interfacesAdded(let path, let interfaces):
+            if interfaces.contains(Bluez.adapterInterface) { selectAdapter() }
+            if interfaces.contains(Bluez.deviceInterface), isDiscovering, let device = bluez.device(at: path) {
+                report(device)
+            }
+        case .interfacesRemoved(let path, let removed):
+            if removed[Bluez.adapterInterface] != nil { selectAdapter() }
+            if removed[Bluez.deviceInterface] != nil { reportLost(path) }
+        case .propertiesChanged(let path, let interface, let changed):
+            if interface == Bluez.adapterInterface && changed.contains("Powered") {
+                selectAdapter()
+            } else if interface == Bluez.deviceInterface, let device = bluez.device(at: path) {
+                // Found again (RSSI), renamed, or its services became known.
+                let found = isDiscovering && changed.contains("RSSI")
+                let renamed = reported[path] != nil && (changed.contains("Alias") || changed.contains("Name"))
+                let resolved = changed.contains("UUIDs") && (isDiscovering || reported[path] != nil)
+                if found || renamed || resolved {
+                    if shouldReport(device) { report(device) } else { reportLost(path) }
+                }
+            }
+        }
+    }
+
+    private func register(with owner: String, attempt: Int) {
+        guard let bluez, let profile, let agent, bluez.objects.owner == owner else { return }
+        profile.register(with: bluez) { [weak self] result in
+            guard let self, bluez.objects.owner == owner else { return }
+            if case .failure(let error) = result {
+                return registrationFailed(owner: owner, attempt: attempt, "the profile", error)
+            }
+            agent.register(with: bluez, asDefault: isDefaultAgent) { [weak self] result in
+                guard let self, bluez.objects.owner == owner else { return }
+                if case .failure(let error) = result {
+                    return registrationFailed(owner: owner, attempt: attempt, "the pairing agent", error)
+                }
+                registeredWith = owner
+                let what = "the PeerVoice profile (UUID \(BluezProfile.uuid), RFCOMM channel \(BluezProfile.channel)) and pairing agent\(isDefaultAgent ? " (default)" : "")"
+                Log.info(everRegistered ? "re-registered \(what) with BlueZ (\(owner)) after it restarted"
+                                        : "registered \(what) with BlueZ (\(owner))")
+                everRegistered = true
+            }
+        }
+    }
+
+    private func registrationFailed(owner: String, attempt: Int, _ what: String, _ error: BusError) {
+        guard attempt < 3 else {
+            Log.warning("could not register \(what) with BlueZ (\(owner)): \(error.message); Bluetooth peers cannot connect")
+            return
+        }
+        // A profile left over from our previous registration with the same bluetoothd is fine.
+        if error.name == "org.bluez.Error.AlreadyExists" { return }
+        Log.debug("registering \(what) with BlueZ failed (\(error.message)); trying again")
+        retryTimer = Timer.after(milliseconds: 1_000) { [weak self] in self?.register(with: owner, attempt: attempt + 1) }
+    }
+
+    private var retryTimer: EventSource?
+
+    /// `--adapter`, else the adapter in use while it stays powered, else the first powered one.
+    private func selectAdapter() {
+        let adapters = bluez?.objects.isReady == true ? bluez!.adapters : []
+        let chosen: BluezAdapter?
+        if let requestedAdapter {
+            chosen = adapters.first { $0.name == requestedAdapter }
+        } else {
+            chosen = adapters.first { $0.path == adapterPath && $0.isPowered } ?? adapters.first(where: \.isPowered)
+        }
+        let usable = chosen?.isPowered == true
+        if chosen?.path != adapterPath {
+            if let old = adapterPath {
+                for (path, _) in reported where path.hasPrefix(old + "/") { reportLost(path) }
+                savedAdapterSettings = nil
+            }
+            adapterPath = chosen?.path
+            setDiscovering(false)
+        }
+        let name = chosen?.name ?? ""
+        if name != adapterName {
+            adapterName = name
+            Log.info(name.isEmpty ? "no Bluetooth adapter in use" : "using Bluetooth adapter \(name) (\(chosen?.address ?? ""))")
+            delegate?.bluetoothStateChanged([.adapter])
+        }
+        if !usable { setDiscovering(false) }
+        if usable && discoveryWanted && !isDiscovering {
+            do {
+                try startDiscoveryNow()
+            } catch {
+                Log.warning("could not resume Bluetooth discovery: \(error.message)")
+            }
+        }
+    }
+
+    // MARK: Channels
+
+    /// Dials `peer`: pairs first if needed (and `mayPair`: a person is waiting in Connect), then
+    /// `ConnectProfile`. The channel itself arrives through `bluetoothChannelOpened` (outgoing)
+    /// before `completion` reports success.
+    func connect(_ peer: PeerID, mayPair: Bool, completion: @escaping (Result<Void, ServiceError>) -> Void) {
+        let address = peer.description
+        let fail = { [unowned self] (error: ServiceError) in
+            // Reported from the main loop, like every other outcome, so callers see one order of events.
+            let key = nextDeferredKey
+            nextDeferredKey += 1
+            deferred[key] = Timer.after(milliseconds: 0) { [weak self] in
+                self?.deferred[key] = nil
+                completion(.failure(error))
+            }
+        }
+        if let reason = unavailableReason { return fail(.notAvailable(reason)) }
+        guard device(address) != nil else {
+            return fail(.unknownPeer("\(address) has not been seen over Bluetooth: StartDiscovery here while the other computer is discoverable (its PeerVoice discovering), then Connect"))
+        }
+        dials.insert(address)
+        let finish = { [weak self] (result: Result<Void, ServiceError>) in
+            self?.dials.remove(address)
+            completion(result)
+        }
+        afterDisconnecting(address) { [weak self] in
+            guard let self else { return }
+            guard let device = device(address) else {
+                return finish(.failure(.failed("BlueZ forgot \(address) while connecting")))
+            }
+            if device.isPaired {
+                connectProfile(device, retries: 1, completion: finish)
+            } else if !mayPair {
+                finish(.failure(.failed("\(address) is not paired: Connect to it to pair")))
+            } else {
+                pair(device, completion: finish)
+            }
+        }
+    }
+
+    private var deferred: [Int: EventSource] = [:]
+    private var nextDeferredKey = 0
+
+    private func pair(_ device: BluezDevice, completion: @escaping (Result<Void, ServiceError>) -> Void) {
+        guard let bluez else { return completion(.failure(.notAvailable(unavailableReason ?? "BlueZ went away"))) }
+        Log.info("pairing with \(device.address) (\(device.name))")
+        bluez.call(device.path, Bluez.deviceInterface, "Pair", timeoutMs: Self.pairTimeoutMs) { [weak self] result in
+            guard let self else { return }
+            switch result {
+            case .success:
+                Log.info("paired with \(device.address)")
+                markTrusted(device.path)
+                connectProfile(device, retries: 1, completion: completion)
+            case .failure(let error) where error.name == "org.bluez.Error.AlreadyExists":
+                connectProfile(device, retries: 1, completion: completion)
+            case .failure(let error):
+                Log.info("pairing with \(device.address) failed: \(error.name): \(error.message)")
+                completion(.failure(Self.pairingError(error, address: device.address)))
+            }
+        }
+    }
+
+    private func connectProfile(_ device: BluezDevice, retries: Int, completion: @escaping (Result<Void, ServiceError>) -> Void) {
+        guard let bluez else { return completion(.failure(.notAvailable(unavailableReason ?? "BlueZ went away"))) }
+        bluez.call(device.path, Bluez.deviceInterface, "ConnectProfile", [Variant(BluezProfile.uuid)],
+                   timeoutMs: Self.connectProfileTimeoutMs) { [weak self] result in
+            guard let self else { return }
+            switch result {
+            case .success:
+                completion(.success(()))
+            case .failure(let error) where retries > 0 && (error.name == "org.bluez.Error.AlreadyConnected"
+                                                             || error.name == "org.bluez.Error.InProgress"):
+                // BlueZ still holds an old channel of ours: close it, then dial again.
+                disconnectProfile(device.address)
+                afterDisconnecting(device.address) { [weak self] in
+                    self?.connectProfile(device, retries: retries - 1, completion: completion)
+                }
+            case .failure(let error):
+                Log.info("connecting to \(device.address) over Bluetooth failed: \(error.name): \(error.message)")
+                completion(.failure(Self.connectError(error, address: device.address)))
+            }
+        }
+    }
+
+    static func pairingError(_ error: BusError, address: String) -> ServiceError {
+        switch error.name {
+        case "org.bluez.Error.AuthenticationRejected", "org.bluez.Error.AuthenticationCanceled",
+             "org.bluez.Error.AuthenticationFailed", "org.bluez.Error.AuthenticationTimeout",
+             "org.bluez.Error.Canceled", Bluez.rejected:
+            return .rejected("pairing with \(address) was refused or not confirmed in time (on this computer or the other): \(error.message)")
+        case "org.bluez.Error.ConnectionAttemptFailed":
+            return .failed("cannot reach \(address) over Bluetooth (out of range or switched off?): \(error.message)")
+        default:
+            return .failed("pairing with \(address) failed: \(error.message)")
+        }
+    }
+
+    static func connectError(_ error: BusError, address: String) -> ServiceError {
+        switch error.name {
+        case "org.bluez.Error.NotAvailable", "org.bluez.Error.NotSupported":
+            return .failed("\(address) does not offer PeerVoice over Bluetooth (is peervoiced running there?): \(error.message)")
+        default:
+            return .failed("cannot connect to \(address) over Bluetooth: \(error.message)")
+        }
+    }
+
+    private func channelOpened(devicePath: String, fd: Int32) -> Bool {
+        guard let peer = peerID(devicePath: devicePath), let delegate else { return false }
+        let outgoing = dials.contains(peer.description)
+        Log.debug("RFCOMM channel with \(peer) (\(outgoing ? "dialled" : "incoming"))")
+        awaitingChannel[peer.description] = nil
+        return delegate.bluetoothChannelOpened(peer, name: deviceName(devicePath), fd: fd, outgoing: outgoing)
+    }
+
+    private func closeRequested(devicePath: String) {
+        guard let peer = peerID(devicePath: devicePath) else { return }
+        // Our own DisconnectProfile comes back this way; our side is closed already.
+        guard disconnecting[peer.description] == nil else { return }
+        delegate?.bluetoothChannelCloseRequested(peer)
+    }
+
+    /// The service runs `link` over a channel to `peer`.
+    func linkStarted(_ link: AnyObject, peer: PeerID) {
+        links[ObjectIdentifier(link)] = peer.description
+    }
+
+    /// A link ended: if it ran over Bluetooth, BlueZ still holds its copy of the channel's socket,
+    /// so ask it to close the channel (the other side then sees it end).
+    func linkClosed(_ link: AnyObject) {
+        guard let address = links.removeValue(forKey: ObjectIdentifier(link)) else { return }
+        disconnectProfile(address)
+    }
+
+    private func disconnectProfile(_ address: String) {
+        guard let bluez, let device = device(address), disconnecting[address] == nil else { return }
+        disconnecting[address] = []
+        bluez.call(device.path, Bluez.deviceInterface, "DisconnectProfile", [Variant(BluezProfile.uuid)],
+                   timeoutMs: 10_000) { [weak self] result in
+            if case .failure(let error) = result { Log.debug("DisconnectProfile \(address): \(error.message)") }
+            guard let waiters = self?.disconnecting.removeValue(forKey: address) else { return }
+            waiters.forEach { $0() }
+        }
+    }
+
+    private func afterDisconnecting(_ address: String, _ action: @escaping () -> Void) {
+        if disconnecting[address] != nil {
+            disconnecting[address]!.append(action)
+        } else {
+            action()
+        }
+    }
+
+    // MARK: Pairing prompts
+
+    /// Answers BlueZ's pending question about `peer`; false if none is pending.
+    func answerPairing(_ peer: PeerID, accept: Bool) -> Bool {
+        guard let agent, let path = agent.promptedDevices.first(where: { self.peerID(devicePath: $0) == peer }) else {
+            return false
+        }
+        Log.info("\(accept ? "accepted" : "refused") Bluetooth pairing with \(peer)")
+        if accept { markTrusted(path) }
+        return agent.answer(path, accept: accept)
+    }
+
+    private func promptEnded(devicePath: String, outcome: BluezAgent.Outcome) {
+        guard let peer = peerID(devicePath: devicePath) else { return }
+        if outcome != .accepted { Log.info("Bluetooth pairing with \(peer) ended: \(outcome)") }
+        delegate?.bluetoothPairingPromptEnded(peer, outcome: outcome)
+    }
+
+    /// Calls `action` unless a channel to `peer` opens within `incomingChannelWaitMs`.
+    func expectChannel(from peer: PeerID, orElse action: @escaping () -> Void) {
+        awaitingChannel[peer.description] = Timer.after(milliseconds: Self.incomingChannelWaitMs) { [weak self] in
+            self?.awaitingChannel[peer.description] = nil
+            action()
+        }
+    }
+
+    /// A person accepted this device: it may reconnect without asking (`Device1.Trusted`).
+    private func markTrusted(_ devicePath: String) {
+        bluez?.set(devicePath, Bluez.deviceInterface, "Trusted", Variant(true)) { result in
+            if case .failure(let error) = result { Log.debug("Trusted on \(devicePath): \(error.message)") }
+        }
+    }
+
+    private func peerID(devicePath: String) -> PeerID? {
+        let address = bluez?.device(at: devicePath)?.address ?? BluezDevice.address(fromPath: devicePath) ?? ""
+        return PeerID(bluetoothAddress: address)
+    }
+
+    private func deviceName(_ devicePath: String) -> String {
+        bluez?.device(at: devicePath)?.name ?? ""
+    }
+}
