@@ -2,4 +2,8 @@
 #define PEERVOICE_CPIPEWIRE_SHIM_H
 #include <pipewire/pipewire.h>
 #include <spa/param/audio/format-utils.h>
+
+// Swift cannot call these macros (spa_interface method calls); one-line wrappers.
+static inline int peervoice_core_add_listener(struct pw_core *core, struct spa_hook *listener, const struct pw_core_events *events, void *data) { return pw_core_add_listener(core, listener, events, data); }
+static inline int peervoice_core_sync(struct pw_core *core, uint32_t id, int seq) { return pw_core_sync(core, id, seq); }
 #endif

@@ -132,7 +132,7 @@ extension PeerVoiceService {
         } else {
             Log.info("pairing with \(id) \(reason)")
             if let peer = peers[id] {
-                peer.stayDisconnected = true
+                setStayDisconnected(peer, true)
                 failConnectWaiters(peer, .rejected("pairing with \(id) was \(reason)"))
             }
             prompt.link.refuse(logReason: "pairing \(reason)")
@@ -353,7 +353,7 @@ extension PeerVoiceService: PeerLinkDelegate {
         guard let peer = linkOwners.removeValue(forKey: ObjectIdentifier(link)) else { return }
         peer.link = nil
         Log.info("\(peer.id) disconnected: \(reason)")
-        if case .goodbye(.userDisconnected) = reason { peer.stayDisconnected = true }
+        if case .goodbye(.userDisconnected) = reason { setStayDisconnected(peer, true) }
         setState(peer, .disconnected)
         scheduleRedial(peer)
     }
@@ -369,13 +369,15 @@ extension PeerVoiceService: PeerLinkDelegate {
         let error: ServiceError
         switch reason {
         case .refusedByPeer:
-            peer.stayDisconnected = true
+            setStayDisconnected(peer, true)
             error = .rejected("\(peer.id) refused the pairing")
         case .handshakeFailed(.unexpectedRemoteKey):
-            peer.stayDisconnected = true
+            setStayDisconnected(peer, true)
             Log.warning("\(peer.id) presented an identity key other than the pinned one: refused. If it was reinstalled, RemovePeer \(peer.id) and connect again to compare codes")
             error = .rejected("\(peer.id) presented an identity key other than the pinned one: it may be an impostor. If it was reinstalled, RemovePeer \(peer.id) and Connect again to compare codes")
         default:
+            // A first contact that failed is not retried on its own: each try would ask a person.
+            if peer.pinnedKey == nil { peer.stayDisconnected = true }
             error = .failed("\(peer.id): \(reason)")
         }
         connectFailed(peer, error)

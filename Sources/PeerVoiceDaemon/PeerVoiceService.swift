@@ -238,6 +238,7 @@ final class PeerVoiceService {
     }
 
     func startVoice(_ id: PeerID) throws(ServiceError) {
+        if peers[id] != nil, let unavailable = bluetoothUnavailable(for: id) { throw unavailable }
         try requireConnected(id)
         throw .notAvailable(Self.noVoice)
     }

@@ -3,7 +3,7 @@
 /// Every value is valid by construction (the payload types' initializers check their limits),
 /// so ``encoded()`` cannot fail.
 public enum Frame: Equatable, Sendable {
-    /// Introduces the sender; the first frame each side sends.
+    /// Introduces the sender; travels as the payload of the key exchange (docs/SECURITY.md).
     case hello(Hello)
     /// One text message.
     case text(TextFrame)
@@ -11,7 +11,8 @@ public enum Frame: Equatable, Sendable {
     case ack(seq: UInt64)
     /// Sent when a link is otherwise idle, so that both ends know it is alive.
     case keepalive
-    /// The sender is closing the link on purpose and asks not to be redialled.
+    /// The sender is closing the link on purpose; with ``GoodbyeReason/userDisconnected`` it asks
+    /// not to be redialled.
     case goodbye(GoodbyeReason)
     /// One Opus packet of live audio.
     case voice(VoiceFrame)

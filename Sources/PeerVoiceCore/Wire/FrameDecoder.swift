@@ -65,7 +65,7 @@ public struct FrameDecoder: Sendable {
     /// The next frame body (type byte and payload, still undecoded), or nil when more bytes are needed.
     ///
     /// This is the framing layer alone: use it instead of ``next()`` when bodies need work before
-    /// `Frame(body:)`, as sealed bodies will in protocol version 2.
+    /// `Frame(body:)`: handshake messages, and sealed records that open to a frame body.
     ///
     /// - Throws: a ``WireError`` if the preamble or a length prefix is invalid.
     public mutating func nextBody() throws(WireError) -> [UInt8]? {

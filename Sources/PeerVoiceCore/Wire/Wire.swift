@@ -1,4 +1,4 @@
-/// Constants of the peer-link wire protocol (version 1) and its framing layer.
+/// Constants of the peer-link wire protocol (version 2, docs/PROTOCOL.md) and its framing layer.
 ///
 /// The framing layer (preamble, `u32` length prefix, body) is independent of what a body
 /// contains, so that version 2 can seal each body with an AEAD without touching it: see

@@ -523,6 +523,13 @@ final class BluetoothTransport {
     private func promptEnded(devicePath: String, outcome: BluezAgent.Outcome) {
         guard let peer = peerID(devicePath: devicePath) else { return }
         if outcome != .accepted { Log.info("Bluetooth pairing with \(peer) ended: \(outcome)") }
+        if (outcome == .rejected || outcome == .timedOut) && !dials.contains(peer.description) && !links.values.contains(peer.description) {
+            // Refused a computer that wanted to pair with us: drop its connection too, so its Pair
+            // ends now (btvirt's controllers never tell the initiator otherwise).
+            bluez?.call(devicePath, Bluez.deviceInterface, "Disconnect") { result in
+                if case .failure(let error) = result { Log.debug("Disconnect \(peer) after the refusal: \(error.message)") }
+            }
+        }
         delegate?.bluetoothPairingPromptEnded(peer, outcome: outcome)
     }
 

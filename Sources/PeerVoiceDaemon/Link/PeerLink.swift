@@ -63,6 +63,9 @@ final class PeerLink {
     /// Time allowed from connect to the end of the key exchange. The wait for a person's
     /// confirmation after it is the owner's (60 s), with keepalives flowing meanwhile.
     static let handshakeLimit: Duration = .seconds(10)
+    /// Time allowed for the peer's PAIRING decision once the key exchange is done: its person has
+    /// 60 s to answer, plus slack for the network.
+    static let pairingLimit: Duration = .seconds(65)
     /// Rejected records (tampered, replayed) tolerated before the link is closed.
     static let maxRejectedRecords: UInt64 = 8
 
@@ -92,6 +95,7 @@ final class PeerLink {
     private var timer: EventSource?
     private let clock = ContinuousClock()
     private let startedAt: ContinuousClock.Instant
+    private var authenticatedAt: ContinuousClock.Instant?
     private var lastReceived: ContinuousClock.Instant
     private var lastSent: ContinuousClock.Instant
 
@@ -147,9 +151,6 @@ final class PeerLink {
         guard phase == .open else { return }
         sendSealed(frame)
     }
-
-    /// Bytes written but not yet taken by the kernel: the sender's flow control reads this.
-    var unsentBytes: Int { connection.pendingOutputBytes }
 
     /// Closes on purpose, telling the peer why (a `userDisconnected` goodbye means "do not redial").
     func close(goodbye reason: GoodbyeReason, logReason: String) {
@@ -221,6 +222,7 @@ final class PeerLink {
         opener = result.makeLinkOpener()
         decoder.maxBodyBytes = Wire.maxFrameBodyBytes
         phase = .awaitingPairing
+        authenticatedAt = clock.now
         delegate?.linkDidAuthenticate(self)
     }
 
@@ -291,6 +293,8 @@ final class PeerLink {
         switch phase {
         case .handshaking where now - startedAt > Self.handshakeLimit:
             drop(reason: "the key exchange did not finish within \(Self.handshakeLimit)")
+        case .awaitingPairing where now - (authenticatedAt ?? startedAt) > Self.pairingLimit:
+            drop(reason: "no pairing decision within \(Self.pairingLimit)")
         case .awaitingPairing, .open:
             if now - lastReceived > Self.silenceLimit {
                 drop(reason: "the peer was silent for \(Self.silenceLimit)")

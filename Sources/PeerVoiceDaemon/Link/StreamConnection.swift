@@ -21,9 +21,6 @@ final class StreamConnection {
     private var readBuffer = [UInt8](repeating: 0, count: 64 * 1024)
     private(set) var isClosed = false
 
-    /// Bytes accepted by `send` that the kernel has not taken yet.
-    var pendingOutputBytes: Int { pendingOutput.count - pendingOffset }
-
     init(socket: Socket) {
         self.socket = socket
     }

@@ -1,0 +1,128 @@
+/// What a command accepts, and its help.
+struct CommandSpec: Sendable {
+    let name: String
+    /// Arguments after the command name, e.g. `PEER [--max N]`.
+    let synopsis: String
+    /// One line for the command list.
+    let summary: String
+    /// The rest of `peervoicectl COMMAND --help`.
+    let details: String
+    /// Accepted options, and whether each takes a value.
+    let options: [String: Bool]
+    let minimumPositionals: Int
+    let maximumPositionals: Int
+
+    init(_ name: String, _ synopsis: String, _ summary: String, options: [String: Bool] = [:],
+         positionals: ClosedRange<Int> = 0...0, details: String) {
+        self.name = name
+        self.synopsis = synopsis
+        self.summary = summary
+        self.details = details
+        self.options = options
+        minimumPositionals = positionals.lowerBound
+        maximumPositionals = positionals.upperBound
+    }
+
+    var usageLine: String { "peervoicectl \(name)\(synopsis.isEmpty ? "" : " " + synopsis)" }
+
+    var help: String {
+        "Usage: \(usageLine)\n\(summary.prefix(1).uppercased() + summary.dropFirst()).\n\n\(details)"
+    }
+}
+
+enum Usage {
+    static let version = "0.1.0"
+
+    static let commands: [CommandSpec] = [
+        CommandSpec("status", "", "the service's version, mute and transport state, and its peers", details: """
+            Prints the properties Version, Muted, Discovering, ListenAddress and Adapter, then the
+            known peers as `peervoicectl peers` does.
+            """),
+        CommandSpec("peers", "[--ids]", "list known peers: id, name, transport, state", options: ["--ids": false], details: """
+              --ids   print only the peer ids, one per line (for scripts and completion)
+            """),
+        CommandSpec("discover", "[--timeout S]", "search for nearby peers and print each one found or lost",
+                    options: ["--timeout": true], details: """
+            Starts discovery, prints a line for every PeerFound and PeerLost signal, and stops
+            discovery after S seconds or at Ctrl-C.
+
+              --timeout S   stop after S seconds (default: run until Ctrl-C)
+            """),
+        CommandSpec("connect", "PEER", "connect to PEER, pairing first if needed", positionals: 1...1, details: """
+            Waits up to 90 seconds. While it waits it prints progress, and when pairing needs a
+            person it prints the code to compare and the command that answers, e.g.
+              pairing with AA:BB:CC:DD:EE:FF: compare code 123456, then run: peervoicectl confirm AA:BB:CC:DD:EE:FF yes
+            """),
+        CommandSpec("disconnect", "PEER", "disconnect from PEER; it does not redial", positionals: 1...1, details: """
+            Messages still queued for PEER wait for the next connection.
+            """),
+        CommandSpec("send", "PEER [TEXT...]", "send a text message to PEER and print its message id",
+                    positionals: 1...Int.max, details: """
+            TEXT is the remaining arguments joined by spaces. Without TEXT, or with TEXT `-`, the
+            message is read from standard input (one trailing newline is dropped). PEER "" sends to
+            every connected peer. Put `--` before text that starts with `-`.
+            Examples:
+              peervoicectl send ip:192.168.1.20:47800 hello there
+              echo 'dinner is ready' | peervoicectl send AA:BB:CC:DD:EE:FF
+            """),
+        CommandSpec("history", "PEER [--max N]", "print the messages exchanged with PEER, oldest first",
+                    options: ["--max": true], positionals: 1...1, details: """
+            One line per message: local time (ISO 8601), status (received, queued, delivered or
+            failed), message id, text.
+
+              --max N   the newest N messages (default 20)
+            """),
+        CommandSpec("remove", "PEER", "forget PEER: its pinned key and its queued messages",
+                    positionals: 1...1, details: """
+            Queued messages for PEER fail. Connecting to it again pairs anew.
+            """),
+        CommandSpec("mute", "on|off|toggle", "silence or open the microphone and print the new state",
+                    positionals: 1...1, details: """
+            Prints `muted` or `unmuted`.
+            """),
+        CommandSpec("confirm", "PEER yes|no", "answer the pending pairing request of PEER",
+                    positionals: 2...2, details: """
+            `yes` accepts (the codes shown on both computers match), `no` refuses.
+            """),
+        CommandSpec("voice", "start|stop PEER", "start or stop a voice chat with a connected PEER",
+                    positionals: 2...2, details: """
+            The microphone follows `peervoicectl mute`.
+            """),
+        CommandSpec("monitor", "[--json]", "print every PeerVoice signal as it happens, one line each",
+                    options: ["--json": false], details: """
+            Runs until Ctrl-C. Each line starts with the local time (ISO 8601, milliseconds) and
+            the signal name, then the signal's arguments as NAME=VALUE; free text (names, message
+            text, reasons) is quoted, with newlines written as \\n, so one event is one line.
+
+              --json   one JSON object per line instead:
+                       {"time": "...", "signal": "MessageReceived", "peer": "...", "message_id": "...", "text": "..."}
+            """),
+        CommandSpec("help", "[COMMAND]", "show help for peervoicectl or one of its commands",
+                    positionals: 0...1, details: ""),
+    ]
+
+    static func command(named name: String) -> CommandSpec? { commands.first { $0.name == name } }
+
+    static var main: String {
+        let width = commands.map { "\($0.name) \($0.synopsis)".count }.max() ?? 0
+        let list = commands.map { command in
+            let left = "\(command.name) \(command.synopsis)"
+            return "  " + left + String(repeating: " ", count: width - left.count + 2) + command.summary
+        }.joined(separator: "\n")
+        return """
+            Usage: peervoicectl [--help | --version] COMMAND [ARGUMENT...]
+            Control PeerVoice (peervoiced, org.example.PeerVoice on the session bus): find nearby
+            computers, connect, exchange text messages and talk.
+
+            Commands:
+            \(list)
+
+            PEER is a Bluetooth address (AA:BB:CC:DD:EE:FF) or ip:HOST:PORT (ip:192.168.1.20:47800,
+            ip:[::1]:47800); `peervoicectl peers` lists the known ones.
+            `peervoicectl COMMAND --help` describes a command.
+
+            Exit status: 0 done; 1 the service answered with an error (printed as NAME: message);
+            2 usage error; 3 the service is not running or cannot be reached.
+            """
+    }
+}
