@@ -4,6 +4,7 @@
 #   make run ARGS=...   build, then run .build/debug/peervoiced on your session bus (scripts/run.sh)
 #   make test           build the tests and run every suite, serially (TEST_FILTER=regex to narrow)
 #   make test-bluetooth-vm  real BlueZ in two QEMU VMs: discover, pair, restart bluetoothd
+#   make test-bluetooth     PeerVoice over real BlueZ in two QEMU VMs (tests/bluetooth-vm/peervoice-*.sh)
 #   make install        release build, installed under $(DESTDIR)$(PREFIX)
 #   make deps           install the Debian packages below that are missing
 #   make clean          swift package clean
@@ -138,3 +139,21 @@ test-bluetooth-vm:
 	    echo "test-bluetooth-vm: packages ready in $$(( $$(date +%s) - start ))s"
 	tests/bluetooth-vm/run-pair.sh --out $(BLUETOOTH_VM_OUT) --timeout 300 \
 	    --guest-a tests/bluetooth-vm/smoke-a.sh --guest-b tests/bluetooth-vm/smoke-b.sh
+
+# PeerVoice over real BlueZ in the two VMs (tests/bluetooth-vm/peervoice-a.sh, peervoice-b.sh): each
+# runs .build/debug/peervoiced --default-agent on its own session bus; A discovers B, pairs (both
+# people confirm), messages go both ways, A disconnects, A's bluetoothd is killed and restarted,
+# they connect again, then a refused pairing makes Connect fail with Rejected. About a minute.
+BLUETOOTH_OUT ?= .build/bluetooth-vm/peervoice
+.PHONY: test-bluetooth
+test-bluetooth: deps
+	scripts/deps.sh $(VM_PACKAGES) $(BUSCTL_PACKAGE)
+	$(SWIFT) build --product peervoiced $(SWIFT_FLAGS)
+	tests/bluetooth-vm/run-pair.sh --out $(BLUETOOTH_OUT) --timeout 400 \
+	    --guest-a tests/bluetooth-vm/peervoice-a.sh --guest-b tests/bluetooth-vm/peervoice-b.sh
+
+# Jitter buffer against speexdsp's on the same synthetic arrival traces (speexdsp only in the bench).
+.PHONY: bench-jitter
+bench-jitter:
+	scripts/deps.sh libspeexdsp-dev
+	bench/jitter/run.sh

@@ -1,0 +1,360 @@
+import Foundation
+import PeerVoiceCore
+import XCTest
+
+/// Synthetic traces through ``JitterBuffer``: packets sent every 20 ms, each arriving after a
+/// chosen delay (or never), and a playback side that asks for audio as a device would (each
+/// call's `now` is the previous one plus the previous output's length).
+final class JitterBufferTests: XCTestCase {
+
+    static let frameMs = 20.0
+    static let frame = 960
+
+    struct Packet {
+        var seq: UInt64
+        var timestamp: UInt32
+        var arrival: Int64  // ns
+        var payload: [UInt8]
+    }
+
+    /// Payload carrying the packet's index, so outputs can be traced back.
+    static func payload(_ index: Int, bytes: Int = 8) -> [UInt8] {
+        let all = withUnsafeBytes(of: UInt64(index).littleEndian) { Array($0) }
+        return bytes >= 8 ? all + [UInt8](repeating: 0xAA, count: bytes - 8) : Array(all.prefix(bytes))
+    }
+
+    static func index(of payload: [UInt8]) -> Int {
+        var v: UInt64 = 0
+        for (i, b) in payload.prefix(8).enumerated() { v |= UInt64(b) << (8 * UInt64(i)) }
+        return Int(v)
+    }
+
+    static func ms(_ x: Double) -> Int64 { Int64(x * 1_000_000) }
+
+    /// Packet i sent at i × 20 ms with `delay(i)` ms of one-way delay (nil = lost).
+    static func trace(count: Int, seq0: UInt64 = 1000, ts0: UInt32 = 5000, delay: (Int) -> Double?) -> [Packet] {
+        (0..<count).compactMap { i in
+            guard let d = delay(i) else { return nil }
+            return Packet(seq: seq0 &+ UInt64(i), timestamp: ts0 &+ UInt32(truncatingIfNeeded: i * frame),
+                          arrival: ms(Double(i) * frameMs + d), payload: payload(i))
+        }
+    }
+
+    struct Played {
+        var time: Int64
+        var output: JitterBuffer.Output
+        var stats: JitterBuffer.Statistics
+    }
+
+    /// Runs the playback side from `start` until `end` (ns), inserting packets as they arrive.
+    static func run(_ packets: [Packet], buffer: inout JitterBuffer, start: Int64 = ms(3), end: Int64) -> [Played] {
+        let incoming = packets.enumerated().sorted { ($0.element.arrival, $0.offset) < ($1.element.arrival, $1.offset) }.map(\.element)
+        var next = 0
+        var produced: Int64 = 0
+        var log: [Played] = []
+        while true {
+            let now = start + produced * 125_000 / 6
+            if now > end { break }
+            while next < incoming.count && incoming[next].arrival <= now {
+                let p = incoming[next]
+                buffer.insert(seq: p.seq, timestamp: p.timestamp, payload: p.payload, arrival: p.arrival)
+                next += 1
+            }
+            let out = buffer.next(now: now)
+            log.append(Played(time: now, output: out, stats: buffer.statistics))
+            produced += Int64(out.samples(frameSamples: frame))
+        }
+        return log
+    }
+
+    static func playedIndices(_ log: [Played]) -> [Int] {
+        log.compactMap { if case .frame(let p) = $0.output { return index(of: p) } else { return nil } }
+    }
+
+    static func fecIndices(_ log: [Played]) -> [Int] {
+        log.compactMap { if case .recoverWithFEC(let p) = $0.output { return index(of: p) } else { return nil } }
+    }
+
+    static func isConceal(_ o: JitterBuffer.Output) -> Bool { if case .conceal = o { return true } else { return false } }
+    static func isSilence(_ o: JitterBuffer.Output) -> Bool { if case .silence = o { return true } else { return false } }
+
+    /// Deterministic Gaussian noise.
+    struct Noise {
+        var state: UInt64
+        mutating func uniform() -> Double {
+            state &+= 0x9E37_79B9_7F4A_7C15
+            var z = state
+            z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+            z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+            return Double((z ^ (z >> 31)) >> 11) / Double(1 << 53)
+        }
+        mutating func gaussian() -> Double {
+            (-2 * Foundation.log(max(uniform(), 1e-12))).squareRoot() * cos(2 * Double.pi * uniform())
+        }
+    }
+
+    // MARK: - Timing
+
+    func testSilenceBeforeAnyPacket() {
+        var jb = JitterBuffer()
+        XCTAssertEqual(jb.next(now: 0), .silence(samples: 120))
+        XCTAssertEqual(jb.statistics.received, 0)
+        XCTAssertFalse(jb.isPlaying)
+    }
+
+    func testNoJitterKeepsDelayUnderOneFrame() {
+        var jb = JitterBuffer()
+        let packets = Self.trace(count: 500) { _ in 15 }
+        let log = Self.run(packets, buffer: &jb, end: Self.ms(10_100))
+        XCTAssertEqual(Self.playedIndices(log), Array(0..<500), "every frame, in order")
+        let s = jb.statistics
+        XCTAssertEqual(s.late, 0)
+        XCTAssertEqual(s.fecRecovered, 0)
+        let lastFrame = log.lastIndex { if case .frame = $0.output { return true } else { return false } }!
+        let firstFrame = log.firstIndex { if case .frame = $0.output { return true } else { return false } }!
+        XCTAssertFalse(log[firstFrame...lastFrame].contains { Self.isConceal($0.output) }, "no concealment while playing")
+        // Buffering beyond the network delay: within a step (2.5 ms) of nothing, never a frame.
+        for p in log where p.stats.currentDelayMs > 0 {
+            XCTAssertLessThanOrEqual(p.stats.currentDelayMs, 2.5)
+        }
+        XCTAssertLessThanOrEqual(log.map(\.stats.currentTargetMs).max()!, 2.5)
+        // Time from arrival to playout, measured from the outputs.
+        for p in log {
+            if case .frame(let payload) = p.output {
+                let wait = Double(p.time - packets[Self.index(of: payload)].arrival) / 1e6
+                XCTAssertGreaterThanOrEqual(wait, 0)
+                XCTAssertLessThanOrEqual(wait, 2.6)
+            }
+        }
+    }
+
+    func testJitterGrowsTargetToCoverIt() {
+        var jb = JitterBuffer()
+        var noise = Noise(state: 42)
+        let delays = (0..<3000).map { _ in min(100, max(5, 30 + 10 * noise.gaussian())) }
+        let packets = Self.trace(count: 3000) { delays[$0] }
+        let log = Self.run(packets, buffer: &jb, end: Self.ms(61_000))
+        let s = jb.statistics
+        // Spread of 30 ± 10 ms (Gaussian): the target sits around its upper tail, far above
+        // a frame and far below the 200 ms cap.
+        let targets = log.suffix(2500).map(\.stats.currentTargetMs)
+        XCTAssertGreaterThan(targets.min()!, 25)
+        XCTAssertLessThan(targets.max()!, 70)
+        XCTAssertGreaterThan(s.jitterMs, 25)
+        XCTAssertLessThan(Double(s.late) / 3000, 0.02, "few late: \(s)")
+        let played = Self.playedIndices(log)
+        XCTAssertEqual(played, played.sorted(), "in order")
+        XCTAssertGreaterThan(played.count, 2940)
+    }
+
+    func testShrinksAgainAfterJitterCalms() {
+        var jb = JitterBuffer()
+        var noise = Noise(state: 7)
+        // 8 s of heavy jitter (20–100 ms), then 40 s of a steady 20 ms.
+        let packets = Self.trace(count: 2400) { i in i < 400 ? 20 + 80 * noise.uniform() : 20 }
+        let log = Self.run(packets, buffer: &jb, end: Self.ms(48_200))
+        let duringSpikes = log.filter { $0.time > Self.ms(4000) && $0.time < Self.ms(8000) }
+        XCTAssertGreaterThan(duringSpikes.map(\.stats.currentTargetMs).max()!, 50, "grew")
+        XCTAssertGreaterThan(duringSpikes.map(\.stats.currentDelayMs).max()!, 50)
+        let end = log.filter { $0.time > Self.ms(40_000) && $0.stats.currentDelayMs > 0 }
+        XCTAssertFalse(end.isEmpty)
+        XCTAssertLessThan(end.map(\.stats.currentTargetMs).max()!, 3, "target back to the bare minimum")
+        XCTAssertLessThan(end.map(\.stats.currentDelayMs).max()!, 20, "less than a frame of buffering left")
+        XCTAssertGreaterThan(jb.statistics.dropped, 0, "shrunk by dropping")
+        let played = Self.playedIndices(log)
+        XCTAssertEqual(played, played.sorted())
+    }
+
+    // MARK: - Repairs
+
+    func testRandomLossIsRecoveredWithFECWhenTheNextPacketIsHere() {
+        var jb = JitterBuffer(configuration: .init(planForFEC: true))
+        var noise = Noise(state: 99)
+        let lost = Set((0..<2000).filter { $0 > 5 && $0 < 1995 && noise.uniform() < 0.10 })
+        let packets = Self.trace(count: 2000) { lost.contains($0) ? nil : 20 }
+        let log = Self.run(packets, buffer: &jb, end: Self.ms(40_100))
+
+        // Each FEC output hands over the packet after a lost one.
+        let fec = Self.fecIndices(log).map { $0 - 1 }
+        XCTAssertTrue(Set(fec).isSubset(of: lost), "FEC only for lost frames")
+        // At first the buffer holds no spare frame, so the next packet is not here yet when a
+        // loss is found: concealment. Once the loss rate is known (10 % here), planning for FEC
+        // keeps a frame more, and from then on every loss whose successor came is recovered.
+        let recoverable = lost.filter { !lost.contains($0 + 1) }
+        XCTAssertEqual(Set(fec.filter { $0 >= 200 }), recoverable.filter { $0 >= 200 })
+        XCTAssertEqual(Self.playedIndices(log), (0..<2000).filter { !lost.contains($0) }, "nothing else lost")
+        let s = jb.statistics
+        XCTAssertEqual(s.lost, lost.count)
+        XCTAssertEqual(s.late, 0)
+        XCTAssertGreaterThan(s.currentTargetMs, 19, "a frame kept for FEC")
+        XCTAssertLessThan(s.currentTargetMs, 41)
+        XCTAssertEqual(s.lossFraction, 0.10, accuracy: 0.06)
+        XCTAssertGreaterThan(s.lossPercent, 3)
+    }
+
+    func testWithoutFECPlanningAndNoSpareFrameLossIsConcealed() {
+        var jb = JitterBuffer()  // planForFEC is off by default
+        let lost: Set<Int> = [100, 200, 201, 300]
+        let packets = Self.trace(count: 400) { lost.contains($0) ? nil : 20 }
+        let log = Self.run(packets, buffer: &jb, end: Self.ms(8_100))
+        XCTAssertEqual(Self.fecIndices(log), [], "the next packet is never here in time")
+        let lastFrame = log.lastIndex { if case .frame = $0.output { return true } else { return false } }!
+        let concealed = log[..<lastFrame].filter { Self.isConceal($0.output) }.map { $0.output.samples(frameSamples: Self.frame) }
+        XCTAssertEqual(concealed, [960, 960, 960, 960], "one frame of concealment per loss")
+        XCTAssertEqual(Self.playedIndices(log), (0..<400).filter { !lost.contains($0) })
+        XCTAssertLessThan(jb.statistics.currentTargetMs, 3)
+    }
+
+    func testReorderingWithinTheWindowComesOutInOrder() {
+        var jb = JitterBuffer()
+        // Odd packets overtake even ones by 15 ms.
+        let packets = Self.trace(count: 600) { i in i % 2 == 0 ? 40 : 5 }
+        let log = Self.run(packets, buffer: &jb, end: Self.ms(12_200))
+        // The very first swap cannot be foreseen (packet 0 comes after 1 has started playing);
+        // the buffer learns from it and everything after comes out complete and in order.
+        let played = Self.playedIndices(log)
+        XCTAssertEqual(played, played.sorted())
+        XCTAssertEqual(played.filter { $0 >= 4 }, Array(4..<600))
+        XCTAssertLessThanOrEqual(jb.statistics.late, 2)
+    }
+
+    func testDuplicatesAreIgnored() {
+        var jb = JitterBuffer()
+        let once = Self.trace(count: 300) { _ in 20 }
+        let twice = once + once.map { var p = $0; p.arrival += Self.ms(5); return p }
+        let log = Self.run(twice, buffer: &jb, end: Self.ms(6_200))
+        XCTAssertEqual(Self.playedIndices(log), Array(0..<300))
+        XCTAssertEqual(jb.statistics.duplicates, 300)
+        XCTAssertEqual(jb.statistics.received, 300)
+    }
+
+    func testLatePacketsAreDroppedAndCounted() {
+        var jb = JitterBuffer()
+        let packets = Self.trace(count: 300) { i in i == 150 ? 400 : 20 }
+        let log = Self.run(packets, buffer: &jb, end: Self.ms(6_500))
+        let played = Self.playedIndices(log)
+        XCTAssertFalse(played.contains(150), "too late to play")
+        XCTAssertEqual(played, (0..<300).filter { $0 != 150 })
+        XCTAssertEqual(jb.statistics.late, 1)
+        XCTAssertEqual(jb.statistics.lost, 0, "it did arrive")
+    }
+
+    // MARK: - Bounds and streams
+
+    func testBoundedUnderAFlood() {
+        var jb = JitterBuffer()
+        // 10 000 frames' worth arriving at once (a peer dumping its queue).
+        for i in 0..<10_000 {
+            jb.insert(seq: UInt64(i), timestamp: UInt32(i * Self.frame), payload: Self.payload(i), arrival: Self.ms(1))
+        }
+        let s = jb.statistics
+        XCTAssertLessThanOrEqual(s.bufferedMs, 300)
+        XCTAssertEqual(s.dropped, 10_000 - 15)
+        XCTAssertEqual(s.received, 10_000)
+        // Their timestamps say they are due over the next 200 s: the buffer waits for them
+        // (one timing was recorded: a burst counts once), then plays what it kept, in order.
+        var produced: Int64 = 0
+        var played: [Int] = []
+        for _ in 0..<15_000 where played.last != 9_999 {
+            let out = jb.next(now: Self.ms(2) + produced * 125_000 / 6)
+            if case .frame(let p) = out { played.append(Self.index(of: p)) }
+            produced += Int64(out.samples(frameSamples: Self.frame))
+        }
+        XCTAssertEqual(played, Array(9_985..<10_000))
+        XCTAssertLessThanOrEqual(jb.statistics.bufferedMs, 300)
+    }
+
+    func testSequenceJumpStartsANewStream() {
+        var jb = JitterBuffer()
+        let first = Self.trace(count: 100) { _ in 20 }
+        // The peer restarts 3 s later with a fresh random seq and timestamp.
+        let second = Self.trace(count: 100, seq0: 0xDEAD_BEEF_0000, ts0: 123) { _ in 20 }.map { p -> Packet in
+            var p = p
+            p.arrival += Self.ms(3000)
+            p.payload = Self.payload(Self.index(of: p.payload) + 100)
+            return p
+        }
+        let log = Self.run(first + second, buffer: &jb, end: Self.ms(5_200))
+        XCTAssertEqual(Self.playedIndices(log), Array(0..<200))
+        let s = jb.statistics
+        XCTAssertEqual(s.resets, 1)
+        XCTAssertEqual(s.lost, 0)
+        XCTAssertEqual(s.late, 0)
+    }
+
+    func testDTXSilenceIsNeitherLossNorFEC() {
+        var jb = JitterBuffer()
+        // Talkspurt of 50 frames, then 2 s of DTX (nothing sent: seq continues, timestamp jumps),
+        // then another talkspurt.
+        var packets = Self.trace(count: 50) { _ in 20 }
+        let gapFrames = 100
+        packets += (50..<100).map { i in
+            Packet(seq: 1000 &+ UInt64(i), timestamp: 5000 &+ UInt32((i + gapFrames) * Self.frame),
+                   arrival: Self.ms(Double(i + gapFrames) * Self.frameMs + 20), payload: Self.payload(i))
+        }
+        let log = Self.run(packets, buffer: &jb, end: Self.ms(4_200))
+        XCTAssertEqual(Self.playedIndices(log), Array(0..<100))
+        XCTAssertEqual(Self.fecIndices(log), [])
+        let s = jb.statistics
+        XCTAssertEqual(s.lost, 0)
+        XCTAssertEqual(s.late, 0)
+        // Between the talkspurts: a few frames of concealment (comfort noise), then silence.
+        let between = log.filter { $0.time > Self.ms(1_050) && $0.time < Self.ms(2_950) }
+        XCTAssertTrue(between.contains { Self.isSilence($0.output) })
+        let concealedMs = between.filter { Self.isConceal($0.output) }.count * 20
+        XCTAssertLessThanOrEqual(concealedMs, 140, "goes idle after about 100 ms dry")
+    }
+
+    func testShortDTXGapIsConcealedNotRecovered() {
+        var jb = JitterBuffer()
+        // 3 frames of DTX between two talkspurts: seq contiguous, timestamp jumps by 4 frames.
+        var packets = Self.trace(count: 50) { _ in 20 }
+        packets += (50..<100).map { i in
+            Packet(seq: 1000 &+ UInt64(i), timestamp: 5000 &+ UInt32((i + 3) * Self.frame),
+                   arrival: Self.ms(Double(i + 3) * Self.frameMs + 20), payload: Self.payload(i))
+        }
+        let log = Self.run(packets, buffer: &jb, end: Self.ms(2_200))
+        XCTAssertEqual(Self.playedIndices(log), Array(0..<100))
+        XCTAssertEqual(Self.fecIndices(log), [], "nothing was lost: DTX is concealed, not FEC-recovered")
+        XCTAssertEqual(jb.statistics.lost, 0)
+    }
+
+    func testTimestampWrapsAround() {
+        var jb = JitterBuffer()
+        let packets = Self.trace(count: 400, seq0: UInt64.max - 200, ts0: UInt32.max - UInt32(Self.frame * 100)) { _ in 20 }
+        let log = Self.run(packets, buffer: &jb, end: Self.ms(8_200))
+        XCTAssertEqual(Self.playedIndices(log), Array(0..<400))
+        XCTAssertEqual(jb.statistics.resets, 0)
+        XCTAssertEqual(jb.statistics.lost, 0)
+    }
+
+    func testConcealmentComesInStepsOfAtMostAFrame() {
+        var jb = JitterBuffer()
+        var noise = Noise(state: 5)
+        let packets = Self.trace(count: 1500) { _ in noise.uniform() < 0.05 ? nil : 10 + 60 * noise.uniform() }
+        let log = Self.run(packets, buffer: &jb, end: Self.ms(30_500))
+        for p in log {
+            switch p.output {
+            case .conceal(let n), .silence(let n):
+                XCTAssertGreaterThan(n, 0)
+                XCTAssertLessThanOrEqual(n, Self.frame)
+                XCTAssertEqual(n % 120, 0)
+            default: break
+            }
+        }
+        let played = Self.playedIndices(log)
+        XCTAssertEqual(played, played.sorted())
+        XCTAssertLessThanOrEqual(jb.statistics.bufferedMs, 300)
+    }
+
+    func testResetForgetsTheStreamButKeepsCounters() {
+        var jb = JitterBuffer()
+        let packets = Self.trace(count: 50) { _ in 20 }
+        _ = Self.run(packets, buffer: &jb, end: Self.ms(1_200))
+        XCTAssertEqual(jb.statistics.played, 50)
+        jb.reset()
+        XCTAssertEqual(jb.next(now: Self.ms(1_300)), .silence(samples: 120))
+        XCTAssertEqual(jb.statistics.played, 50)
+        XCTAssertEqual(jb.statistics.received, 50)
+    }
+}
