@@ -49,9 +49,11 @@ enum Usage {
               --timeout S   stop after S seconds (default: run until Ctrl-C)
             """),
         CommandSpec("connect", "PEER", "connect to PEER, pairing first if needed", positionals: 1...1, details: """
-            Waits up to 90 seconds. While it waits it prints progress, and when pairing needs a
-            person it prints the code to compare and the command that answers, e.g.
+            Waits up to 90 seconds. While it waits it prints progress, and on first contact the
+            code to compare and the command that answers, e.g.
               pairing with AA:BB:CC:DD:EE:FF: compare code 123456, then run: peervoicectl confirm AA:BB:CC:DD:EE:FF yes
+            The person at the other computer is asked too (`peervoicectl monitor` shows it there as
+            PairingRequested) and answers with `peervoicectl confirm YOUR-ID yes`.
             """),
         CommandSpec("disconnect", "PEER", "disconnect from PEER; it does not redial", positionals: 1...1, details: """
             Messages still queued for PEER wait for the next connection.

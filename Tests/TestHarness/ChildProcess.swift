@@ -12,14 +12,15 @@ public final class ChildProcess {
     public let logPath: String
     private var exitStatus: Int32?
 
+    /// `stdinPath`: a file to read standard input from (default /dev/null).
     public init(_ executable: String, _ arguments: [String], environment: [String: String] = [:],
-                logPath: String) throws {
+                logPath: String, stdinPath: String? = nil) throws {
         self.executable = executable
         self.logPath = logPath
         var actions = posix_spawn_file_actions_t()
         posix_spawn_file_actions_init(&actions)
         defer { posix_spawn_file_actions_destroy(&actions) }
-        posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
+        posix_spawn_file_actions_addopen(&actions, 0, stdinPath ?? "/dev/null", O_RDONLY, 0)
         posix_spawn_file_actions_addopen(&actions, 1, logPath, O_WRONLY | O_CREAT | O_APPEND, 0o644)
         posix_spawn_file_actions_adddup2(&actions, 1, 2)
 

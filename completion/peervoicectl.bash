@@ -1,0 +1,89 @@
+# bash completion for peervoicectl                                   -*- shell-script -*-
+# Installed as $(PREFIX)/share/bash-completion/completions/peervoicectl; to try it without
+# installing: source completion/peervoicectl.bash
+#
+# Self-contained (does not need the bash-completion package's helpers). Peer ids come from the
+# running service through `peervoicectl peers --ids`. Ids contain ':', which bash treats as a word
+# break, so the line is split on blanks here and the part before the last ':' is trimmed from the
+# candidates, as bash-completion's __ltrim_colon_completions does.
+
+_peervoicectl_peer_ids() {
+    peervoicectl peers --ids 2>/dev/null
+}
+
+_peervoicectl() {
+    local line=${COMP_LINE:0:COMP_POINT}
+    local -a words=()
+    read -r -a words <<<"$line"
+    if [[ ${#words[@]} -eq 0 || $line == *[[:blank:]] ]]; then
+        words+=("")
+    fi
+    local cur=${words[${#words[@]}-1]}
+    local commands="status peers discover connect disconnect send history remove mute confirm voice monitor help"
+
+    # The command: the first word after the program that is not an option.
+    local command= i word
+    local -a positionals=()
+    local prev=${words[${#words[@]}-2]:-}
+    local options_ended=
+    for ((i = 1; i < ${#words[@]} - 1; i++)); do
+        word=${words[i]}
+        if [[ -z $command ]]; then
+            [[ $word == -* ]] || command=$word
+            continue
+        fi
+        if [[ -z $options_ended && $word == -- ]]; then
+            options_ended=1
+        elif [[ -z $options_ended && ($word == --max || $word == --timeout) ]]; then
+            ((i++))    # the option's value
+        elif [[ -n $options_ended || $word != -* || $word == - ]]; then
+            positionals+=("$word")
+        fi
+    done
+
+    local candidates= options="--help"
+    if [[ -z $command ]]; then
+        candidates="$commands --help --version"
+    else
+        case $command in
+            peers) options="--ids --help" ;;
+            discover) options="--timeout --help" ;;
+            history) options="--max --help" ;;
+            monitor) options="--json --help" ;;
+        esac
+        if [[ $prev == --max || $prev == --timeout ]]; then
+            COMPREPLY=()    # a number
+            return 0
+        fi
+        if [[ $cur == -* && -z $options_ended ]]; then
+            candidates=$options
+        else
+            case $command:${#positionals[@]} in
+                connect:0 | disconnect:0 | remove:0 | send:0 | history:0 | confirm:0)
+                    candidates=$(_peervoicectl_peer_ids) ;;
+                confirm:1) candidates="yes no" ;;
+                mute:0) candidates="on off toggle" ;;
+                voice:0) candidates="start stop" ;;
+                voice:1) candidates=$(_peervoicectl_peer_ids) ;;
+                help:0) candidates=$commands ;;
+            esac
+        fi
+    fi
+
+    COMPREPLY=()
+    local candidate
+    while IFS= read -r candidate; do
+        [[ -n $candidate ]] && COMPREPLY+=("$candidate")
+    done < <(compgen -W "$candidates" -- "$cur")
+
+    # bash completes only the part of the word after the last ':' (a COMP_WORDBREAKS character).
+    if [[ $cur == *:* && $COMP_WORDBREAKS == *:* ]]; then
+        local prefix=${cur%"${cur##*:}"}
+        for i in "${!COMPREPLY[@]}"; do
+            COMPREPLY[i]=${COMPREPLY[i]#"$prefix"}
+        done
+    fi
+    return 0
+}
+
+complete -F _peervoicectl peervoicectl
