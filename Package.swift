@@ -30,14 +30,14 @@ let package = Package(
         // The service: bus API, peer links, transports.
         .target(
             name: "PeerVoiceDaemon",
-            dependencies: ["PeerVoiceCore", "GIO", "Sodium"],
+            dependencies: ["PeerVoiceCore", "GIO", "Sodium", "Opus", "PipeWire"],
             resources: [.embedInCode("org.example.PeerVoice.xml")]
         ),
         .executableTarget(name: "peervoiced", dependencies: ["PeerVoiceDaemon"]),
         // A thin client of the public bus API, nothing more.
         .executableTarget(name: "peervoicectl", dependencies: ["GIO"]),
 
-        .target(name: "TestHarness", dependencies: ["GIO"], path: "Tests/TestHarness"),
+        .target(name: "TestHarness", dependencies: ["GIO", "PeerVoiceCore", "Sodium"], path: "Tests/TestHarness"),
         .testTarget(name: "PeerVoiceCoreTests", dependencies: ["PeerVoiceCore"]),
         .testTarget(name: "SodiumTests", dependencies: ["Sodium", "PeerVoiceCore"]),
         .testTarget(name: "OpusTests", dependencies: ["Opus", "PeerVoiceCore"]),

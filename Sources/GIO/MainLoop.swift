@@ -131,3 +131,12 @@ public func iterateMainContext(timeout: Double, until condition: () -> Bool) -> 
     }
     return condition()
 }
+
+/// A weak reference that other threads may carry but only the main context dereferences: how
+/// the voice thread's events find the (main-thread-only) control plane.
+public final class MainContextReference<Object: AnyObject>: @unchecked Sendable {
+    /// Read this only on the main context's thread.
+    public private(set) weak var object: Object?
+
+    public init(_ object: Object) { self.object = object }
+}

@@ -13,6 +13,8 @@ public struct Options: Sendable {
     public var name: String = ProcessInfo.processInfo.hostName
     public var stateDirectory: String = Options.defaultStateDirectory
     public var verbose = false
+    /// Audio devices, frame length, auto start and cue tones.
+    var voice = VoiceAudioOptions()
 
     public static let usage = """
         Usage: peervoiced [OPTION]...
@@ -25,6 +27,11 @@ public struct Options: Sendable {
                               (PeerVoice's agent becomes BlueZ's default agent)
           --name NAME         display name other peers see (default: the host name)
           --state-dir DIR     keys, peers and messages (default: $XDG_STATE_HOME/peervoice)
+          --source NODE       microphone: a PipeWire node name (default: the default source)
+          --sink NODE         speaker: a PipeWire node name (default: the default sink)
+          --frame-ms 10|20    Opus frame length; 10 lowers latency, 20 (default) saves bandwidth
+          --no-auto-voice     do not start voice when a peer connects (StartVoice does)
+          --no-cue            no chime when voice with a peer starts and stops
           --verbose           debug logging
           --help              show this help and exit
           --version           show the version and exit
@@ -54,7 +61,9 @@ public struct Options: Sendable {
             case "--version": return .exit(message: "peervoiced \(version)", status: 0)
             case "--verbose", "-v": options.verbose = true
             case "--default-agent": options.defaultAgent = true
-            case "--listen", "--adapter", "--name", "--state-dir":
+            case "--no-auto-voice": options.voice.autoStart = false
+            case "--no-cue": options.voice.cue = false
+            case "--listen", "--adapter", "--name", "--state-dir", "--source", "--sink", "--frame-ms":
                 guard let value = value(for: flag), !value.isEmpty else {
                     return .exit(message: "peervoiced: \(flag) needs a value\n\(usage)", status: 2)
                 }
@@ -62,6 +71,13 @@ public struct Options: Sendable {
                 case "--listen": options.listen = value
                 case "--adapter": options.adapter = value
                 case "--name": options.name = value
+                case "--source": options.voice.source = value
+                case "--sink": options.voice.sink = value
+                case "--frame-ms":
+                    guard value == "10" || value == "20" else {
+                        return .exit(message: "peervoiced: --frame-ms takes 10 or 20, not '\(value)'", status: 2)
+                    }
+                    options.voice.frameMs = Int(value)!
                 default: options.stateDirectory = value
                 }
             default:

@@ -26,6 +26,8 @@ final class Peer {
     /// Set by our `Disconnect` (kept across restarts), the peer's user-disconnect goodbye, or a
     /// failed first contact: do not redial until the next `Connect`.
     var stayDisconnected = false
+    /// Voice with this peer (PeerVoiceService+Voice.swift).
+    var voice = PeerVoice()
     /// `Connect` calls waiting for the link.
     var connectWaiters: [(Result<Void, ServiceError>) -> Void] = []
 

@@ -50,7 +50,8 @@ extension PeerVoiceService {
 
     private var localHello: Hello {
         // Every field is in range by construction; a HELLO that cannot be built is a bug.
-        try! Hello(instanceID: instance, capabilities: [.text], listenPort: ip.listenPort, voicePort: 0,
+        try! Hello(instanceID: instance, capabilities: voice == nil ? [.text] : [.text, .voice],
+                   listenPort: ip.listenPort, voicePort: voicePort,
                    name: Hello.truncatedName(options.name))
     }
 
@@ -291,6 +292,17 @@ extension PeerVoiceService: PeerLinkDelegate {
         peer.connectWaiters = []
         waiters.forEach { $0(.success(())) }
         sendQueuedMessages(to: peer)
+        peer.voice.destination = Self.voiceDestination(of: peer, link: link, hello: hello)
+        if options.voice.autoStart { peer.voice.wanted = true }
+        beginVoice(peer)
+    }
+
+    /// Voice goes to the address we dialled (a relay in between relays it too), or to the port
+    /// a peer that dialled us announced: its listen port, else its voice port.
+    private static func voiceDestination(of peer: Peer, link: PeerLink, hello: Hello) -> IPEndpoint? {
+        guard peer.id.transport == .ip else { return nil }
+        if link.isOutgoing || hello.listenPort != 0 { return IPEndpoint(host: peer.id.host, port: peer.id.port) }
+        return hello.voicePort == 0 ? nil : IPEndpoint(host: peer.id.host, port: hello.voicePort)
     }
 
     /// When two links to one peer are open at once (both sides dialled), both sides keep the link
@@ -332,6 +344,8 @@ extension PeerVoiceService: PeerLinkDelegate {
             }
             peer.acknowledged(upTo: seq)
             sendQueuedMessages(to: peer)
+        case .voiceStart, .voiceStop:
+            peerSentVoiceFrame(frame, peer: peer)
         case .voice, .hello, .keepalive, .goodbye, .pairing:
             break
         }
@@ -351,6 +365,7 @@ extension PeerVoiceService: PeerLinkDelegate {
             return
         }
         guard let peer = linkOwners.removeValue(forKey: ObjectIdentifier(link)) else { return }
+        endVoice(peer, reason: "the link closed")
         peer.link = nil
         Log.info("\(peer.id) disconnected: \(reason)")
         if case .goodbye(.userDisconnected) = reason { setStayDisconnected(peer, true) }

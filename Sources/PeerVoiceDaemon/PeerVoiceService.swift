@@ -23,6 +23,10 @@ final class PeerVoiceService {
     let store: MessageStore
     let directory: PeerDirectory
     let ip = IPTransport()
+    /// The voice thread, once its UDP socket is bound (PeerVoiceService+Voice.swift).
+    var voice: VoiceEngine?
+    /// The UDP port HELLO announces for voice when we do not listen (0: the listen port).
+    var voicePort: UInt16 = 0
     /// BlueZ, once started (PeerVoiceService+Bluetooth.swift).
     var bluetooth: BluetoothTransport?
     var peers: [PeerID: Peer] = [:]
@@ -35,7 +39,6 @@ final class PeerVoiceService {
     var pairingLimiter = PairingRateLimiter()
     private var timers: [EventSource] = []
 
-    static let noVoice = "voice is not available yet: this PeerVoice has no audio support"
     /// How often undeliverable messages are checked for expiry.
     static let expiryCheckMs: UInt32 = 60_000
 
@@ -87,12 +90,14 @@ final class PeerVoiceService {
             }
             emit(.propertiesChanged([.listenAddress]))
         }
+        startVoiceEngine()
         startBluetooth()
         for peer in peers.values { scheduleRedial(peer, immediately: true) }
         expireMessages()
         timers = [
             Timer.every(milliseconds: Self.expiryCheckMs) { [unowned self] in expireMessages(); return true },
             Timer.every(milliseconds: 500) { [unowned self] in resendStalledRuns(); return true },
+            Timer.every(milliseconds: Self.voiceRetryMs) { [unowned self] in retryWantedVoice(); return true },
         ]
     }
 
@@ -102,6 +107,7 @@ final class PeerVoiceService {
             peer.link?.close(goodbye: .shuttingDown, logReason: "shutting down")
         }
         stopBluetooth()
+        voice?.shutdown()
     }
 
     // MARK: Discovery
@@ -217,6 +223,7 @@ final class PeerVoiceService {
     func setMuted(_ muted: Bool) {
         guard muted != isMuted else { return }
         isMuted = muted
+        voice?.muted.store(muted, ordering: .relaxed)
         Log.info(muted ? "microphone muted" : "microphone unmuted")
         emit(.muteChanged(muted))
         emit(.propertiesChanged([.muted]))
@@ -237,17 +244,6 @@ final class PeerVoiceService {
         answer(prompt, for: id, accept: accept, reason: "refused here with ConfirmPairing")
     }
 
-    func startVoice(_ id: PeerID) throws(ServiceError) {
-        if peers[id] != nil, let unavailable = bluetoothUnavailable(for: id) { throw unavailable }
-        try requireConnected(id)
-        throw .notAvailable(Self.noVoice)
-    }
-
-    func stopVoice(_ id: PeerID) throws(ServiceError) {
-        try requireConnected(id)
-        throw .notAvailable(Self.noVoice)
-    }
-
     // MARK: Helpers
 
     func known(_ id: PeerID) throws(ServiceError) -> Peer {
@@ -255,10 +251,6 @@ final class PeerVoiceService {
             throw .unknownPeer("\(id) is not a known peer: Connect to it first (ListPeers shows known peers)")
         }
         return peer
-    }
-
-    private func requireConnected(_ id: PeerID) throws(ServiceError) {
-        guard try known(id).isConnected else { throw .notConnected("\(id) is not connected: Connect to it first") }
     }
 
     static func nowMs() -> UInt64 { UInt64(Date().timeIntervalSince1970 * 1000) }

@@ -305,7 +305,7 @@ final class WireTests: XCTestCase {
     // MARK: - Malformed bodies
 
     func testUnknownFrameTypes() {
-        for type: UInt8 in [0x00, 0x07, 0x0F, 0x11, 0xFF] {
+        for type: UInt8 in [0x00, 0x09, 0x0F, 0x11, 0xFF] {
             assertDecodeFails([type], .unknownFrameType(type))
         }
     }
@@ -574,6 +574,9 @@ final class WireTests: XCTestCase {
             .goodbye(.userDisconnected),
             .pairing(accepted: true),
             .pairing(accepted: false),
+            .voiceStart(try VoiceStart(sessionID: Array(0..<16), frameMs: 20)),
+            .voiceStart(try VoiceStart(sessionID: Array(repeating: 0xAB, count: 16), frameMs: 10)),
+            .voiceStop,
             .goodbye(.shuttingDown),
             .goodbye(.protocolError),
             .goodbye(GoodbyeReason(rawValue: 77)),
@@ -678,5 +681,18 @@ extension WireTests {
         var body = frame.encodedBody()
         body[9 + 7] = 9  // previous seq = 9 = seq
         XCTAssertThrowsError(try Frame(body: body)) { XCTAssertEqual($0 as? WireError, .previousSequenceNotBefore(seq: 9, previous: 9)) }
+    }
+}
+
+extension WireTests {
+    func testVoiceStartLayoutAndLimits() throws {
+        let start = try VoiceStart(sessionID: Array(0..<16), frameMs: 10)
+        XCTAssertEqual(Frame.voiceStart(start).encodedBody(), [0x07] + Array(0..<16) + [10])
+        XCTAssertThrowsError(try Frame(body: [0x07] + Array(0..<16) + [30])) {
+            XCTAssertEqual($0 as? WireError, .unsupportedFrameDuration(30))
+        }
+        XCTAssertThrowsError(try Frame(body: [0x07] + Array(0..<15) + [20]))
+        XCTAssertThrowsError(try Frame(body: [0x08, 0x00])) { XCTAssertEqual($0 as? WireError, .trailingBytes(.voiceStop, count: 1)) }
+        XCTAssertEqual(try Frame(body: [0x08]), .voiceStop)
     }
 }

@@ -19,6 +19,11 @@ public enum Frame: Equatable, Sendable {
     /// The sender's person (or pinned key) accepted the peer after the handshake; nothing but
     /// KEEPALIVE, PAIRING and GOODBYE flows until both sides have sent it.
     case pairing(accepted: Bool)
+    /// The sender starts (or restarts) sending voice under a fresh session id, from which both
+    /// sides derive the keys that seal its VOICE packets (docs/SECURITY.md, voice keys).
+    case voiceStart(VoiceStart)
+    /// The sender stopped its voice session.
+    case voiceStop
 
     /// The frame's type byte.
     public var type: FrameType {
@@ -30,6 +35,8 @@ public enum Frame: Equatable, Sendable {
         case .goodbye: return .goodbye
         case .voice: return .voice
         case .pairing: return .pairing
+        case .voiceStart: return .voiceStart
+        case .voiceStop: return .voiceStop
         }
     }
 }
@@ -42,6 +49,8 @@ public enum FrameType: UInt8, Sendable, CaseIterable, CustomStringConvertible {
     case keepalive = 0x04
     case goodbye = 0x05
     case pairing = 0x06
+    case voiceStart = 0x07
+    case voiceStop = 0x08
     case voice = 0x10
 
     /// The frame's name as the protocol document writes it, e.g. `"HELLO"`.
@@ -54,6 +63,8 @@ public enum FrameType: UInt8, Sendable, CaseIterable, CustomStringConvertible {
         case .goodbye: return "GOODBYE"
         case .voice: return "VOICE"
         case .pairing: return "PAIRING"
+        case .voiceStart: return "VOICE_START"
+        case .voiceStop: return "VOICE_STOP"
         }
     }
 }
@@ -231,6 +242,27 @@ extension Frame: CustomStringConvertible {
             return voice.description
         case .pairing(let accepted):
             return accepted ? "PAIRING accepted" : "PAIRING refused"
+        case .voiceStart(let start):
+            return "VOICE_START \(start.frameMs) ms frames"
+        case .voiceStop:
+            return "VOICE_STOP"
         }
+    }
+}
+
+/// What VOICE_START carries: the sender's voice session and how it frames audio.
+public struct VoiceStart: Equatable, Sendable {
+    /// 16 random bytes, fresh for every session (see ``VoiceKeys``).
+    public let sessionID: [UInt8]
+    /// Opus frame length: 10 or 20 ms. Both sides' decoders follow the sender's.
+    public let frameMs: UInt8
+
+    public static let sessionIDBytes = 16
+
+    public init(sessionID: [UInt8], frameMs: UInt8) throws(WireError) {
+        guard sessionID.count == Self.sessionIDBytes else { throw .frameTooShort(.voiceStart, bodyBytes: 2 + sessionID.count, requiredBytes: 18) }
+        guard frameMs == 10 || frameMs == 20 else { throw .unsupportedFrameDuration(frameMs) }
+        self.sessionID = sessionID
+        self.frameMs = frameMs
     }
 }

@@ -10,6 +10,8 @@ extension Frame {
     static let keepaliveBytes = 1
     static let goodbyeBytes = 1 + 1
     static let pairingBytes = 1 + 1
+    static let voiceStartBytes = 1 + VoiceStart.sessionIDBytes + 1
+    static let voiceStopBytes = 1
     /// Fixed part of a VOICE body: type, seq, timestamp.
     static let voiceFixedBytes = 1 + 8 + 4
 
@@ -40,6 +42,8 @@ extension Frame {
         case .goodbye: return Frame.goodbyeBytes
         case .voice(let voice): return Frame.voiceFixedBytes + voice.payload.count
         case .pairing: return Frame.pairingBytes
+        case .voiceStart: return Frame.voiceStartBytes
+        case .voiceStop: return Frame.voiceStopBytes
         }
     }
 
@@ -71,6 +75,11 @@ extension Frame {
             bytes.append(contentsOf: voice.payload)
         case .pairing(let accepted):
             bytes.append(accepted ? 1 : 0)
+        case .voiceStart(let start):
+            bytes.append(contentsOf: start.sessionID)
+            bytes.append(start.frameMs)
+        case .voiceStop:
+            break
         }
     }
 
@@ -167,6 +176,15 @@ extension Frame {
             case 1: self = .pairing(accepted: true)
             case let other: throw .invalidPairingDecision(other)
             }
+
+        case .voiceStart:
+            try requireExactly(Frame.voiceStartBytes)
+            let sessionID = Array(body.dropFirst().prefix(VoiceStart.sessionIDBytes))
+            self = .voiceStart(try VoiceStart(sessionID: sessionID, frameMs: body[body.endIndex - 1]))
+
+        case .voiceStop:
+            try requireExactly(Frame.voiceStopBytes)
+            self = .voiceStop
         }
     }
 

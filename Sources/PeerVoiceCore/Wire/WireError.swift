@@ -30,6 +30,8 @@ public enum WireError: Error, Equatable, Sendable, CustomStringConvertible {
     case textNotUTF8
     /// A TEXT frame whose previous sequence number is not below its own.
     case previousSequenceNotBefore(seq: UInt64, previous: UInt64)
+    /// A VOICE_START frame with a frame length other than 10 or 20 ms.
+    case unsupportedFrameDuration(UInt8)
     /// A PAIRING frame whose decision byte is neither 0 nor 1.
     case invalidPairingDecision(UInt8)
     /// A VOICE frame's Opus payload is longer than ``Wire/maxOpusPayloadBytes``.
@@ -69,6 +71,8 @@ public enum WireError: Error, Equatable, Sendable, CustomStringConvertible {
             return "text is not valid UTF-8 without NUL"
         case .previousSequenceNotBefore(let seq, let previous):
             return "TEXT frame with sequence number \(seq) claims to follow \(previous)"
+        case .unsupportedFrameDuration(let ms):
+            return "VOICE_START with \(ms) ms frames (10 or 20 supported)"
         case .invalidPairingDecision(let value):
             return "PAIRING frame with decision \(value) (must be 0 or 1)"
         case .voicePayloadTooLong(let bytes):

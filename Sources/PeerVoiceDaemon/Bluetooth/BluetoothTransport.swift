@@ -47,12 +47,16 @@ final class BluetoothTransport {
     /// The org.bluez owner our profile and agent are registered with.
     private var registeredWith: String?
     private var everRegistered = false
+    /// Whether org.bluez had an owner at start-up, until the name watch reports (then nil).
+    private var bluezOwnedAtStart: Bool?
     /// StartDiscovery was called and StopDiscovery not yet: resumed when BlueZ comes back.
     private var discoveryWanted = false
     /// The adapter's settings before we made it discoverable, restored by StopDiscovery.
     private var savedAdapterSettings: (path: String, discoverable: Bool, timeoutSeconds: UInt32, pairable: Bool)?
-    /// Devices reported with PeerFound (device path → address), for PeerLost.
-    private var reported: [String: String] = [:]
+    /// Devices reported with PeerFound (device path → address and name), for PeerLost.
+    private var reported: [String: (address: String, name: String)] = [:]
+    /// Devices reported since discovery last started: found again (a new RSSI) is not news.
+    private var foundThisTime: Set<String> = []
     /// Our dials in progress, by address.
     private var dials: Set<String> = []
     /// Open links and the address they run to.
@@ -84,6 +88,11 @@ final class BluetoothTransport {
         }
         let bluez = BluezClient(connection: connection)
         self.bluez = bluez
+        // Until the name watch reports, this says whether BlueZ is there at all.
+        let hasOwner = try? connection.call(destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus",
+                                            interface: "org.freedesktop.DBus", method: "NameHasOwner",
+                                            arguments: Variant(tuple: [Variant(Bluez.service)]), timeoutMs: 2_000)
+        bluezOwnedAtStart = hasOwner?[0].bool ?? false
         profile?.isFromBluez = { [unowned self] sender in sender == self.bluez?.objects.owner }
         profile?.onNewConnection = { [unowned self] path, fd in channelOpened(devicePath: path, fd: fd) }
         profile?.onRequestDisconnection = { [unowned self] path in closeRequested(devicePath: path) }
@@ -114,6 +123,7 @@ final class BluetoothTransport {
         }
         guard let bluez else { return "Bluetooth is not available: BlueZ is not running" }
         guard bluez.objects.owner != nil else {
+            if bluezOwnedAtStart == true { return "Bluetooth is not available yet: BlueZ is starting; try again in a moment" }
             return "Bluetooth is not available: BlueZ is not running (nothing owns org.bluez on the system bus; start it, e.g. sudo systemctl start bluetooth)"
         }
         guard bluez.objects.isReady else {
@@ -188,6 +198,7 @@ final class BluetoothTransport {
             throw .failed("could not start Bluetooth discovery on \(adapter.name): \(error.message)")
         }
         Log.info("discovering Bluetooth peers on \(adapter.name) (discoverable and pairable meanwhile)")
+        foundThisTime = []
         setDiscovering(true)
         for device in bluez.devices(of: adapterPath) where device.properties["RSSI"] != nil {
             report(device)
@@ -234,12 +245,16 @@ final class BluetoothTransport {
 
     private func report(_ device: BluezDevice) {
         guard shouldReport(device), let peer = PeerID(bluetoothAddress: device.address) else { return }
-        reported[device.path] = device.address
+        let isNews = !foundThisTime.contains(device.path) || reported[device.path]?.name != device.name
+        reported[device.path] = (device.address, device.name)
+        foundThisTime.insert(device.path)
+        guard isNews else { return }
         delegate?.bluetoothFound(peer, name: device.name)
     }
 
     private func reportLost(_ path: String) {
-        guard let address = reported.removeValue(forKey: path), let peer = PeerID(bluetoothAddress: address) else { return }
+        foundThisTime.remove(path)
+        guard let address = reported.removeValue(forKey: path)?.address, let peer = PeerID(bluetoothAddress: address) else { return }
         delegate?.bluetoothLost(peer)
     }
 
@@ -247,6 +262,8 @@ final class BluetoothTransport {
 
     private func bluezChanged(_ change: ObjectManagerClient.Change) {
         guard let bluez else { return }
+        if case .appeared = change { bluezOwnedAtStart = nil }
+        if case .vanished = change { bluezOwnedAtStart = nil }
         switch change {
         case .appeared(let owner):
             register(with: owner, attempt: 1)
@@ -292,12 +309,12 @@ final class BluetoothTransport {
         guard let bluez, let profile, let agent, bluez.objects.owner == owner else { return }
         profile.register(with: bluez) { [weak self] result in
             guard let self, bluez.objects.owner == owner else { return }
-            if case .failure(let error) = result {
+            if case .failure(let error) = result, error.name != Self.alreadyExists {
                 return registrationFailed(owner: owner, attempt: attempt, "the profile", error)
             }
             agent.register(with: bluez, asDefault: isDefaultAgent) { [weak self] result in
                 guard let self, bluez.objects.owner == owner else { return }
-                if case .failure(let error) = result {
+                if case .failure(let error) = result, error.name != Self.alreadyExists {
                     return registrationFailed(owner: owner, attempt: attempt, "the pairing agent", error)
                 }
                 registeredWith = owner
@@ -314,13 +331,13 @@ final class BluetoothTransport {
             Log.warning("could not register \(what) with BlueZ (\(owner)): \(error.message); Bluetooth peers cannot connect")
             return
         }
-        // A profile left over from our previous registration with the same bluetoothd is fine.
-        if error.name == "org.bluez.Error.AlreadyExists" { return }
         Log.debug("registering \(what) with BlueZ failed (\(error.message)); trying again")
         retryTimer = Timer.after(milliseconds: 1_000) { [weak self] in self?.register(with: owner, attempt: attempt + 1) }
     }
 
     private var retryTimer: EventSource?
+    /// Our registration with this bluetoothd is still there: fine.
+    private static let alreadyExists = "org.bluez.Error.AlreadyExists"
 
     /// `--adapter`, else the adapter in use while it stays powered, else the first powered one.
     private func selectAdapter() {
@@ -365,12 +382,7 @@ final class BluetoothTransport {
         let address = peer.description
         let fail = { [unowned self] (error: ServiceError) in
             // Reported from the main loop, like every other outcome, so callers see one order of events.
-            let key = nextDeferredKey
-            nextDeferredKey += 1
-            deferred[key] = Timer.after(milliseconds: 0) { [weak self] in
-                self?.deferred[key] = nil
-                completion(.failure(error))
-            }
+            later(milliseconds: 0) { completion(.failure(error)) }
         }
         if let reason = unavailableReason { return fail(.notAvailable(reason)) }
         guard device(address) != nil else {
@@ -387,7 +399,7 @@ final class BluetoothTransport {
                 return finish(.failure(.failed("BlueZ forgot \(address) while connecting")))
             }
             if device.isPaired {
-                connectProfile(device, retries: 1, completion: finish)
+                connectProfile(device, retries: 2, completion: finish)
             } else if !mayPair {
                 finish(.failure(.failed("\(address) is not paired: Connect to it to pair")))
             } else {
@@ -399,6 +411,16 @@ final class BluetoothTransport {
     private var deferred: [Int: EventSource] = [:]
     private var nextDeferredKey = 0
 
+    /// Runs `action` on the main loop after `milliseconds` (kept until then, unlike a bare Timer).
+    private func later(milliseconds: UInt32, _ action: @escaping () -> Void) {
+        let key = nextDeferredKey
+        nextDeferredKey += 1
+        deferred[key] = Timer.after(milliseconds: milliseconds) { [weak self] in
+            self?.deferred[key] = nil
+            action()
+        }
+    }
+
     private func pair(_ device: BluezDevice, completion: @escaping (Result<Void, ServiceError>) -> Void) {
         guard let bluez else { return completion(.failure(.notAvailable(unavailableReason ?? "BlueZ went away"))) }
         Log.info("pairing with \(device.address) (\(device.name))")
@@ -408,9 +430,9 @@ final class BluetoothTransport {
             case .success:
                 Log.info("paired with \(device.address)")
                 markTrusted(device.path)
-                connectProfile(device, retries: 1, completion: completion)
+                connectProfile(device, retries: 2, completion: completion)
             case .failure(let error) where error.name == "org.bluez.Error.AlreadyExists":
-                connectProfile(device, retries: 1, completion: completion)
+                connectProfile(device, retries: 2, completion: completion)
             case .failure(let error):
                 Log.info("pairing with \(device.address) failed: \(error.name): \(error.message)")
                 completion(.failure(Self.pairingError(error, address: device.address)))
@@ -431,6 +453,13 @@ final class BluetoothTransport {
                 // BlueZ still holds an old channel of ours: close it, then dial again.
                 disconnectProfile(device.address)
                 afterDisconnecting(device.address) { [weak self] in
+                    self?.connectProfile(device, retries: retries - 1, completion: completion)
+                }
+            case .failure(let error) where retries > 0 && error.message.hasSuffix("connection-refused"):
+                // The other side refused the channel right after the link was encrypted: Linux
+                // 6.1 may answer "security block" before it knows the key size. Once more, later.
+                Log.debug("\(device.address) refused the channel (\(error.message)); trying once more")
+                later(milliseconds: 1_000) { [weak self] in
                     self?.connectProfile(device, retries: retries - 1, completion: completion)
                 }
             case .failure(let error):

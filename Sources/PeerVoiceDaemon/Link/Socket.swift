@@ -123,6 +123,44 @@ final class Socket {
         return socket
     }
 
+    /// A UDP socket bound to `endpoint` (port 0 picks a free one): how voice travels over IP.
+    static func datagram(boundTo endpoint: IPEndpoint) throws(SystemError) -> Socket {
+        guard let (address, length) = endpoint.socketAddress() else { throw SystemError(call: "inet_pton \(endpoint.host)", code: EINVAL) }
+        let socket = Socket(adopting: try systemCall("socket") { Glibc.socket(Int32(address.ss_family), Int32(SOCK_DGRAM.rawValue), 0) })
+        try withUnsafePointer(to: address) { pointer throws(SystemError) in
+            try pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { sa throws(SystemError) in
+                try systemCall("bind udp \(endpoint)") { bind(socket.fd, sa, length) }
+            }
+        }
+        return socket
+    }
+
+    /// Sends one datagram; false if the kernel refused it now (full buffer, no route): voice
+    /// simply loses that packet.
+    @discardableResult
+    func send(datagram bytes: [UInt8], to endpoint: IPEndpoint) -> Bool {
+        guard let (address, length) = endpoint.socketAddress() else { return false }
+        let sent = withUnsafePointer(to: address) { pointer in
+            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { sa in
+                bytes.withUnsafeBytes { Glibc.sendto(fd, $0.baseAddress, $0.count, Int32(MSG_DONTWAIT), sa, length) }
+            }
+        }
+        return sent == bytes.count
+    }
+
+    /// Reads one waiting datagram into `buffer`; nil when none is waiting.
+    func receive(datagramInto buffer: UnsafeMutableRawBufferPointer) -> (count: Int, from: IPEndpoint)? {
+        var storage = sockaddr_storage()
+        var length = socklen_t(MemoryLayout<sockaddr_storage>.size)
+        let count = withUnsafeMutablePointer(to: &storage) { pointer in
+            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                Glibc.recvfrom(fd, buffer.baseAddress, buffer.count, Int32(MSG_DONTWAIT), $0, &length)
+            }
+        }
+        guard count >= 0, let from = IPEndpoint(storage) else { return nil }
+        return (count, from)
+    }
+
     /// Accepts one waiting connection, or nil when none is waiting.
     func accept() throws(SystemError) -> (Socket, IPEndpoint)? {
         var storage = sockaddr_storage()

@@ -1,0 +1,159 @@
+import GIO
+import PeerVoiceCore
+
+/// Voice with each connected peer, on the control plane: who wants it, the session ids both sides
+/// announce (VOICE_START, from which the voice keys come), and starting and stopping the voice
+/// thread's sessions (Voice/VoiceEngine.swift).
+///
+/// Either side may start: it sends VOICE_START with a fresh session id, the other answers with its
+/// own, and once both ids are known each side derives the keys and starts its session. A
+/// VOICE_START with a new id while a session runs means the peer restarted it: we answer with a
+/// new id too, so keys are never reused. VOICE_STOP ends voice on both sides.
+extension PeerVoiceService {
+    /// How often voice that is wanted but not running (no PipeWire yet, a stream failed) is retried.
+    static let voiceRetryMs: UInt32 = 1_000
+
+    /// Binds the UDP socket voice arrives on and starts the voice thread: on the `--listen`
+    /// port, or on a free port that HELLO announces.
+    func startVoiceEngine() {
+        let endpoint: IPEndpoint
+        if let address = options.listen, let listen = try? IPTransport.parseListenAddress(address) {
+            endpoint = IPEndpoint(host: listen.host, port: ip.listenPort)
+        } else {
+            endpoint = IPEndpoint(host: "0.0.0.0", port: 0)
+        }
+        do {
+            let socket = try Socket.datagram(boundTo: endpoint)
+            voicePort = options.listen == nil ? socket.localEndpoint?.port ?? 0 : 0
+            let service = MainContextReference(self)
+            voice = VoiceEngine(socket: socket, options: options.voice) { event in
+                runOnMainContext { service.object?.voiceEngineReported(event) }
+            }
+        } catch {
+            Log.warning("voice is off: cannot receive voice on UDP \(endpoint): \(error)")
+        }
+    }
+
+    /// Why voice with `peer` cannot run now, or nil.
+    func voiceUnavailableReason(for peer: Peer) -> String? {
+        if peer.id.transport == .bluetooth { return "voice over Bluetooth is not available yet: use an IP peer" }
+        guard voice != nil else { return "voice is off: no UDP socket could be bound (see the log)" }
+        return VoiceEngine.unavailableReason
+    }
+
+    func startVoice(_ id: PeerID) throws(ServiceError) {
+        let peer = try known(id)
+        if let unavailable = bluetoothUnavailable(for: id) { throw unavailable }
+        guard peer.isConnected else { throw .notConnected("\(id) is not connected: Connect to it first") }
+        peer.voice.wanted = true
+        if let reason = voiceUnavailableReason(for: peer) { throw .notAvailable(reason) }
+        beginVoice(peer)
+    }
+
+    func stopVoice(_ id: PeerID) throws(ServiceError) {
+        let peer = try known(id)
+        guard peer.isConnected else { throw .notConnected("\(id) is not connected") }
+        if peer.voice.localSession != nil { peer.link?.send(.voiceStop) }
+        endVoice(peer, reason: "StopVoice was called")
+    }
+
+    /// Announces our session to the peer (if not done yet) and starts once both are known.
+    func beginVoice(_ peer: Peer) {
+        guard peer.voice.wanted, let link = peer.link, voiceUnavailableReason(for: peer) == nil else { return }
+        if peer.voice.localSession == nil {
+            let session = VoiceKeys.makeSessionID(crypto: crypto)
+            peer.voice.localSession = session
+            // 10 and 20 are the only values Options accepts.
+            link.send(.voiceStart(try! VoiceStart(sessionID: session, frameMs: UInt8(options.voice.frameMs))))
+        }
+        startVoiceSessionIfReady(peer)
+    }
+
+    private func startVoiceSessionIfReady(_ peer: Peer) {
+        guard !peer.voice.running, let voice, let local = peer.voice.localSession, let remote = peer.voice.remote,
+              let result = peer.link?.result, let destination = peer.voice.destination else { return }
+        let keys: VoiceKeys
+        do {
+            keys = try result.voiceKeys(localSessionID: local, remoteSessionID: remote.sessionID)
+        } catch {
+            Log.warning("voice with \(peer.id): \(error)")
+            return
+        }
+        peer.voice.running = true
+        peer.voice.generation += 1
+        voice.start(VoiceSessionSetup(peer: peer.id.description, generation: peer.voice.generation,
+                                      destination: destination, sealer: keys.makeSealer(), opener: keys.makeOpener(),
+                                      localFrameMs: options.voice.frameMs, remoteFrameMs: Int(remote.frameMs)))
+    }
+
+    /// Stops voice with `peer` here (the peer is told by the caller if it should be).
+    func endVoice(_ peer: Peer, reason: String) {
+        let wasActive = peer.voice.active
+        if peer.voice.running { voice?.stop(peer: peer.id.description, reason: reason) }
+        peer.voice = PeerVoice(generation: peer.voice.generation, destination: peer.voice.destination)
+        if wasActive { emit(.voiceStateChanged(peer.id, .stopped)) }
+    }
+
+    /// VOICE_START and VOICE_STOP from the peer.
+    func peerSentVoiceFrame(_ frame: Frame, peer: Peer) {
+        switch frame {
+        case .voiceStart(let start):
+            if peer.voice.remote != nil && peer.voice.remote?.sessionID != start.sessionID {
+                // The peer restarted its session: restart ours too, with fresh keys both ways.
+                endVoice(peer, reason: "the peer restarted voice")
+            }
+            peer.voice.remote = start
+            peer.voice.wanted = true
+            beginVoice(peer)
+        case .voiceStop:
+            endVoice(peer, reason: "the peer stopped voice")
+        default:
+            break
+        }
+    }
+
+    func voiceEngineReported(_ event: VoiceEvent) {
+        switch event {
+        case .active(let id, let generation):
+            guard let peer = peers.values.first(where: { $0.id.description == id }),
+                  peer.voice.running, peer.voice.generation == generation, !peer.voice.active else { return }
+            peer.voice.active = true
+            emit(.voiceStateChanged(peer.id, .active))
+        case .stopped(let id, let generation, let reason):
+            guard let peer = peers.values.first(where: { $0.id.description == id }),
+                  peer.voice.running, peer.voice.generation == generation else { return }
+            // The streams failed (PipeWire went away): keep wanting voice, renegotiate fresh keys
+            // when it can run again.
+            Log.info("voice with \(peer.id) stopped: \(reason)")
+            let wanted = peer.voice.wanted
+            if peer.voice.localSession != nil { peer.link?.send(.voiceStop) }
+            endVoice(peer, reason: reason)
+            peer.voice.wanted = wanted
+        }
+    }
+
+    /// Brings up voice that is wanted but not running, e.g. once PipeWire has appeared.
+    func retryWantedVoice() {
+        for peer in peers.values where peer.isConnected && peer.voice.wanted && !peer.voice.running {
+            beginVoice(peer)
+        }
+    }
+}
+
+/// A peer's voice state on the control plane.
+struct PeerVoice {
+    /// Voice should run with this peer (auto voice on connect, StartVoice, or the peer started it).
+    var wanted = false
+    /// Our session id, once announced in VOICE_START.
+    var localSession: [UInt8]?
+    /// The peer's VOICE_START.
+    var remote: VoiceStart?
+    /// The voice thread has a session for this peer.
+    var running = false
+    /// VoiceStateChanged(active) was emitted.
+    var active = false
+    /// Tells this peer's voice-thread sessions apart, so a late event from an old one is ignored.
+    var generation = 0
+    /// Where our voice datagrams go: the address we dialled, or the peer's announced port.
+    var destination: IPEndpoint?
+}

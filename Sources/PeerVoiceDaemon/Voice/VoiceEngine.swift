@@ -1,0 +1,194 @@
+import Foundation
+import GIO
+import Glibc
+import PeerVoiceCore
+import PipeWire
+import Synchronization
+
+/// What the control plane hands the voice thread to start one peer's voice session.
+struct VoiceSessionSetup: Sendable {
+    let peer: String
+    /// Which of the peer's sessions this is: events carry it back.
+    let generation: Int
+    /// Where our sealed VOICE datagrams go.
+    let destination: IPEndpoint
+    let sealer: RecordSealer
+    let opener: RecordOpener
+    /// Our Opus frame length, and the peer's (its decoder and jitter buffer follow it).
+    let localFrameMs: Int
+    let remoteFrameMs: Int
+}
+
+/// What the voice thread reports back (delivered on the main context).
+enum VoiceEvent: Sendable {
+    /// Both streams run and the peer's frames arrive.
+    case active(peer: String, generation: Int)
+    /// The session failed or could not start; `reason` is for the log.
+    case stopped(peer: String, generation: Int, reason: String)
+}
+
+/// Settings of the audio side, from the command line.
+struct VoiceAudioOptions: Sendable {
+    var source: String?
+    var sink: String?
+    var frameMs = 20
+    var cue = true
+    /// Start voice as soon as a peer connects.
+    var autoStart = true
+}
+
+/// The voice thread: it owns the UDP socket, the PipeWire connection, each session's streams,
+/// Opus codec, jitter buffer and voice keys. The control plane talks to it only through
+/// `start`/`stop` (a command queue and a wake-up pipe) and the atomic mute flag; PipeWire's real-time
+/// thread meets it only through each session's two lock-free rings.
+final class VoiceEngine: @unchecked Sendable {
+    /// How often the thread looks at the rings when nothing else wakes it: short against a
+    /// 5.3 ms quantum, so a captured frame waits at most this long to be encoded.
+    static let tickMs: Int32 = 2
+
+    let muted = Atomic<Bool>(false)
+    let socket: Socket
+    private let options: VoiceAudioOptions
+    private let onEvent: @Sendable (VoiceEvent) -> Void
+    private let commands = Mutex<[Command]>([])
+    /// A pipe whose read end the voice thread polls: a byte written wakes it for the commands.
+    private let wakeRead: Int32
+    private let wakeWrite: Int32
+    private var thread: Thread?
+
+    private enum Command {
+        case start(VoiceSessionSetup)
+        case stop(peer: String, reason: String)
+        case shutdown
+    }
+
+    // Voice-thread state.
+    private var context: PipeWireContext?
+    private var sessions: [String: VoiceSession] = [:]
+    private var receiveBuffer = [UInt8](repeating: 0, count: 2048)
+
+    /// `socket`: the bound UDP socket voice arrives on. `onEvent` runs on the voice thread; hop
+    /// to the main context from it.
+    init(socket: Socket, options: VoiceAudioOptions, onEvent: @escaping @Sendable (VoiceEvent) -> Void) {
+        self.socket = socket
+        self.options = options
+        self.onEvent = onEvent
+        var ends: [Int32] = [-1, -1]
+        pipe(&ends)
+        for end in ends {
+            _ = fcntl(end, F_SETFL, O_NONBLOCK)
+            _ = fcntl(end, F_SETFD, FD_CLOEXEC)
+        }
+        (wakeRead, wakeWrite) = (ends[0], ends[1])
+        let thread = Thread { [unowned self] in run() }
+        thread.name = "peervoice-voice"
+        self.thread = thread
+        thread.start()
+    }
+
+    /// Why voice cannot start now (no PipeWire), or nil. Cheap: looks for the daemon's socket.
+    static var unavailableReason: String? {
+        let environment = ProcessInfo.processInfo.environment
+        guard let directory = environment["PIPEWIRE_RUNTIME_DIR"] ?? environment["XDG_RUNTIME_DIR"] else {
+            return "voice needs PipeWire, and there is no runtime directory (XDG_RUNTIME_DIR is not set)"
+        }
+        let name = environment["PIPEWIRE_REMOTE"] ?? "pipewire-0"
+        let path = name.hasPrefix("/") ? name : directory + "/" + name
+        return FileManager.default.fileExists(atPath: path)
+            ? nil : "voice needs PipeWire, which is not running (no \(path)); voice starts by itself when it is"
+    }
+
+    func start(_ setup: VoiceSessionSetup) { post(.start(setup)) }
+
+    func stop(peer: String, reason: String) { post(.stop(peer: peer, reason: reason)) }
+
+    /// Stops every session and the thread; returns once it has ended.
+    func shutdown() {
+        post(.shutdown)
+        while thread?.isFinished == false { usleep(1_000) }
+    }
+
+    private func post(_ command: Command) {
+        commands.withLock { $0.append(command) }
+        var byte: UInt8 = 1
+        _ = write(wakeWrite, &byte, 1)
+    }
+
+    // MARK: The voice thread
+
+    private func run() {
+        var fds = [pollfd(fd: socket.fd, events: Int16(POLLIN), revents: 0),
+                   pollfd(fd: wakeRead, events: Int16(POLLIN), revents: 0)]
+        while true {
+            _ = poll(&fds, nfds_t(fds.count), sessions.isEmpty ? -1 : Self.tickMs)
+            if fds[1].revents != 0 {
+                var drained = [UInt8](repeating: 0, count: 64)
+                while read(wakeRead, &drained, drained.count) > 0 {}
+            }
+            for command in commands.withLock({ queue in defer { queue.removeAll() }; return queue }) {
+                switch command {
+                case .start(let setup): startSession(setup)
+                case .stop(let peer, let reason): endSession(peer, reason: reason, report: false)
+                case .shutdown:
+                    for peer in Array(sessions.keys) { endSession(peer, reason: "shutting down", report: false) }
+                    context = nil
+                    close(wakeRead)
+                    close(wakeWrite)
+                    return
+                }
+            }
+            receiveDatagrams()
+            let now = Self.monotonicNs()
+            let isMuted = muted.load(ordering: .relaxed)
+            for (peer, session) in sessions {
+                if let failure = session.pump(now: now, muted: isMuted, socket: socket) {
+                    endSession(peer, reason: failure, report: true)
+                } else if session.becameActive() {
+                    onEvent(.active(peer: peer, generation: session.generation))
+                }
+            }
+        }
+    }
+
+    private func startSession(_ setup: VoiceSessionSetup) {
+        endSession(setup.peer, reason: "replaced by a new session", report: false)
+        do {
+            if context == nil || context?.isConnected == false {
+                context = try PipeWireContext(applicationName: "PeerVoice")
+            }
+            guard let context else { return }
+            sessions[setup.peer] = try VoiceSession(setup: setup, context: context, options: options)
+            Log.info("voice with \(setup.peer): session started (\(setup.localFrameMs) ms frames out, \(setup.remoteFrameMs) ms in)")
+        } catch {
+            context = nil
+            onEvent(.stopped(peer: setup.peer, generation: setup.generation, reason: "\(error)"))
+        }
+    }
+
+    /// Ends `peer`'s session; `report` tells the control plane, which did not ask for it.
+    private func endSession(_ peer: String, reason: String, report: Bool) {
+        guard let session = sessions.removeValue(forKey: peer) else { return }
+        session.close(cue: options.cue)
+        Log.info("voice with \(peer) stopped (\(reason)): \(session.statisticsSummary)")
+        if report { onEvent(.stopped(peer: peer, generation: session.generation, reason: reason)) }
+    }
+
+    /// Hands each datagram to the session whose keys open it (sealed records authenticate their
+    /// sender, whatever address a relay or NAT shows).
+    private func receiveDatagrams() {
+        let arrival = Self.monotonicNs()
+        while let (count, from) = receiveBuffer.withUnsafeMutableBytes({ socket.receive(datagramInto: $0) }) {
+            let datagram = Array(receiveBuffer[0..<count])
+            let candidates = sessions.values.sorted { a, _ in a.destination.host == from.host }
+            if !candidates.contains(where: { $0.receive(datagram: datagram, arrival: arrival) }) {
+                Log.debug("voice: dropped a datagram from \(from) that no session opens")
+            }
+        }
+    }
+
+    static func monotonicNs() -> Int64 {
+        var now = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &now)
+        return Int64(now.tv_sec) * 1_000_000_000 + Int64(now.tv_nsec)
+    }
+}

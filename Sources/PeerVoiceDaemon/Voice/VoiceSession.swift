@@ -1,0 +1,190 @@
+import Foundation
+import Opus
+import PeerVoiceCore
+import PipeWire
+
+/// One peer's voice on the voice thread: microphone → Opus → sealed UDP, and sealed UDP →
+/// jitter buffer → Opus (FEC, concealment) → speaker. Used only by the voice thread, except the
+/// rings, which PipeWire's real-time thread fills and drains.
+final class VoiceSession {
+    /// Kept in the playback ring beyond one device quantum, so the device never runs dry while
+    /// the thread sleeps between ticks; small, since every sample here is latency.
+    static let playbackMarginSamples = 128
+    static let quantumSamples = VoiceAudio.defaultLatencyFrames
+    /// An Opus packet this small is DTX silence: not worth sending.
+    static let dtxPacketBytes = 2
+
+    let destination: IPEndpoint
+    let generation: Int
+    private let captureRing = AudioRing(minimumCapacity: 48_000)
+    private let playbackRing = AudioRing(minimumCapacity: 24_000)
+    private let capture: CaptureStream
+    private let playback: PlaybackStream
+    private let encoder: OpusVoiceEncoder
+    private let decoder: OpusVoiceDecoder
+    private var jitter: JitterBuffer
+    private var sealer: RecordSealer
+    private var opener: RecordOpener
+    private var frame: [Int16]
+    private var packet = [UInt8](repeating: 0, count: 1500)
+    private var decoded = [Int16](repeating: 0, count: voiceMaxPacketSamples)
+    private var nextSeq: UInt64 = 1
+    private var timestamp = UInt32.random(in: 0...UInt32.max)
+    private var sent = 0
+    private var received = 0
+    private var reportedActive = false
+    private var lastLossPercent = -1
+
+    init(setup: VoiceSessionSetup, context: PipeWireContext, options: VoiceAudioOptions) throws {
+        destination = setup.destination
+        generation = setup.generation
+        sealer = setup.sealer
+        opener = setup.opener
+        let localDuration: OpusFrameDuration = setup.localFrameMs == 10 ? .ms10 : .ms20
+        let remoteDuration: OpusFrameDuration = setup.remoteFrameMs == 10 ? .ms10 : .ms20
+        encoder = try OpusVoiceEncoder(configuration: .init(frameDuration: localDuration))
+        decoder = try OpusVoiceDecoder(frameDuration: remoteDuration)
+        jitter = JitterBuffer(configuration: .init(frameSamples: remoteDuration.samples))
+        frame = [Int16](repeating: 0, count: localDuration.samples)
+        capture = try CaptureStream(context: context, sink: captureRing, target: options.source)
+        playback = try PlaybackStream(context: context, source: playbackRing, target: options.sink)
+        if options.cue { Self.writeCue(into: playbackRing, rising: true) }
+        try capture.start()
+        try playback.start()
+    }
+
+    /// Encodes and sends what the microphone gave, and keeps the speaker fed. Returns why the
+    /// session cannot go on, or nil.
+    func pump(now: Int64, muted: Bool, socket: Socket) -> String? {
+        if case .error(let message) = capture.state { return "microphone stream failed: \(message)" }
+        if case .error(let message) = playback.state { return "speaker stream failed: \(message)" }
+        sendCaptured(muted: muted, socket: socket)
+        feedPlayback(now: now)
+        return nil
+    }
+
+    private func sendCaptured(muted: Bool, socket: Socket) {
+        while captureRing.availableToRead >= frame.count {
+            frame.withUnsafeMutableBufferPointer { buffer in
+                _ = captureRing.read(into: buffer)
+                // Muting happens here, within one frame: the encoder hears silence and DTX
+                // stops the packets (WirePlumber would remember a muted node).
+                if muted { buffer.update(repeating: 0) }
+            }
+            let bytes: Int
+            do {
+                bytes = try frame.withUnsafeBufferPointer { pcm in
+                    try packet.withUnsafeMutableBufferPointer { try encoder.encode(pcm, into: $0) }
+                }
+            } catch {
+                Log.warning("voice: Opus could not encode a frame: \(error)")
+                continue
+            }
+            defer { timestamp &+= UInt32(frame.count) }
+            guard bytes > Self.dtxPacketBytes,
+                  let voice = try? VoiceFrame(seq: nextSeq, timestamp: timestamp, payload: Array(packet[0..<bytes])),
+                  let record = try? sealer.seal(Frame.voice(voice).encodedBody()) else { continue }
+            nextSeq += 1
+            if socket.send(datagram: Wire.lengthPrefixed(record), to: destination) { sent += 1 }
+        }
+    }
+
+    private func feedPlayback(now: Int64) {
+        let wanted = Self.quantumSamples + Self.playbackMarginSamples
+        while playbackRing.availableToRead < wanted {
+            // The jitter buffer schedules by when its output will be heard.
+            let queued = Int64(playbackRing.availableToRead + Self.quantumSamples)
+            let output = jitter.next(now: now + queued * 1_000_000_000 / Int64(voiceSampleRate))
+            let count = produce(output)
+            guard count > 0 else { return }
+            _ = decoded.withUnsafeBufferPointer { playbackRing.write(UnsafeBufferPointer(rebasing: $0[0..<count])) }
+        }
+        let loss = jitter.statistics.lossPercent
+        if loss != lastLossPercent {
+            // The encoder's FEC follows what we lose; without a feedback frame the peer's
+            // encoder keeps its default, ours follows the loss we see on the way in.
+            lastLossPercent = loss
+            encoder.setPacketLossPercent(max(loss, 5))
+        }
+    }
+
+    /// Decodes (or conceals, or silences) what the jitter buffer asks for into `decoded`.
+    private func produce(_ output: JitterBuffer.Output) -> Int {
+        do {
+            switch output {
+            case .frame(let payload):
+                return try payload.withUnsafeBufferPointer { p in
+                    try decoded.withUnsafeMutableBufferPointer { try decoder.decode(p, fec: false, into: $0) }
+                }
+            case .recoverWithFEC(let payload):
+                return try payload.withUnsafeBufferPointer { p in
+                    try decoded.withUnsafeMutableBufferPointer { try decoder.decode(p, fec: true, into: $0) }
+                }
+            case .conceal(let samples):
+                return try decoded.withUnsafeMutableBufferPointer {
+                    try decoder.decode(nil, fec: false, into: UnsafeMutableBufferPointer(rebasing: $0[0..<min(samples, $0.count)]))
+                }
+            case .silence(let samples):
+                let count = min(samples, decoded.count)
+                decoded.withUnsafeMutableBufferPointer { $0.update(repeating: 0) }
+                return count
+            }
+        } catch {
+            Log.debug("voice: decoding failed (\(error)); playing silence")
+            let count = output.samples(frameSamples: decoder.frameSamples)
+            decoded.withUnsafeMutableBufferPointer { $0.update(repeating: 0) }
+            return min(count, decoded.count)
+        }
+    }
+
+    /// Takes one datagram if this session's keys open it.
+    func receive(datagram: [UInt8], arrival: Int64) -> Bool {
+        guard datagram.count > Wire.lengthPrefixBytes,
+              Int(datagram[0]) << 24 | Int(datagram[1]) << 16 | Int(datagram[2]) << 8 | Int(datagram[3])
+                == datagram.count - Wire.lengthPrefixBytes,
+              let plaintext = try? opener.open(datagram[Wire.lengthPrefixBytes...]),
+              case .voice(let voice)? = try? Frame(body: plaintext) else { return false }
+        received += 1
+        jitter.insert(seq: voice.seq, timestamp: voice.timestamp, payload: voice.payload, arrival: arrival)
+        return true
+    }
+
+    /// True once, when both streams run and the peer's audio arrives.
+    func becameActive() -> Bool {
+        guard !reportedActive, received > 0, capture.state == .streaming, playback.state == .streaming else { return false }
+        reportedActive = true
+        return true
+    }
+
+    func close(cue: Bool) {
+        if cue {
+            Self.writeCue(into: playbackRing, rising: false)
+            // Let the device play it before the stream goes.
+            let deadline = Date().addingTimeInterval(0.3)
+            while playbackRing.availableToRead > 0 && Date() < deadline { usleep(5_000) }
+        }
+        capture.stop()
+        playback.stop()
+    }
+
+    var statisticsSummary: String {
+        let stats = jitter.statistics
+        return "sent \(sent) packets, received \(received), late \(stats.late), lost \(stats.lost), concealed \(stats.concealed), FEC-recovered \(stats.fecRecovered), rejected \(opener.rejections.total), delay \(Int(stats.currentDelayMs)) ms, speaker underruns \(playback.underruns)"
+    }
+
+    /// A two-note chime (up on start, down on stop), 150 ms at -20 dBFS: the cue people hear
+    /// when voice with a peer comes and goes.
+    static func writeCue(into ring: AudioRing, rising: Bool) {
+        let notes: [Double] = rising ? [660, 880] : [880, 660]
+        let noteSamples = voiceSampleRate * 75 / 1000
+        var samples = [Int16](repeating: 0, count: noteSamples * notes.count)
+        for (index, frequency) in notes.enumerated() {
+            for n in 0..<noteSamples {
+                let envelope = sin(Double.pi * Double(n) / Double(noteSamples))
+                let value = 0.1 * envelope * sin(2 * Double.pi * frequency * Double(n) / Double(voiceSampleRate))
+                samples[index * noteSamples + n] = Int16(value * Double(Int16.max))
+            }
+        }
+        _ = ring.write(samples)
+    }
+}
