@@ -1,0 +1,55 @@
+#!/bin/bash
+# shellcheck source-path=SCRIPTDIR
+# PeerVoice over real BlueZ, computer B (run by run-pair.sh inside VM b; `make test-bluetooth`).
+# B's person always says yes (every PairingRequested is confirmed) until the last part, where the
+# answer is no. B discovers (so it is discoverable), sees A connect, answers A's message, sees
+# A disconnect, connect again after A's bluetoothd restart and disconnect again; then forgets A
+# and refuses A's next pairing.
+# shellcheck source=guest-lib.sh
+source "$BTVM_LIB"
+# shellcheck source=peervoice-lib.sh
+source "$BTVM_DIR/peervoice-lib.sh"
+
+pv_start pv-b
+a=$(peer_address) || fail "A never published its address"
+pv_auto_confirm
+pv StartDiscovery > /dev/null || fail "StartDiscovery failed"
+[[ $(adapter_prop Discoverable) == true && $(adapter_prop Pairable) == true ]] \
+    || fail "StartDiscovery did not make $ADAPTER discoverable and pairable"
+barrier pv-ready || fail "A's peervoiced did not start"
+
+# --- A pairs and connects
+pv_wait PairingRequested "'$a'" 90 || { pv_dump; fail "no PairingRequested for A"; }
+pv_wait PeerStateChanged "'$a', 'connected'" 90 || { pv_dump; fail "A never connected"; }
+[[ $(device_prop "$a" Trusted) == true ]] || fail "A is not Trusted after the accepted pairing"
+barrier connected-1 || fail "A did not see the connection"
+
+pv_wait MessageReceived "'$a', '[0-9a-f]{32}', 'hello from A'" 30 || { pv_dump; fail "no message from A"; }
+pv Send "$a" "hello from B" > /dev/null || fail "Send to A failed"
+pv_wait MessageDelivered "'$a'" 30 || { pv_dump; fail "no MessageDelivered from A"; }
+
+pv_mark
+pv_wait PeerStateChanged "'$a', 'disconnected'" 30 || { pv_dump; fail "A's Disconnect not seen"; }
+barrier disconnected-1 || fail "A did not see the disconnection"
+
+# --- A's bluetoothd restarts; A connects again (already paired: no prompt)
+pv_wait PeerStateChanged "'$a', 'connected'" 90 || { pv_dump; fail "A did not connect again"; }
+barrier connected-2 || fail "A did not see the second connection"
+pv_wait MessageReceived "'$a', '[0-9a-f]{32}', 'after the restart'" 30 || { pv_dump; fail "no message after A's restart"; }
+pv Send "$a" "B got it" > /dev/null || fail "Send after A's restart failed"
+pv_mark
+pv_wait PeerStateChanged "'$a', 'disconnected'" 30 || { pv_dump; fail "A's second Disconnect not seen"; }
+barrier disconnected-2 || fail "A did not see the second disconnection"
+
+# --- forget A; its next pairing is refused
+write_shared "$OUT/pairing-answer" false
+pv_mark
+pv RemovePeer "$a" > /dev/null || fail "RemovePeer failed"
+pv_remove_device "$a" || fail "RemoveDevice($a) failed"
+barrier forgotten || fail "A did not forget B"
+pv_wait PairingRequested "'$a'" 120 || { pv_dump; fail "no PairingRequested for A the second time"; }
+pv_wait PeerStateChanged "'$a', 'disconnected'" 30 || { pv_dump; fail "A not disconnected after the refusal"; }
+[[ $(device_prop "$a" Paired 2>/dev/null) != true ]] || fail "A is paired although B refused"
+
+barrier finished 180 || fail "A did not finish"
+log "PASS: peervoice-b"
