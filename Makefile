@@ -83,9 +83,12 @@ run: build
 	scripts/run.sh $(ARGS)
 
 # Serial on purpose (no --parallel): each suite starts its own private dbus-daemon.
+# Every suite: unit and service tests (private buses, PipeWire), then PeerVoice over real BlueZ in
+# the two VMs. TEST_FILTER narrows the first part and skips the VMs.
 test: deps
 	$(SWIFT) build --build-tests $(SWIFT_FLAGS)
 	$(SWIFT) test $(SWIFT_FLAGS) $(if $(TEST_FILTER),--filter '$(TEST_FILTER)')
+	$(if $(TEST_FILTER),,$(MAKE) --no-print-directory test-bluetooth)
 
 install: deps
 	$(SWIFT) build -c release $(SWIFT_FLAGS)
