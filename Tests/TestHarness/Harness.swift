@@ -12,7 +12,10 @@ public final class PrivateBus {
         address = "unix:path=" + socket
         process = try ChildProcess("dbus-daemon", configArguments + ["--nofork", "--nopidfile", "--address=" + address],
                                    logPath: directory.path + "/dbus-daemon.log")
-        guard eventually(timeout: 10, { FileManager.default.fileExists(atPath: socket) || !process.isRunning }),
+        // The socket file appears a moment before dbus-daemon listens on it: ready means a client
+        // can connect.
+        let address = address
+        guard eventually(timeout: 10, { !process.isRunning || (try? DBusConnection.connect(address: address)) != nil }),
               process.isRunning else {
             throw HarnessError("dbus-daemon did not start: \(process.log)")
         }
