@@ -1,43 +1,20 @@
 /// Identifies one installation of PeerVoice: 16 random bytes chosen once and kept.
 ///
 /// Sent in HELLO; receivers key message deduplication on it.
-public struct InstanceID: Hashable, Sendable, CustomStringConvertible {
-    let value: ID128
-
-    init(value: ID128) {
-        self.value = value
-    }
-
-    /// A new identifier from the system's cryptographically secure random source.
-    public static func random() -> InstanceID {
-        InstanceID(value: .random())
-    }
-
-    /// The identifier made of exactly 16 bytes, or nil for any other count.
-    public init?(bytes: some Collection<UInt8>) {
-        guard let value = ID128(bytes: bytes) else { return nil }
-        self.value = value
-    }
-
-    /// Parses 32 hexadecimal digits (either case); nil for anything else.
-    public init?(hex: some StringProtocol) {
-        guard let value = ID128(hex: hex) else { return nil }
-        self.value = value
-    }
-
-    /// The 16 bytes, in wire order.
-    public var bytes: [UInt8] { value.bytes }
-
-    /// 32 lowercase hexadecimal digits.
-    public var hex: String { value.hex }
-
-    public var description: String { hex }
-}
+public typealias InstanceID = Identifier<InstanceIdentity>
 
 /// Identifies one text message: 16 random bytes chosen by its sender.
 ///
-/// The same at both ends of a link; its ``hex`` is the message id the D-Bus API shows.
-public struct MessageID: Hashable, Sendable, CustomStringConvertible {
+/// The same at both ends of a link; its ``Identifier/hex`` is the message id the D-Bus API shows.
+public typealias MessageID = Identifier<MessageIdentity>
+
+/// What an ``InstanceID`` names (a type tag, never instantiated).
+public enum InstanceIdentity {}
+/// What a ``MessageID`` names (a type tag, never instantiated).
+public enum MessageIdentity {}
+
+/// A 16-byte random identifier; `Kind` keeps instance and message ids from being mixed up.
+public struct Identifier<Kind>: Hashable, Sendable, CustomStringConvertible {
     let value: ID128
 
     init(value: ID128) {
@@ -45,8 +22,8 @@ public struct MessageID: Hashable, Sendable, CustomStringConvertible {
     }
 
     /// A new identifier from the system's cryptographically secure random source.
-    public static func random() -> MessageID {
-        MessageID(value: .random())
+    public static func random() -> Identifier {
+        Identifier(value: .random())
     }
 
     /// The identifier made of exactly 16 bytes, or nil for any other count.
