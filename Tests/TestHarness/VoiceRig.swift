@@ -1,0 +1,540 @@
+import Foundation
+import GIO
+import Glibc
+
+// Voice between two real peervoiced processes, each with its own headless PipeWire: a peer with
+// a chosen audio environment, pairing, recordings whose samples are placed on the monotonic clock
+// (so recordings made in two PipeWire instances can be compared), speech analysis, and a TCP+UDP
+// relay that loses datagrams.
+
+/// CLOCK_MONOTONIC in seconds: the clock of `TimedRecording` and of the tests' event times.
+public func monotonicSeconds() -> Double {
+    var now = timespec()
+    clock_gettime(CLOCK_MONOTONIC, &now)
+    return Double(now.tv_sec) + Double(now.tv_nsec) / 1e9
+}
+
+/// Tests/Fixtures/<name> of this checkout.
+public func fixturePath(_ name: String) -> String {
+    URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+        .appendingPathComponent("Fixtures/\(name)").path
+}
+
+// MARK: Peers
+
+/// One voice peer: its own directory, private bus, client, and a peervoiced listening on
+/// 127.0.0.1 with `environment` on top of the test's (a `PipeWireSession.environment`, or one
+/// pointing at a directory with no PipeWire). The session bus is always the peer's own.
+public final class VoicePeer {
+    public let name: String
+    public let directory: TemporaryDirectory
+    public let bus: PrivateBus
+    public let client: APIClient
+    public let daemon: Daemon
+    public private(set) var port: UInt16 = 0
+
+    public var id: String { "ip:127.0.0.1:\(port)" }
+    public var log: String { daemon.process.log }
+    public var mark: Int { client.signals.count }
+
+    public init(name: String, environment: [String: String], arguments: [String] = ["--verbose", "--no-cue"]) throws {
+        self.name = name
+        directory = try TemporaryDirectory("peervoice-voice-\(name)")
+        let bus: PrivateBus
+        do {
+            bus = try PrivateBus(in: directory)
+        } catch {
+            directory.remove()
+            throw error
+        }
+        self.bus = bus
+        var clientOrNil: APIClient?
+        _ = eventually(timeout: 10) {
+            clientOrNil = try? APIClient(address: bus.address)
+            return clientOrNil != nil
+        }
+        guard let client = clientOrNil else {
+            bus.stop()
+            directory.remove()
+            throw HarnessError("\(name): cannot connect to the private bus")
+        }
+        self.client = client
+        var daemonEnvironment = environment
+        // The PipeWire session's bus is WirePlumber's; peervoiced gets the peer's own.
+        daemonEnvironment["DBUS_SESSION_BUS_ADDRESS"] = nil
+        do {
+            daemon = try Daemon(bus: bus, in: directory, name: name,
+                                arguments: ["--listen", "127.0.0.1:0"] + arguments, environment: daemonEnvironment)
+        } catch {
+            bus.stop()
+            directory.remove()
+            throw error
+        }
+        var address = ""
+        let listening = client.waitForService(timeout: 15) && eventually(timeout: 10) {
+            address = (try? client.property("ListenAddress").string) ?? ""
+            return !address.isEmpty
+        }
+        guard listening, address.hasPrefix("127.0.0.1:"), let port = UInt16(address.dropFirst("127.0.0.1:".count)) else {
+            shutdown()
+            throw HarnessError("\(name): peervoiced did not come up (ListenAddress '\(address)'): \(log)")
+        }
+        self.port = port
+    }
+
+    /// Kills the daemon (SIGTERM, then SIGKILL), stops the bus, removes the directory.
+    public func shutdown() {
+        if daemon.terminate(timeout: 5) == nil { daemon.process.kill() }
+        bus.stop()
+        directory.remove()
+    }
+
+    /// The first `member` signal at or after `start` whose first argument is `peer` and second `state`.
+    @discardableResult
+    public func waitForVoiceState(_ state: String, of peer: String, after start: Int = 0, timeout: Double = 10) -> Int? {
+        client.waitForSignalIndex("VoiceStateChanged", after: start, timeout: timeout) {
+            $0.string(0) == peer && $0.string(1) == state
+        }
+    }
+
+    /// VoiceStateChanged states for `peer` at or after `start`.
+    public func voiceStates(of peer: String, after start: Int = 0) -> [String] {
+        client.signals[min(start, client.signals.count)...]
+            .filter { $0.member == "VoiceStateChanged" && $0.string(0) == peer }.map { $0.string(1) }
+    }
+
+    /// How many lines of the daemon's log contain `text`.
+    public func logCount(_ text: String) -> Int {
+        log.components(separatedBy: "\n").filter { $0.contains(text) }.count
+    }
+}
+
+/// Two paired peers and the ids each knows the other by.
+public struct VoiceLink {
+    /// B as A knows it (the id A dialled: B's, or a relay's).
+    public let bOnA: String
+    /// A as B knows it.
+    public let aOnB: String
+}
+
+public enum VoicePairing {
+    /// A dials `dial` (B's id, or a relay in front of B) with an asynchronous Connect; both confirm
+    /// the code; returns once Connect replied.
+    public static func connect(_ a: VoicePeer, to b: VoicePeer, dial: String? = nil, timeout: Double = 20) throws -> VoiceLink {
+        let target = dial ?? b.id
+        let markA = a.mark, markB = b.mark
+        let connect = a.client.callAsync("Connect", [Variant(target)], timeout: timeout)
+        var here: BusSignal?, there: BusSignal?
+        dispatch(timeout: timeout) {
+            here = here ?? a.client.signals[markA...].first { $0.member == "PairingRequested" && $0.string(0) == target }
+            there = there ?? b.client.signals[markB...].first { $0.member == "PairingRequested" }
+            return (here != nil && there != nil) || connect.isDone
+        }
+        guard let here, let there else {
+            throw HarnessError("no pairing prompt (A: \(here != nil), B: \(there != nil)); Connect: \(String(describing: connect.result))")
+        }
+        try a.client.call("ConfirmPairing", [Variant(target), Variant(true)])
+        try b.client.call("ConfirmPairing", [Variant(there.string(0)), Variant(true)])
+        dispatch(timeout: timeout) { connect.isDone }
+        guard case .success? = connect.result else {
+            throw HarnessError("Connect \(target) failed: \(String(describing: connect.result))")
+        }
+        _ = here
+        return VoiceLink(bOnA: target, aOnB: there.string(0))
+    }
+}
+
+// MARK: Recordings on the monotonic clock
+
+/// A `PipeWireSession.record(to:)` (2 channels: the mic's capture, the speaker's monitor) whose
+/// file growth is watched every millisecond, so each sample can be placed on CLOCK_MONOTONIC.
+///
+/// pw-record writes each quantum as it gets it, so the file holds `n` samples by time `t` only if
+/// `t - n / rate` ≥ the time of sample 0 (plus the tool's processing delay). The smallest
+/// `t - n / rate` seen near a moment is therefore when sample 0 "was" on the monotonic clock, to
+/// within the processing delay (measured: 10 µs between two pw-record in one graph; the same
+/// delay in two recordings cancels when they are compared). It is taken over polls within
+/// ±0.75 s of the moment asked about, so a pause or jump in the recording elsewhere (while links
+/// are made) does not matter.
+public final class TimedRecording: @unchecked Sendable {
+    public let recording: Recording
+    private let path: String
+    private let lock = NSLock()
+    private var polls: [(time: Double, bytes: Int)] = []
+    private var running = true
+    private let finished = DispatchSemaphore(value: 0)
+
+    public init(_ session: PipeWireSession, to path: String) throws {
+        self.path = path
+        recording = try session.record(to: path)
+        let thread = Thread { [self] in poll() }
+        thread.start()
+    }
+
+    private func poll() {
+        var info = stat()
+        var last = -1
+        while lock.withLock({ running }) {
+            if stat(path, &info) == 0, Int(info.st_size) != last {
+                last = Int(info.st_size)
+                let now = monotonicSeconds()
+                // Only the first sighting of a size counts: later ones say less.
+                lock.withLock { polls.append((now, last)) }
+            }
+            usleep(1_000)
+        }
+        finished.signal()
+    }
+
+    /// Ends the recording and returns its channels placed on the monotonic clock.
+    public func stop() throws -> TimedAudio {
+        let audio = try recording.stop()
+        lock.withLock { running = false }
+        finished.wait()
+        let header = try Self.dataOffset(path)
+        let bytesPerSecond = Double(audio.sampleRate * audio.channels * 2)
+        let points = lock.withLock { polls }.filter { $0.bytes > header + 2 * audio.channels * 256 }
+            .map { (time: $0.time, zero: $0.time - Double($0.bytes - header) / bytesPerSecond) }
+        guard !points.isEmpty else { throw HarnessError("\(path): no growth of the recording was seen") }
+        return TimedAudio(audio: audio, zeroPoints: points)
+    }
+
+    /// Byte offset of the WAV data chunk's samples.
+    static func dataOffset(_ path: String) throws -> Int {
+        guard let handle = FileHandle(forReadingAtPath: path) else { throw HarnessError("cannot read \(path)") }
+        defer { try? handle.close() }
+        let bytes = [UInt8](handle.readData(ofLength: 4096))
+        var offset = 12
+        while offset + 8 <= bytes.count {
+            let size = Int(bytes[offset + 4]) | Int(bytes[offset + 5]) << 8 | Int(bytes[offset + 6]) << 16 | Int(bytes[offset + 7]) << 24
+            if bytes[offset..<offset + 4].elementsEqual("data".utf8) { return offset + 8 }
+            offset += 8 + size + (size & 1)
+        }
+        throw HarnessError("\(path): no data chunk in the first 4 KiB")
+    }
+}
+
+/// A recording whose samples are placed on the monotonic clock.
+public struct TimedAudio {
+    public let audio: WAVAudio
+    /// (poll time, the time sample 0 would have had according to that poll).
+    let zeroPoints: [(time: Double, zero: Double)]
+
+    public var rate: Double { Double(audio.sampleRate) }
+
+    /// Monotonic time of sample 0, as seen by the polls within ±0.75 s of `moment`.
+    public func zeroTime(near moment: Double) -> Double {
+        var best = Double.infinity
+        for point in zeroPoints where abs(point.time - moment) <= 0.75 { best = min(best, point.zero) }
+        if best.isFinite { return best }
+        // No poll that close (the moment is outside the recording): the nearest one.
+        return zeroPoints.min { abs($0.time - moment) < abs($1.time - moment) }!.zero
+    }
+
+    /// The sample index (possibly out of range) that was captured at monotonic `time`.
+    public func index(at time: Double) -> Int { Int(((time - zeroTime(near: time)) * rate).rounded()) }
+
+    /// Monotonic time of sample `index`, given the moment near which it was taken.
+    public func time(ofIndex index: Int, near moment: Double) -> Double { zeroTime(near: moment) + Double(index) / rate }
+
+    public func channel(_ index: Int) -> [Int16] { audio.channel(index) }
+
+    public var startTime: Double { zeroPoints.first!.zero }
+    public var endTime: Double { zeroPoints.last!.zero + Double(audio.frames) / rate }
+}
+
+/// Which channel of a `PipeWireSession.record` recording.
+public enum TapChannel: Int {
+    case mic = 0
+    case speaker = 1
+}
+
+/// One channel of a timed recording.
+public struct TimedTrack {
+    public let timed: TimedAudio
+    public let samples: [Int16]
+
+    public init(_ timed: TimedAudio, _ channel: TapChannel) {
+        self.timed = timed
+        samples = timed.channel(channel.rawValue)
+    }
+
+    /// Samples captured between monotonic `from` and `to` (clipped to the recording), and the
+    /// index of the first.
+    public func slice(from: Double, to: Double) -> (samples: [Int16], start: Int) {
+        let start = max(0, min(samples.count, timed.index(at: from)))
+        let end = max(start, min(samples.count, timed.index(at: to)))
+        return (Array(samples[start..<end]), start)
+    }
+
+    /// RMS in dBFS of consecutive `windowMs` windows between `from` and `to`: (window start time, dBFS).
+    public func levels(from: Double, to: Double, windowMs: Double = 20) -> [(time: Double, dBFS: Double)] {
+        let (part, start) = slice(from: from, to: to)
+        let window = Int(windowMs * timed.rate / 1000)
+        var result: [(Double, Double)] = []
+        var offset = 0
+        while offset + window <= part.count {
+            var sum = 0.0
+            for sample in part[offset..<offset + window] { sum += Double(sample) * Double(sample) }
+            let rms = (sum / Double(window)).squareRoot() / 32768
+            result.append((timed.time(ofIndex: start + offset, near: from), rms > 0 ? 20 * log10(rms) : -200))
+            offset += window
+        }
+        return result
+    }
+
+    /// Monotonic time of the first `windowMs` window between `from` and `to` louder than `dBFS`.
+    public func firstLoud(from: Double, to: Double, above dBFS: Double, windowMs: Double = 20) -> Double? {
+        levels(from: from, to: to, windowMs: windowMs).first { $0.dBFS > dBFS }?.time
+    }
+}
+
+/// Where speech said into one peer's microphone came out of the other's speaker.
+public struct Transfer: CustomStringConvertible {
+    /// Mouth-to-ear latency in ms (mic capture to speaker monitor, on the monotonic clock).
+    public let latencyMs: Double
+    /// Normalized cross-correlation at that lag (1 = the same waveform up to gain).
+    public let correlation: Double
+    public var description: String { String(format: "latency %.1f ms, correlation %.3f", latencyMs, correlation) }
+}
+
+public enum VoiceAnalysis {
+    /// Finds the speech captured from `mic` between monotonic `from` and `to` in `speaker`, lagging
+    /// by 0...`maxLagMs`.
+    public static func transfer(mic: TimedTrack, speaker: TimedTrack, from: Double, to: Double,
+                                maxLagMs: Double = 400) -> Transfer {
+        let reference = mic.slice(from: from, to: to)
+        let maxLag = Int(maxLagMs * speaker.timed.rate / 1000)
+        let signal = speaker.slice(from: from, to: to + maxLagMs / 1000 + 0.05)
+        guard reference.samples.count > 4_800, signal.samples.count > 4_800 else {
+            return Transfer(latencyMs: .nan, correlation: 0)
+        }
+        let (lag, correlation) = AudioAnalysis.bestLag(reference: reference.samples, signal: signal.samples, maxLag: maxLag)
+        let micTime = mic.timed.time(ofIndex: reference.start, near: from)
+        let speakerTime = speaker.timed.time(ofIndex: signal.start + lag, near: from)
+        return Transfer(latencyMs: (speakerTime - micTime) * 1000, correlation: correlation)
+    }
+
+    /// Start and end (monotonic) of the audible part of `track` between `from` and `to`: first and
+    /// last 20 ms window above `dBFS`.
+    public static func audibleSpan(_ track: TimedTrack, from: Double, to: Double, above dBFS: Double = -40) -> (Double, Double)? {
+        let loud = track.levels(from: from, to: to).filter { $0.dBFS > dBFS }
+        guard let first = loud.first, let last = loud.last else { return nil }
+        return (first.time, last.time + 0.02)
+    }
+}
+
+// MARK: A lossy relay
+
+/// A relay on 127.0.0.1 for one peer link and its voice: TCP connections to `port` are relayed to
+/// 127.0.0.1:`targetPort`, and UDP datagrams arriving on the same port number are forwarded to
+/// UDP 127.0.0.1:`targetPort`, a seeded `lossPercent` of them dropped; datagrams from the target
+/// go back to the last sender. A daemon that dials the relay sends its voice there (voice goes to
+/// the address dialled), so the relay sees, drops and can record the sealed voice datagrams.
+public final class VoiceRelay: @unchecked Sendable {
+    public let port: UInt16
+    public let targetPort: UInt16
+    private let listener: Int32
+    private let udp: Int32
+    private let lock = NSLock()
+    private var lossPercent: Double
+    private var random: UInt64
+    private var stopping = false
+    private let threads = DispatchGroup()
+    private var captureOn = false
+    private var captured: [[UInt8]] = []
+    private var counts = (received: 0, dropped: 0, forwarded: 0, returned: 0)
+    private var lastSender: sockaddr_in?
+
+    public init(targetPort: UInt16, lossPercent: Double = 0, seed: UInt64 = 1) throws {
+        self.targetPort = targetPort
+        self.lossPercent = lossPercent
+        random = seed
+        var attempt = 0
+        while true {
+            attempt += 1
+            let tcp = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+            var yes: Int32 = 1
+            setsockopt(tcp, SOL_SOCKET, SO_REUSEADDR, &yes, socklen_t(MemoryLayout<Int32>.size))
+            guard tcp >= 0, Self.bind(tcp, port: 0), listen(tcp, 8) == 0 else {
+                if tcp >= 0 { close(tcp) }
+                throw HarnessError("relay: cannot listen on TCP: \(String(cString: strerror(errno)))")
+            }
+            let port = Self.localPort(tcp)
+            let datagrams = socket(AF_INET, Int32(SOCK_DGRAM.rawValue), 0)
+            if datagrams >= 0, Self.bind(datagrams, port: port) {
+                self.port = port
+                listener = tcp
+                udp = datagrams
+                break
+            }
+            close(tcp)
+            if datagrams >= 0 { close(datagrams) }
+            if attempt == 20 { throw HarnessError("relay: no port free for both TCP and UDP") }
+        }
+        spawn { [self] in acceptLoop() }
+        spawn { [self] in datagramLoop() }
+    }
+
+    deinit { stop() }
+
+    /// The peer id a daemon dials to reach the relay.
+    public var id: String { "ip:127.0.0.1:\(port)" }
+
+    public var statistics: (received: Int, dropped: Int, forwarded: Int, returned: Int) { lock.withLock { counts } }
+
+    public func setLoss(_ percent: Double) { lock.withLock { lossPercent = percent } }
+
+    /// Starts (or restarts, forgetting what was recorded) recording the datagrams that reach the
+    /// relay from the dialler, as they arrived (dropped ones included).
+    public func startCapture() { lock.withLock { captureOn = true; captured = [] } }
+
+    /// Stops recording; returns what was recorded.
+    public func stopCapture() -> [[UInt8]] { lock.withLock { captureOn = false; return captured } }
+
+    /// Sends `datagrams` to the target from the relay's port, as if the dialler had sent them.
+    public func replay(_ datagrams: [[UInt8]]) {
+        var target = Self.loopback(port: targetPort)
+        for datagram in datagrams { Self.send(udp, datagram, to: &target) }
+    }
+
+    public func stop() {
+        let already = lock.withLock { () -> Bool in defer { stopping = true }; return stopping }
+        guard !already else { return }
+        _ = threads.wait(timeout: .now() + 5)
+        close(listener)
+        close(udp)
+    }
+
+    private var isStopping: Bool { lock.withLock { stopping } }
+
+    private func spawn(_ body: @escaping @Sendable () -> Void) {
+        threads.enter()
+        let thread = Thread { [threads] in
+            body()
+            threads.leave()
+        }
+        thread.start()
+    }
+
+    /// SplitMix64: the same drops for the same seed and datagram order.
+    private func nextUniform() -> Double {
+        random &+= 0x9E37_79B9_7F4A_7C15
+        var z = random
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        z ^= z >> 31
+        return Double(z >> 11) / Double(1 << 53)
+    }
+
+    private func datagramLoop() {
+        var buffer = [UInt8](repeating: 0, count: 65_536)
+        var target = Self.loopback(port: targetPort)
+        while !isStopping {
+            var poller = pollfd(fd: udp, events: Int16(POLLIN), revents: 0)
+            guard poll(&poller, 1, 100) > 0 else { continue }
+            var from = sockaddr_in()
+            var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+            let count = buffer.withUnsafeMutableBytes { raw in
+                withUnsafeMutablePointer(to: &from) {
+                    $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { recvfrom(udp, raw.baseAddress, raw.count, 0, $0, &length) }
+                }
+            }
+            guard count >= 0 else { continue }
+            let datagram = Array(buffer[0..<count])
+            if from.sin_port == target.sin_port && from.sin_addr.s_addr == target.sin_addr.s_addr {
+                guard var back = lock.withLock({ lastSender }) else { continue }
+                lock.withLock { counts.returned += 1 }
+                Self.send(udp, datagram, to: &back)
+                continue
+            }
+            let drop: Bool = lock.withLock {
+                lastSender = from
+                counts.received += 1
+                if captureOn { captured.append(datagram) }
+                let drop = lossPercent > 0 && nextUniform() * 100 < lossPercent
+                if drop { counts.dropped += 1 } else { counts.forwarded += 1 }
+                return drop
+            }
+            if !drop { Self.send(udp, datagram, to: &target) }
+        }
+    }
+
+    private func acceptLoop() {
+        while !isStopping {
+            var poller = pollfd(fd: listener, events: Int16(POLLIN), revents: 0)
+            guard poll(&poller, 1, 100) > 0 else { continue }
+            let client = accept(listener, nil, nil)
+            guard client >= 0 else { continue }
+            let server = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+            var address = Self.loopback(port: targetPort)
+            let connected = withUnsafePointer(to: &address) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(server, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+            }
+            guard connected == 0 else {
+                close(client)
+                close(server)
+                continue
+            }
+            spawn { [self] in pipe(client, server) }
+        }
+    }
+
+    /// Copies bytes both ways until either side ends or the relay stops.
+    private func pipe(_ a: Int32, _ b: Int32) {
+        defer {
+            close(a)
+            close(b)
+        }
+        var buffer = [UInt8](repeating: 0, count: 65_536)
+        var fds = [pollfd(fd: a, events: Int16(POLLIN), revents: 0), pollfd(fd: b, events: Int16(POLLIN), revents: 0)]
+        while !isStopping {
+            guard poll(&fds, 2, 100) > 0 else { continue }
+            for (index, entry) in fds.enumerated() where entry.revents != 0 {
+                let from = entry.fd, to = index == 0 ? b : a
+                let count = buffer.withUnsafeMutableBytes { read(from, $0.baseAddress, $0.count) }
+                guard count > 0 else { return }
+                var offset = 0
+                while offset < count {
+                    let written = buffer[offset..<count].withUnsafeBytes { Glibc.send(to, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+                    guard written > 0 else { return }
+                    offset += written
+                }
+            }
+        }
+    }
+
+    private static func loopback(port: UInt16) -> sockaddr_in {
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = port.bigEndian
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        return address
+    }
+
+    private static func bind(_ fd: Int32, port: UInt16) -> Bool {
+        var address = loopback(port: port)
+        return withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        } == 0
+    }
+
+    private static func localPort(_ fd: Int32) -> UInt16 {
+        var address = sockaddr_in()
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        _ = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) }
+        }
+        return UInt16(bigEndian: address.sin_port)
+    }
+
+    private static func send(_ fd: Int32, _ datagram: [UInt8], to address: inout sockaddr_in) {
+        _ = datagram.withUnsafeBytes { raw in
+            withUnsafePointer(to: &address) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                    sendto(fd, raw.baseAddress, raw.count, 0, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
+                }
+            }
+        }
+    }
+}
