@@ -43,7 +43,8 @@ public func runDaemon(arguments: [String]) -> Int32 {
         Log.error("cannot serve on the session bus: \(error.message) (is DBUS_SESSION_BUS_ADDRESS set? `make run` starts a private bus when there is none)")
         return 1
     }
-    service.emit = { [unowned bus] event in bus.emit(event) }
+    let notifications = options.notify ? DesktopNotifications(connection: connection, service: service) : nil
+    service.emit = { [unowned bus] event in bus.emit(event); notifications?.handle(event) }
     Log.info("serving \(BusObject.busName) on the session bus as \(connection.uniqueName)")
     do {
         try service.start()
@@ -52,10 +53,12 @@ public func runDaemon(arguments: [String]) -> Int32 {
         connection.releaseName(BusObject.busName)
         return 1
     }
+    // After start(): the voice engine exists, so --push-to-talk's initial mute reaches it.
+    let shortcuts = GlobalShortcuts(connection: connection, service: service, pushToTalk: options.pushToTalk)
 
     loop.run()
 
-    withExtendedLifetime(signalSources) {}
+    withExtendedLifetime((signalSources, shortcuts)) {}
     service.shutdown()
     bus.unregister()
     connection.releaseName(BusObject.busName)

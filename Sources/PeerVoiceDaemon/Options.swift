@@ -13,6 +13,10 @@ public struct Options: Sendable {
     public var name: String = ProcessInfo.processInfo.hostName
     public var stateDirectory: String = Options.defaultStateDirectory
     public var verbose = false
+    /// Desktop notifications for messages and pairing requests (`--no-notify` turns them off).
+    public var notify = true
+    /// Start muted and bind the portal's hold-to-talk hotkey (`--push-to-talk`).
+    public var pushToTalk = false
     /// Audio devices, frame length, auto start and cue tones.
     var voice = VoiceAudioOptions()
 
@@ -32,6 +36,8 @@ public struct Options: Sendable {
           --frame-ms 10|20    Opus frame length; 10 lowers latency, 20 (default) saves bandwidth
           --no-auto-voice     do not start voice when a peer connects (StartVoice does)
           --no-cue            no chime when voice with a peer starts and stops
+          --no-notify         no desktop notifications for messages and pairing requests
+          --push-to-talk      start muted; the hold-to-talk hotkey unmutes while held
           --verbose           debug logging
           --help              show this help and exit
           --version           show the version and exit
@@ -63,6 +69,8 @@ public struct Options: Sendable {
             case "--default-agent": options.defaultAgent = true
             case "--no-auto-voice": options.voice.autoStart = false
             case "--no-cue": options.voice.cue = false
+            case "--no-notify": options.notify = false
+            case "--push-to-talk": options.pushToTalk = true
             case "--listen", "--adapter", "--name", "--state-dir", "--source", "--sink", "--frame-ms":
                 guard let value = value(for: flag), !value.isEmpty else {
                     return .exit(message: "peervoiced: \(flag) needs a value\n\(usage)", status: 2)

@@ -230,6 +230,7 @@ extension PeerVoiceService: PeerLinkDelegate {
         pendingLinks[ObjectIdentifier(link)] = (link, peer.id)
         let key = Self.hex(result.remoteStaticKey)
         if peer.pinnedKey == key {
+            if !link.isOutgoing { pairingLimiter.giveBack(host: Self.host(of: link.remote)) }
             link.accept()
         } else if let pinned = peer.pinnedKey {
             // An incoming link from a pinned peer with another key (a dialled one fails earlier,
@@ -238,9 +239,6 @@ extension PeerVoiceService: PeerLinkDelegate {
             link.refuse(logReason: "identity key differs from the pinned one")
         } else if pairingPrompts[peer.id] != nil {
             link.drop(reason: "a pairing prompt for \(peer.id) is already pending")
-        } else if !pairingLimiter.allow(host: Self.host(of: link.remote), nowMs: Self.nowMs()) {
-            Log.warning("too many pairing requests from \(link.remote): refused without asking")
-            link.refuse(logReason: "pairing rate limit")
         } else {
             setState(peer, .pairing)
             peer.name = hello.name
@@ -254,7 +252,15 @@ extension PeerVoiceService: PeerLinkDelegate {
         }
     }
 
-    private static func host(of remote: RemoteEndpoint) -> String {
+    func linkMayContinueAfterCommitment(_ link: PeerLink) -> Bool {
+        guard pairingLimiter.allow(host: Self.host(of: link.remote), nowMs: Self.nowMs()) else {
+            Log.warning("too many key exchanges from \(Self.host(of: link.remote)) within a minute: closing \(link.remote) without going on (each one could be a guess at a pairing code)")
+            return false
+        }
+        return true
+    }
+
+    static func host(of remote: RemoteEndpoint) -> String {
         switch remote {
         case .ip(let endpoint): endpoint.host
         case .bluetooth(let address): address

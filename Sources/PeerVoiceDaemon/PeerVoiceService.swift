@@ -86,6 +86,12 @@ final class PeerVoiceService {
         if let address = options.listen {
             try ip.listen(on: address)
             ip.onIncoming = { [unowned self] connection, remote in
+                // A host that used up its key exchanges is turned away before any work.
+                if pairingLimiter.isExhausted(host: remote.host, nowMs: Self.nowMs()) {
+                    Log.info("turned away \(remote): too many key exchanges from \(remote.host) within a minute")
+                    connection.closeAfterFlushing()
+                    return
+                }
                 startLink(PeerLink(connection: connection, remote: .ip(remote), isOutgoing: false), for: nil)
             }
             emit(.propertiesChanged([.listenAddress]))

@@ -16,3 +16,17 @@ final class PairingRateLimiterTests: XCTestCase {
         XCTAssertTrue(limiter.allow(host: "host9", nowMs: 1_000))
     }
 }
+
+extension PairingRateLimiterTests {
+    func testAnAttemptThatEndedOnAPinnedKeyIsGivenBack() {
+        var limiter = PairingRateLimiter(perHost: 2, overall: 10, windowMs: 60_000)
+        XCTAssertTrue(limiter.allow(host: "h", nowMs: 0))
+        XCTAssertTrue(limiter.allow(host: "h", nowMs: 1))
+        XCTAssertTrue(limiter.isExhausted(host: "h", nowMs: 2))
+        limiter.giveBack(host: "h")
+        XCTAssertFalse(limiter.isExhausted(host: "h", nowMs: 2))
+        XCTAssertTrue(limiter.allow(host: "h", nowMs: 3))
+        limiter.giveBack(host: "other")  // nothing to give back: no effect
+        XCTAssertFalse(limiter.allow(host: "h", nowMs: 4))
+    }
+}

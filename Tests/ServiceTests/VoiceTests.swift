@@ -106,6 +106,23 @@ final class VoiceTests: XCTestCase {
         return (span.0, min(span.1, span.0 + seconds))
     }
 
+    private func diagnose(_ label: String, mic: TimedTrack, speaker: TimedTrack, from: Double, to: Double) {
+        let parts = VoiceAnalysis.windows(mic: mic, speaker: speaker, from: from, to: to)
+        print("\(label) per 0.5 s: " + parts.map { String(format: "%.1f ms/%.2f", $0.latencyMs, $0.correlation) }.joined(separator: "  "))
+    }
+
+    /// Stops voice and prints each side's session statistics (from its log).
+    private func printVoiceStatistics(_ rig: Rig) {
+        let markB = rig.b.mark
+        _ = try? rig.a.client.call("StopVoice", [Variant(rig.link.bOnA)])
+        _ = rig.b.waitForVoiceState("stopped", of: rig.link.aOnB, after: markB, timeout: 3)
+        pause(0.2)
+        for peer in [rig.a, rig.b] {
+            let line = peer.log.components(separatedBy: "\n").last { $0.contains("stopped (") && $0.contains("sent ") } ?? "-"
+            print("\(peer.name): \(line.components(separatedBy: "): ").last ?? line)")
+        }
+    }
+
     // MARK: Tests
 
     /// Speech said into A's mic comes out of B's speaker, and B's out of A's, with a bounded
@@ -129,10 +146,12 @@ final class VoiceTests: XCTestCase {
             let (from, to) = try speechSpan(mic, from: start, to: end)
             let transfer = VoiceAnalysis.transfer(mic: mic, speaker: speaker, from: from, to: to)
             print("\(label): \(transfer) over \(ms(to - from)) ms of speech")
+            diagnose(label, mic: mic, speaker: speaker, from: start, to: end)
             XCTAssertGreaterThanOrEqual(transfer.correlation, 0.5, "\(label): the speech did not come out of the speaker")
             XCTAssertGreaterThan(transfer.latencyMs, 0, label)
             XCTAssertLessThanOrEqual(transfer.latencyMs, 150, "\(label): mouth-to-ear latency")
         }
+        printVoiceStatistics(rig)
     }
 
     /// Mute(true) on A: B's speaker is below -60 dBFS from 100 ms after the reply on; Mute(false):

@@ -538,3 +538,20 @@ public final class VoiceRelay: @unchecked Sendable {
         }
     }
 }
+
+extension VoiceAnalysis {
+    /// `transfer` in consecutive windows of `windowSeconds` (for diagnostics: how latency and
+    /// correlation move along the speech).
+    public static func windows(mic: TimedTrack, speaker: TimedTrack, from: Double, to: Double,
+                               windowSeconds: Double = 0.5) -> [Transfer] {
+        var result: [Transfer] = []
+        var start = from
+        while start + windowSeconds <= to + 1e-9 {
+            if let span = audibleSpan(mic, from: start, to: start + windowSeconds), span.1 - span.0 > 0.15 {
+                result.append(transfer(mic: mic, speaker: speaker, from: start, to: start + windowSeconds))
+            }
+            start += windowSeconds
+        }
+        return result
+    }
+}

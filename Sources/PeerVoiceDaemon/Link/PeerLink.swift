@@ -16,6 +16,9 @@ enum RemoteEndpoint: CustomStringConvertible {
 
 /// What a link reports to whoever owns it (the service).
 protocol PeerLinkDelegate: AnyObject {
+    /// An incoming key exchange passed message 3: the verification code is fixed, so a man in
+    /// the middle has had one guess. Return false to end the link at once (rate limit).
+    func linkMayContinueAfterCommitment(_ link: PeerLink) -> Bool
     /// The key exchange is done: `link.peerHello` and `link.result` say who the peer is. Nothing
     /// flows until the owner calls `accept()` (a pinned key, or a person confirmed the code) and
     /// the peer accepts too.
@@ -200,7 +203,13 @@ final class PeerLink {
 
     private func handshakeMessage(_ body: [UInt8]) throws {
         guard let handshake else { return }
+        let hadCode = handshake.verificationCode != nil
         try handshake.readMessage(body)
+        if !isOutgoing, !hadCode, handshake.verificationCode != nil,
+           delegate?.linkMayContinueAfterCommitment(self) == false {
+            drop(reason: "too many key exchanges from \(remote)")
+            return
+        }
         try advanceHandshake()
     }
 
