@@ -40,14 +40,16 @@ PACKAGES := \
 # Debian packages the tests (and `make run`) need besides PACKAGES: dbus-daemon for the private
 # buses, libglib2.0-bin for gdbus, python3-gi for the benchmarks (bench/); pipewire, pipewire-bin
 # (pw-cli, pw-link, pw-play, pw-record, pw-dump, pw-metadata) and wireplumber for the private
-# headless PipeWire of scripts/pipewire-session.sh.
+# headless PipeWire of scripts/pipewire-session.sh; python3-dbusmock for the stand-in notification
+# server and desktop portal of DesktopTests.
 TEST_PACKAGES := \
 	dbus-daemon \
 	libglib2.0-bin \
 	python3-gi \
 	pipewire \
 	pipewire-bin \
-	wireplumber
+	wireplumber \
+	python3-dbusmock
 
 # busctl comes from `systemd`, which is normally installed; pull it in only when busctl is missing.
 BUSCTL_PACKAGE = $(if $(shell command -v busctl 2>/dev/null),,systemd)

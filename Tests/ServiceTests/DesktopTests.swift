@@ -112,11 +112,13 @@ final class DesktopTests: XCTestCase {
     }
 
     /// Dispatches the main context until `mock` has `count` calls of `method`; those calls.
+    /// (The mock is asked between main context iterations; a timer wakes the context to ask again.)
     private func waitForCalls(_ mock: DBusMock, _ method: String, count: Int, timeout: Double = 10) -> [[Variant]] {
         var calls: [[Variant]] = []
+        let tick = Timer.every(milliseconds: 20) { true }
+        defer { tick.cancel() }
         dispatch(timeout: timeout) {
             calls = mock.calls(method)
-            if calls.count < count { usleep(20_000) }
             return calls.count >= count
         }
         return calls
@@ -257,6 +259,7 @@ final class DesktopTests: XCTestCase {
         XCTAssertTrue(client.waitForService(timeout: 15), daemon.process.log)
         var session = try bound(portal, ["toggle-mute", "hold-to-mute", "hold-to-talk"], daemon: daemon)
         XCTAssertEqual(try client.property("Muted").bool, true, "--push-to-talk starts muted")
+        XCTAssertNotNil(client.waitForSignal("MuteChanged") { $0.arguments[0].bool == true }, "no MuteChanged(true) at start")
 
         func press(_ shortcut: String, _ pressed: Bool = true, session: String, expect muted: Bool?) throws {
             let mark = client.signals.count

@@ -33,6 +33,10 @@ final class DesktopNotifications {
     private var waitingForCapabilities: [(Set<String>) -> Void]?
     /// Pairing notifications on screen: notification id → peer.
     private var pairingNotifications: [UInt32: PeerID] = [:]
+    /// Peers whose pairing notification is on its way to the server, and those of them whose
+    /// question was settled meanwhile (withdrawn as soon as the server names it).
+    private var pairingNotificationsInFlight: Set<PeerID> = []
+    private var withdrawWhenShown: Set<PeerID> = []
 
     init(connection: DBusConnection, service: PeerVoiceService) {
         self.connection = connection
@@ -82,6 +86,8 @@ final class DesktopNotifications {
         let name = name.isEmpty ? displayName(of: peer) : name
         // One prompt per peer on screen: a second request (Bluetooth asks twice) replaces the first.
         let previous = pairingNotifications.first { $0.value == peer }?.key
+        pairingNotificationsInFlight.insert(peer)
+        withdrawWhenShown.remove(peer)
         withCapabilities { [unowned self] capabilities in
             var body = passkey.isEmpty ? "\(name) (\(peer)) asks to pair" : "Compare the code \(passkey) with the other screen"
             if !capabilities.contains("actions") {
@@ -89,14 +95,18 @@ final class DesktopNotifications {
             }
             notify(summary: "Pair with \(name)?", body: Self.body(body, capabilities: capabilities),
                    actions: ["accept", "Accept", "reject", "Reject"],
-                   hints: [("urgency", Variant(parsing: "byte 2")!)], replaces: previous ?? 0) { [unowned self] id in
+                   hints: [("urgency", Variant(parsing: "byte 2")!)], replaces: previous ?? 0) { [weak self] id in
+                guard let self else { return }
                 if let previous { pairingNotifications[previous] = nil }
                 pairingNotifications[id] = peer
+                pairingNotificationsInFlight.remove(peer)
+                if withdrawWhenShown.remove(peer) != nil { withdrawPairing(for: peer) }
             }
         }
     }
 
     private func withdrawPairing(for peer: PeerID) {
+        if pairingNotificationsInFlight.contains(peer) { withdrawWhenShown.insert(peer) }
         for (id, shown) in pairingNotifications where shown == peer {
             pairingNotifications[id] = nil
             connection.callAsync(destination: Self.service, path: Self.path, interface: Self.interface,
@@ -147,7 +157,8 @@ final class DesktopNotifications {
         }
         waitingForCapabilities = [body]
         connection.callAsync(destination: Self.service, path: Self.path, interface: Self.interface,
-                             method: "GetCapabilities", timeoutMs: 10_000) { [unowned self] result in
+                             method: "GetCapabilities", timeoutMs: 10_000) { [weak self] result in
+            guard let self else { return }
             let waiting = waitingForCapabilities ?? []
             waitingForCapabilities = nil
             switch result {
@@ -166,6 +177,8 @@ final class DesktopNotifications {
         guard let previous = serverOwner, previous != owner else { return }
         capabilities = nil
         pairingNotifications = [:]
+        pairingNotificationsInFlight = []
+        withdrawWhenShown = []
     }
 
     // MARK: Text

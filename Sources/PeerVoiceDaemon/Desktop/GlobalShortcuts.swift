@@ -117,8 +117,8 @@ final class GlobalShortcuts {
         let generation = generation
         connection.callAsync(destination: Self.service, path: Self.path, interface: "org.freedesktop.DBus.Properties",
                              method: "Get", arguments: Variant(tuple: [Variant(Self.interface), Variant("version")]),
-                             timeoutMs: 25_000) { [unowned self] result in
-            guard generation == self.generation, case .probing = phase else { return }
+                             timeoutMs: 25_000) { [weak self] result in
+            guard let self, generation == self.generation, case .probing = phase else { return }
             switch result {
             case .success(let reply):
                 Log.debug("desktop portal GlobalShortcuts version \(reply[0].unboxed?.uint32 ?? 0)")
@@ -189,8 +189,8 @@ final class GlobalShortcuts {
         pendingResponse = subscribeResponse(path: expected, answered)
         let options = Variant(dictionary: [("handle_token", Variant(token))] + extraOptions)
         connection.callAsync(destination: Self.service, path: Self.path, interface: Self.interface, method: method,
-                             arguments: Variant(tuple: arguments + [options])) { [unowned self] result in
-            guard generation == self.generation else { return }
+                             arguments: Variant(tuple: arguments + [options])) { [weak self] result in
+            guard let self, generation == self.generation else { return }
             switch result {
             case .success(let reply):
                 // Portals older than handle_token answer on a path of their own choosing.
