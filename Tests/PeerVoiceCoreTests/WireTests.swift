@@ -38,8 +38,8 @@ final class WireTests: XCTestCase {
 
     func testDecoderRejectsWrongVersionBeforeReservedBytes() {
         var decoder = FrameDecoder()
-        decoder.append([0x50, 0x56, 0x4C, 0x4B, 0x00, 0x02])
-        assertThrows(.unsupportedVersion(2)) { try decoder.next() }
+        decoder.append([0x50, 0x56, 0x4C, 0x4B, 0x00, 0x01])
+        assertThrows(.unsupportedVersion(1)) { try decoder.next() }
 
         var other = FrameDecoder()
         other.append([0x50, 0x56, 0x4C, 0x4B, 0xFF, 0xFF, 0, 0])
@@ -146,7 +146,7 @@ final class WireTests: XCTestCase {
     func testLargestFramesFitTheLimit() throws {
         let text = Frame.text(try TextFrame(
             seq: .max, messageID: .random(), sentAtMs: .max, text: String(repeating: "b", count: Wire.maxTextBytes)))
-        XCTAssertEqual(text.encodedBody().count, 33 + Wire.maxTextBytes)
+        XCTAssertEqual(text.encodedBody().count, 41 + Wire.maxTextBytes)
         XCTAssertLessThanOrEqual(text.encodedBody().count, Wire.maxFrameBodyBytes)
         let hello = Frame.hello(try Hello(
             instanceID: .random(), capabilities: [], listenPort: 0, voicePort: 0,
@@ -320,7 +320,7 @@ final class WireTests: XCTestCase {
     func testFramesTooShort() {
         assertDecodeFails([0x03] + [0, 0, 0], .frameTooShort(.ack, bodyBytes: 4, requiredBytes: 9))
         assertDecodeFails([0x05], .frameTooShort(.goodbye, bodyBytes: 1, requiredBytes: 2))
-        assertDecodeFails([0x02] + be64(1), .frameTooShort(.text, bodyBytes: 9, requiredBytes: 33))
+        assertDecodeFails([0x02] + be64(1), .frameTooShort(.text, bodyBytes: 9, requiredBytes: 41))
         assertDecodeFails([0x10, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0], .frameTooShort(.voice, bodyBytes: 12, requiredBytes: 13))
         assertDecodeFails(Array(helloBody(name: []).prefix(26)), .frameTooShort(.hello, bodyBytes: 26, requiredBytes: 27))
         // A name length that promises more bytes than the body holds.
@@ -473,8 +473,8 @@ final class WireTests: XCTestCase {
         XCTAssertEqual(WireError.frameTooLarge(bodyBytes: 1_000_000).description,
                        "frame of 1000000 bytes is over the limit (70000 bytes; 1024 during the handshake)")
         XCTAssertEqual(WireError.unknownFrameType(0x0A).description, "unknown frame type 0x0a")
-        XCTAssertEqual(WireError.unsupportedVersion(2).description,
-                       "peer speaks protocol version 2; this side speaks version 1")
+        XCTAssertEqual(WireError.unsupportedVersion(1).description,
+                       "peer speaks protocol version 1; this side speaks version 2")
         XCTAssertEqual(WireError.trailingBytes(.ack, count: 1).description, "ACK frame has 1 unexpected trailing byte")
         XCTAssertEqual(WireError.frameTooShort(.text, bodyBytes: 9, requiredBytes: 33).description,
                        "TEXT frame of 9 bytes is too short (needs 33)")

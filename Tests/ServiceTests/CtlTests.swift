@@ -453,14 +453,17 @@ final class CtlTests: XCTestCase {
         XCTAssertTrue(refused.log.hasSuffix("peervoicectl: Rejected: pairing with \(c.id) was refused here with ConfirmPairing\n"),
                       refused.log)
 
-        // voice: not there yet, and said so
-        for (action, method) in [("start", "StartVoice"), ("stop", "StopVoice")] {
-            let expectedVoice = expectedError(a.client, method, [Variant(b.id)])
-            XCTAssertTrue(expectedVoice.hasPrefix("peervoicectl: NotAvailable: "), expectedVoice)
-            let voice = try ctl(["voice", action, b.id], bus: busA)
-            XCTAssertEqual(voice.status, 1, "\(voice)")
-            XCTAssertEqual(voice.output, expectedVoice)
-        }
+        // voice: these daemons have no PipeWire, and StartVoice says so; StopVoice with no voice
+        // running is done at once
+        let expectedVoice = expectedError(a.client, "StartVoice", [Variant(b.id)])
+        XCTAssertTrue(expectedVoice.hasPrefix("peervoicectl: NotAvailable: "), expectedVoice)
+        XCTAssertTrue(expectedVoice.contains("PipeWire"), expectedVoice)
+        let start = try ctl(["voice", "start", b.id], bus: busA)
+        XCTAssertEqual(start.status, 1, "\(start)")
+        XCTAssertEqual(start.output, expectedVoice)
+        let stop = try ctl(["voice", "stop", b.id], bus: busA)
+        XCTAssertEqual(stop.status, 0, "\(stop)")
+        XCTAssertEqual(stop.output, "voice stopped with \(b.id)\n")
 
         // disconnect
         let disconnect = try ctl(["disconnect", b.id], bus: busA)
