@@ -244,7 +244,8 @@ class Service:
         self.subscriptions = [
             conn.signal_subscribe(unique_name, INTERFACE, member, OBJECT_PATH, None, Gio.DBusSignalFlags.NONE,
                                   self._on_signal, None)
-            for member in ("MessageReceived", "MessageDelivered", "MessageFailed", "PeerStateChanged")]
+            for member in ("MessageReceived", "MessageDelivered", "MessageFailed", "PeerStateChanged",
+                           "PairingRequested")]
 
     def on(self, member, handler):
         self.handlers[member] = handler
@@ -639,9 +640,21 @@ def one_run(index, args, workdir, logs_dir):
 
         listen_b = b.get_property("ListenAddress")
         peer_b = "ip:" + listen_b
+        # First contact: both sides show the pairing code and wait for their person, played here
+        # by answering each PairingRequested with ConfirmPairing(true).
+        for service in (a, b):
+            service.on("PairingRequested", lambda _t, args, service=service: service.call_async(
+                "ConfirmPairing", GLib.Variant("(sb)", (args[0], True)), None, lambda *_: None))
+        connected = {}
         t = now()
-        a.call_sync("Connect", GLib.Variant("(s)", (peer_b,)), timeout_ms=60_000)
+        a.call_async("Connect", GLib.Variant("(s)", (peer_b,)), None,
+                     lambda reply, error, _t: connected.update(done=True, error=error))
+        run_until(lambda: "done" in connected, 60)
+        if connected.get("error") is not None or "done" not in connected:
+            raise BenchError(f"Connect failed: {connected.get('error', 'no reply within 60 s')}")
         result["connect_ms"] = (now() - t) * 1000
+        a.on("PairingRequested", None)
+        b.on("PairingRequested", None)
         # B's side of the link opens when A's HELLO arrives; let both settle.
         run_until(lambda: False, 0.2)
         peers_b = b.call_sync("ListPeers", None, "(a(ssss))").unpack()[0]
