@@ -80,6 +80,11 @@ public final class DBusConnection: @unchecked Sendable {
 
     public var isClosed: Bool { g_dbus_connection_is_closed(pointer) != 0 }
 
+    /// Closes the connection: the bus forgets this client (its pending calls are abandoned).
+    public func close() {
+        g_dbus_connection_close_sync(pointer, nil, nil)
+    }
+
     // MARK: Names
 
     public enum NameRequestResult: Equatable {

@@ -106,17 +106,18 @@ public final class Relay: @unchecked Sendable {
     private var connectionCount = 0
 
     /// A byte relay applying `rules` (none: a plain pass-through).
-    public convenience init(targetPort: UInt16, rules: [Rule] = []) throws {
-        try self.init(targetPort: targetPort, rules: rules, mitm: nil)
+    /// `listenPort` 0 picks a free port; a fixed one lets a test bring the "same" path back.
+    public convenience init(targetPort: UInt16, rules: [Rule] = [], listenPort: UInt16 = 0) throws {
+        try self.init(targetPort: targetPort, rules: rules, mitm: nil, listenPort: listenPort)
     }
 
     /// A man in the middle.
     public convenience init(targetPort: UInt16, manInTheMiddle: ManInTheMiddle) throws {
-        try self.init(targetPort: targetPort, rules: [], mitm: manInTheMiddle)
+        try self.init(targetPort: targetPort, rules: [], mitm: manInTheMiddle, listenPort: 0)
     }
 
-    private init(targetPort: UInt16, rules: [Rule], mitm: ManInTheMiddle?) throws {
-        listener = try TCPListener()
+    private init(targetPort: UInt16, rules: [Rule], mitm: ManInTheMiddle?, listenPort: UInt16) throws {
+        listener = try TCPListener(port: listenPort)
         port = listener.port
         self.targetPort = targetPort
         self.rules = rules
