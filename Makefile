@@ -162,3 +162,50 @@ test-bluetooth: deps
 bench-jitter:
 	scripts/deps.sh libspeexdsp-dev
 	bench/jitter/run.sh
+
+# Voice benchmark, not a test (bench/voice/README.md): PeerVoice (two release peervoiced) against a
+# GStreamer Opus/RTP baseline, both in one private headless PipeWire, on a clean loopback and
+# through a relay adding 30±10 ms jitter and 0/5/10 % loss, at 20 and 10 ms frames. Prints a table
+# of medians next to the targets, writes bench/results/voice.json and voice.png; asserts nothing.
+# BENCH_ARGS go to bench/voice/run.py, e.g. BENCH_ARGS='--runs 1 --frames 20 --conditions clean'.
+# About 15 minutes with the defaults. BENCH_PACKAGES: GStreamer 1.22 (gst-launch, the base and good
+# plugins, the PipeWire elements) for the baseline; python3-venv, python3-dev and gcc for the venv
+# in .build/ that holds numpy, scipy, pesq (built from source), pystoi and matplotlib from PyPI.
+BENCH_PACKAGES := \
+	gstreamer1.0-tools \
+	gstreamer1.0-plugins-base \
+	gstreamer1.0-plugins-good \
+	gstreamer1.0-pipewire \
+	python3-venv \
+	python3-dev \
+	gcc
+BENCH_VENV := .build/bench-voice-venv
+.PHONY: bench-voice
+bench-voice: deps
+	scripts/deps.sh $(BENCH_PACKAGES)
+	$(SWIFT) build -c release --product peervoiced $(SWIFT_FLAGS)
+	test -x $(BENCH_VENV)/bin/python || /usr/bin/python3 -m venv $(BENCH_VENV)
+	$(BENCH_VENV)/bin/python -c 'import numpy, scipy, pesq, pystoi, matplotlib' 2>/dev/null || \
+	    $(BENCH_VENV)/bin/pip install -q numpy scipy pesq pystoi matplotlib
+	$(BENCH_VENV)/bin/python bench/voice/run.py \
+	    --bin "$$($(SWIFT) build -c release $(SWIFT_FLAGS) --show-bin-path)/peervoiced" $(BENCH_ARGS)
+
+# Fuzzing (fuzz/README.md): libFuzzer + AddressSanitizer builds, with plain swiftc into .build/fuzz/,
+# of the wire decoder, the handshake and record layer (real libsodium) and the jitter buffer.
+# `make fuzz` runs each target FUZZ_SECONDS (crashes, leaks and timeouts fail it; reproducers go to
+# .build/fuzz/artifacts-TARGET/); `make fuzz-smoke` is the short bounded run of every target.
+FUZZ_SECONDS ?= 600
+FUZZ_SMOKE_SECONDS ?= 20
+SWIFTC ?= swiftc
+.PHONY: fuzz fuzz-smoke
+fuzz: deps
+	SWIFTC='$(SWIFTC)' fuzz/run.sh all $(FUZZ_SECONDS)
+
+fuzz-smoke: deps
+	SWIFTC='$(SWIFTC)' fuzz/run.sh all $(FUZZ_SMOKE_SECONDS)
+
+# Instructions spent in crypto on the message path, under valgrind's callgrind.
+.PHONY: bench-crypto
+bench-crypto: deps
+	$(SWIFT) build -c release --product peervoiced $(SWIFT_FLAGS)
+	bench/crypto-cost.sh

@@ -1,0 +1,686 @@
+#!/usr/bin/env python3
+"""PeerVoice voice against a GStreamer Opus/RTP baseline, on this machine (`make bench-voice`).
+
+Everything runs in ONE private headless PipeWire (scripts/pipewire-session.sh, quantum pinned
+at 256 = 5.33 ms) with four virtual devices: the speech goes into `peervoice-test-mic`, comes out
+of `peervoice-test-speaker`, and ONE 2-channel pw-record taps both (channel 0 = the mic's
+capture, channel 1 = the speaker's monitor), so the cross-correlation lag is the mouth-to-ear
+latency without clock skew. The other two devices are the far ends nobody listens to:
+`bench-speaker-a` (A's speaker) and `bench-mic-b` (B's silent microphone).
+
+  peervoice  two release peervoiced on private buses, `--listen 127.0.0.1:0 --no-cue
+             --frame-ms F`; A: --source peervoice-test-mic --sink bench-speaker-a, B: --source
+             bench-mic-b --sink peervoice-test-speaker; A Connects to B (or to the relay in front
+             of B), both confirm, voice starts on connect. A speaks, B listens.
+  gstreamer  pipewiresrc → opusenc (voice, 24 kbit/s, F ms) → rtpopuspay → udpsink | udpsrc →
+             rtpjitterbuffer latency=40 → rtpopusdepay → opusdec plc=true → pipewiresink sync=false
+
+Network: `clean` (loopback), or through bench/voice/relay.py: 30 ms + N(0, 10 ms) delay clipped
+to [5, 100] ms (reordering allowed), with 0, 5 or 10 % random loss. For PeerVoice A dials the
+relay, which passes the TCP link through untouched and impairs A's voice datagrams.
+
+For every (frame, network, system): start, wait until voice runs, let it settle (--settle s),
+then --runs times: tap on, CPU snapshot, play Tests/Fixtures/speech.wav (7.4 s) into the mic,
+0.6 s tail, CPU snapshot, tap off; latency (global cross-correlation lag over the speech, and
+per 0.5 s window), PESQ-WB (P.862.2), STOI, CPU % of one core per process from /proc/PID/stat.
+Prints a table of medians with the targets, writes bench/results/voice.json and voice.png.
+Asserts nothing: exits non-zero only when a run could not be carried out.
+"""
+import argparse
+import datetime
+import json
+import os
+import platform
+import re
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import analysis  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SESSION_SCRIPT = os.path.join(ROOT, "scripts", "pipewire-session.sh")
+RELAY = os.path.join(ROOT, "bench", "voice", "relay.py")
+SPEECH = os.path.join(ROOT, "Tests", "Fixtures", "speech.wav")
+RESULTS = os.path.join(ROOT, "bench", "results")
+MIC, SPEAKER = "peervoice-test-mic", "peervoice-test-speaker"
+SPEAKER_A, MIC_B = "bench-speaker-a", "bench-mic-b"
+QUANTUM = 256
+RATE = 48000
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+BUS = ["org.example.PeerVoice", "/org/example/PeerVoice", "org.example.PeerVoice"]
+
+# capture quantum + frame + Opus lookahead (312 samples) + playback quantum
+FLOOR_MS = {f: round(1000 * (2 * QUANTUM + 312) / RATE + f, 1) for f in (10, 20)}
+CLEAN_TARGET_MS = {20: 47.9, 10: 37.9}
+PESQ_MARGIN = 0.3
+
+CONDITIONS = {
+    "clean": None,
+    "j30": {"delay": 30, "jitter": 10, "loss": 0},
+    "j30-loss5": {"delay": 30, "jitter": 10, "loss": 5},
+    "j30-loss10": {"delay": 30, "jitter": 10, "loss": 10},
+}
+
+
+class BenchError(Exception):
+    """A run could not be carried out."""
+
+
+class Terminated(BaseException):
+    pass
+
+
+def on_signal(signum, _frame):
+    raise Terminated(f"signal {signum}")
+
+
+def log(message):
+    print(message, file=sys.stderr, flush=True)
+
+
+def wait_for(what, predicate, timeout, interval=0.02):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise BenchError(f"timed out waiting for {what}")
+        time.sleep(interval)
+
+
+def free_port(kind=socket.SOCK_DGRAM):
+    """A port free for both UDP and TCP on 127.0.0.1."""
+    for _ in range(50):
+        with socket.socket(socket.AF_INET, kind) as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        other = socket.SOCK_STREAM if kind == socket.SOCK_DGRAM else socket.SOCK_DGRAM
+        try:
+            with socket.socket(socket.AF_INET, other) as s:
+                s.bind(("127.0.0.1", port))
+            return port
+        except OSError:
+            continue
+    raise BenchError("no free port")
+
+
+def cpu_ticks(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return int(fields[11]) + int(fields[12])  # utime + stime (fields 14, 15)
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def thread_ticks(pid):
+    """utime + stime of each thread of `pid`, summed by thread name."""
+    result = {}
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return result
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                text = f.read()
+        except OSError:
+            continue
+        name = text[text.index("(") + 1:text.rindex(")")]
+        fields = text.rsplit(")", 1)[1].split()
+        result[name] = result.get(name, 0) + int(fields[11]) + int(fields[12])
+    return result
+
+
+class Children:
+    """Every process this benchmark starts, stopped by its own PID."""
+
+    def __init__(self):
+        self.procs = []
+
+    def start(self, args, env=None, stdout=None, name=None, log_path=None):
+        out = open(log_path, "ab") if log_path else (stdout or subprocess.DEVNULL)
+        p = subprocess.Popen(args, env=env, stdout=out, stderr=subprocess.STDOUT if log_path else subprocess.DEVNULL,
+                             stdin=subprocess.DEVNULL)
+        p.bench_name = name or os.path.basename(args[0])
+        self.procs.append(p)
+        return p
+
+    def stop(self, p, sig=signal.SIGTERM, timeout=5.0):
+        if p.poll() is None:
+            try:
+                p.send_signal(sig)
+                p.wait(timeout)
+            except subprocess.TimeoutExpired:
+                log(f"{p.bench_name} ({p.pid}) ignored signal {sig}; killing it")
+                p.kill()
+                p.wait()
+        if p in self.procs:
+            self.procs.remove(p)
+        return p.returncode
+
+    def stop_all(self):
+        for p in reversed(list(self.procs)):
+            self.stop(p)
+
+
+CHILDREN = Children()
+
+
+# ---------------------------------------------------------------------------------------------
+# PipeWire
+
+
+class PipeWire:
+    def __init__(self, directory):
+        self.directory = directory
+        r = subprocess.run([SESSION_SCRIPT, "start", directory], capture_output=True, text=True, timeout=90)
+        if r.returncode != 0:
+            raise BenchError(f"pipewire-session.sh start failed: {r.stderr}{r.stdout}")
+        self.started = True
+        self.env = dict(os.environ)
+        with open(os.path.join(directory, "env.sh")) as f:
+            for line in f:
+                if line.startswith("export ") and "=" in line:
+                    k, v = line[7:].strip().split("=", 1)
+                    self.env[k] = v.strip("'")
+        for name, media_class in ((SPEAKER_A, "Audio/Sink"), (MIC_B, "Audio/Source/Virtual")):
+            self.run("pw-cli", "create-node", "adapter",
+                     "{ factory.name = support.null-audio-sink node.name = \"%s\" media.class = \"%s\" "
+                     "audio.position = [ MONO ] audio.rate = 48000 object.linger = true monitor.channel-volumes = true "
+                     "adapter.auto-port-config = { mode = dsp monitor = true position = preserve } }" % (name, media_class))
+        wait_for("the extra virtual devices", lambda: {f"{SPEAKER_A}:monitor_MONO", f"{MIC_B}:capture_MONO"} <= self.ports(), 10)
+        self.run("pw-metadata", "-n", "settings", "0", "clock.force-quantum", str(QUANTUM))
+        self.serial = 0
+
+    def run(self, *args, timeout=10):
+        r = subprocess.run(args, env=self.env, capture_output=True, text=True, timeout=timeout)
+        if r.returncode != 0:
+            raise BenchError(f"{' '.join(args)}: {r.stderr.strip()}")
+        return r.stdout
+
+    def ports(self):
+        return set(self.run("pw-link", "-io").split())
+
+    def links(self):
+        result, current = [], None
+        for line in self.run("pw-link", "-l").splitlines():
+            if not line.startswith(" "):
+                current = line.strip()
+            elif "|->" in line and current:
+                result.append((current, line.split("|->", 1)[1].strip()))
+        return result
+
+    def linked(self, source_node, sink_node):
+        return any(o.startswith(source_node + ":") and i.startswith(sink_node + ":") for o, i in self.links())
+
+    def wait_ports(self, names, timeout=10):
+        wait_for(f"ports {names}", lambda: set(names) <= self.ports(), timeout)
+
+    def tap(self, path):
+        self.serial += 1
+        name = f"bench-tap-{self.serial}"
+        p = CHILDREN.start(["pw-record", "--target", "0", "--latency", str(QUANTUM), "--rate", str(RATE),
+                            "--channels", "2", "--channel-map", "FL,FR", "--format", "s16",
+                            "-P", "{ node.name = \"%s\" }" % name, path], env=self.env, name=name)
+        self.wait_ports([f"{name}:input_FL", f"{name}:input_FR"])
+        self.run("pw-link", f"{MIC}:capture_MONO", f"{name}:input_FL")
+        self.run("pw-link", f"{SPEAKER}:monitor_MONO", f"{name}:input_FR")
+        return p
+
+    def speak(self, wav):
+        """Plays `wav` into the virtual mic; returns once it has played."""
+        self.serial += 1
+        name = f"bench-inject-{self.serial}"
+        p = CHILDREN.start(["pw-play", "--target", "0", "--latency", str(QUANTUM), "-P", "{ node.name = \"%s\" }" % name, wav],
+                           env=self.env, name=name)
+        self.wait_ports([f"{name}:output_MONO"])
+        self.run("pw-link", f"{name}:output_MONO", f"{MIC}:input_MONO")
+        try:
+            p.wait(60)
+        finally:
+            CHILDREN.stop(p, signal.SIGINT)
+
+    def stop(self):
+        if self.started:
+            self.started = False
+            subprocess.run([SESSION_SCRIPT, "stop", self.directory], capture_output=True, timeout=60)
+
+
+# ---------------------------------------------------------------------------------------------
+# The two systems
+
+
+def start_relay(listen, forward, impair, tcp, logdir, label):
+    args = [sys.executable, RELAY, "--listen", str(listen), "--forward", str(forward),
+            "--loss", str(impair["loss"]), "--delay", str(impair["delay"]), "--jitter", str(impair["jitter"]),
+            "--seed", "20250501"]
+    if tcp:
+        args.append("--tcp")
+    out = open(os.path.join(logdir, f"{label}.relay.json"), "wb")
+    p = CHILDREN.start(args, stdout=out, name="relay")
+    if tcp:
+        def accepting():
+            try:
+                with socket.create_connection(("127.0.0.1", listen), timeout=0.2):
+                    return True
+            except OSError:
+                return False
+        # A probe connection is relayed to the target and closed at once: harmless.
+        wait_for("the relay", accepting, 10)
+    else:
+        time.sleep(0.3)
+    return p
+
+
+def stop_relay(p, logdir, label):
+    CHILDREN.stop(p, signal.SIGINT)
+    try:
+        with open(os.path.join(logdir, f"{label}.relay.json")) as f:
+            return json.loads(f.read().strip().splitlines()[-1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+class PeerVoice:
+    kind = "peervoice"
+
+    def __init__(self, pw, binary, frame_ms, impair, workdir, label):
+        self.pw, self.workdir, self.label = pw, workdir, label
+        self.daemons, self.buses, self.monitors, self.relay, self.relay_stats = {}, {}, {}, None, None
+        self.env = {}
+        for side, source, sink in (("a", MIC, SPEAKER_A), ("b", MIC_B, SPEAKER)):
+            sock = os.path.join(workdir, f"{label}-{side}.bus")
+            address = f"unix:path={sock}"
+            self.buses[side] = CHILDREN.start(["dbus-daemon", "--session", "--nofork", "--nopidfile", f"--address={address}"],
+                                              name=f"dbus-{side}")
+            wait_for("dbus-daemon", lambda: os.path.exists(sock), 10)
+            env = dict(pw.env)
+            env["DBUS_SESSION_BUS_ADDRESS"] = address
+            env["LANG"] = "C.UTF-8"
+            self.env[side] = env
+            self.monitors[side] = os.path.join(workdir, f"{label}-{side}.monitor")
+            wait_for("the bus to answer", lambda: subprocess.run(
+                ["gdbus", "call", "--session", "-d", "org.freedesktop.DBus", "-o", "/org/freedesktop/DBus",
+                 "-m", "org.freedesktop.DBus.GetId"], env=env, capture_output=True).returncode == 0, 10)
+            CHILDREN.start(["stdbuf", "-oL", "gdbus", "monitor", "--session", "--dest", BUS[0]], env=env,
+                           log_path=self.monitors[side], name=f"monitor-{side}")
+            self.daemons[side] = CHILDREN.start(
+                [binary, "--state-dir", os.path.join(workdir, f"{label}-{side}-state"), "--name", f"bench-{side}",
+                 "--listen", "127.0.0.1:0", "--source", source, "--sink", sink, "--frame-ms", str(frame_ms),
+                 "--no-cue", "--verbose"],
+                env=env, log_path=os.path.join(workdir, f"{label}-{side}.log"), name=f"peervoiced-{side}")
+        self.ports = {side: self.listen_port(side) for side in ("a", "b")}
+        dial = self.ports["b"]
+        if impair is not None:
+            dial = free_port(socket.SOCK_STREAM)
+            self.relay = start_relay(dial, self.ports["b"], impair, True, workdir, label)
+        target = f"ip:127.0.0.1:{dial}"
+        connect = CHILDREN.start(["gdbus", "call", "--session", "--timeout", "90", "-d", BUS[0], "-o", BUS[1],
+                                  "-m", f"{BUS[2]}.Connect", target], env=self.env["a"], name="connect")
+        a_on_b = wait_for("PairingRequested on B", lambda: self.monitor_match("b", r"PairingRequested \('([^']+)'"), 20)
+        wait_for("A's prompt", lambda: self.monitor_match("a", r"PairingRequested \('([^']+)'"), 20)
+        self.call("a", "ConfirmPairing", target, "true")
+        self.call("b", "ConfirmPairing", a_on_b, "true")
+        try:
+            connect.wait(30)
+        except subprocess.TimeoutExpired:
+            raise BenchError("Connect did not return")
+        CHILDREN.stop(connect)
+        if connect.returncode != 0:
+            raise BenchError("Connect failed")
+        wait_for("voice active on both sides", lambda: all(
+            self.monitor_match(s, r"VoiceStateChanged \('[^']+', 'active'\)") for s in ("a", "b")), 20)
+
+    def monitor_match(self, side, pattern):
+        try:
+            with open(self.monitors[side], errors="replace") as f:
+                m = re.search(pattern, f.read())
+        except OSError:
+            return None
+        return m.group(1) if m and m.groups() else (m.group(0) if m else None)
+
+    def call(self, side, method, *args):
+        r = subprocess.run(["gdbus", "call", "--session", "-d", BUS[0], "-o", BUS[1], "-m", f"{BUS[2]}.{method}", *args],
+                           env=self.env[side], capture_output=True, text=True, timeout=30)
+        if r.returncode != 0:
+            raise BenchError(f"{method} on {side}: {r.stderr.strip()}")
+        return r.stdout
+
+    def listen_port(self, side):
+        def get():
+            if self.daemons[side].poll() is not None:
+                with open(os.path.join(self.workdir, f"{self.label}-{side}.log"), errors="replace") as f:
+                    raise BenchError(f"peervoiced {side} exited ({self.daemons[side].returncode}): {f.read()[-800:]}")
+            r = subprocess.run(["gdbus", "call", "--session", "-d", BUS[0], "-o", BUS[1], "-m",
+                                "org.freedesktop.DBus.Properties.Get", BUS[2], "ListenAddress"],
+                               env=self.env[side], capture_output=True, text=True)
+            m = re.search(r"127\.0\.0\.1:(\d+)", r.stdout)
+            return int(m.group(1)) if m and m.group(1) != "0" else None
+        return wait_for(f"peervoiced {side} to listen", get, 20, 0.05)
+
+    @property
+    def pids(self):
+        return {"sender": self.daemons["a"].pid, "receiver": self.daemons["b"].pid}
+
+    def stop(self):
+        """Stops everything; returns B's receive statistics line (logged when voice stops)."""
+        for side in ("a", "b"):
+            if side in self.daemons:
+                CHILDREN.stop(self.daemons[side])
+        if self.relay:
+            self.relay_stats = stop_relay(self.relay, self.workdir, self.label)
+        for p in list(CHILDREN.procs):
+            if p.bench_name.startswith(("monitor-", "dbus-")):
+                CHILDREN.stop(p)
+        stats = {}
+        for side in ("a", "b"):
+            try:
+                with open(os.path.join(self.workdir, f"{self.label}-{side}.log"), errors="replace") as f:
+                    lines = [line for line in f if "stopped (" in line and "received" in line]
+                if lines:
+                    stats[side] = lines[-1].split("): ", 1)[-1].strip()
+            except OSError:
+                pass
+        return stats
+
+
+class GStreamer:
+    kind = "gstreamer"
+
+    def __init__(self, pw, frame_ms, impair, workdir, label):
+        self.pw, self.workdir, self.label, self.relay, self.relay_stats = pw, workdir, label, None, None
+        receive_port = free_port()
+        send_port = receive_port
+        if impair is not None:
+            send_port = free_port()
+            self.relay = start_relay(send_port, receive_port, impair, False, workdir, label)
+        caps = "application/x-rtp,media=audio,encoding-name=OPUS,clock-rate=48000,payload=96"
+        self.receiver = CHILDREN.start(
+            ["gst-launch-1.0", "-q", "udpsrc", f"port={receive_port}", f"caps={caps}",
+             "!", "rtpjitterbuffer", "latency=40", "!", "rtpopusdepay", "!", "opusdec", "plc=true",
+             "!", "audioconvert", "!", "audioresample", "!", "audio/x-raw,rate=48000,channels=1",
+             "!", "pipewiresink", f"target-object={SPEAKER}", "client-name=gst-recv", "sync=false"],
+            env=pw.env, log_path=os.path.join(workdir, f"{label}-recv.log"), name="gst-recv")
+        self.sender = CHILDREN.start(
+            ["gst-launch-1.0", "-q", "pipewiresrc", f"target-object={MIC}", "client-name=gst-send",
+             "!", "audio/x-raw,rate=48000,channels=1", "!", "audioconvert", "!", "audioresample",
+             "!", "opusenc", "audio-type=voice", "bitrate=24000", f"frame-size={frame_ms}",
+             "!", "rtpopuspay", "pt=96", "!", "udpsink", "host=127.0.0.1", f"port={send_port}", "sync=false", "async=false"],
+            env=pw.env, log_path=os.path.join(workdir, f"{label}-send.log"), name="gst-send")
+        wait_for("the GStreamer sender linked to the mic", lambda: pw.linked(MIC, "gst-send"), 20, 0.1)
+        wait_for("the GStreamer receiver linked to the speaker", lambda: pw.linked("gst-recv", SPEAKER), 20, 0.1)
+
+    @property
+    def pids(self):
+        return {"sender": self.sender.pid, "receiver": self.receiver.pid}
+
+    def stop(self):
+        # gst-launch with pipewiresink sometimes hangs on shutdown: SIGINT, then SIGKILL after 5 s.
+        CHILDREN.stop(self.sender, signal.SIGINT)
+        CHILDREN.stop(self.receiver, signal.SIGINT)
+        if self.relay:
+            self.relay_stats = stop_relay(self.relay, self.workdir, self.label)
+        return {}
+
+
+# ---------------------------------------------------------------------------------------------
+# Runs
+
+
+def measure(pw, system, path):
+    tap = pw.tap(path)
+    time.sleep(0.3)
+    pids = system.pids
+    before = {side: cpu_ticks(pid) for side, pid in pids.items()}
+    threads_before = {side: thread_ticks(pid) for side, pid in pids.items()}
+    t0 = time.monotonic()
+    pw.speak(SPEECH)
+    time.sleep(0.6)
+    after = {side: cpu_ticks(pid) for side, pid in pids.items()}
+    threads_after = {side: thread_ticks(pid) for side, pid in pids.items()}
+    wall = time.monotonic() - t0
+    CHILDREN.stop(tap, signal.SIGINT)
+    result = analysis.analyze(path)
+    result["cpu_pct"] = {side: (round(100.0 * (after[side] - before[side]) / CLK_TCK / wall, 2)
+                                if before[side] is not None and after[side] is not None else None) for side in pids}
+    result["cpu_threads_pct"] = {
+        side: {name: round(100.0 * (ticks - threads_before[side].get(name, 0)) / CLK_TCK / wall, 2)
+               for name, ticks in threads_after[side].items() if ticks - threads_before[side].get(name, 0) > 0}
+        for side in pids}
+    return result
+
+
+def median(values):
+    values = [v for v in values if v is not None]
+    return round(statistics.median(values), 3) if values else None
+
+
+def receiver_counts(run):
+    """B's voice statistics from its log line: received, late, lost, concealed, FEC-recovered."""
+    line = (run.get("daemon_statistics") or {}).get("b", "")
+    counts = {}
+    for key in ("received", "late", "lost", "concealed", "FEC-recovered"):
+        m = re.search(rf"{key} (\d+)", line)
+        if m:
+            counts[key] = int(m.group(1))
+    return counts
+
+
+def summarize(runs):
+    ok = [r for r in runs if "error" not in r]
+    lat = [r.get("latency_ms") for r in ok if r.get("latency_ms") is not None]
+    spread = [r["window_max_ms"] - r["window_min_ms"] for r in ok if "window_max_ms" in r]
+    s = {
+        "latency_ms": median(lat),
+        "latency_min_ms": min(lat) if lat else None,
+        "latency_max_ms": max(lat) if lat else None,
+        "window_spread_ms": median(spread),
+        "xcorr": median([r.get("xcorr") for r in ok]),
+        "pesq_wb": median([r.get("pesq_wb") for r in ok]),
+        "stoi": median([r.get("stoi") for r in ok]),
+        "cpu_sender_pct": median([r["cpu_pct"].get("sender") for r in ok]),
+        "cpu_receiver_pct": median([r["cpu_pct"].get("receiver") for r in ok]),
+        "runs_ok": len(ok),
+        "runs": len(runs),
+    }
+    if s["cpu_sender_pct"] is not None and s["cpu_receiver_pct"] is not None:
+        s["cpu_total_pct"] = round(s["cpu_sender_pct"] + s["cpu_receiver_pct"], 2)
+    threads = {}
+    for side in ("sender", "receiver"):
+        names = set()
+        for r in ok:
+            names |= set(r.get("cpu_threads_pct", {}).get(side, {}))
+        threads[side] = {n: median([r.get("cpu_threads_pct", {}).get(side, {}).get(n, 0) for r in ok]) for n in sorted(names)}
+    s["cpu_threads_pct"] = threads
+    counts = [receiver_counts(r) for r in ok]
+    counts = [c for c in counts if c.get("received")]
+    if counts:
+        s["late_pct"] = median([100.0 * c.get("late", 0) / c["received"] for c in counts])
+        s["concealed_per_received_pct"] = median([100.0 * c.get("concealed", 0) / c["received"] for c in counts])
+    return s
+
+
+def fmt(v, spec="{:.1f}"):
+    return "-" if v is None else spec.format(v)
+
+
+def print_table(results, frames):
+    print()
+    print("PeerVoice vs GStreamer Opus/RTP: medians of the runs (each run a fresh start); latency = mouth-to-ear in ONE")
+    print("graph at quantum 256 (range over runs; spread = max - min of the 0.5 s windows); CPU = % of one core;")
+    print("late/conc = PeerVoice receiver's late packets and concealed frames per packet received (its log)")
+    header = (f"{'frame':>5} {'network':<11} {'system':<10} {'lat ms':>7} {'range':>11} {'spread':>6} {'xcorr':>5} "
+              f"{'PESQ-WB':>7} {'STOI':>5} {'CPU tx':>6} {'CPU rx':>6} {'sum':>5} {'late%':>5} {'conc%':>5}")
+    print(header)
+    print("-" * len(header))
+    for f in frames:
+        for cond in CONDITIONS:
+            for kind in ("peervoice", "gstreamer"):
+                s = results.get(f"f{f}-{cond}-{kind}", {}).get("summary")
+                if not s:
+                    continue
+                rng = f"{fmt(s['latency_min_ms'])}-{fmt(s['latency_max_ms'])}"
+                print(f"{f:>5} {cond:<11} {kind:<10} {fmt(s['latency_ms']):>7} {rng:>11} {fmt(s['window_spread_ms']):>6} "
+                      f"{fmt(s['xcorr'], '{:.2f}'):>5} {fmt(s['pesq_wb'], '{:.2f}'):>7} {fmt(s['stoi'], '{:.2f}'):>5} "
+                      f"{fmt(s['cpu_sender_pct']):>6} {fmt(s['cpu_receiver_pct']):>6} {fmt(s.get('cpu_total_pct')):>5} "
+                      f"{fmt(s.get('late_pct'), '{:.0f}'):>5} {fmt(s.get('concealed_per_received_pct'), '{:.0f}'):>5}")
+        print(f"{'':>5} floor (capture quantum + frame + Opus lookahead + playback quantum): {FLOOR_MS[f]} ms")
+    print()
+
+
+def evaluate(results, frames):
+    checks = []
+
+    def get(f, cond, kind, key):
+        return results.get(f"f{f}-{cond}-{kind}", {}).get("summary", {}).get(key)
+
+    for f in frames:
+        lat = get(f, "clean", "peervoice", "latency_ms")
+        checks.append({"target": f"{f} ms frames: clean latency <= {CLEAN_TARGET_MS[f]} ms", "peervoice": lat,
+                       "baseline": get(f, "clean", "gstreamer", "latency_ms"),
+                       "met": lat is not None and lat <= CLEAN_TARGET_MS[f]})
+        for cond in ("j30", "j30-loss5", "j30-loss10"):
+            ours, theirs = get(f, cond, "peervoice", "latency_ms"), get(f, cond, "gstreamer", "latency_ms")
+            checks.append({"target": f"{f} ms frames, {cond}: latency <= baseline", "peervoice": ours, "baseline": theirs,
+                           "met": ours is not None and theirs is not None and ours <= theirs})
+        ours, theirs = get(f, "j30-loss10", "peervoice", "pesq_wb"), get(f, "j30-loss10", "gstreamer", "pesq_wb")
+        checks.append({"target": f"{f} ms frames, j30-loss10: PESQ-WB >= baseline + {PESQ_MARGIN}", "peervoice": ours,
+                       "baseline": theirs, "met": ours is not None and theirs is not None and ours >= theirs + PESQ_MARGIN})
+        ours, theirs = get(f, "clean", "peervoice", "cpu_total_pct"), get(f, "clean", "gstreamer", "cpu_total_pct")
+        checks.append({"target": f"{f} ms frames, clean: CPU of both PeerVoice processes <= baseline sender + receiver",
+                       "peervoice": ours, "baseline": theirs, "met": ours is not None and theirs is not None and ours <= theirs})
+    print("Targets")
+    for c in checks:
+        print(f"  [{'met' if c['met'] else 'MISSED'}] {c['target']}: PeerVoice {fmt(c['peervoice'], '{:.2f}')}, "
+              f"baseline {fmt(c['baseline'], '{:.2f}')}")
+    return checks
+
+
+def plot(results, frames, path):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as e:
+        log(f"no plot: {e}")
+        return
+    conds = list(CONDITIONS)
+    fig, axes = plt.subplots(len(frames), 2, figsize=(10, 3.2 * len(frames)), squeeze=False)
+    for row, f in enumerate(frames):
+        for col, (key, title) in enumerate((("latency_ms", "mouth-to-ear latency (ms)"), ("pesq_wb", "PESQ-WB"))):
+            ax = axes[row][col]
+            for i, kind in enumerate(("peervoice", "gstreamer")):
+                vals = [results.get(f"f{f}-{c}-{kind}", {}).get("summary", {}).get(key) or 0 for c in conds]
+                ax.bar([x + (i - 0.5) * 0.38 for x in range(len(conds))], vals, 0.38, label=kind)
+            if key == "latency_ms":
+                ax.axhline(FLOOR_MS[f], color="gray", linestyle=":", label=f"floor {FLOOR_MS[f]} ms")
+                ax.axhline(CLEAN_TARGET_MS[f], color="red", linestyle="--", linewidth=0.8, label=f"clean target {CLEAN_TARGET_MS[f]} ms")
+            ax.set_xticks(range(len(conds)))
+            ax.set_xticklabels(conds)
+            ax.set_title(f"{f} ms frames: {title}", fontsize=10)
+            ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=72)
+    log(f"wrote {path}")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--bin", required=True, help="the (release) peervoiced to run")
+    ap.add_argument("--runs", type=int, default=3, help="measured runs per configuration (default 3)")
+    ap.add_argument("--frames", default="20,10", help="Opus frame lengths in ms (default 20,10)")
+    ap.add_argument("--conditions", default=",".join(CONDITIONS), help=f"networks (default {','.join(CONDITIONS)})")
+    ap.add_argument("--systems", default="peervoice,gstreamer")
+    ap.add_argument("--settle", type=float, default=2.0, help="seconds of running before the first run (default 2)")
+    ap.add_argument("--out", default=os.path.join(RESULTS, "voice.json"))
+    ap.add_argument("--keep-temp", action="store_true", help="keep the work directory (logs, taps)")
+    a = ap.parse_args()
+    frames = [int(x) for x in a.frames.split(",")]
+    conditions = a.conditions.split(",")
+    systems = a.systems.split(",")
+    for c in conditions:
+        if c not in CONDITIONS:
+            ap.error(f"unknown condition {c}")
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+
+    workdir = tempfile.mkdtemp(prefix="pv-bench-voice-")
+    log(f"work directory {workdir}")
+    results = {}
+    started = datetime.datetime.now().isoformat(timespec="seconds")
+    load_before = os.getloadavg()
+    pw = None
+    status = 0
+    try:
+        pw = PipeWire(os.path.join(workdir, "pw"))
+        for f in frames:
+            for cond in conditions:
+                for kind in systems:
+                    label = f"f{f}-{cond}-{kind}"
+                    log(f"{label}: starting")
+                    impair = CONDITIONS[cond]
+                    entry = {"frame_ms": f, "network": cond, "system": kind, "impairment": impair, "runs": []}
+                    for r in range(a.runs):
+                        # Each run starts afresh: what a start leaves behind (GStreamer's sink keeps a
+                        # backlog queued before WirePlumber linked it) varies from start to start.
+                        system, stats = None, None
+                        try:
+                            system = (PeerVoice(pw, a.bin, f, impair, workdir, f"{label}-{r + 1}") if kind == "peervoice"
+                                      else GStreamer(pw, f, impair, workdir, f"{label}-{r + 1}"))
+                            time.sleep(a.settle)
+                            res = measure(pw, system, os.path.join(workdir, f"{label}-run{r + 1}.wav"))
+                        except BenchError as e:
+                            res = {"error": str(e)}
+                            status = 1
+                        finally:
+                            if system is not None:
+                                stats = system.stop()
+                        if stats:
+                            res["daemon_statistics"] = stats
+                        if system is not None and system.relay_stats:
+                            res["relay"] = system.relay_stats
+                        log(f"{label} run {r + 1}: " + json.dumps({k: v for k, v in res.items() if k != "window_latency_ms"}))
+                        entry["runs"].append(res)
+                    entry["summary"] = summarize(entry["runs"])
+                    results[label] = entry
+    except Terminated as e:
+        log(f"stopped: {e}")
+        status = 130
+    except BenchError as e:
+        log(f"cannot run: {e}")
+        status = 1
+    finally:
+        CHILDREN.stop_all()
+        if pw is not None:
+            pw.stop()
+        if not a.keep_temp:
+            subprocess.run(["rm", "-rf", workdir])
+
+    print_table(results, frames)
+    checks = evaluate(results, frames)
+    os.makedirs(os.path.dirname(a.out), exist_ok=True)
+    doc = {
+        "benchmark": "voice", "started": started, "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
+                                                              "load_before": load_before, "load_after": os.getloadavg()},
+        "parameters": {"runs": a.runs, "frames": frames, "conditions": conditions, "settle_s": a.settle, "quantum": QUANTUM,
+                       "speech": os.path.relpath(SPEECH, ROOT), "binary": a.bin,
+                       "gstreamer": "opusenc audio-type=voice bitrate=24000; rtpjitterbuffer latency=40; opusdec plc=true; pipewiresink sync=false"},
+        "floor_ms": FLOOR_MS, "targets": checks, "results": results,
+    }
+    with open(a.out, "w") as f:
+        json.dump(doc, f, indent=1)
+    log(f"wrote {a.out}")
+    plot(results, frames, os.path.splitext(a.out)[0] + ".png")
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())
