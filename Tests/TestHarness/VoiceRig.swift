@@ -7,17 +7,19 @@ import Glibc
 // (so recordings made in two PipeWire instances can be compared), speech analysis, and a TCP+UDP
 // relay that loses datagrams.
 
-/// CLOCK_MONOTONIC in seconds: the clock of `TimedRecording` and of the tests' event times.
-public func monotonicSeconds() -> Double {
-    var now = timespec()
-    clock_gettime(CLOCK_MONOTONIC, &now)
-    return Double(now.tv_sec) + Double(now.tv_nsec) / 1e9
-}
+public enum VoiceRig {
+    /// CLOCK_MONOTONIC in seconds: the clock of `TimedRecording` and of the tests' event times.
+    public static func monotonicSeconds() -> Double {
+        var now = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &now)
+        return Double(now.tv_sec) + Double(now.tv_nsec) / 1e9
+    }
 
-/// Tests/Fixtures/<name> of this checkout.
-public func fixturePath(_ name: String) -> String {
-    URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-        .appendingPathComponent("Fixtures/\(name)").path
+    /// Tests/Fixtures/<name> of this checkout (speech.wav: see Tests/Fixtures/make-speech.sh).
+    public static func fixturePath(_ name: String) -> String {
+        URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .appendingPathComponent("Fixtures/\(name)").path
+    }
 }
 
 // MARK: Peers
@@ -177,7 +179,7 @@ public final class TimedRecording: @unchecked Sendable {
         while lock.withLock({ running }) {
             if stat(path, &info) == 0, Int(info.st_size) != last {
                 last = Int(info.st_size)
-                let now = monotonicSeconds()
+                let now = VoiceRig.monotonicSeconds()
                 // Only the first sighting of a size counts: later ones say less.
                 lock.withLock { polls.append((now, last)) }
             }
@@ -239,6 +241,24 @@ public struct TimedAudio {
 
     public func channel(_ index: Int) -> [Int16] { audio.channel(index) }
 
+    /// Where the recording lost or gained time against the monotonic clock (the lower envelope of
+    /// the zero-time estimates, per 100 ms, jumping by more than 2 ms): (time, jump in ms).
+    public var discontinuities: [(time: Double, jumpMs: Double)] {
+        var bins: [(time: Double, zero: Double)] = []
+        for point in zeroPoints {
+            if let last = bins.last, point.time - last.time < 0.1 {
+                bins[bins.count - 1].zero = min(last.zero, point.zero)
+            } else {
+                bins.append(point)
+            }
+        }
+        var result: [(Double, Double)] = []
+        for i in 1..<max(1, bins.count) where abs(bins[i].zero - bins[i - 1].zero) > 0.002 {
+            result.append((bins[i].time, (bins[i].zero - bins[i - 1].zero) * 1000))
+        }
+        return result
+    }
+
     public var startTime: Double { zeroPoints.first!.zero }
     public var endTime: Double { zeroPoints.last!.zero + Double(audio.frames) / rate }
 }
@@ -290,7 +310,7 @@ public struct TimedTrack {
 }
 
 /// Where speech said into one peer's microphone came out of the other's speaker.
-public struct Transfer: CustomStringConvertible {
+public struct VoiceTransfer: CustomStringConvertible {
     /// Mouth-to-ear latency in ms (mic capture to speaker monitor, on the monotonic clock).
     public let latencyMs: Double
     /// Normalized cross-correlation at that lag (1 = the same waveform up to gain).
@@ -302,17 +322,17 @@ public enum VoiceAnalysis {
     /// Finds the speech captured from `mic` between monotonic `from` and `to` in `speaker`, lagging
     /// by 0...`maxLagMs`.
     public static func transfer(mic: TimedTrack, speaker: TimedTrack, from: Double, to: Double,
-                                maxLagMs: Double = 400) -> Transfer {
+                                maxLagMs: Double = 400) -> VoiceTransfer {
         let reference = mic.slice(from: from, to: to)
         let maxLag = Int(maxLagMs * speaker.timed.rate / 1000)
         let signal = speaker.slice(from: from, to: to + maxLagMs / 1000 + 0.05)
         guard reference.samples.count > 4_800, signal.samples.count > 4_800 else {
-            return Transfer(latencyMs: .nan, correlation: 0)
+            return VoiceTransfer(latencyMs: .nan, correlation: 0)
         }
         let (lag, correlation) = AudioAnalysis.bestLag(reference: reference.samples, signal: signal.samples, maxLag: maxLag)
         let micTime = mic.timed.time(ofIndex: reference.start, near: from)
         let speakerTime = speaker.timed.time(ofIndex: signal.start + lag, near: from)
-        return Transfer(latencyMs: (speakerTime - micTime) * 1000, correlation: correlation)
+        return VoiceTransfer(latencyMs: (speakerTime - micTime) * 1000, correlation: correlation)
     }
 
     /// Start and end (monotonic) of the audible part of `track` between `from` and `to`: first and
@@ -543,8 +563,8 @@ extension VoiceAnalysis {
     /// `transfer` in consecutive windows of `windowSeconds` (for diagnostics: how latency and
     /// correlation move along the speech).
     public static func windows(mic: TimedTrack, speaker: TimedTrack, from: Double, to: Double,
-                               windowSeconds: Double = 0.5) -> [Transfer] {
-        var result: [Transfer] = []
+                               windowSeconds: Double = 0.5) -> [VoiceTransfer] {
+        var result: [VoiceTransfer] = []
         var start = from
         while start + windowSeconds <= to + 1e-9 {
             if let span = audibleSpan(mic, from: start, to: start + windowSeconds), span.1 - span.0 > 0.15 {

@@ -40,6 +40,7 @@ import sys
 import tempfile
 import time
 
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import analysis  # noqa: E402
 
@@ -583,10 +584,12 @@ def plot(results, frames, path):
             if key == "latency_ms":
                 ax.axhline(FLOOR_MS[f], color="gray", linestyle=":", label=f"floor {FLOOR_MS[f]} ms")
                 ax.axhline(CLEAN_TARGET_MS[f], color="red", linestyle="--", linewidth=0.8, label=f"clean target {CLEAN_TARGET_MS[f]} ms")
+            top = ax.get_ylim()[1]
+            ax.set_ylim(0, top * 1.35)  # room for the legend above the bars
             ax.set_xticks(range(len(conds)))
             ax.set_xticklabels(conds)
             ax.set_title(f"{f} ms frames: {title}", fontsize=10)
-            ax.legend(fontsize=7)
+            ax.legend(fontsize=7, ncol=2, loc="upper left")
     fig.tight_layout()
     fig.savefig(path, dpi=72)
     log(f"wrote {path}")
@@ -602,7 +605,16 @@ def main():
     ap.add_argument("--settle", type=float, default=2.0, help="seconds of running before the first run (default 2)")
     ap.add_argument("--out", default=os.path.join(RESULTS, "voice.json"))
     ap.add_argument("--keep-temp", action="store_true", help="keep the work directory (logs, taps)")
+    ap.add_argument("--replot", action="store_true", help="only redraw the PNG (and the table) from --out's JSON")
     a = ap.parse_args()
+    if a.replot:
+        with open(a.out) as f:
+            doc = json.load(f)
+        frames = doc["parameters"]["frames"]
+        print_table(doc["results"], frames)
+        evaluate(doc["results"], frames)
+        plot(doc["results"], frames, os.path.splitext(a.out)[0] + ".png")
+        return 0
     frames = [int(x) for x in a.frames.split(",")]
     conditions = a.conditions.split(",")
     systems = a.systems.split(",")

@@ -179,8 +179,10 @@ final class VoiceEngine: @unchecked Sendable {
         let arrival = Self.monotonicNs()
         while let (count, from) = receiveBuffer.withUnsafeMutableBytes({ socket.receive(datagramInto: $0) }) {
             let datagram = Array(receiveBuffer[0..<count])
-            let candidates = sessions.values.sorted { a, _ in a.destination.host == from.host }
-            if !candidates.contains(where: { $0.receive(datagram: datagram, arrival: arrival) }) {
+            // The session whose peer the datagram comes from first, then any other (a relay).
+            let likely = sessions.values.filter { $0.destination.host == from.host }
+            let others = sessions.values.filter { $0.destination.host != from.host }
+            if !(likely + others).contains(where: { $0.receive(datagram: datagram, arrival: arrival) }) {
                 Log.debug("voice: dropped a datagram from \(from) that no session opens")
             }
         }

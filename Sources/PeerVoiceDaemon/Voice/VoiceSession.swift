@@ -92,9 +92,9 @@ final class VoiceSession {
     private func feedPlayback(now: Int64) {
         let wanted = Self.quantumSamples + Self.playbackMarginSamples
         while playbackRing.availableToRead < wanted {
-            // The jitter buffer schedules by when its output will be heard.
-            let queued = Int64(playbackRing.availableToRead + Self.quantumSamples)
-            let output = jitter.next(now: now + queued * 1_000_000_000 / Int64(voiceSampleRate))
+            // The jitter buffer compares arrival times with this clock, so it gets the time of
+            // decoding, not of playing: the ring's lead after decoding is the same for every frame.
+            let output = jitter.next(now: now)
             let count = produce(output)
             guard count > 0 else { return }
             _ = decoded.withUnsafeBufferPointer { playbackRing.write(UnsafeBufferPointer(rebasing: $0[0..<count])) }
