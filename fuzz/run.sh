@@ -1,0 +1,184 @@
+#!/usr/bin/env bash
+# Builds and runs the libFuzzer targets of fuzz/ (see fuzz/README.md). Plain swiftc, no SwiftPM.
+#
+#   fuzz/run.sh build [TARGET...]             build (default: every target)
+#   fuzz/run.sh TARGET SECONDS [ARGS...]      build, then fuzz TARGET for SECONDS (ARGS go to libFuzzer)
+#   fuzz/run.sh all SECONDS [ARGS...]         the same for every target in turn
+#   fuzz/run.sh repro TARGET FILE...          run TARGET once on each FILE (a crash reproducer)
+#   fuzz/run.sh list                          the target names
+#
+# Environment: SWIFTC (default: swiftc on PATH), FUZZ_OPT (-O; -Onone if -O misbehaves),
+# FUZZ_RSS_MB (2048), FUZZ_TIMEOUT (per-input seconds, 10), FUZZ_NICE (10), FUZZ_JOBS (1: libFuzzer
+# workers per target), FUZZ_DIR (.build/fuzz).
+#
+# Outputs under FUZZ_DIR: modules/ and lib/ (PeerVoiceCore and Sodium, instrumented), bin/TARGET,
+# corpus-TARGET/ (the committed seeds of fuzz/corpus/TARGET plus whatever the runs found),
+# artifacts-TARGET/ (crash-*, leak-*, timeout-*, oom-* reproducers), logs/TARGET.log.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+
+TARGETS=(frame-decoder handshake jitter-buffer)
+SWIFTC=${SWIFTC:-swiftc}
+FUZZ_DIR=${FUZZ_DIR:-.build/fuzz}
+FUZZ_OPT=${FUZZ_OPT:--O}
+FUZZ_RSS_MB=${FUZZ_RSS_MB:-2048}
+FUZZ_TIMEOUT=${FUZZ_TIMEOUT:-10}
+FUZZ_NICE=${FUZZ_NICE:-10}
+FUZZ_JOBS=${FUZZ_JOBS:-1}
+
+# libFuzzer (coverage, main) and AddressSanitizer everywhere; assertions kept despite -O; Swift 6
+# language mode, as Package.swift builds the modules.
+SWIFT_FLAGS=(-sanitize=fuzzer,address "$FUZZ_OPT" -g -assert-config Debug -swift-version 6 -parse-as-library)
+
+# Without this, the Swift runtime's crash handler (swift-backtrace) takes over from libFuzzer's and
+# can linger after the fuzzer has exited, holding its output open.
+export SWIFT_BACKTRACE=enable=no
+# Leaks are reported (libFuzzer's -detect_leaks=1 default); a sanitizer error aborts the input.
+export ASAN_OPTIONS=${ASAN_OPTIONS:-abort_on_error=0:detect_leaks=1:symbolize=1:allocator_may_return_null=1}
+
+die() { echo "fuzz/run.sh: $*" >&2; exit 2; }
+
+is_target() {
+    local t
+    for t in "${TARGETS[@]}"; do [[ $t == "$1" ]] && return 0; done
+    return 1
+}
+
+# Runs swiftc quietly: ld.gold warns about every ASan helper symbol ("Cannot export local symbol").
+swiftc_quiet() {
+    local log
+    log=$(mktemp)
+    if ! nice -n "$FUZZ_NICE" "$SWIFTC" "$@" >"$log" 2>&1; then
+        grep -v "Cannot export local symbol" "$log" >&2 || true
+        rm -f "$log"
+        return 1
+    fi
+    grep -v "Cannot export local symbol" "$log" >&2 || true
+    rm -f "$log"
+}
+
+# True when $1 is missing or older than any of the remaining files.
+stale() {
+    local out=$1 f
+    shift
+    [[ -e $out ]] || return 0
+    for f in "$@"; do [[ $f -nt $out ]] && return 0; done
+    return 1
+}
+
+build_libs() {
+    mkdir -p "$FUZZ_DIR/modules" "$FUZZ_DIR/lib"
+    local core=() sodium=()
+    mapfile -t core < <(find Sources/PeerVoiceCore -name '*.swift' | LC_ALL=C sort)
+    mapfile -t sodium < <(find Sources/Sodium -name '*.swift' | LC_ALL=C sort)
+    # Rebuild everything when the compiler or its flags change.
+    local stamp="$FUZZ_DIR/flags"
+    local flags
+    flags="$("$SWIFTC" --version 2>&1 | head -1) ${SWIFT_FLAGS[*]}"
+    if [[ ! -f $stamp || $(cat "$stamp") != "$flags" ]]; then
+        rm -f "$FUZZ_DIR/lib/"*.a "$FUZZ_DIR/bin/"*
+        printf '%s' "$flags" >"$stamp"
+    fi
+    if stale "$FUZZ_DIR/lib/libPeerVoiceCore.a" "${core[@]}"; then
+        echo "fuzz: building PeerVoiceCore (${#core[@]} files)" >&2
+        swiftc_quiet "${SWIFT_FLAGS[@]}" -module-name PeerVoiceCore -wmo \
+            -emit-module -emit-module-path "$FUZZ_DIR/modules/PeerVoiceCore.swiftmodule" \
+            -emit-library -static -o "$FUZZ_DIR/lib/libPeerVoiceCore.a" "${core[@]}"
+    fi
+    if stale "$FUZZ_DIR/lib/libSodium.a" "${sodium[@]}" "$FUZZ_DIR/lib/libPeerVoiceCore.a"; then
+        echo "fuzz: building Sodium (libsodium $(pkg-config --modversion libsodium 2>/dev/null || echo '?'))" >&2
+        swiftc_quiet "${SWIFT_FLAGS[@]}" -module-name Sodium -wmo -I "$FUZZ_DIR/modules" -I Sources/CSodium \
+            -emit-module -emit-module-path "$FUZZ_DIR/modules/Sodium.swiftmodule" \
+            -emit-library -static -o "$FUZZ_DIR/lib/libSodium.a" "${sodium[@]}"
+    fi
+}
+
+build_target() {
+    local target=$1
+    is_target "$target" || die "unknown target '$target' (targets: ${TARGETS[*]})"
+    build_libs
+    mkdir -p "$FUZZ_DIR/bin"
+    local out="$FUZZ_DIR/bin/$target"
+    local libs=(-L "$FUZZ_DIR/lib" -lPeerVoiceCore)
+    # Only the handshake target needs the real cryptography.
+    if [[ $target == handshake ]]; then libs=(-I Sources/CSodium -L "$FUZZ_DIR/lib" -lSodium -lPeerVoiceCore -lsodium); fi
+    if stale "$out" "fuzz/$target.swift" "$FUZZ_DIR/lib/libPeerVoiceCore.a" "$FUZZ_DIR/lib/libSodium.a"; then
+        echo "fuzz: building $target" >&2
+        swiftc_quiet "${SWIFT_FLAGS[@]}" -module-name "FuzzTarget" -I "$FUZZ_DIR/modules" \
+            "fuzz/$target.swift" "${libs[@]}" -o "$out"
+    fi
+}
+
+run_target() {
+    local target=$1 seconds=$2
+    shift 2
+    [[ $seconds =~ ^[0-9]+$ ]] || die "SECONDS must be a whole number, not '$seconds'"
+    build_target "$target"
+    local corpus="$FUZZ_DIR/corpus-$target" artifacts="$FUZZ_DIR/artifacts-$target/" log="$FUZZ_DIR/logs/$target.log"
+    mkdir -p "$corpus" "$artifacts" "$FUZZ_DIR/logs"
+    # The committed seeds stay small: the run grows a copy.
+    if [[ -d fuzz/corpus/$target ]]; then cp -n fuzz/corpus/"$target"/* "$corpus"/ 2>/dev/null || true; fi
+    local dict=()
+    [[ -f fuzz/$target.dict ]] && dict=(-dict="fuzz/$target.dict")
+    local max_len=4096
+    [[ $target == handshake ]] && max_len=8192
+    local jobs=()
+    [[ $FUZZ_JOBS -gt 1 ]] && jobs=(-fork="$FUZZ_JOBS" -ignore_crashes=0)
+    echo "fuzz: $target for ${seconds}s (log: $log)" >&2
+    local status=0 started=$SECONDS
+    nice -n "$FUZZ_NICE" "$FUZZ_DIR/bin/$target" \
+        -max_total_time="$seconds" -rss_limit_mb="$FUZZ_RSS_MB" -timeout="$FUZZ_TIMEOUT" \
+        -max_len="$max_len" -print_final_stats=1 -artifact_prefix="$artifacts" "${dict[@]}" "${jobs[@]}" \
+        "$@" "$corpus" >"$log" 2>&1 || status=$?
+    summarize "$target" "$log" "$status" "$((SECONDS - started))"
+    return "$status"
+}
+
+# One line per run, then the crash report if there is one.
+summarize() {
+    local target=$1 log=$2 status=$3 seconds=$4
+    local execs rate cov ft corp rss
+    execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
+    rate=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log" | tail -1)
+    rss=$(sed -n 's/^stat::peak_rss_mb: *//p' "$log" | tail -1)
+    cov=$( (grep -o 'cov: [0-9]*' "$log" || true) | tail -1 | cut -d' ' -f2)
+    ft=$( (grep -o 'ft: [0-9]*' "$log" || true) | tail -1 | cut -d' ' -f2)
+    corp=$( (grep -o 'corp: [0-9]*/[0-9]*[a-zA-Z]*' "$log" || true) | tail -1 | cut -d' ' -f2)
+    local result=ok
+    if [[ $status -ne 0 ]]; then
+        result="FAILED (exit $status)"
+        grep -E '^(==[0-9]+==ERROR|SUMMARY|.*Fatal error|.*invariant violated|artifact_prefix|Test unit written|Base64)' "$log" >&2 || tail -30 "$log" >&2
+    fi
+    echo "fuzz $target: ${execs:-?} executions in ${seconds}s (${rate:-?} exec/s), cov ${cov:-?}, ft ${ft:-?}, corpus ${corp:-?}, peak RSS ${rss:-?} MB: $result"
+}
+
+[[ $# -ge 1 ]] || die "usage: fuzz/run.sh build [TARGET...] | TARGET SECONDS [ARGS...] | all SECONDS | repro TARGET FILE... | list"
+command="$1"
+shift
+case $command in
+    list)
+        printf '%s\n' "${TARGETS[@]}" ;;
+    build)
+        [[ $# -gt 0 ]] || set -- "${TARGETS[@]}"
+        for target in "$@"; do build_target "$target"; done ;;
+    all)
+        [[ $# -ge 1 ]] || die "usage: fuzz/run.sh all SECONDS [ARGS...]"
+        seconds=$1
+        shift
+        for target in "${TARGETS[@]}"; do build_target "$target"; done
+        failed=0
+        for target in "${TARGETS[@]}"; do run_target "$target" "$seconds" "$@" || failed=1; done
+        exit "$failed" ;;
+    repro)
+        [[ $# -ge 2 ]] || die "usage: fuzz/run.sh repro TARGET FILE..."
+        target=$1
+        shift
+        build_target "$target"
+        "$FUZZ_DIR/bin/$target" -rss_limit_mb="$FUZZ_RSS_MB" -timeout="$FUZZ_TIMEOUT" "$@" ;;
+    *)
+        is_target "$command" || die "unknown target or command '$command' (targets: ${TARGETS[*]})"
+        [[ $# -ge 1 ]] || die "usage: fuzz/run.sh $command SECONDS [ARGS...]"
+        run_target "$command" "$@" ;;
+esac

@@ -1,0 +1,178 @@
+#!/usr/bin/env python3
+"""Writes the seed corpora of fuzz/corpus/<target>/ (small, committed; fuzz/run.sh copies them).
+
+The layouts are the ones described at the top of each fuzz/<target>.swift. Run from anywhere:
+    python3 fuzz/seeds.py
+"""
+import os
+import struct
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def write(target, name, data):
+    directory = os.path.join(HERE, "corpus", target)
+    os.makedirs(directory, exist_ok=True)
+    with open(os.path.join(directory, name), "wb") as f:
+        f.write(bytes(data))
+
+
+# --- frame-decoder ------------------------------------------------------------------------------
+
+PREAMBLE = b"PVLK" + struct.pack(">HH", 2, 0)
+
+
+def u16(v): return struct.pack(">H", v)
+def u32(v): return struct.pack(">I", v)
+def u64(v): return struct.pack(">Q", v)
+
+
+ID = bytes(range(0x30, 0x40))
+BODIES = {
+    "hello": b"\x01" + ID + u32(3) + u16(4711) + u16(0) + u16(5) + b"Alice",
+    "hello-empty-name": b"\x01" + ID + u32(1) + u16(0) + u16(9000) + u16(0),
+    "text": b"\x02" + u64(7) + u64(6) + ID + u64(1_700_000_000_000) + "héllo ✓".encode(),
+    "ack": b"\x03" + u64(7),
+    "keepalive": b"\x04",
+    "goodbye": b"\x05\x00",
+    "pairing": b"\x06\x01",
+    "voice-start": b"\x07" + ID + b"\x14",
+    "voice-stop": b"\x08",
+    "voice": b"\x10" + u64(42) + u32(960 * 42) + bytes(range(40)),
+}
+
+
+def framed(body): return u32(len(body)) + body
+
+
+def frame_decoder():
+    t = "frame-decoder"
+    stream = b"".join(framed(b) for b in BODIES.values())
+    # flags, split seed (u16), maxBodyBytes override (u16), stream
+    write(t, "stream-with-preamble", b"\x03" + u16(0x0105) + u16(0) + stream)
+    write(t, "stream-no-preamble", b"\x00" + u16(0x0007) + u16(0) + stream)
+    write(t, "stream-bodies", b"\x0b" + u16(0x2211) + u16(0) + stream)
+    write(t, "preamble-split", b"\x01" + u16(0x0003) + u16(0) + PREAMBLE + framed(BODIES["keepalive"]))
+    write(t, "preamble-bad-magic", b"\x01" + u16(2) + u16(0) + b"PVLX" + u16(2) + u16(0))
+    write(t, "preamble-version-3", b"\x01" + u16(2) + u16(0) + b"PVLK" + u16(3) + u16(0))
+    write(t, "handshake-limit", b"\x07" + u16(9) + u16(0) + framed(b"\x21" + bytes(1100)))
+    write(t, "max-body-override", b"\x20" + u16(1) + u16(8) + stream)
+    write(t, "empty-frame", b"\x00" + u16(0) + u16(0) + u32(0))
+    write(t, "too-large", b"\x00" + u16(0) + u16(0) + u32(70_001) + b"\x02")
+    for name, body in BODIES.items():
+        write(t, "body-" + name, b"\x00" + u16(0) + u16(0) + body)
+        write(t, "datagram-" + name, b"\x00" + u16(0) + u16(0) + framed(body))
+    # Large synthetic bodies (flags 0x50): a TEXT just around 65 536 bytes of text, any body near
+    # the 70 000-byte limit. The fill repeats the input, so everything after the type is ASCII.
+    text_head = b"\x02" + b"B" * 8 + b"A" * 8 + b"C" * 16 + b"D" * 8 + b"text"
+    write(t, "big-text", b"\x50" + u16(0) + u16(4 << 2 | 0) + text_head)
+    write(t, "big-text-over", b"\x50" + u16(0) + u16(5 << 2 | 0) + text_head)
+    write(t, "big-body", b"\x50" + u16(0) + u16(4 << 2 | 1) + b"\x10" + b"V" * 12)
+
+
+# --- handshake ----------------------------------------------------------------------------------
+
+def record_ops():
+    ops = b""
+    ops += b"\x08a"                  # real sealer, 1-byte plaintext
+    ops += b"\x10bc"                 # real sealer, 2 bytes
+    ops += b"\x00"                   # real sealer, empty
+    ops += b"\x03\x01"               # replay record 1
+    ops += b"\x0a\x05"               # authentic at newest + 5
+    ops += b"\x12" + u16(3)          # authentic at newest - 3
+    ops += b"\x02" + u64(1 << 40)    # authentic at 2^40
+    ops += b"\x1a\x00"               # authentic near 2^64
+    ops += b"\x04\x00" + u16(9) + b"\x80"  # flip a bit of record 0
+    ops += b"\x05\x02" + u16(10)     # record 2 truncated to 10 bytes
+    ops += b"\x0d\x01\xff"           # record 1 with a byte appended
+    ops += b"\x06" + u16(30) + bytes(range(30))  # forged bytes
+    ops += b"\x1f"                   # a sealer with rekey limit 3
+    return ops
+
+
+def handshake():
+    t = "handshake"
+    # flags, identities/seed, payload lengths (u16 each)
+    clean = b"\x00" * 5              # five messages delivered untouched
+    head = lambda flags, ids=0x04, la=16, lb=32: bytes([flags, ids]) + u16(la) + u16(lb)
+    write(t, "honest-initiator-link", head(0x02) + clean + b"\x00" + record_ops())
+    write(t, "honest-responder-link", head(0x03) + clean + b"\x00" + record_ops())
+    write(t, "honest-records-from-b", head(0x82, la=0, lb=959) + clean + b"\x00" + record_ops())
+    sessions = bytes(range(1, 17)) + bytes(range(17, 33))
+    write(t, "honest-voice-datagram", head(0x02) + clean + b"\x21" + sessions + record_ops())
+    write(t, "honest-voice-window", head(0x02) + clean + b"\x61" + sessions + u16(100) + record_ops())
+    write(t, "honest-voice-stream", head(0x03) + clean + b"\xa1" + sessions + record_ops())
+    write(t, "honest-voice-bad-session", head(0x02) + clean + b"\x0b" + sessions + record_ops())
+    write(t, "honest-pinned", head(0x16) + clean + b"\x00" + record_ops())
+    write(t, "honest-wrong-pin-initiator", head(0x0a) + clean)
+    write(t, "honest-wrong-pin-responder", head(0x0b) + clean)
+    write(t, "honest-same-identity", head(0x02, ids=0x05) + clean + b"\x00" + record_ops())
+    hello = lambda name: bytes(range(0x40, 0x50)) + b"\x03" + u16(4711) + u16(0) + name
+    write(t, "honest-hello", bytes([0x42, 0x04]) + u16(5) + u16(3) + hello(b"Alice") + hello(b"Bob") + clean + b"\x00")
+    write(t, "honest-payload-too-large", head(0x02, la=960) + clean)
+    for k in range(5):
+        tamper = b"\x00" * k + b"\x03" + u16(k * 7 + 1) + b"\x01"
+        write(t, "honest-tamper-msg%d" % (k + 1), head(0x02) + tamper + b"\x00" * (4 - k))
+    write(t, "honest-truncate-msg4", head(0x02) + b"\x00\x00\x00\x04" + u16(40) + b"\x00")
+    write(t, "honest-replay-msg3", head(0x02) + b"\x00\x00\x07\x00\x00")
+    write(t, "honest-duplicate-msg2", head(0x02) + b"\x00\x08\x00\x00\x00")
+    write(t, "honest-duplicate-msg5", head(0x02) + b"\x00\x00\x00\x00\x08")
+    base_point = b"\x09" + bytes(31)
+    # raw mode: A alone; ops 0 natural step, 1 write, 2 read, 3 expected type + allowed size
+    write(t, "raw-initiator", head(0x00) + b"\x00" + b"\x03" + base_point + b"\x00" + b"\x03" + bytes(64))
+    write(t, "raw-initiator-low-order", head(0x00) + b"\x00\x03" + bytes(32))
+    write(t, "raw-responder", head(0x01) + b"\x03" + bytes(range(32)) + b"\x00" + b"\x03" + base_point)
+    write(t, "raw-out-of-turn", head(0x01) + b"\x01")
+    write(t, "raw-read-anything", head(0x00) + b"\x02" + u16(33) + b"\x22" + base_point + b"\x00")
+    write(t, "raw-records", head(0x00) + b"\x00" * 9 + u16(40) + bytes(40) + u16(10) + bytes(10))
+
+
+# --- jitter-buffer ------------------------------------------------------------------------------
+
+SEND = b"\x00"              # the next speech packet
+def tick(ms_2_5=8, lead=4): return bytes([0x02 | ms_2_5 << 3, lead, 0])   # time passes, device pulls
+LOSE = b"\x03"
+HOLD = b"\x04"
+RELEASE = b"\x05"
+DTX = b"\x08\x01"           # a DTX packet (1 byte of payload)
+DUPLICATE = b"\x07"
+def dtx_gap(frames): return bytes([0x0f, frames])
+def restart(seq, ts): return b"\x17" + u64(seq) + u32(ts)
+RESET = b"\x27"
+def stall(units_10ms): return b"\x2f" + u16(units_10ms)
+
+
+def jitter(flags=0x01, config=bytes(10), seq=1000, ts=123456, clock=0):
+    head = bytes([flags]) + config
+    head += (bytes([seq & 0xFF]) if flags & 2 else u16(seq))
+    head += (u16(ts) if flags & 4 else u32(ts))
+    return head + u16(clock)
+
+
+def jitter_buffer():
+    t = "jitter-buffer"
+    steady = (SEND + tick()) * 60
+    write(t, "steady-20ms", jitter() + steady)
+    write(t, "steady-10ms", jitter(config=b"\x02" + bytes(9)) + (SEND + tick(4)) * 80)
+    write(t, "loss", jitter() + (SEND + tick() + SEND + tick() + LOSE + tick()) * 20)
+    write(t, "reorder", jitter() + (HOLD + SEND + tick() + RELEASE + tick()) * 20)
+    write(t, "duplicates", jitter() + (SEND + DUPLICATE + tick()) * 30)
+    write(t, "dtx", jitter() + (SEND + tick()) * 20 + (DTX + tick()) * 5 + dtx_gap(20) + (SEND + tick()) * 20)
+    write(t, "stall-burst", jitter() + (SEND + tick()) * 20 + b"\x3f" + u16(2000) + SEND * 15 + (SEND + tick()) * 20)
+    write(t, "long-stall", jitter() + (SEND + tick()) * 20 + stall(300) + (SEND + tick()) * 20)
+    write(t, "restart", jitter() + (SEND + tick()) * 20 + restart(5, 999) + (SEND + tick()) * 20)
+    write(t, "reset", jitter() + (SEND + tick()) * 20 + RESET + (SEND + tick()) * 20)
+    write(t, "wrap", jitter(flags=0x07, seq=30, ts=40) + (SEND + tick()) * 60)
+    write(t, "late-clock", jitter(flags=0x09, clock=20000) + steady)
+    write(t, "jittery", jitter() + (SEND + tick(3) + SEND + tick(13) + SEND + tick(0) + tick(16)) * 20)
+    tuned = bytes([0x00, 0x0e, 40, 50, 0x25, 0x13, 0x21, 0x32, 0x43, 0x05])
+    write(t, "tuned-config", jitter(flags=0x00, config=tuned) + (SEND + tick() + LOSE + SEND + tick()) * 20)
+    fec = bytes([0x00, 0x00, 75, 100, 0x00, 0x00, 0xa5, 0xa5, 0x44, 0x02])
+    write(t, "plan-for-fec", jitter(flags=0x00, config=fec) + (SEND + tick() + SEND + tick() + SEND + LOSE + tick()) * 25)
+    write(t, "odd-frame", jitter(flags=0x00, config=b"\x3f\x07" + bytes(8)) + (SEND + tick(3)) * 40)
+
+
+if __name__ == "__main__":
+    frame_decoder()
+    handshake()
+    jitter_buffer()
