@@ -5,6 +5,7 @@
 #   fuzz/run.sh TARGET SECONDS [ARGS...]      build, then fuzz TARGET for SECONDS (ARGS go to libFuzzer)
 #   fuzz/run.sh all SECONDS [ARGS...]         the same for every target in turn
 #   fuzz/run.sh repro TARGET FILE...          run TARGET once on each FILE (a crash reproducer)
+#   fuzz/run.sh coverage [TARGET...]          line/region coverage (llvm-cov) of each target's sources by its corpus
 #   fuzz/run.sh list                          the target names
 #
 # Environment: SWIFTC (default: swiftc on PATH), FUZZ_OPT (-O; -Onone if -O misbehaves),
@@ -13,7 +14,8 @@
 #
 # Outputs under FUZZ_DIR: modules/ and lib/ (PeerVoiceCore and Sodium, instrumented), bin/TARGET,
 # corpus-TARGET/ (the committed seeds of fuzz/corpus/TARGET plus whatever the runs found),
-# artifacts-TARGET/ (crash-*, leak-*, timeout-*, oom-* reproducers), logs/TARGET.log.
+# artifacts-TARGET/ (crash-*, leak-*, timeout-*, oom-* reproducers), logs/TARGET.log, coverage/
+# (the llvm-cov build and its profiles).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -31,6 +33,8 @@ FUZZ_JOBS=${FUZZ_JOBS:-1}
 # libFuzzer (coverage, main) and AddressSanitizer everywhere; assertions kept despite -O; Swift 6
 # language mode, as Package.swift builds the modules.
 SWIFT_FLAGS=(-sanitize=fuzzer,address "$FUZZ_OPT" -g -assert-config Debug -swift-version 6 -parse-as-library)
+# Where the libraries and binaries go (`coverage` builds a second, source-coverage variant).
+BUILD_DIR=$FUZZ_DIR
 
 # Without this, the Swift runtime's crash handler (swift-backtrace) takes over from libFuzzer's and
 # can linger after the fuzzer has exited, holding its output open.
@@ -69,29 +73,29 @@ stale() {
 }
 
 build_libs() {
-    mkdir -p "$FUZZ_DIR/modules" "$FUZZ_DIR/lib"
+    mkdir -p "$BUILD_DIR/modules" "$BUILD_DIR/lib"
     local core=() sodium=()
     mapfile -t core < <(find Sources/PeerVoiceCore -name '*.swift' | LC_ALL=C sort)
     mapfile -t sodium < <(find Sources/Sodium -name '*.swift' | LC_ALL=C sort)
     # Rebuild everything when the compiler or its flags change.
-    local stamp="$FUZZ_DIR/flags"
+    local stamp="$BUILD_DIR/flags"
     local flags
     flags="$("$SWIFTC" --version 2>&1 | head -1) ${SWIFT_FLAGS[*]}"
     if [[ ! -f $stamp || $(cat "$stamp") != "$flags" ]]; then
-        rm -f "$FUZZ_DIR/lib/"*.a "$FUZZ_DIR/bin/"*
+        rm -f "$BUILD_DIR/lib/"*.a "$BUILD_DIR/bin/"*
         printf '%s' "$flags" >"$stamp"
     fi
-    if stale "$FUZZ_DIR/lib/libPeerVoiceCore.a" "${core[@]}"; then
+    if stale "$BUILD_DIR/lib/libPeerVoiceCore.a" "${core[@]}"; then
         echo "fuzz: building PeerVoiceCore (${#core[@]} files)" >&2
         swiftc_quiet "${SWIFT_FLAGS[@]}" -module-name PeerVoiceCore -wmo \
-            -emit-module -emit-module-path "$FUZZ_DIR/modules/PeerVoiceCore.swiftmodule" \
-            -emit-library -static -o "$FUZZ_DIR/lib/libPeerVoiceCore.a" "${core[@]}"
+            -emit-module -emit-module-path "$BUILD_DIR/modules/PeerVoiceCore.swiftmodule" \
+            -emit-library -static -o "$BUILD_DIR/lib/libPeerVoiceCore.a" "${core[@]}"
     fi
-    if stale "$FUZZ_DIR/lib/libSodium.a" "${sodium[@]}" "$FUZZ_DIR/lib/libPeerVoiceCore.a"; then
+    if stale "$BUILD_DIR/lib/libSodium.a" "${sodium[@]}" "$BUILD_DIR/lib/libPeerVoiceCore.a"; then
         echo "fuzz: building Sodium (libsodium $(pkg-config --modversion libsodium 2>/dev/null || echo '?'))" >&2
-        swiftc_quiet "${SWIFT_FLAGS[@]}" -module-name Sodium -wmo -I "$FUZZ_DIR/modules" -I Sources/CSodium \
-            -emit-module -emit-module-path "$FUZZ_DIR/modules/Sodium.swiftmodule" \
-            -emit-library -static -o "$FUZZ_DIR/lib/libSodium.a" "${sodium[@]}"
+        swiftc_quiet "${SWIFT_FLAGS[@]}" -module-name Sodium -wmo -I "$BUILD_DIR/modules" -I Sources/CSodium \
+            -emit-module -emit-module-path "$BUILD_DIR/modules/Sodium.swiftmodule" \
+            -emit-library -static -o "$BUILD_DIR/lib/libSodium.a" "${sodium[@]}"
     fi
 }
 
@@ -99,14 +103,14 @@ build_target() {
     local target=$1
     is_target "$target" || die "unknown target '$target' (targets: ${TARGETS[*]})"
     build_libs
-    mkdir -p "$FUZZ_DIR/bin"
-    local out="$FUZZ_DIR/bin/$target"
-    local libs=(-L "$FUZZ_DIR/lib" -lPeerVoiceCore)
+    mkdir -p "$BUILD_DIR/bin"
+    local out="$BUILD_DIR/bin/$target"
+    local libs=(-L "$BUILD_DIR/lib" -lPeerVoiceCore)
     # Only the handshake target needs the real cryptography.
-    if [[ $target == handshake ]]; then libs=(-I Sources/CSodium -L "$FUZZ_DIR/lib" -lSodium -lPeerVoiceCore -lsodium); fi
-    if stale "$out" "fuzz/$target.swift" "$FUZZ_DIR/lib/libPeerVoiceCore.a" "$FUZZ_DIR/lib/libSodium.a"; then
+    if [[ $target == handshake ]]; then libs=(-I Sources/CSodium -L "$BUILD_DIR/lib" -lSodium -lPeerVoiceCore -lsodium); fi
+    if stale "$out" "fuzz/$target.swift" "$BUILD_DIR/lib/libPeerVoiceCore.a" "$BUILD_DIR/lib/libSodium.a"; then
         echo "fuzz: building $target" >&2
-        swiftc_quiet "${SWIFT_FLAGS[@]}" -module-name "FuzzTarget" -I "$FUZZ_DIR/modules" \
+        swiftc_quiet "${SWIFT_FLAGS[@]}" -module-name "FuzzTarget" -I "$BUILD_DIR/modules" \
             "fuzz/$target.swift" "${libs[@]}" -o "$out"
     fi
 }
@@ -128,7 +132,7 @@ run_target() {
     [[ $FUZZ_JOBS -gt 1 ]] && jobs=(-fork="$FUZZ_JOBS" -ignore_crashes=0)
     echo "fuzz: $target for ${seconds}s (log: $log)" >&2
     local status=0 started=$SECONDS
-    nice -n "$FUZZ_NICE" "$FUZZ_DIR/bin/$target" \
+    nice -n "$FUZZ_NICE" "$BUILD_DIR/bin/$target" \
         -max_total_time="$seconds" -rss_limit_mb="$FUZZ_RSS_MB" -timeout="$FUZZ_TIMEOUT" \
         -max_len="$max_len" -print_final_stats=1 -artifact_prefix="$artifacts" "${dict[@]}" "${jobs[@]}" \
         "$@" "$corpus" >"$log" 2>&1 || status=$?
@@ -154,12 +158,47 @@ summarize() {
     echo "fuzz $target: ${execs:-?} executions in ${seconds}s (${rate:-?} exec/s), cov ${cov:-?}, ft ${ft:-?}, corpus ${corp:-?}, peak RSS ${rss:-?} MB: $result"
 }
 
+# The sources each target is about (for `coverage`).
+sources_of() {
+    case $1 in
+        frame-decoder) ls Sources/PeerVoiceCore/Wire/*.swift ;;
+        handshake) ls Sources/PeerVoiceCore/Security/{CryptoPrimitives,Handshake,HandshakeError,HandshakeResult,SealedRecord,StaticIdentity,SymmetricState,VoiceKeys}.swift Sources/Sodium/*.swift ;;
+        jitter-buffer) echo Sources/PeerVoiceCore/Voice/JitterBuffer.swift ;;
+    esac
+}
+
+# Source-based coverage (llvm-cov) of the target's sources by its corpus: a separate -Onone build
+# with -profile-generate -profile-coverage-mapping runs the corpus once (-runs=0), no fuzzing.
+coverage() {
+    local target=$1
+    BUILD_DIR=$FUZZ_DIR/coverage
+    SWIFT_FLAGS=(-sanitize=fuzzer -profile-generate -profile-coverage-mapping -Onone -g -swift-version 6 -parse-as-library)
+    build_target "$target"
+    local corpus="$FUZZ_DIR/corpus-$target" profiles="$BUILD_DIR/profiles"
+    [[ -d $corpus ]] || corpus=fuzz/corpus/$target
+    mkdir -p "$profiles"
+    rm -f "$profiles/$target".*
+    local tools
+    tools=$(dirname "$(command -v "$SWIFTC")")
+    LLVM_PROFILE_FILE="$profiles/$target.%p.profraw" nice -n "$FUZZ_NICE" "$BUILD_DIR/bin/$target" -runs=0 \
+        -rss_limit_mb="$FUZZ_RSS_MB" "$corpus" >"$profiles/$target.log" 2>&1 || { tail -20 "$profiles/$target.log" >&2; return 1; }
+    "$tools/llvm-profdata" merge -sparse "$profiles/$target".*.profraw -o "$profiles/$target.profdata"
+    local sources=()
+    mapfile -t sources < <(sources_of "$target")
+    echo "$target: corpus $(find "$corpus" -type f | wc -l) inputs ($corpus)"
+    "$tools/llvm-cov" report "$BUILD_DIR/bin/$target" -instr-profile="$profiles/$target.profdata" "${sources[@]}"
+    echo "(line by line: $tools/llvm-cov show $BUILD_DIR/bin/$target -instr-profile=$profiles/$target.profdata SOURCE)"
+}
+
 [[ $# -ge 1 ]] || die "usage: fuzz/run.sh build [TARGET...] | TARGET SECONDS [ARGS...] | all SECONDS | repro TARGET FILE... | list"
 command="$1"
 shift
 case $command in
     list)
         printf '%s\n' "${TARGETS[@]}" ;;
+    coverage)
+        [[ $# -ge 1 ]] || set -- "${TARGETS[@]}"
+        for target in "$@"; do coverage "$target"; done ;;
     build)
         [[ $# -gt 0 ]] || set -- "${TARGETS[@]}"
         for target in "$@"; do build_target "$target"; done ;;
@@ -176,7 +215,7 @@ case $command in
         target=$1
         shift
         build_target "$target"
-        "$FUZZ_DIR/bin/$target" -rss_limit_mb="$FUZZ_RSS_MB" -timeout="$FUZZ_TIMEOUT" "$@" ;;
+        "$BUILD_DIR/bin/$target" -rss_limit_mb="$FUZZ_RSS_MB" -timeout="$FUZZ_TIMEOUT" "$@" ;;
     *)
         is_target "$command" || die "unknown target or command '$command' (targets: ${TARGETS[*]})"
         [[ $# -ge 1 ]] || die "usage: fuzz/run.sh $command SECONDS [ARGS...]"
