@@ -19,7 +19,9 @@
 //     encoded() is that body behind its u32 length, and both decode back to the same frame
 //     (Frame(body:), Frame(datagram:), a fresh FrameDecoder);
 //   - Frame(body:) gives the same answer for an Array and for a slice that does not start at 0;
-//   - Frame(datagram:) agrees with its specification in terms of Frame(body:).
+//   - Frame(datagram:) agrees with its specification in terms of Frame(body:);
+//   - identifiers survive their hex and byte forms; Hello.truncatedName cuts any text to at most
+//     256 bytes at a character boundary, no more than needed, and the result fits a HELLO.
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -139,6 +141,40 @@ func checkRoundTrip(_ frame: Frame, body: ArraySlice<UInt8>) {
         check(false, "\(frame) re-encoded does not go through FrameDecoder: \(error)")
     }
     _ = frame.description
+    // Identifiers survive their hex and byte forms.
+    switch frame {
+    case .hello(let hello):
+        check(InstanceID(hex: hello.instanceID.hex) == hello.instanceID, "instance id hex round trip")
+        check(InstanceID(hex: hello.instanceID.hex.uppercased()) == hello.instanceID, "instance id HEX round trip")
+        check(InstanceID(bytes: hello.instanceID.bytes) == hello.instanceID, "instance id bytes round trip")
+        check(Hello.truncatedName(hello.name) == hello.name, "a valid name was truncated")
+    case .text(let text):
+        check(MessageID(hex: text.messageID.hex) == text.messageID, "message id hex round trip")
+        check(MessageID(bytes: text.messageID.bytes) == text.messageID, "message id bytes round trip")
+    default:
+        break
+    }
+}
+
+/// Names from elsewhere (host names, settings) are cut to fit a HELLO at a character boundary.
+func checkNames(_ bytes: ArraySlice<UInt8>) {
+    let name = String(decoding: bytes, as: UTF8.self)
+    let cut = Hello.truncatedName(name)
+    check(cut.utf8.count <= Wire.maxNameBytes, "truncatedName left \(cut.utf8.count) bytes")
+    check(name.utf8.starts(with: cut.utf8), "truncatedName is not a prefix of the name")
+    if name.utf8.count <= Wire.maxNameBytes { check(cut == name, "truncatedName changed a name that fits") }
+    check(cut.count == name.count || cut.utf8.count + (name.dropFirst(cut.count).first?.utf8.count ?? 0) > Wire.maxNameBytes,
+          "truncatedName cut more than needed")
+    check((try? Hello(instanceID: InstanceID(bytes: [UInt8](repeating: 1, count: 16))!, capabilities: [], listenPort: 0,
+                      voicePort: 0, name: cut)) != nil, "a truncated name does not fit a HELLO")
+    // Arbitrary text as hex: parses only as 32 hex digits, and then back to the same digits.
+    let hex = String(decoding: bytes.prefix(32), as: UTF8.self)
+    if let id = MessageID(hex: hex) {
+        check(id.hex == hex.lowercased(), "hex \(hex) parsed to \(id.hex)")
+    } else {
+        check(hex.utf8.count != 32 || !hex.utf8.allSatisfy({ (0x30...0x39).contains($0) || (0x41...0x46).contains($0) || (0x61...0x66).contains($0) }),
+              "32 hex digits did not parse: \(hex)")
+    }
 }
 
 /// Frame(body:) on an array and on a slice with a non-zero start must agree.
@@ -172,7 +208,10 @@ func checkDatagram(_ datagram: [UInt8]) {
         }
     }
     check(actual == expected, "Frame(datagram:) gave \(actual), expected \(expected)")
-    if case .success(let frame) = actual { checkRoundTrip(frame, body: datagram[4...]) }
+    switch actual {
+    case .success(let frame): checkRoundTrip(frame, body: datagram[4...])
+    case .failure(let error): _ = error.description
+    }
 }
 
 /// The largest TEXT frame (stream form, 65 581 bytes), past FrameDecoder's compaction threshold.
@@ -289,6 +328,7 @@ func run(_ bytes: [UInt8]) {
     }
     checkDatagram(Array(rest))
     if rest.count >= 8 { _ = try? Preamble.check(rest.prefix(8)) }
+    checkNames(rest)
 
     // A large body made from the input, to reach the size limits above libFuzzer's -max_len: just
     // around the largest TEXT (65 536 bytes of text), the largest body, or anywhere up to 128 KiB.

@@ -515,6 +515,16 @@ func runHonest(_ input: inout Input, roleA: HandshakeRole, identityA: StaticIden
     check(resultA.sendDirection == resultB.receiveDirection && resultA.sendDirection != resultA.receiveDirection, "directions")
     // What the daemon does with the payload.
     _ = try? Frame(body: resultA.remotePayload)
+    // A completed handshake refuses to write more; the result stays.
+    do throws(HandshakeError) {
+        _ = try a.writeMessage()
+        check(false, "writeMessage() succeeded after completion")
+    } catch {
+        check(error == .outOfTurn(attempted: "writeMessage()", next: nil), "writeMessage() after completion: \(error)")
+        check(a.result != nil && a.nextAction == .failed(error), "after completion: \(a.nextAction)")
+        _ = error.description
+    }
+    check(VoiceKeys.makeSessionID(crypto: crypto).count == VoiceKeys.sessionIDBytes, "session id size")
 
     // Records between the two.
     let (sender, receiver) = recordsFromB ? (resultB, resultA) : (resultA, resultB)
@@ -534,6 +544,7 @@ func runHonest(_ input: inout Input, roleA: HandshakeRole, identityA: StaticIden
                 check(false, "a \(wrongSize)-byte session id was accepted")
             } catch {
                 check(error == .wrongSessionIDSize(bytes: wrongSize), "\(error)")
+                _ = error.description
             }
         }
         let senderKeys: VoiceKeys

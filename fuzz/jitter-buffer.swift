@@ -6,7 +6,7 @@
 // queued ahead of it, advancing by what each output lasts (so `now` never goes back either).
 //
 // Input layout (missing bytes read as 0):
-//   byte 0      flags: bit 0 default configuration (apart from the frame size), bit 1 start the
+//   byte 0      flags: bit 0 default configuration (20 or 10 ms frames), bit 1 start the
 //               sender's seq near 2^64 (wrap), bit 2 start its timestamp near 2^32, bit 3 start
 //               the clock late (days)
 //   bytes 1-10  configuration (see makeConfiguration)
@@ -28,8 +28,8 @@ import Glibc
 #endif
 import PeerVoiceCore
 
-/// FUZZ_STRICT_FEC=1: the packet behind .recoverWithFEC must always come back next, shrink or not.
-let strictFEC = getenv("FUZZ_STRICT_FEC") != nil
+/// FUZZ_DEFAULT_CONFIG=1: always the default configuration (apart from the frame size).
+let defaultConfiguration = getenv("FUZZ_DEFAULT_CONFIG") != nil
 
 /// FUZZ_TRACE=1 in the environment prints every step (for reading a reproducer).
 let tracing = getenv("FUZZ_TRACE") != nil
@@ -68,8 +68,8 @@ func makeConfiguration(_ input: inout Input, defaults: Bool) -> JitterBuffer.Con
     let b = (0..<10).map { _ in input.u8() }
     var frame = frameSizes[Int(b[0] & 7)]
     if frame == 0 { frame = 40 + Int(b[0] >> 3) * 37 }  // odd sizes, 40...1187
+    if defaults { return JitterBuffer.Configuration(frameSamples: b[0] & 1 == 0 ? 960 : 480) }
     var configuration = JitterBuffer.Configuration(frameSamples: frame, stepSamples: min(120, frame))
-    if defaults { return configuration }
     let steps = [120, 240, 480, frame, 60, 120, frame / 2, 7]
     configuration.stepSamples = max(1, min(frame, steps[Int(b[1] & 7)]))
     configuration.lateCostMs = Double(b[1] >> 3) * 0.5
@@ -202,11 +202,8 @@ struct Simulation {
                 check(playedTags.insert(tag).inserted, "packet \(tag) played twice")
             }
         }
-        if let expected = pendingFEC, output != .frame(expected) {
-            // Known exception (fuzz/README.md, finding 1): a shrink may drop the packet FEC was
-            // just taken from. FUZZ_STRICT_FEC=1 makes that a failure too.
-            let droppedNow = buffer.statistics.dropped > previous.dropped
-            check(droppedNow && !strictFEC, "after .recoverWithFEC the next output is \(output), not that packet")
+        if let expected = pendingFEC {
+            check(output == JitterBuffer.Output.frame(expected), "after .recoverWithFEC the next output is \(output), not that packet")
         }
         pendingFEC = nil
         if case .recoverWithFEC(let payload) = output { pendingFEC = payload }
@@ -336,7 +333,7 @@ struct Simulation {
 func run(_ bytes: [UInt8]) {
     var input = Input(bytes)
     let flags = input.u8()
-    let configuration = makeConfiguration(&input, defaults: flags & 1 != 0)
+    let configuration = makeConfiguration(&input, defaults: flags & 1 != 0 || defaultConfiguration)
     let seq: UInt64 = flags & 2 != 0 ? UInt64.max - UInt64(input.u8()) : UInt64(input.u16())
     let timestamp: UInt32 = flags & 4 != 0 ? UInt32.max - UInt32(input.u16()) * 97 : input.u32()
     // CLOCK_MONOTONIC counts from boot: seconds to weeks.

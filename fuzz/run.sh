@@ -154,6 +154,9 @@ summarize() {
     if [[ $status -ne 0 ]]; then
         result="FAILED (exit $status)"
         grep -E '^(==[0-9]+==ERROR|SUMMARY|.*Fatal error|.*invariant violated|artifact_prefix|Test unit written|Base64)' "$log" >&2 || tail -30 "$log" >&2
+        local unit
+        unit=$(sed -n 's/.*Test unit written to //p' "$log" | tail -1)
+        [[ -n $unit ]] && echo "reproduce: fuzz/run.sh repro $target $unit (FUZZ_TRACE=1 prints the steps)" >&2
     fi
     echo "fuzz $target: ${execs:-?} executions in ${seconds}s (${rate:-?} exec/s), cov ${cov:-?}, ft ${ft:-?}, corpus ${corp:-?}, peak RSS ${rss:-?} MB: $result"
 }
@@ -190,34 +193,40 @@ coverage() {
     echo "(line by line: $tools/llvm-cov show $BUILD_DIR/bin/$target -instr-profile=$profiles/$target.profdata SOURCE)"
 }
 
-[[ $# -ge 1 ]] || die "usage: fuzz/run.sh build [TARGET...] | TARGET SECONDS [ARGS...] | all SECONDS | repro TARGET FILE... | list"
-command="$1"
-shift
-case $command in
-    list)
-        printf '%s\n' "${TARGETS[@]}" ;;
-    coverage)
-        [[ $# -ge 1 ]] || set -- "${TARGETS[@]}"
-        for target in "$@"; do coverage "$target"; done ;;
-    build)
-        [[ $# -gt 0 ]] || set -- "${TARGETS[@]}"
-        for target in "$@"; do build_target "$target"; done ;;
-    all)
-        [[ $# -ge 1 ]] || die "usage: fuzz/run.sh all SECONDS [ARGS...]"
-        seconds=$1
-        shift
-        for target in "${TARGETS[@]}"; do build_target "$target"; done
-        failed=0
-        for target in "${TARGETS[@]}"; do run_target "$target" "$seconds" "$@" || failed=1; done
-        exit "$failed" ;;
-    repro)
-        [[ $# -ge 2 ]] || die "usage: fuzz/run.sh repro TARGET FILE..."
-        target=$1
-        shift
-        build_target "$target"
-        "$BUILD_DIR/bin/$target" -rss_limit_mb="$FUZZ_RSS_MB" -timeout="$FUZZ_TIMEOUT" "$@" ;;
-    *)
-        is_target "$command" || die "unknown target or command '$command' (targets: ${TARGETS[*]})"
-        [[ $# -ge 1 ]] || die "usage: fuzz/run.sh $command SECONDS [ARGS...]"
-        run_target "$command" "$@" ;;
-esac
+# Everything is parsed before anything runs (the last line), so editing this file while a long run
+# is under way does not derail it.
+main() {
+    [[ $# -ge 1 ]] || die "usage: fuzz/run.sh build [TARGET...] | TARGET SECONDS [ARGS...] | all SECONDS | repro TARGET FILE... | list"
+    command="$1"
+    shift
+    case $command in
+        list)
+            printf '%s\n' "${TARGETS[@]}" ;;
+        coverage)
+            [[ $# -ge 1 ]] || set -- "${TARGETS[@]}"
+            for target in "$@"; do coverage "$target"; done ;;
+        build)
+            [[ $# -gt 0 ]] || set -- "${TARGETS[@]}"
+            for target in "$@"; do build_target "$target"; done ;;
+        all)
+            [[ $# -ge 1 ]] || die "usage: fuzz/run.sh all SECONDS [ARGS...]"
+            seconds=$1
+            shift
+            for target in "${TARGETS[@]}"; do build_target "$target"; done
+            failed=0
+            for target in "${TARGETS[@]}"; do run_target "$target" "$seconds" "$@" || failed=1; done
+            exit "$failed" ;;
+        repro)
+            [[ $# -ge 2 ]] || die "usage: fuzz/run.sh repro TARGET FILE..."
+            target=$1
+            shift
+            build_target "$target"
+            "$BUILD_DIR/bin/$target" -rss_limit_mb="$FUZZ_RSS_MB" -timeout="$FUZZ_TIMEOUT" "$@" ;;
+        *)
+            is_target "$command" || die "unknown target or command '$command' (targets: ${TARGETS[*]})"
+            [[ $# -ge 1 ]] || die "usage: fuzz/run.sh $command SECONDS [ARGS...]"
+            run_target "$command" "$@" ;;
+    esac
+}
+
+main "$@"; exit $?

@@ -192,6 +192,24 @@ final class JitterBufferTests: XCTestCase {
         XCTAssertGreaterThan(s.lossPercent, 3)
     }
 
+    func testThePacketFECCameFromPlaysNextEvenWhenAShrinkIsDue() {
+        // Found by fuzzing: a shrink due right after a FEC recovery used to drop the very packet
+        // the FEC came from, so the recovered frame was followed by a gap.
+        var jb = JitterBuffer(configuration: .init(maximumDelayMs: 20, warmupPackets: 0, shrinkHoldMs: 0,
+                                                   shrinkIntervalMs: 30, shrinkForceMs: 0, stallBacklogMs: 1000))
+        // The network stalls after packet 2 and then delivers the rest at 700 ms, far more than
+        // the 20 ms the buffer may hold, so it shrinks every other call; packet 27 is missing.
+        let packets = Self.trace(count: 40) { i in i == 27 ? nil : i < 3 ? 3 : 700 - Double(i) * Self.frameMs }
+        let log = Self.run(packets, buffer: &jb, end: Self.ms(1_500))
+        XCTAssertEqual(Self.fecIndices(log), [28], "packet 28 carries the FEC for the lost packet 27")
+        XCTAssertGreaterThan(jb.statistics.dropped, 10, "the burst is shrunk")
+        let outputs = log.map(\.output)
+        for (index, output) in outputs.enumerated() {
+            guard case .recoverWithFEC(let payload) = output else { continue }
+            XCTAssertEqual(outputs.dropFirst(index + 1).first, .frame(payload), "after FEC from packet \(Self.index(of: payload))")
+        }
+    }
+
     func testWithoutFECPlanningAndNoSpareFrameLossIsConcealed() {
         var jb = JitterBuffer()  // planForFEC is off by default
         let lost: Set<Int> = [100, 200, 201, 300]

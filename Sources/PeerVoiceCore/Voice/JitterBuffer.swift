@@ -258,6 +258,9 @@ public struct JitterBuffer: Sendable {
     private var hasFloor = false
     private var playing = false
     private var lastPlayedSeq: UInt64?
+    /// The frame whose FEC data was just decoded: it plays next, never dropped by a shrink (that
+    /// would follow the recovered audio with a gap).
+    private var frameAfterFEC: Int64?
     private var dryStart: Int64?
     private var excessSince: Int64?
     private var lastShrinkAt: Int64 = .min / 2
@@ -342,6 +345,7 @@ public struct JitterBuffer: Sendable {
         hasFloor = false
         playing = false
         lastPlayedSeq = nil
+        frameAfterFEC = nil
         dryStart = nil
         excessSince = nil
         lastShrinkAt = .min / 2
@@ -492,13 +496,15 @@ public struct JitterBuffer: Sendable {
     private mutating func playTick(_ now: Int64) -> Output {
         var offset = now - timestamp(of: nextFrame)
         var shrinkDue = updateShrink(offset: offset, now: now)
+        let owedAfterFEC = frameAfterFEC == nextFrame
+        frameAfterFEC = nil
         while true {
             lastOffset = offset
             let excess = offset - target
             if let slot = slot(nextFrame) {
                 dryStart = nil
                 let isDTX = slot.payload.count <= configuration.dtxPayloadBytes
-                if shrinkDue && isDTX {
+                if shrinkDue && isDTX && !owedAfterFEC {
                     // A DTX frame decodes to comfort noise, as concealment does: shorten it.
                     _ = removeSlot(nextFrame)
                     nextFrame += 1
@@ -510,7 +516,7 @@ public struct JitterBuffer: Sendable {
                     if cut == frame { offset -= frame; continue }
                     return conceal(frame - cut)
                 }
-                if shrinkDue && excess >= frame && now - excessSince! >= shrinkForce
+                if shrinkDue && !owedAfterFEC && excess >= frame && now - excessSince! >= shrinkForce
                     && self.slot(nextFrame + 1) != nil
                 {
                     _ = removeSlot(nextFrame)
@@ -558,6 +564,7 @@ public struct JitterBuffer: Sendable {
                     return conceal(frame)  // nothing was sent for it: DTX
                 }
                 stats.fecRecovered += 1
+                frameAfterFEC = nextFrame
                 return .recoverWithFEC(successor.payload)
             }
             return conceal(frame)
