@@ -2,7 +2,10 @@
 #
 #   make [build]        debug build (after `deps`)
 #   make run ARGS=...   build, then run .build/debug/peervoiced on your session bus (scripts/run.sh)
-#   make test           build the tests and run every suite, serially (TEST_FILTER=regex to narrow)
+#   make test           build the tests and run every suite, serially (TEST_FILTER=regex to narrow),
+#                       the fuzzers briefly, and the Bluetooth VMs
+#   make soak           a SOAK_SECONDS (600) call at 5 % loss: latency, memory, underruns
+#   make fuzz           each fuzz target FUZZ_SECONDS (600)
 #   make test-bluetooth-vm  real BlueZ in two QEMU VMs: discover, pair, restart bluetoothd
 #   make test-bluetooth     PeerVoice over real BlueZ in two QEMU VMs (tests/bluetooth-vm/peervoice-*.sh)
 #   make install        release build, installed under $(DESTDIR)$(PREFIX)
@@ -85,12 +88,21 @@ run: build
 	scripts/run.sh $(ARGS)
 
 # Serial on purpose (no --parallel): each suite starts its own private dbus-daemon.
-# Every suite: unit and service tests (private buses, PipeWire), then PeerVoice over real BlueZ in
-# the two VMs. TEST_FILTER narrows the first part and skips the VMs.
+# Every suite: unit and service tests (private buses, PipeWire), each fuzz target for
+# FUZZ_SMOKE_SECONDS, then PeerVoice over real BlueZ in the two VMs. TEST_FILTER narrows the first
+# part and skips the rest.
 test: deps
 	$(SWIFT) build --build-tests $(SWIFT_FLAGS)
 	$(SWIFT) test $(SWIFT_FLAGS) $(if $(TEST_FILTER),--filter '$(TEST_FILTER)')
+	$(if $(TEST_FILTER),,$(MAKE) --no-print-directory fuzz-smoke)
 	$(if $(TEST_FILTER),,$(MAKE) --no-print-directory test-bluetooth)
+
+# The long version of VoiceTests.testACallWithFivePercentLossStaysBoundedOverTime (40 s in `make test`).
+SOAK_SECONDS ?= 600
+.PHONY: soak
+soak: deps
+	$(SWIFT) build --build-tests $(SWIFT_FLAGS)
+	PEERVOICE_SOAK_SECONDS=$(SOAK_SECONDS) $(SWIFT) test $(SWIFT_FLAGS) --filter 'VoiceTests.testACallWithFivePercentLossStaysBoundedOverTime'
 
 install: deps
 	$(SWIFT) build -c release $(SWIFT_FLAGS)

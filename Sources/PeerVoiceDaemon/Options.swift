@@ -36,6 +36,8 @@ public struct Options: Sendable {
           --frame-ms 10|20    Opus frame length; 10 lowers latency, 20 (default) saves bandwidth
           --no-auto-voice     do not start voice when a peer connects (StartVoice does)
           --no-cue            no chime when voice with a peer starts and stops
+          --voice-over-link   send voice to IP peers inside the encrypted TCP link rather than
+                              over UDP, for networks that drop UDP (Bluetooth peers always do)
           --no-notify         no desktop notifications for messages and pairing requests
           --push-to-talk      start muted; the hold-to-talk hotkey unmutes while held
           --verbose           debug logging
@@ -69,6 +71,7 @@ public struct Options: Sendable {
             case "--default-agent": options.defaultAgent = true
             case "--no-auto-voice": options.voice.autoStart = false
             case "--no-cue": options.voice.cue = false
+            case "--voice-over-link": options.voice.overLink = true
             case "--no-notify": options.notify = false
             case "--push-to-talk": options.pushToTalk = true
             case "--listen", "--adapter", "--name", "--state-dir", "--source", "--sink", "--frame-ms":

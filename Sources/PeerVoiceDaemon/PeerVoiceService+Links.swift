@@ -350,9 +350,9 @@ extension PeerVoiceService: PeerLinkDelegate {
             }
             peer.acknowledged(upTo: seq)
             sendQueuedMessages(to: peer)
-        case .voiceStart, .voiceStop:
+        case .voiceStart, .voiceStop, .voice:
             peerSentVoiceFrame(frame, peer: peer)
-        case .voice, .hello, .keepalive, .goodbye, .pairing:
+        case .hello, .keepalive, .goodbye, .pairing:
             break
         }
     }

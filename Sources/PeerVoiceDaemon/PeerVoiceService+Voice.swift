@@ -12,6 +12,9 @@ import PeerVoiceCore
 extension PeerVoiceService {
     /// How often voice that is wanted but not running (no PipeWire yet, a stream failed) is retried.
     static let voiceRetryMs: UInt32 = 1_000
+    /// A VOICE frame for a link that waited longer than this for the main loop is dropped: it
+    /// would reach the peer too late to be played.
+    static let staleLinkVoiceNs: Int64 = 60_000_000
 
     /// Binds the UDP socket voice arrives on and starts the voice thread: on the `--listen`
     /// port, or on a free port that HELLO announces.
@@ -28,6 +31,8 @@ extension PeerVoiceService {
             let service = MainContextReference(self)
             voice = VoiceEngine(socket: socket, options: options.voice) { event in
                 runOnMainContext { service.object?.voiceEngineReported(event) }
+            } sendOnLink: { peer, frame, queuedAt in
+                runOnMainContext { service.object?.sendVoiceOnLink(frame, to: peer, queuedAt: queuedAt) }
             }
         } catch {
             Log.warning("voice is off: cannot receive voice on UDP \(endpoint): \(error)")
@@ -36,7 +41,6 @@ extension PeerVoiceService {
 
     /// Why voice with `peer` cannot run now, or nil.
     func voiceUnavailableReason(for peer: Peer) -> String? {
-        if peer.id.transport == .bluetooth { return "voice over Bluetooth is not available yet: use an IP peer" }
         guard voice != nil else { return "voice is off: no UDP socket could be bound (see the log)" }
         return VoiceEngine.unavailableReason
     }
@@ -71,7 +75,15 @@ extension PeerVoiceService {
 
     private func startVoiceSessionIfReady(_ peer: Peer) {
         guard !peer.voice.running, let voice, let local = peer.voice.localSession, let remote = peer.voice.remote,
-              let result = peer.link?.result, let destination = peer.voice.destination else { return }
+              let result = peer.link?.result else { return }
+        let route: VoiceRoute
+        if peer.id.transport == .bluetooth || options.voice.overLink {
+            route = .link
+        } else if let destination = peer.voice.destination {
+            route = .datagrams(destination)
+        } else {
+            return
+        }
         let keys: VoiceKeys
         do {
             keys = try result.voiceKeys(localSessionID: local, remoteSessionID: remote.sessionID)
@@ -82,7 +94,7 @@ extension PeerVoiceService {
         peer.voice.running = true
         peer.voice.generation += 1
         voice.start(VoiceSessionSetup(peer: peer.id.description, generation: peer.voice.generation,
-                                      destination: destination, sealer: keys.makeSealer(), opener: keys.makeOpener(),
+                                      route: route, sealer: keys.makeSealer(), opener: keys.makeOpener(),
                                       localFrameMs: options.voice.frameMs, remoteFrameMs: Int(remote.frameMs)))
     }
 
@@ -90,8 +102,20 @@ extension PeerVoiceService {
     func endVoice(_ peer: Peer, reason: String) {
         let wasActive = peer.voice.active
         if peer.voice.running { voice?.stop(peer: peer.id.description, reason: reason) }
+        if peer.voice.droppedOnLink > 0 {
+            Log.info("voice with \(peer.id): \(peer.voice.droppedOnLink) frames dropped rather than sent late on the link")
+        }
         peer.voice = PeerVoice(generation: peer.voice.generation, destination: peer.voice.destination)
         if wasActive { emit(.voiceStateChanged(peer.id, .stopped)) }
+    }
+
+    /// Our VOICE frame for a peer whose voice goes on its link (drop-stale: see
+    /// ``PeerLink/sendVoice(_:)``).
+    func sendVoiceOnLink(_ frame: VoiceFrame, to id: String, queuedAt: Int64) {
+        guard let peer = peers.values.first(where: { $0.id.description == id }), let link = peer.link else { return }
+        if VoiceEngine.monotonicNs() - queuedAt > Self.staleLinkVoiceNs || !link.sendVoice(frame) {
+            peer.voice.droppedOnLink += 1
+        }
     }
 
     /// VOICE_START and VOICE_STOP from the peer.
@@ -107,6 +131,9 @@ extension PeerVoiceService {
             beginVoice(peer)
         case .voiceStop:
             endVoice(peer, reason: "the peer stopped voice")
+        case .voice(let frame):
+            // Voice the peer sends on the link; our session (if any) takes it.
+            if peer.voice.running { voice?.receivedOnLink(peer: peer.id.description, frame: frame) }
         default:
             break
         }
@@ -156,4 +183,6 @@ struct PeerVoice {
     var generation = 0
     /// Where our voice datagrams go: the address we dialled, or the peer's announced port.
     var destination: IPEndpoint?
+    /// Our VOICE frames for the link that were dropped rather than sent late.
+    var droppedOnLink = 0
 }

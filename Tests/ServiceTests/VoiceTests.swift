@@ -17,13 +17,13 @@ import XCTest
 /// each daemon logs when its session ends: on a clean loopback link at most 5 % of the voice
 /// packets may have come too late to be played.
 final class VoiceTests: XCTestCase {
-    private static let speech = VoiceRig.fixturePath("speech.wav")
+    static let speech = VoiceRig.fixturePath("speech.wav")
 
-    private var peers: [VoicePeer] = []
-    private var pipewires: [PipeWireSession] = []
-    private var relays: [VoiceRelay] = []
-    private var directories: [TemporaryDirectory] = []
-    private var startedAt = Date()
+    var peers: [VoicePeer] = []
+    var pipewires: [PipeWireSession] = []
+    var relays: [VoiceRelay] = []
+    var directories: [TemporaryDirectory] = []
+    var startedAt = Date()
 
     override func setUp() {
         startedAt = Date()
@@ -44,31 +44,32 @@ final class VoiceTests: XCTestCase {
 
     // MARK: Rig
 
-    private struct Rig {
+    struct Rig {
         let a: VoicePeer, b: VoicePeer
         let pwA: PipeWireSession, pwB: PipeWireSession
         let link: VoiceLink
         let directory: String
     }
 
-    private func startPipeWire() throws -> PipeWireSession {
+    func startPipeWire() throws -> PipeWireSession {
         let session = try PipeWireSession()
         pipewires.append(session)
         return session
     }
 
-    private func startPeer(_ name: String, environment: [String: String]) throws -> VoicePeer {
-        let peer = try VoicePeer(name: name, environment: environment)
+    func startPeer(_ name: String, environment: [String: String], extraArguments: [String] = []) throws -> VoicePeer {
+        let peer = try VoicePeer(name: name, environment: environment, arguments: ["--verbose", "--no-cue"] + extraArguments)
         peers.append(peer)
         return peer
     }
 
-    /// Two PipeWire sessions, two daemons, A dials B (or `relay` in front of B), both confirm;
-    /// returns once voice is active on both sides.
-    private func makeRig(relayLoss: Double? = nil, beforeConnect: (VoiceRelay) -> Void = { _ in }) throws -> (Rig, VoiceRelay?) {
+    /// Two PipeWire sessions, two daemons (with `extraArguments`), A dials B (or `relay` in front
+    /// of B), both confirm; returns once voice is active on both sides.
+    func makeRig(relayLoss: Double? = nil, extraArguments: [String] = [],
+                 beforeConnect: (VoiceRelay) -> Void = { _ in }) throws -> (Rig, VoiceRelay?) {
         let pwA = try startPipeWire(), pwB = try startPipeWire()
-        let a = try startPeer("alice", environment: pwA.environment)
-        let b = try startPeer("bob", environment: pwB.environment)
+        let a = try startPeer("alice", environment: pwA.environment, extraArguments: extraArguments)
+        let b = try startPeer("bob", environment: pwB.environment, extraArguments: extraArguments)
         var relay: VoiceRelay?
         if let relayLoss {
             let made = try VoiceRelay(targetPort: b.port, lossPercent: relayLoss, seed: 20_250_501)
@@ -84,7 +85,7 @@ final class VoiceTests: XCTestCase {
         return (Rig(a: a, b: b, pwA: pwA, pwB: pwB, link: link, directory: directory.path), relay)
     }
 
-    private func waitActive(_ a: VoicePeer, _ b: VoicePeer, _ link: VoiceLink, markA: Int, markB: Int, timeout: Double = 10) throws {
+    func waitActive(_ a: VoicePeer, _ b: VoicePeer, _ link: VoiceLink, markA: Int, markB: Int, timeout: Double = 10) throws {
         let started = VoiceRig.monotonicSeconds()
         guard a.waitForVoiceState("active", of: link.bOnA, after: markA, timeout: timeout) != nil else {
             throw HarnessError("A's voice did not become active: \(a.voiceStates(of: link.bOnA, after: markA))")
@@ -96,21 +97,21 @@ final class VoiceTests: XCTestCase {
     }
 
     /// Lets signals arrive while `seconds` pass.
-    private func pause(_ seconds: Double) {
+    func pause(_ seconds: Double) {
         _ = dispatch(timeout: seconds) { false }
     }
 
-    private func ms(_ seconds: Double) -> String { String(format: "%.1f", seconds * 1000) }
+    func ms(_ seconds: Double) -> String { String(format: "%.1f", seconds * 1000) }
 
     /// The part of `mic` between `from` and `to` that holds speech (first to last window above
     /// -40 dBFS), at most `seconds` long.
-    private func speechSpan(_ mic: TimedTrack, from: Double, to: Double, seconds: Double = 2.5,
+    func speechSpan(_ mic: TimedTrack, from: Double, to: Double, seconds: Double = 2.5,
                             file: StaticString = #filePath, line: UInt = #line) throws -> (Double, Double) {
         let span = try XCTUnwrap(VoiceAnalysis.audibleSpan(mic, from: from, to: to), "no speech in the mic capture", file: file, line: line)
         return (span.0, min(span.1, span.0 + seconds))
     }
 
-    private func diagnose(_ label: String, mic: TimedTrack, speaker: TimedTrack, from: Double, to: Double) {
+    func diagnose(_ label: String, mic: TimedTrack, speaker: TimedTrack, from: Double, to: Double) {
         let parts = VoiceAnalysis.windows(mic: mic, speaker: speaker, from: from, to: to)
         print("\(label) per 0.5 s: " + parts.map { String(format: "%.1f ms/%.2f", $0.latencyMs, $0.correlation) }.joined(separator: "  "))
     }
@@ -118,7 +119,7 @@ final class VoiceTests: XCTestCase {
     /// Stops voice and returns each side's session statistics from the line its log ends the
     /// session with ("sent N packets, received N, late N, lost N, concealed N, ..."), by peer name.
     @discardableResult
-    private func stopAndReadStatistics(_ rig: Rig) -> [String: [String: Int]] {
+    func stopAndReadStatistics(_ rig: Rig) -> [String: [String: Int]] {
         let markB = rig.b.mark
         _ = try? rig.a.client.call("StopVoice", [Variant(rig.link.bOnA)])
         _ = rig.b.waitForVoiceState("stopped", of: rig.link.aOnB, after: markB, timeout: 3)
@@ -134,8 +135,13 @@ final class VoiceTests: XCTestCase {
             var numbers = [String: Int]()
             for part in summary.components(separatedBy: ", ") {
                 let words = part.split(separator: " ")
-                // "sent 66 packets", "received 12", "late 5", "FEC-recovered 0", "delay 0 ms"
-                if words.count >= 2, let value = Int(words[1]) { numbers[String(words[0])] = value }
+                // "sent 66 packets", "received 12", "late 5", "FEC-recovered 0", "delay 0 ms",
+                // "speaker underruns 0"
+                if words.count >= 2, let value = Int(words[1]) {
+                    numbers[String(words[0])] = value
+                } else if words.count >= 2, let value = Int(words.last!) {
+                    numbers[words.dropLast().joined(separator: " ")] = value
+                }
             }
             result[peer.name] = numbers
         }
@@ -148,6 +154,22 @@ final class VoiceTests: XCTestCase {
     /// mouth-to-ear latency. Both directions at once (their paths are independent).
     func testSpeechGoesBothWaysWithBoundedLatency() throws {
         let (rig, _) = try makeRig()
+        try checkSpeechBothWays(rig)
+    }
+
+    /// Both daemons with --voice-over-link (how Bluetooth peers always talk), through a relay that
+    /// would drop every UDP datagram: voice travels as VOICE records on the TCP link, none as
+    /// datagrams, and speech is heard both ways with the same bounds.
+    func testVoiceOnTheLinkWhenUDPDoesNotGetThrough() throws {
+        let (rig, relayOrNil) = try makeRig(relayLoss: 100, extraArguments: ["--voice-over-link"])
+        let relay = try XCTUnwrap(relayOrNil)
+        try checkSpeechBothWays(rig)
+        XCTAssertEqual(relay.statistics.received, 0, "voice went over UDP")
+    }
+
+    /// Speech said into each mic comes out of the other's speaker (correlation ≥ 0.5, latency
+    /// ≤ 150 ms), and nearly every packet is played; stops voice.
+    func checkSpeechBothWays(_ rig: Rig) throws {
         let recordA = try TimedRecording(rig.pwA, to: rig.directory + "/a.wav")
         let recordB = try TimedRecording(rig.pwB, to: rig.directory + "/b.wav")
         let start = VoiceRig.monotonicSeconds()

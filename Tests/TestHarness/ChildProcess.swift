@@ -118,3 +118,10 @@ public func eventually(timeout: Double, _ condition: () -> Bool) -> Bool {
     }
     return condition()
 }
+
+/// The resident set size of process `pid` in KiB (VmRSS), or 0 when it cannot be read.
+public func residentKiB(of pid: pid_t) -> Int {
+    guard let status = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8),
+          let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmRSS:") }) else { return 0 }
+    return Int(line.split(separator: " ", omittingEmptySubsequences: true).dropFirst().first ?? "0") ?? 0
+}

@@ -155,6 +155,16 @@ final class PeerLink {
         sendSealed(frame)
     }
 
+    /// Sends a VOICE frame on an open link unless earlier output still waits to be written: voice
+    /// that would queue behind a backlog (a long message, a slow Bluetooth channel) arrives too
+    /// late to be played, so it is dropped instead, and the receiver conceals it. Returns whether
+    /// it was sent.
+    func sendVoice(_ voice: VoiceFrame) -> Bool {
+        guard phase == .open, !connection.hasPendingOutput else { return false }
+        sendSealed(.voice(voice))
+        return true
+    }
+
     /// Closes on purpose, telling the peer why (a `userDisconnected` goodbye means "do not redial").
     func close(goodbye reason: GoodbyeReason, logReason: String) {
         guard phase != .closed else { return }

@@ -20,6 +20,8 @@ final class StreamConnection {
     private var pendingOffset = 0
     private var readBuffer = [UInt8](repeating: 0, count: 64 * 1024)
     private(set) var isClosed = false
+    /// True while earlier writes wait for the kernel to take them.
+    var hasPendingOutput: Bool { pendingOffset < pendingOutput.count }
 
     init(socket: Socket) {
         self.socket = socket

@@ -10,13 +10,28 @@ struct VoiceSessionSetup: Sendable {
     let peer: String
     /// Which of the peer's sessions this is: events carry it back.
     let generation: Int
-    /// Where our sealed VOICE datagrams go.
-    let destination: IPEndpoint
+    /// How our voice travels.
+    let route: VoiceRoute
     let sealer: RecordSealer
     let opener: RecordOpener
     /// Our Opus frame length, and the peer's (its decoder and jitter buffer follow it).
     let localFrameMs: Int
     let remoteFrameMs: Int
+}
+
+/// How one peer's voice travels (the peer accepts both ways, whichever we choose).
+enum VoiceRoute: Sendable {
+    /// Sealed with the voice keys, one VOICE record per UDP datagram to this address: loss never
+    /// stalls voice behind retransmissions.
+    case datagrams(IPEndpoint)
+    /// VOICE frames on the peer's link (a Bluetooth channel, or TCP where UDP does not get
+    /// through), sealed as link records; the link drops them rather than queue them behind a
+    /// backlog (``PeerLink/sendVoice(_:)``).
+    case link
+
+    var host: String? {
+        if case .datagrams(let endpoint) = self { endpoint.host } else { nil }
+    }
 }
 
 /// What the voice thread reports back (delivered on the main context).
@@ -35,6 +50,8 @@ struct VoiceAudioOptions: Sendable {
     var cue = true
     /// Start voice as soon as a peer connects.
     var autoStart = true
+    /// Send voice to IP peers on the link rather than over UDP (for networks that drop UDP).
+    var overLink = false
 }
 
 /// The voice thread: it owns the UDP socket, the PipeWire connection, each session's streams,
@@ -50,6 +67,7 @@ final class VoiceEngine: @unchecked Sendable {
     let socket: Socket
     private let options: VoiceAudioOptions
     private let onEvent: @Sendable (VoiceEvent) -> Void
+    private let sendOnLink: @Sendable (_ peer: String, _ frame: VoiceFrame, _ queuedAt: Int64) -> Void
     private let commands = Mutex<[Command]>([])
     /// A pipe whose read end the voice thread polls: a byte written wakes it for the commands.
     private let wakeRead: Int32
@@ -59,6 +77,7 @@ final class VoiceEngine: @unchecked Sendable {
     private enum Command {
         case start(VoiceSessionSetup)
         case stop(peer: String, reason: String)
+        case receivedOnLink(peer: String, frame: VoiceFrame, arrival: Int64)
         case shutdown
     }
 
@@ -67,12 +86,15 @@ final class VoiceEngine: @unchecked Sendable {
     private var sessions: [String: VoiceSession] = [:]
     private var receiveBuffer = [UInt8](repeating: 0, count: 2048)
 
-    /// `socket`: the bound UDP socket voice arrives on. `onEvent` runs on the voice thread; hop
-    /// to the main context from it.
-    init(socket: Socket, options: VoiceAudioOptions, onEvent: @escaping @Sendable (VoiceEvent) -> Void) {
+    /// `socket`: the bound UDP socket voice arrives on. `onEvent` and `sendOnLink` (a VOICE
+    /// frame for a peer whose route is ``VoiceRoute/link``, and when it was encoded) run on the
+    /// voice thread; hop to the main context from them.
+    init(socket: Socket, options: VoiceAudioOptions, onEvent: @escaping @Sendable (VoiceEvent) -> Void,
+         sendOnLink: @escaping @Sendable (_ peer: String, _ frame: VoiceFrame, _ queuedAt: Int64) -> Void) {
         self.socket = socket
         self.options = options
         self.onEvent = onEvent
+        self.sendOnLink = sendOnLink
         var ends: [Int32] = [-1, -1]
         pipe(&ends)
         for end in ends {
@@ -102,6 +124,11 @@ final class VoiceEngine: @unchecked Sendable {
 
     func stop(peer: String, reason: String) { post(.stop(peer: peer, reason: reason)) }
 
+    /// A VOICE frame that came on `peer`'s link (already opened by it), stamped on arrival.
+    func receivedOnLink(peer: String, frame: VoiceFrame) {
+        post(.receivedOnLink(peer: peer, frame: frame, arrival: Self.monotonicNs()))
+    }
+
     /// Stops every session and the thread; returns once it has ended.
     func shutdown() {
         post(.shutdown)
@@ -129,6 +156,7 @@ final class VoiceEngine: @unchecked Sendable {
                 switch command {
                 case .start(let setup): startSession(setup)
                 case .stop(let peer, let reason): endSession(peer, reason: reason, report: false)
+                case .receivedOnLink(let peer, let frame, let arrival): sessions[peer]?.receive(frame, arrival: arrival)
                 case .shutdown:
                     for peer in Array(sessions.keys) { endSession(peer, reason: "shutting down", report: false) }
                     context = nil
@@ -157,7 +185,10 @@ final class VoiceEngine: @unchecked Sendable {
                 context = try PipeWireContext(applicationName: "PeerVoice")
             }
             guard let context else { return }
-            sessions[setup.peer] = try VoiceSession(setup: setup, context: context, options: options)
+            let peer = setup.peer, sendOnLink = sendOnLink
+            sessions[peer] = try VoiceSession(setup: setup, context: context, options: options) { frame in
+                sendOnLink(peer, frame, Self.monotonicNs())
+            }
             Log.info("voice with \(setup.peer): session started (\(setup.localFrameMs) ms frames out, \(setup.remoteFrameMs) ms in)")
         } catch {
             context = nil
@@ -180,8 +211,8 @@ final class VoiceEngine: @unchecked Sendable {
         while let (count, from) = receiveBuffer.withUnsafeMutableBytes({ socket.receive(datagramInto: $0) }) {
             let datagram = Array(receiveBuffer[0..<count])
             // The session whose peer the datagram comes from first, then any other (a relay).
-            let likely = sessions.values.filter { $0.destination.host == from.host }
-            let others = sessions.values.filter { $0.destination.host != from.host }
+            let likely = sessions.values.filter { $0.route.host == from.host }
+            let others = sessions.values.filter { $0.route.host != from.host }
             if !(likely + others).contains(where: { $0.receive(datagram: datagram, arrival: arrival) }) {
                 Log.debug("voice: dropped a datagram from \(from) that no session opens")
             }

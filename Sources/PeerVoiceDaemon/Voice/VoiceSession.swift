@@ -14,7 +14,7 @@ final class VoiceSession {
     /// An Opus packet this small is DTX silence: not worth sending.
     static let dtxPacketBytes = 2
 
-    let destination: IPEndpoint
+    let route: VoiceRoute
     let generation: Int
     private let captureRing = AudioRing(minimumCapacity: 48_000)
     private let playbackRing = AudioRing(minimumCapacity: 24_000)
@@ -25,6 +25,7 @@ final class VoiceSession {
     private var jitter: JitterBuffer
     private var sealer: RecordSealer
     private var opener: RecordOpener
+    private let sendOnLink: (VoiceFrame) -> Void
     private var frame: [Int16]
     private var packet = [UInt8](repeating: 0, count: 1500)
     private var decoded = [Int16](repeating: 0, count: voiceMaxPacketSamples)
@@ -35,8 +36,11 @@ final class VoiceSession {
     private var reportedActive = false
     private var lastLossPercent = -1
 
-    init(setup: VoiceSessionSetup, context: PipeWireContext, options: VoiceAudioOptions) throws {
-        destination = setup.destination
+    /// `sendOnLink` takes our VOICE frames when the route is ``VoiceRoute/link``.
+    init(setup: VoiceSessionSetup, context: PipeWireContext, options: VoiceAudioOptions,
+         sendOnLink: @escaping (VoiceFrame) -> Void) throws {
+        route = setup.route
+        self.sendOnLink = sendOnLink
         generation = setup.generation
         sealer = setup.sealer
         opener = setup.opener
@@ -82,10 +86,16 @@ final class VoiceSession {
             }
             defer { timestamp &+= UInt32(frame.count) }
             guard bytes > Self.dtxPacketBytes,
-                  let voice = try? VoiceFrame(seq: nextSeq, timestamp: timestamp, payload: Array(packet[0..<bytes])),
-                  let record = try? sealer.seal(Frame.voice(voice).encodedBody()) else { continue }
+                  let voice = try? VoiceFrame(seq: nextSeq, timestamp: timestamp, payload: Array(packet[0..<bytes])) else { continue }
+            switch route {
+            case .datagrams(let destination):
+                guard let record = try? sealer.seal(Frame.voice(voice).encodedBody()) else { continue }
+                if socket.send(datagram: Wire.lengthPrefixed(record), to: destination) { sent += 1 }
+            case .link:
+                sendOnLink(voice)
+                sent += 1
+            }
             nextSeq += 1
-            if socket.send(datagram: Wire.lengthPrefixed(record), to: destination) { sent += 1 }
         }
     }
 
@@ -144,9 +154,14 @@ final class VoiceSession {
                 == datagram.count - Wire.lengthPrefixBytes,
               let plaintext = try? opener.open(datagram[Wire.lengthPrefixBytes...]),
               case .voice(let voice)? = try? Frame(body: plaintext) else { return false }
+        receive(voice, arrival: arrival)
+        return true
+    }
+
+    /// Takes one VOICE frame (from a datagram this session opened, or from the peer's link).
+    func receive(_ voice: VoiceFrame, arrival: Int64) {
         received += 1
         jitter.insert(seq: voice.seq, timestamp: voice.timestamp, payload: voice.payload, arrival: arrival)
-        return true
     }
 
     /// True once, when both streams run and the peer's audio arrives.
