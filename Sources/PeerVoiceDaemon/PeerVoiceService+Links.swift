@@ -303,12 +303,12 @@ extension PeerVoiceService: PeerLinkDelegate {
         beginVoice(peer)
     }
 
-    /// Voice goes to the address we dialled (a relay in between relays it too), or to the port
-    /// a peer that dialled us announced: its listen port, else its voice port.
+    /// Voice goes to the voice port the peer announced, else to the address we dialled (a relay
+    /// in between carries voice too), else to the peer's listen port.
     private static func voiceDestination(of peer: Peer, link: PeerLink, hello: Hello) -> IPEndpoint? {
         guard peer.id.transport == .ip else { return nil }
-        if link.isOutgoing || hello.listenPort != 0 { return IPEndpoint(host: peer.id.host, port: peer.id.port) }
-        return hello.voicePort == 0 ? nil : IPEndpoint(host: peer.id.host, port: hello.voicePort)
+        if link.isOutgoing && hello.voicePort == 0 { return IPEndpoint(host: peer.id.host, port: peer.id.port) }
+        return hello.voiceDestinationPort.map { IPEndpoint(host: peer.id.host, port: $0) }
     }
 
     /// When two links to one peer are open at once (both sides dialled), both sides keep the link

@@ -42,7 +42,20 @@ extension PeerVoiceService {
     /// Why voice with `peer` cannot run now, or nil.
     func voiceUnavailableReason(for peer: Peer) -> String? {
         guard voice != nil else { return "voice is off: no UDP socket could be bound (see the log)" }
+        if let hello = peer.link?.peerHello, !hello.capabilities.contains(.voice) {
+            return "\(peer.id) does not offer voice (its service runs without it)"
+        }
+        if voiceRoute(for: peer) == nil {
+            return "\(peer.id) announced no UDP port for voice: run both sides with --voice-over-link"
+        }
         return VoiceEngine.unavailableReason
+    }
+
+    /// How our voice reaches `peer`: on the link for Bluetooth (and with --voice-over-link), else
+    /// in datagrams to where the peer receives them; nil when it announced nowhere.
+    private func voiceRoute(for peer: Peer) -> VoiceRoute? {
+        if peer.id.transport == .bluetooth || options.voice.overLink { return .link }
+        return peer.voice.destination.map { .datagrams($0) }
     }
 
     func startVoice(_ id: PeerID) throws(ServiceError) {
@@ -75,15 +88,7 @@ extension PeerVoiceService {
 
     private func startVoiceSessionIfReady(_ peer: Peer) {
         guard !peer.voice.running, let voice, let local = peer.voice.localSession, let remote = peer.voice.remote,
-              let result = peer.link?.result else { return }
-        let route: VoiceRoute
-        if peer.id.transport == .bluetooth || options.voice.overLink {
-            route = .link
-        } else if let destination = peer.voice.destination {
-            route = .datagrams(destination)
-        } else {
-            return
-        }
+              let result = peer.link?.result, let route = voiceRoute(for: peer) else { return }
         let keys: VoiceKeys
         do {
             keys = try result.voiceKeys(localSessionID: local, remoteSessionID: remote.sessionID)

@@ -143,10 +143,14 @@ extension VoiceTests {
         XCTAssertEqual(Double(relayed.dropped) / Double(max(1, relayed.received)), 0.05, accuracy: 0.02, "the relay did not drop ~5 %")
         for (at, transfer) in transfers {
             XCTAssertLessThanOrEqual(transfer.latencyMs, 150, String(format: "latency at %.0f s", at))
-            // Concealed frames correlate ~0.5 with the speech, FEC-recovered ~0.8 (see
-            // testSpeechSurvivesTenPercentLossThroughARelay): at 5 % loss well above unrelated audio.
-            XCTAssertGreaterThanOrEqual(transfer.correlation, 0.4, String(format: "correlation at %.0f s", at))
+            // Unrelated audio correlates < 0.1. A 2 s window where losses happen to cluster can
+            // dip (0.34 seen once in a 10-minute run), so each window only has to be clearly speech...
+            XCTAssertGreaterThanOrEqual(transfer.correlation, 0.2, String(format: "correlation at %.0f s", at))
         }
+        // ... and the call as a whole as good as testSpeechSurvivesTenPercentLossThroughARelay asks
+        // at twice the loss (concealed frames correlate ~0.5, FEC-recovered ~0.8).
+        let correlations = transfers.map(\.transfer.correlation).sorted()
+        XCTAssertGreaterThanOrEqual(correlations[correlations.count / 2], 0.4, "median correlation over the call")
         let firstHalf = transfers.prefix(transfers.count / 2).map(\.transfer.latencyMs)
         let secondHalf = transfers.suffix(transfers.count - transfers.count / 2).map(\.transfer.latencyMs)
         XCTAssertLessThanOrEqual(secondHalf.max()!, firstHalf.max()! + 40, "latency crept up along the call")
