@@ -82,6 +82,36 @@ extension VoiceTests {
         try waitActive(a, c, linkC, markA: markA2, markB: markC)
     }
 
+    /// A relay flips one bit in every 10th voice datagram from A, each time in another place
+    /// (counter, ciphertext or tag): B refuses every one of them (its session counts exactly as
+    /// many rejected records), no tampered audio reaches the speaker, and speech still gets through
+    /// as it does at 10 % loss.
+    func testTamperedVoiceDatagramsAreRefusedAndTheCallGoesOn() throws {
+        let (rig, relayOrNil) = try makeRig(relayLoss: 0)
+        let relay = try XCTUnwrap(relayOrNil)
+        relay.tamper(every: 10)
+        let recordA = try TimedRecording(rig.pwA, to: rig.directory + "/a.wav")
+        let recordB = try TimedRecording(rig.pwB, to: rig.directory + "/b.wav")
+        let start = VoiceRig.monotonicSeconds()
+        let intoA = try rig.pwA.inject(Self.speech)
+        pause(3.0)
+        intoA.stop()
+        pause(0.3)
+        relay.tamper(every: 0)
+        let tapA = try recordA.stop(), tapB = try recordB.stop()
+        let mic = TimedTrack(tapA, .mic)
+        let (from, to) = try speechSpan(mic, from: start, to: VoiceRig.monotonicSeconds())
+        let transfer = VoiceAnalysis.transfer(mic: mic, speaker: TimedTrack(tapB, .speaker), from: from, to: to)
+        let tampered = relay.statistics.tampered
+        XCTAssertFalse(rig.b.voiceStates(of: rig.link.aOnB).contains("stopped"), "B's voice stopped under tampering")
+        let statistics = stopAndReadStatistics(rig)
+        let rejected = try XCTUnwrap(statistics["bob"]?["rejected"], "no statistics line in B's log")
+        print("tampered \(tampered) datagrams, B rejected \(rejected); A→B: \(transfer)")
+        XCTAssertGreaterThanOrEqual(tampered, 10, "too few datagrams tampered with to tell")
+        XCTAssertEqual(rejected, tampered, "B did not refuse exactly the tampered datagrams")
+        XCTAssertGreaterThanOrEqual(transfer.correlation, 0.4)
+    }
+
     /// A call through a relay that drops 5 % of the voice datagrams, held for
     /// PEERVOICE_SOAK_SECONDS while A talks without pause: latency sampled along the call stays
     /// bounded and does not creep up (the jitter buffer is bounded), neither daemon's memory grows

@@ -363,7 +363,8 @@ public final class VoiceRelay: @unchecked Sendable {
     private let threads = DispatchGroup()
     private var captureOn = false
     private var captured: [[UInt8]] = []
-    private var counts = (received: 0, dropped: 0, forwarded: 0, returned: 0)
+    private var counts = (received: 0, dropped: 0, forwarded: 0, returned: 0, tampered: 0)
+    private var tamperEvery = 0
     private var lastSender: sockaddr_in?
 
     public init(targetPort: UInt16, lossPercent: Double = 0, seed: UInt64 = 1) throws {
@@ -401,7 +402,11 @@ public final class VoiceRelay: @unchecked Sendable {
     /// The peer id a daemon dials to reach the relay.
     public var id: String { "ip:127.0.0.1:\(port)" }
 
-    public var statistics: (received: Int, dropped: Int, forwarded: Int, returned: Int) { lock.withLock { counts } }
+    public var statistics: (received: Int, dropped: Int, forwarded: Int, returned: Int, tampered: Int) { lock.withLock { counts } }
+
+    /// From now on, flips one bit in every `n`th datagram forwarded to the target (0: none),
+    /// walking the flipped bit through the sealed record (counter, ciphertext and tag).
+    public func tamper(every n: Int) { lock.withLock { tamperEvery = n } }
 
     public func setLoss(_ percent: Double) { lock.withLock { lossPercent = percent } }
 
@@ -468,15 +473,22 @@ public final class VoiceRelay: @unchecked Sendable {
                 Self.send(udp, datagram, to: &back)
                 continue
             }
+            var forwarded = datagram
             let drop: Bool = lock.withLock {
                 lastSender = from
                 counts.received += 1
                 if captureOn { captured.append(datagram) }
                 let drop = lossPercent > 0 && nextUniform() * 100 < lossPercent
                 if drop { counts.dropped += 1 } else { counts.forwarded += 1 }
+                if !drop, tamperEvery > 0, counts.forwarded % tamperEvery == 0, datagram.count > 4 {
+                    // Past the u32 length prefix, a different bit each time.
+                    let bit = (counts.tampered * 61) % ((datagram.count - 4) * 8)
+                    forwarded[4 + bit / 8] ^= UInt8(1 << (bit % 8))
+                    counts.tampered += 1
+                }
                 return drop
             }
-            if !drop { Self.send(udp, datagram, to: &target) }
+            if !drop { Self.send(udp, forwarded, to: &target) }
         }
     }
 
