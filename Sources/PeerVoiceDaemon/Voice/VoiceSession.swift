@@ -7,10 +7,13 @@ import PipeWire
 /// jitter buffer → Opus (FEC, concealment) → speaker. Used only by the voice thread, except the
 /// rings, which PipeWire's real-time thread fills and drains.
 final class VoiceSession {
-    /// Kept in the playback ring beyond one device quantum, so the device never runs dry while
-    /// the thread sleeps between ticks; small, since every sample here is latency.
+    /// Kept in the playback ring beyond one device quantum, so the device does not run dry if the
+    /// voice thread is slow to answer the playback callback's wake-up; small, since every sample
+    /// here is latency.
     static let playbackMarginSamples = 128
     static let quantumSamples = VoiceAudio.defaultLatencyFrames
+    /// The playback ring is refilled (by decoding) whenever it holds less than this.
+    static let playbackFillSamples = quantumSamples + playbackMarginSamples
     /// An Opus packet this small is DTX silence: not worth sending.
     static let dtxPacketBytes = 2
 
@@ -35,7 +38,7 @@ final class VoiceSession {
     private var reportedActive = false
     private var lastLossPercent = -1
 
-    init(setup: VoiceSessionSetup, context: PipeWireContext, options: VoiceAudioOptions) throws {
+    init(setup: VoiceSessionSetup, context: PipeWireContext, options: VoiceAudioOptions, wakeup: VoiceWakeup) throws {
         destination = setup.destination
         generation = setup.generation
         sealer = setup.sealer
@@ -46,8 +49,11 @@ final class VoiceSession {
         decoder = try OpusVoiceDecoder(frameDuration: remoteDuration)
         jitter = JitterBuffer(configuration: .init(frameSamples: remoteDuration.samples))
         frame = [Int16](repeating: 0, count: localDuration.samples)
-        capture = try CaptureStream(context: context, sink: captureRing, target: options.source)
-        playback = try PlaybackStream(context: context, source: playbackRing, target: options.sink)
+        // The streams reach the rings through these, which wake the voice thread when there is work.
+        let captureSink = CaptureRingSink(ring: captureRing, frameSamples: frame.count, wakeup: wakeup)
+        let playbackSource = PlaybackRingSource(ring: playbackRing, refillBelowSamples: Self.playbackFillSamples, wakeup: wakeup)
+        capture = try CaptureStream(context: context, sink: captureSink, target: options.source)
+        playback = try PlaybackStream(context: context, source: playbackSource, target: options.sink)
         if options.cue { Self.writeCue(into: playbackRing, rising: true) }
         try capture.start()
         try playback.start()
@@ -90,8 +96,7 @@ final class VoiceSession {
     }
 
     private func feedPlayback(now: Int64) {
-        let wanted = Self.quantumSamples + Self.playbackMarginSamples
-        while playbackRing.availableToRead < wanted {
+        while playbackRing.availableToRead < Self.playbackFillSamples {
             // The jitter buffer compares arrival times with this clock, so it gets the time of
             // decoding, not of playing: the ring's lead after decoding is the same for every frame.
             let output = jitter.next(now: now)
