@@ -16,6 +16,13 @@ final class VoiceSession {
     static let playbackFillSamples = quantumSamples + playbackMarginSamples
     /// An Opus packet this small is DTX silence: not worth sending.
     static let dtxPacketBytes = 2
+    /// Digital silence (muted, or a source giving exact zeros) is still encoded this long after
+    /// sound: as long as Opus itself sends before its DTX starts, so the far decoder ends on
+    /// decoded silence and conceals from that, not from speech. Then the encoder rests.
+    static let silenceHangoverMs = 200
+    /// While resting, one frame of silence is encoded and sent this often, as Opus's DTX sends a
+    /// comfort-noise update: the peer still hears from us (its session turns active on that).
+    static let restKeepaliveMs = 400
 
     let destination: IPEndpoint
     let generation: Int
@@ -29,6 +36,10 @@ final class VoiceSession {
     private var sealer: RecordSealer
     private var opener: RecordOpener
     private var frame: [Int16]
+    private let silenceHangoverFrames: Int
+    private let restKeepaliveFrames: Int
+    /// Captured frames in a row that were all zeros.
+    private var silentFrames = 0
     private var packet = [UInt8](repeating: 0, count: 1500)
     private var decoded = [Int16](repeating: 0, count: voiceMaxPacketSamples)
     private var nextSeq: UInt64 = 1
@@ -49,6 +60,8 @@ final class VoiceSession {
         decoder = try OpusVoiceDecoder(frameDuration: remoteDuration)
         jitter = JitterBuffer(configuration: .init(frameSamples: remoteDuration.samples))
         frame = [Int16](repeating: 0, count: localDuration.samples)
+        silenceHangoverFrames = Self.silenceHangoverMs / setup.localFrameMs
+        restKeepaliveFrames = Self.restKeepaliveMs / setup.localFrameMs
         // The streams reach the rings through these, which wake the voice thread when there is work.
         let captureSink = CaptureRingSink(ring: captureRing, frameSamples: frame.count, wakeup: wakeup)
         let playbackSource = PlaybackRingSource(ring: playbackRing, refillBelowSamples: Self.playbackFillSamples, wakeup: wakeup)
@@ -73,9 +86,21 @@ final class VoiceSession {
         while captureRing.availableToRead >= frame.count {
             frame.withUnsafeMutableBufferPointer { buffer in
                 _ = captureRing.read(into: buffer)
-                // Muting happens here, within one frame: the encoder hears silence and DTX
-                // stops the packets (WirePlumber would remember a muted node).
+                // Muting happens here, within one frame: the encoder hears silence, then rests
+                // (WirePlumber would remember a muted node).
                 if muted { buffer.update(repeating: 0) }
+            }
+            // Every frame moves the timestamp, sent or not: the receiver tells silence from loss.
+            defer { timestamp &+= UInt32(frame.count) }
+            silentFrames = muted || frame.allSatisfy({ $0 == 0 }) ? silentFrames + 1 : 0
+            let resting = silentFrames - silenceHangoverFrames
+            if resting > 0 {
+                // Encoding digital silence costs a full encode for a DTX byte nobody sends. A fresh
+                // encoder starts out of DTX, so the keepalive frame is a real (small) packet; its
+                // delay line holds zeros, which is what came in. The first sound after the rest
+                // is encoded with whatever state the silence left: nothing to reset then.
+                guard resting % restKeepaliveFrames == 0 else { continue }
+                encoder.reset()
             }
             let bytes: Int
             do {
@@ -86,7 +111,6 @@ final class VoiceSession {
                 Log.warning("voice: Opus could not encode a frame: \(error)")
                 continue
             }
-            defer { timestamp &+= UInt32(frame.count) }
             guard bytes > Self.dtxPacketBytes,
                   let voice = try? VoiceFrame(seq: nextSeq, timestamp: timestamp, payload: Array(packet[0..<bytes])),
                   let record = try? sealer.seal(Frame.voice(voice).encodedBody()) else { continue }
