@@ -294,8 +294,11 @@ final class VoiceTests: XCTestCase {
     /// The bound: Opus FEC recovers a lost frame when the next packet is buffered and PLC fills
     /// the rest, so a tenth of the frames come out approximate (docs/VOICE.md: FEC 0.81, PLC 0.49
     /// correlation with the lossless decode) while the other nine tenths correlate as on a clean
-    /// link (≥ 0.8 here). Expected ≈ 0.7; at least 0.4 says "clearly the same speech" (unrelated
-    /// audio correlates below 0.1) with room for a loaded machine.
+    /// link (≥ 0.8 here). Expected ≈ 0.7 — but a single lag over 3 s undersells it: after a loss
+    /// the jitter buffer may stretch or shorten the playout by a few ms, and the rest of the speech
+    /// then lines up at another lag. So the check is per 0.5 s window (each at its own lag): the
+    /// median window at least 0.5, i.e. clearly the same speech (unrelated audio correlates below
+    /// 0.1), with room for a loaded machine.
     func testSpeechSurvivesTenPercentLossThroughARelay() throws {
         let (rig, relayOrNil) = try makeRig(relayLoss: 10)
         let relay = try XCTUnwrap(relayOrNil)
@@ -314,7 +317,10 @@ final class VoiceTests: XCTestCase {
         print("10 % loss: \(transfer); relay received \(stats.received), dropped \(stats.dropped)")
         XCTAssertGreaterThan(stats.received, 100, "A's voice did not go through the relay")
         XCTAssertEqual(Double(stats.dropped) / Double(max(stats.received, 1)), 0.10, accuracy: 0.05)
-        XCTAssertGreaterThanOrEqual(transfer.correlation, 0.4, "the speech did not survive 10 % loss")
+        let windows = VoiceAnalysis.windows(mic: mic, speaker: speaker, from: from, to: to).map(\.correlation).sorted()
+        print("10 % loss per 0.5 s window: " + windows.map { String(format: "%.2f", $0) }.joined(separator: " "))
+        XCTAssertGreaterThanOrEqual(windows.count, 4, "too little speech to judge")
+        XCTAssertGreaterThanOrEqual(windows.isEmpty ? 0 : windows[windows.count / 2], 0.5, "the speech did not survive 10 % loss")
         XCTAssertLessThanOrEqual(transfer.latencyMs, 150)
     }
 

@@ -465,10 +465,11 @@ def median(values):
 
 
 def receiver_counts(run):
-    """B's voice statistics from its log line: received, late, lost, concealed, FEC-recovered."""
+    """B's voice statistics from its log line: received, late, lost, concealed, FEC-recovered,
+    speaker underruns (playback cycles its ring could not fill)."""
     line = (run.get("daemon_statistics") or {}).get("b", "")
     counts = {}
-    for key in ("received", "late", "lost", "concealed", "FEC-recovered"):
+    for key in ("received", "late", "lost", "concealed", "FEC-recovered", "speaker underruns"):
         m = re.search(rf"{key} (\d+)", line)
         if m:
             counts[key] = int(m.group(1))
@@ -506,6 +507,7 @@ def summarize(runs):
     if counts:
         s["late_pct"] = median([100.0 * c.get("late", 0) / c["received"] for c in counts])
         s["concealed_per_received_pct"] = median([100.0 * c.get("concealed", 0) / c["received"] for c in counts])
+        s["speaker_underruns"] = median([c.get("speaker underruns") for c in counts])
     return s
 
 
@@ -517,9 +519,10 @@ def print_table(results, frames):
     print()
     print("PeerVoice vs GStreamer Opus/RTP: medians of the runs (each run a fresh start); latency = mouth-to-ear in ONE")
     print("graph at quantum 256 (range over runs; spread = max - min of the 0.5 s windows); CPU = % of one core;")
-    print("late/conc = PeerVoice receiver's late packets and concealed frames per packet received (its log)")
+    print("late/conc = PeerVoice receiver's late packets and concealed frames per packet received, under = its speaker")
+    print("underruns over the session (its log)")
     header = (f"{'frame':>5} {'network':<11} {'system':<10} {'lat ms':>7} {'range':>11} {'spread':>6} {'xcorr':>5} "
-              f"{'PESQ-WB':>7} {'STOI':>5} {'CPU tx':>6} {'CPU rx':>6} {'sum':>5} {'late%':>5} {'conc%':>5}")
+              f"{'PESQ-WB':>7} {'STOI':>5} {'CPU tx':>6} {'CPU rx':>6} {'sum':>5} {'late%':>5} {'conc%':>5} {'under':>5}")
     print(header)
     print("-" * len(header))
     for f in frames:
@@ -532,7 +535,8 @@ def print_table(results, frames):
                 print(f"{f:>5} {cond:<11} {kind:<10} {fmt(s['latency_ms']):>7} {rng:>11} {fmt(s['window_spread_ms']):>6} "
                       f"{fmt(s['xcorr'], '{:.2f}'):>5} {fmt(s['pesq_wb'], '{:.2f}'):>7} {fmt(s['stoi'], '{:.2f}'):>5} "
                       f"{fmt(s['cpu_sender_pct']):>6} {fmt(s['cpu_receiver_pct']):>6} {fmt(s.get('cpu_total_pct')):>5} "
-                      f"{fmt(s.get('late_pct'), '{:.0f}'):>5} {fmt(s.get('concealed_per_received_pct'), '{:.0f}'):>5}")
+                      f"{fmt(s.get('late_pct'), '{:.0f}'):>5} {fmt(s.get('concealed_per_received_pct'), '{:.0f}'):>5} "
+                      f"{fmt(s.get('speaker_underruns'), '{:.0f}'):>5}")
         print(f"{'':>5} floor (capture quantum + frame + Opus lookahead + playback quantum): {FLOOR_MS[f]} ms")
     print()
 

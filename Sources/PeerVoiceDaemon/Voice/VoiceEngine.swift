@@ -56,12 +56,13 @@ struct VoiceAudioOptions: Sendable {
 
 /// The voice thread: it owns the UDP socket, the PipeWire connection, each session's streams,
 /// Opus codec, jitter buffer and voice keys. The control plane talks to it only through
-/// `start`/`stop` (a command queue and a wake-up pipe) and the atomic mute flag; PipeWire's real-time
-/// thread meets it only through each session's two lock-free rings.
+/// `start`/`stop` (a command queue and the wake-up) and the atomic mute flag; PipeWire's real-time
+/// thread meets it only through each session's two lock-free rings, whose callbacks use the same
+/// wake-up when there is work: a frame captured, the speaker's ring to refill.
 final class VoiceEngine: @unchecked Sendable {
-    /// How often the thread looks at the rings when nothing else wakes it: short against a
-    /// 5.3 ms quantum, so a captured frame waits at most this long to be encoded.
-    static let tickMs: Int32 = 2
+    /// The longest the thread sleeps while sessions exist. The audio callbacks and datagrams wake
+    /// it when there is work; this only makes sure a stream that stalled is still looked at.
+    static let stateCheckMs: Int32 = 50
 
     let muted = Atomic<Bool>(false)
     let socket: Socket
@@ -69,9 +70,7 @@ final class VoiceEngine: @unchecked Sendable {
     private let onEvent: @Sendable (VoiceEvent) -> Void
     private let sendOnLink: @Sendable (_ peer: String, _ frame: VoiceFrame, _ queuedAt: Int64) -> Void
     private let commands = Mutex<[Command]>([])
-    /// A pipe whose read end the voice thread polls: a byte written wakes it for the commands.
-    private let wakeRead: Int32
-    private let wakeWrite: Int32
+    private let wakeup = VoiceWakeup()
     private var thread: Thread?
 
     private enum Command {
@@ -95,13 +94,6 @@ final class VoiceEngine: @unchecked Sendable {
         self.options = options
         self.onEvent = onEvent
         self.sendOnLink = sendOnLink
-        var ends: [Int32] = [-1, -1]
-        pipe(&ends)
-        for end in ends {
-            _ = fcntl(end, F_SETFL, O_NONBLOCK)
-            _ = fcntl(end, F_SETFD, FD_CLOEXEC)
-        }
-        (wakeRead, wakeWrite) = (ends[0], ends[1])
         let thread = Thread { [unowned self] in run() }
         thread.name = "peervoice-voice"
         self.thread = thread
@@ -137,21 +129,17 @@ final class VoiceEngine: @unchecked Sendable {
 
     private func post(_ command: Command) {
         commands.withLock { $0.append(command) }
-        var byte: UInt8 = 1
-        _ = write(wakeWrite, &byte, 1)
+        wakeup.signal()
     }
 
     // MARK: The voice thread
 
     private func run() {
         var fds = [pollfd(fd: socket.fd, events: Int16(POLLIN), revents: 0),
-                   pollfd(fd: wakeRead, events: Int16(POLLIN), revents: 0)]
+                   pollfd(fd: wakeup.fd, events: Int16(POLLIN), revents: 0)]
         while true {
-            _ = poll(&fds, nfds_t(fds.count), sessions.isEmpty ? -1 : Self.tickMs)
-            if fds[1].revents != 0 {
-                var drained = [UInt8](repeating: 0, count: 64)
-                while read(wakeRead, &drained, drained.count) > 0 {}
-            }
+            _ = poll(&fds, nfds_t(fds.count), sessions.isEmpty ? -1 : Self.stateCheckMs)
+            if fds[1].revents != 0 { wakeup.consume() }
             for command in commands.withLock({ queue in defer { queue.removeAll() }; return queue }) {
                 switch command {
                 case .start(let setup): startSession(setup)
@@ -160,8 +148,6 @@ final class VoiceEngine: @unchecked Sendable {
                 case .shutdown:
                     for peer in Array(sessions.keys) { endSession(peer, reason: "shutting down", report: false) }
                     context = nil
-                    close(wakeRead)
-                    close(wakeWrite)
                     return
                 }
             }
@@ -186,7 +172,7 @@ final class VoiceEngine: @unchecked Sendable {
             }
             guard let context else { return }
             let peer = setup.peer, sendOnLink = sendOnLink
-            sessions[peer] = try VoiceSession(setup: setup, context: context, options: options) { frame in
+            sessions[peer] = try VoiceSession(setup: setup, context: context, options: options, wakeup: wakeup) { frame in
                 sendOnLink(peer, frame, Self.monotonicNs())
             }
             Log.info("voice with \(setup.peer): session started (\(setup.localFrameMs) ms frames out, \(setup.remoteFrameMs) ms in)")

@@ -7,12 +7,22 @@ import PipeWire
 /// jitter buffer → Opus (FEC, concealment) → speaker. Used only by the voice thread, except the
 /// rings, which PipeWire's real-time thread fills and drains.
 final class VoiceSession {
-    /// Kept in the playback ring beyond one device quantum, so the device never runs dry while
-    /// the thread sleeps between ticks; small, since every sample here is latency.
+    /// Kept in the playback ring beyond one device quantum, so the device does not run dry if the
+    /// voice thread is slow to answer the playback callback's wake-up; small, since every sample
+    /// here is latency.
     static let playbackMarginSamples = 128
     static let quantumSamples = VoiceAudio.defaultLatencyFrames
+    /// The playback ring is refilled (by decoding) whenever it holds less than this.
+    static let playbackFillSamples = quantumSamples + playbackMarginSamples
     /// An Opus packet this small is DTX silence: not worth sending.
     static let dtxPacketBytes = 2
+    /// Digital silence (muted, or a source giving exact zeros) is still encoded this long after
+    /// sound: as long as Opus itself sends before its DTX starts, so the far decoder ends on
+    /// decoded silence and conceals from that, not from speech. Then the encoder rests.
+    static let silenceHangoverMs = 200
+    /// While resting, one frame of silence is encoded and sent this often, as Opus's DTX sends a
+    /// comfort-noise update: the peer still hears from us (its session turns active on that).
+    static let restKeepaliveMs = 400
 
     let route: VoiceRoute
     let generation: Int
@@ -27,6 +37,10 @@ final class VoiceSession {
     private var opener: RecordOpener
     private let sendOnLink: (VoiceFrame) -> Void
     private var frame: [Int16]
+    private let silenceHangoverFrames: Int
+    private let restKeepaliveFrames: Int
+    /// Captured frames in a row that were all zeros.
+    private var silentFrames = 0
     private var packet = [UInt8](repeating: 0, count: 1500)
     private var decoded = [Int16](repeating: 0, count: voiceMaxPacketSamples)
     private var nextSeq: UInt64 = 1
@@ -37,7 +51,7 @@ final class VoiceSession {
     private var lastLossPercent = -1
 
     /// `sendOnLink` takes our VOICE frames when the route is ``VoiceRoute/link``.
-    init(setup: VoiceSessionSetup, context: PipeWireContext, options: VoiceAudioOptions,
+    init(setup: VoiceSessionSetup, context: PipeWireContext, options: VoiceAudioOptions, wakeup: VoiceWakeup,
          sendOnLink: @escaping (VoiceFrame) -> Void) throws {
         route = setup.route
         self.sendOnLink = sendOnLink
@@ -50,8 +64,13 @@ final class VoiceSession {
         decoder = try OpusVoiceDecoder(frameDuration: remoteDuration)
         jitter = JitterBuffer(configuration: .init(frameSamples: remoteDuration.samples))
         frame = [Int16](repeating: 0, count: localDuration.samples)
-        capture = try CaptureStream(context: context, sink: captureRing, target: options.source)
-        playback = try PlaybackStream(context: context, source: playbackRing, target: options.sink)
+        silenceHangoverFrames = Self.silenceHangoverMs / setup.localFrameMs
+        restKeepaliveFrames = Self.restKeepaliveMs / setup.localFrameMs
+        // The streams reach the rings through these, which wake the voice thread when there is work.
+        let captureSink = CaptureRingSink(ring: captureRing, frameSamples: frame.count, wakeup: wakeup)
+        let playbackSource = PlaybackRingSource(ring: playbackRing, refillBelowSamples: Self.playbackFillSamples, wakeup: wakeup)
+        capture = try CaptureStream(context: context, sink: captureSink, target: options.source)
+        playback = try PlaybackStream(context: context, source: playbackSource, target: options.sink)
         if options.cue { Self.writeCue(into: playbackRing, rising: true) }
         try capture.start()
         try playback.start()
@@ -71,9 +90,21 @@ final class VoiceSession {
         while captureRing.availableToRead >= frame.count {
             frame.withUnsafeMutableBufferPointer { buffer in
                 _ = captureRing.read(into: buffer)
-                // Muting happens here, within one frame: the encoder hears silence and DTX
-                // stops the packets (WirePlumber would remember a muted node).
+                // Muting happens here, within one frame: the encoder hears silence, then rests
+                // (WirePlumber would remember a muted node).
                 if muted { buffer.update(repeating: 0) }
+            }
+            // Every frame moves the timestamp, sent or not: the receiver tells silence from loss.
+            defer { timestamp &+= UInt32(frame.count) }
+            silentFrames = muted || frame.allSatisfy({ $0 == 0 }) ? silentFrames + 1 : 0
+            let resting = silentFrames - silenceHangoverFrames
+            if resting > 0 {
+                // Encoding digital silence costs a full encode for a DTX byte nobody sends. A fresh
+                // encoder starts out of DTX, so the keepalive frame is a real (small) packet; its
+                // delay line holds zeros, which is what came in. The first sound after the rest
+                // is encoded with whatever state the silence left: nothing to reset then.
+                guard resting % restKeepaliveFrames == 0 else { continue }
+                encoder.reset()
             }
             let bytes: Int
             do {
@@ -84,7 +115,6 @@ final class VoiceSession {
                 Log.warning("voice: Opus could not encode a frame: \(error)")
                 continue
             }
-            defer { timestamp &+= UInt32(frame.count) }
             guard bytes > Self.dtxPacketBytes,
                   let voice = try? VoiceFrame(seq: nextSeq, timestamp: timestamp, payload: Array(packet[0..<bytes])) else { continue }
             switch route {
@@ -100,8 +130,7 @@ final class VoiceSession {
     }
 
     private func feedPlayback(now: Int64) {
-        let wanted = Self.quantumSamples + Self.playbackMarginSamples
-        while playbackRing.availableToRead < wanted {
+        while playbackRing.availableToRead < Self.playbackFillSamples {
             // The jitter buffer compares arrival times with this clock, so it gets the time of
             // decoding, not of playing: the ring's lead after decoding is the same for every frame.
             let output = jitter.next(now: now)

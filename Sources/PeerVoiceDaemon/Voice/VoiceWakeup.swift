@@ -1,0 +1,86 @@
+import Glibc
+import PeerVoiceCore
+import PipeWire
+import Synchronization
+
+/// Wakes the voice thread from any thread, PipeWire's real-time one included: a non-blocking pipe
+/// the voice thread polls, and an atomic flag so that at most one byte is ever in it. A signal is
+/// one atomic exchange and at most one write(2) that cannot block (the way PipeWire's own
+/// real-time thread signals its loops, with an eventfd; Swift's Glibc module has no eventfd).
+final class VoiceWakeup: Sendable {
+    /// The end the voice thread polls.
+    let fd: Int32
+    private let writeEnd: Int32
+    /// A byte is in the pipe, or about to be: further signals need not write.
+    private let pending = Atomic<Bool>(false)
+
+    init() {
+        var ends: [Int32] = [-1, -1]
+        pipe(&ends)
+        for end in ends {
+            _ = fcntl(end, F_SETFL, O_NONBLOCK)
+            _ = fcntl(end, F_SETFD, FD_CLOEXEC)
+        }
+        (fd, writeEnd) = (ends[0], ends[1])
+    }
+
+    deinit {
+        close(fd)
+        close(writeEnd)
+    }
+
+    /// Any thread; safe in a real-time callback.
+    func signal() {
+        // Acquire-release: what the signalling thread wrote before (ring samples, commands) is
+        // visible to the voice thread once `consume` has seen the flag.
+        guard !pending.exchange(true, ordering: .acquiringAndReleasing) else { return }
+        var byte: UInt8 = 1
+        _ = write(writeEnd, &byte, 1)
+    }
+
+    /// Voice thread, when `fd` is readable, before it looks at what the signals were about: empties
+    /// the pipe, then re-arms the flag, so any signal from here on wakes the next poll.
+    func consume() {
+        var drained: UInt64 = 0
+        while read(fd, &drained, MemoryLayout<UInt64>.size) > 0 {}
+        _ = pending.exchange(false, ordering: .acquiringAndReleasing)
+    }
+}
+
+/// What the capture stream writes into: the session's capture ring, waking the voice thread when
+/// the ring holds a whole frame to encode (not on every quantum).
+final class CaptureRingSink: SampleSink {
+    private let ring: AudioRing
+    private let frameSamples: Int
+    private let wakeup: VoiceWakeup
+
+    init(ring: AudioRing, frameSamples: Int, wakeup: VoiceWakeup) {
+        (self.ring, self.frameSamples, self.wakeup) = (ring, frameSamples, wakeup)
+    }
+
+    /// PipeWire's real-time thread.
+    func write(_ samples: UnsafeBufferPointer<Int16>) -> Int {
+        let taken = ring.write(samples)
+        if ring.availableToRead >= frameSamples { wakeup.signal() }
+        return taken
+    }
+}
+
+/// What the playback stream reads from: the session's playback ring, waking the voice thread when
+/// the ring falls below the level it keeps it at.
+final class PlaybackRingSource: SampleSource {
+    private let ring: AudioRing
+    private let refillBelowSamples: Int
+    private let wakeup: VoiceWakeup
+
+    init(ring: AudioRing, refillBelowSamples: Int, wakeup: VoiceWakeup) {
+        (self.ring, self.refillBelowSamples, self.wakeup) = (ring, refillBelowSamples, wakeup)
+    }
+
+    /// PipeWire's real-time thread.
+    func read(into buffer: UnsafeMutableBufferPointer<Int16>) -> Int {
+        let count = ring.read(into: buffer)
+        if ring.availableToRead < refillBelowSamples { wakeup.signal() }
+        return count
+    }
+}
