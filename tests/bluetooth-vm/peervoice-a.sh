@@ -2,7 +2,8 @@
 # shellcheck source-path=SCRIPTDIR
 # PeerVoice over real BlueZ, computer A (run by run-pair.sh inside VM a; `make test-bluetooth`).
 # A discovers B, connects (pairing: A's person confirms the code, B's auto-confirms), both are
-# connected, text goes both ways, A disconnects; then A's bluetoothd is killed and restarted, A's
+# connected, voice comes up by itself on the RFCOMM channel (VOICE frames both ways), text goes
+# both ways, A disconnects; then A's bluetoothd is killed and restarted, A's
 # peervoiced registers again and A connects to B once more and messages flow; finally, with the
 # pairing forgotten on both sides and B's person saying no, A's Connect fails with Rejected.
 # shellcheck source=guest-lib.sh
@@ -42,6 +43,12 @@ timing connect_with_pairing "$t0"
 pv ListPeers | grep -q "'$b', 'pv-b', 'bluetooth', 'connected'" || fail "ListPeers: $(pv ListPeers)"
 barrier connected-1 || fail "B did not see the connection"
 
+# --- voice: on by itself after connecting; `active` once both streams run and B's frames arrive
+# here over the channel
+t0=$(now)
+pv_wait VoiceStateChanged "'$b', 'active'" 60 || { pv_dump; fail "voice with B did not become active"; }
+timing voice_active "$t0"
+
 # --- messages both ways
 t0=$(now)
 pv Send "$b" "hello from A" > /dev/null || fail "Send to B failed"
@@ -56,6 +63,9 @@ pv Disconnect "$b" > /dev/null || fail "Disconnect failed"
 pv_wait PeerStateChanged "'$b', 'disconnected'" 10 || fail "B not disconnected here"
 barrier disconnected-1 || fail "B did not see the disconnection"
 timing disconnect "$t0"
+read -r sent received <<<"$(pv_voice_counts "$b")"
+log "voice with B over RFCOMM: sent ${sent:-?} packets, received ${received:-?}"
+(( ${received:-0} >= 1 )) || { pv_dump; fail "no voice packets from B over RFCOMM"; }
 
 # --- bluetoothd dies and comes back: peervoiced registers again and connects without pairing
 t0=$(now)

@@ -23,6 +23,7 @@ pv_wait PairingRequested "'$a'" 90 || { pv_dump; fail "no PairingRequested for A
 pv_wait PeerStateChanged "'$a', 'connected'" 90 || { pv_dump; fail "A never connected"; }
 [[ $(device_prop "$a" Trusted) == true ]] || fail "A is not Trusted after the accepted pairing"
 barrier connected-1 || fail "A did not see the connection"
+pv_wait VoiceStateChanged "'$a', 'active'" 60 || { pv_dump; fail "voice with A did not become active"; }
 
 pv_wait MessageReceived "'$a', '[0-9a-f]{32}', 'hello from A'" 30 || { pv_dump; fail "no message from A"; }
 pv Send "$a" "hello from B" > /dev/null || fail "Send to A failed"
@@ -31,6 +32,9 @@ pv_wait MessageDelivered "'$a'" 30 || { pv_dump; fail "no MessageDelivered from 
 pv_mark
 pv_wait PeerStateChanged "'$a', 'disconnected'" 30 || { pv_dump; fail "A's Disconnect not seen"; }
 barrier disconnected-1 || fail "A did not see the disconnection"
+read -r sent received <<<"$(pv_voice_counts "$a")"
+log "voice with A over RFCOMM: sent ${sent:-?} packets, received ${received:-?}"
+(( ${received:-0} >= 1 )) || { pv_dump; fail "no voice packets from A over RFCOMM"; }
 
 # --- A's bluetoothd restarts; A connects again (already paired: no prompt)
 pv_wait PeerStateChanged "'$a', 'connected'" 90 || { pv_dump; fail "A did not connect again"; }

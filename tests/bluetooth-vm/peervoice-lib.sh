@@ -8,10 +8,18 @@ PV_LOG=$OUT/peervoiced.log
 PV_SIGNALS=$OUT/signals.log
 PV_MARK=0
 
-# pv_start NAME: session bus, then `peervoiced --default-agent` named NAME with its own state
-# directory; waits until it serves and its profile and agent are registered with BlueZ.
+# pv_start NAME: a headless PipeWire (virtual mic and speaker) and a session bus, then
+# `peervoiced --default-agent` named NAME with its own state directory; waits until it serves and
+# its profile and agent are registered with BlueZ.
 pv_start() {
     [[ -x $PV_BIN ]] || fail "$PV_BIN is missing: build it first (swift build)"
+    # WirePlumber gives up when it cannot watch logind's directories, which this VM's fresh /run
+    # lacks; empty ones do (nobody is logged in).
+    mkdir -p /run/systemd/seats /run/systemd/users /run/systemd/sessions /run/systemd/machines
+    # The PipeWire session has its own bus (for WirePlumber); peervoiced only needs its socket.
+    PEERVOICE_PW_TIMEOUT=60 "$BTVM_REPO/scripts/pipewire-session.sh" start /tmp/pw >> "$OUT/pipewire.log" 2>&1 \
+        || { cp -r /tmp/pw/logs "$OUT/pipewire-logs" 2>/dev/null; fail "PipeWire did not start: $(tail -n 5 "$OUT/pipewire.log")"; }
+    export PIPEWIRE_RUNTIME_DIR=/tmp/pw/run PIPEWIRE_REMOTE=pipewire-0
     start_session_bus || fail "no session bus"
     : > "$PV_SIGNALS"
     LANG=C.UTF-8 gdbus monitor --session --dest org.example.PeerVoice >> "$PV_SIGNALS" 2>&1 &
@@ -92,6 +100,12 @@ pv_confirm_until_done() {
         nap 0.2
     done
     echo "$answered"
+}
+
+# pv_voice_counts PEER: "SENT RECEIVED" from the line peervoiced logs when voice with PEER
+# stops ("voice with PEER stopped (...): sent N packets, received N, ...").
+pv_voice_counts() {
+    grep "voice with $1 stopped (" "$PV_LOG" | tail -n 1 | sed -E 's/.*sent ([0-9]+) packets, received ([0-9]+),.*/\1 \2/'
 }
 
 # pv_remove_device ADDRESS: forgets the Bluetooth pairing with ADDRESS (Adapter1.RemoveDevice).
