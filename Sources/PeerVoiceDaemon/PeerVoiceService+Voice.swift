@@ -117,13 +117,18 @@ extension PeerVoiceService {
     /// Our VOICE frame for a peer whose voice goes on its link (drop-stale: see
     /// ``PeerLink/sendVoice(_:)``).
     func sendVoiceOnLink(_ frame: VoiceFrame, to id: String, queuedAt: Int64) {
-        guard let peer = peers.values.first(where: { $0.id.description == id }), let link = peer.link else { return }
+        guard let peer = peer(describedAs: id), let link = peer.link else { return }
         if VoiceEngine.monotonicNs() - queuedAt > Self.staleLinkVoiceNs || !link.sendVoice(frame) {
             peer.voice.droppedOnLink += 1
         }
     }
 
-    /// VOICE_START and VOICE_STOP from the peer.
+    /// The peer the voice thread names `id` (it knows peers by their ids' text).
+    private func peer(describedAs id: String) -> Peer? {
+        peers.values.first { $0.id.description == id }
+    }
+
+    /// VOICE_START, VOICE_STOP and (on the link) VOICE from the peer.
     func peerSentVoiceFrame(_ frame: Frame, peer: Peer) {
         switch frame {
         case .voiceStart(let start):
@@ -147,12 +152,12 @@ extension PeerVoiceService {
     func voiceEngineReported(_ event: VoiceEvent) {
         switch event {
         case .active(let id, let generation):
-            guard let peer = peers.values.first(where: { $0.id.description == id }),
+            guard let peer = peer(describedAs: id),
                   peer.voice.running, peer.voice.generation == generation, !peer.voice.active else { return }
             peer.voice.active = true
             emit(.voiceStateChanged(peer.id, .active))
         case .stopped(let id, let generation, let reason):
-            guard let peer = peers.values.first(where: { $0.id.description == id }),
+            guard let peer = peer(describedAs: id),
                   peer.voice.running, peer.voice.generation == generation else { return }
             // The streams failed (PipeWire went away): keep wanting voice, renegotiate fresh keys
             // when it can run again.
@@ -186,7 +191,8 @@ struct PeerVoice {
     var active = false
     /// Tells this peer's voice-thread sessions apart, so a late event from an old one is ignored.
     var generation = 0
-    /// Where our voice datagrams go: the address we dialled, or the peer's announced port.
+    /// Where our voice datagrams go: the peer's voice port, the address we dialled, or its listen
+    /// port (`voiceDestination(of:link:hello:)`).
     var destination: IPEndpoint?
     /// Our VOICE frames for the link that were dropped rather than sent late.
     var droppedOnLink = 0
