@@ -27,25 +27,6 @@ import Glibc
 #endif
 import PeerVoiceCore
 
-@inline(never)
-func check(_ condition: @autoclosure () -> Bool, _ message: @autoclosure () -> String,
-           file: StaticString = #file, line: UInt = #line) {
-    if !condition() { fatalError("invariant violated: \(message())", file: file, line: line) }
-}
-
-struct Input {
-    let bytes: [UInt8]
-    var position = 0
-    init(_ bytes: [UInt8]) { self.bytes = bytes }
-    mutating func u8() -> UInt8 {
-        guard position < bytes.count else { return 0 }
-        defer { position += 1 }
-        return bytes[position]
-    }
-    mutating func u16() -> Int { Int(u8()) << 8 | Int(u8()) }
-    var rest: ArraySlice<UInt8> { bytes[min(position, bytes.count)...] }
-}
-
 /// Where a decoder ended up: what it produced, then the error or the leftover byte count.
 struct Outcome: Equatable {
     var frames: [Frame] = []

@@ -33,51 +33,6 @@ import Glibc
 import PeerVoiceCore
 import Sodium
 
-/// FUZZ_TRACE=1 in the environment prints every step (for reading a reproducer).
-let tracing = getenv("FUZZ_TRACE") != nil
-
-func trace(_ line: @autoclosure () -> String) {
-    guard tracing else { return }
-    let text = line() + "\n"
-    _ = text.withCString { write(2, $0, strlen($0)) }
-}
-
-@inline(never)
-func check(_ condition: @autoclosure () -> Bool, _ message: @autoclosure () -> String,
-           file: StaticString = #file, line: UInt = #line) {
-    if !condition() { fatalError("invariant violated: \(message())", file: file, line: line) }
-}
-
-struct Input {
-    let bytes: [UInt8]
-    var position = 0
-    init(_ bytes: [UInt8]) { self.bytes = bytes }
-    var isEmpty: Bool { position >= bytes.count }
-    mutating func u8() -> UInt8 {
-        guard position < bytes.count else { return 0 }
-        defer { position += 1 }
-        return bytes[position]
-    }
-    mutating func u16() -> Int { Int(u8()) << 8 | Int(u8()) }
-    mutating func u64() -> UInt64 {
-        var value: UInt64 = 0
-        for _ in 0..<8 { value = value << 8 | UInt64(u8()) }
-        return value
-    }
-    /// Up to `count` bytes (fewer at the end of the input).
-    mutating func take(_ count: Int) -> [UInt8] {
-        let start = min(position, bytes.count)
-        let end = min(bytes.count, start + max(0, count))
-        position = end
-        return Array(bytes[start..<end])
-    }
-    /// Exactly `count` bytes: the input's, then zeros.
-    mutating func fill(_ count: Int) -> [UInt8] {
-        let bytes = take(count)
-        return bytes + [UInt8](repeating: 0, count: count - bytes.count)
-    }
-}
-
 // MARK: - Cryptography
 
 let sodium = LibSodium()

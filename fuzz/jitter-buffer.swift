@@ -31,36 +31,6 @@ import PeerVoiceCore
 /// FUZZ_DEFAULT_CONFIG=1: always the default configuration (apart from the frame size).
 let defaultConfiguration = getenv("FUZZ_DEFAULT_CONFIG") != nil
 
-/// FUZZ_TRACE=1 in the environment prints every step (for reading a reproducer).
-let tracing = getenv("FUZZ_TRACE") != nil
-
-func trace(_ line: @autoclosure () -> String) {
-    guard tracing else { return }
-    let text = line() + "\n"
-    _ = text.withCString { write(2, $0, strlen($0)) }
-}
-
-@inline(never)
-func check(_ condition: @autoclosure () -> Bool, _ message: @autoclosure () -> String,
-           file: StaticString = #file, line: UInt = #line) {
-    if !condition() { fatalError("invariant violated: \(message())", file: file, line: line) }
-}
-
-struct Input {
-    let bytes: [UInt8]
-    var position = 0
-    init(_ bytes: [UInt8]) { self.bytes = bytes }
-    var isEmpty: Bool { position >= bytes.count }
-    mutating func u8() -> UInt8 {
-        guard position < bytes.count else { return 0 }
-        defer { position += 1 }
-        return bytes[position]
-    }
-    mutating func u16() -> Int { Int(u8()) << 8 | Int(u8()) }
-    mutating func u32() -> UInt32 { UInt32(u16()) << 16 | UInt32(u16()) }
-    mutating func u64() -> UInt64 { UInt64(u32()) << 32 | UInt64(u32()) }
-}
-
 /// Sizes of an Opus frame the protocol allows (20 and 10 ms) and a few others the type accepts.
 let frameSizes = [960, 960, 480, 480, 240, 1920, 120, 0]
 

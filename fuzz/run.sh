@@ -108,10 +108,10 @@ build_target() {
     local libs=(-L "$BUILD_DIR/lib" -lPeerVoiceCore)
     # Only the handshake target needs the real cryptography.
     if [[ $target == handshake ]]; then libs=(-I Sources/CSodium -L "$BUILD_DIR/lib" -lSodium -lPeerVoiceCore -lsodium); fi
-    if stale "$out" "fuzz/$target.swift" "$BUILD_DIR/lib/libPeerVoiceCore.a" "$BUILD_DIR/lib/libSodium.a"; then
+    if stale "$out" "fuzz/$target.swift" fuzz/support/*.swift "$BUILD_DIR/lib/libPeerVoiceCore.a" "$BUILD_DIR/lib/libSodium.a"; then
         echo "fuzz: building $target" >&2
         swiftc_quiet "${SWIFT_FLAGS[@]}" -module-name "FuzzTarget" -I "$BUILD_DIR/modules" \
-            "fuzz/$target.swift" "${libs[@]}" -o "$out"
+            "fuzz/$target.swift" fuzz/support/*.swift "${libs[@]}" -o "$out"
     fi
 }
 
