@@ -37,17 +37,7 @@ extension VoiceTests {
 
         let audio = try TemporaryDirectory("peervoice-pw-restart")
         directories.append(audio)
-        let recordA = try TimedRecording(rig.pwA, to: audio.path + "/a.wav")
-        let recordB = try TimedRecording(pwB, to: audio.path + "/b.wav")
-        let start = VoiceRig.monotonicSeconds()
-        let intoA = try rig.pwA.inject(Self.speech)
-        pause(2.2)
-        intoA.stop()
-        pause(0.3)
-        let tapA = try recordA.stop(), tapB = try recordB.stop()
-        let mic = TimedTrack(tapA, .mic)
-        let (from, to) = try speechSpan(mic, from: start, to: VoiceRig.monotonicSeconds(), seconds: 1.8)
-        let transfer = VoiceAnalysis.transfer(mic: mic, speaker: TimedTrack(tapB, .speaker), from: from, to: to)
+        let transfer = try speakOneWay(from: rig.pwA, to: pwB, seconds: 2.2, spanSeconds: 1.8, directory: audio.path).transfer
         print("A→B after the restart: \(transfer)")
         XCTAssertGreaterThanOrEqual(transfer.correlation, 0.5)
     }
@@ -90,18 +80,8 @@ extension VoiceTests {
         let (rig, relayOrNil) = try makeRig(relayLoss: 0)
         let relay = try XCTUnwrap(relayOrNil)
         relay.tamper(every: 10)
-        let recordA = try TimedRecording(rig.pwA, to: rig.directory + "/a.wav")
-        let recordB = try TimedRecording(rig.pwB, to: rig.directory + "/b.wav")
-        let start = VoiceRig.monotonicSeconds()
-        let intoA = try rig.pwA.inject(Self.speech)
-        pause(3.0)
-        intoA.stop()
-        pause(0.3)
+        let transfer = try speakOneWay(from: rig.pwA, to: rig.pwB, seconds: 3.0, directory: rig.directory).transfer
         relay.tamper(every: 0)
-        let tapA = try recordA.stop(), tapB = try recordB.stop()
-        let mic = TimedTrack(tapA, .mic)
-        let (from, to) = try speechSpan(mic, from: start, to: VoiceRig.monotonicSeconds())
-        let transfer = VoiceAnalysis.transfer(mic: mic, speaker: TimedTrack(tapB, .speaker), from: from, to: to)
         let tampered = relay.statistics.tampered
         XCTAssertFalse(rig.b.voiceStates(of: rig.link.aOnB).contains("stopped"), "B's voice stopped under tampering")
         let statistics = stopAndReadStatistics(rig)

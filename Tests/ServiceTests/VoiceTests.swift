@@ -111,6 +111,32 @@ final class VoiceTests: XCTestCase {
         return (span.0, min(span.1, span.0 + seconds))
     }
 
+    /// Speech said into one side's mic and what came out of the other's speaker.
+    struct OneWaySpeech {
+        let mic: TimedTrack, speaker: TimedTrack
+        /// The speech in the mic capture (monotonic seconds).
+        let from: Double, to: Double
+        var transfer: VoiceTransfer { VoiceAnalysis.transfer(mic: mic, speaker: speaker, from: from, to: to) }
+        var windows: [VoiceTransfer] { VoiceAnalysis.windows(mic: mic, speaker: speaker, from: from, to: to) }
+    }
+
+    /// Plays the speech into `talker`'s mic for `seconds` while recording both sessions (into
+    /// `directory`), then finds it (at most `spanSeconds` of it) for comparison with `listener`'s speaker.
+    func speakOneWay(from talker: PipeWireSession, to listener: PipeWireSession, seconds: Double,
+                     spanSeconds: Double = 2.5, directory: String) throws -> OneWaySpeech {
+        let recordTalker = try TimedRecording(talker, to: directory + "/talker.wav")
+        let recordListener = try TimedRecording(listener, to: directory + "/listener.wav")
+        let start = VoiceRig.monotonicSeconds()
+        let injection = try talker.inject(Self.speech)
+        pause(seconds)
+        injection.stop()
+        pause(0.3)
+        let mic = TimedTrack(try recordTalker.stop(), .mic)
+        let speaker = TimedTrack(try recordListener.stop(), .speaker)
+        let (from, to) = try speechSpan(mic, from: start, to: VoiceRig.monotonicSeconds(), seconds: spanSeconds)
+        return OneWaySpeech(mic: mic, speaker: speaker, from: from, to: to)
+    }
+
     func diagnose(_ label: String, mic: TimedTrack, speaker: TimedTrack, from: Double, to: Double) {
         let parts = VoiceAnalysis.windows(mic: mic, speaker: speaker, from: from, to: to)
         print("\(label) per 0.5 s: " + parts.map { String(format: "%.1f ms/%.2f", $0.latencyMs, $0.correlation) }.joined(separator: "  "))
@@ -302,22 +328,13 @@ final class VoiceTests: XCTestCase {
     func testSpeechSurvivesTenPercentLossThroughARelay() throws {
         let (rig, relayOrNil) = try makeRig(relayLoss: 10)
         let relay = try XCTUnwrap(relayOrNil)
-        let recordA = try TimedRecording(rig.pwA, to: rig.directory + "/a.wav")
-        let recordB = try TimedRecording(rig.pwB, to: rig.directory + "/b.wav")
-        let start = VoiceRig.monotonicSeconds()
-        let intoA = try rig.pwA.inject(Self.speech)
-        pause(3.4)
-        intoA.stop()
-        pause(0.3)
-        let tapA = try recordA.stop(), tapB = try recordB.stop()
-        let mic = TimedTrack(tapA, .mic), speaker = TimedTrack(tapB, .speaker)
-        let (from, to) = try speechSpan(mic, from: start, to: VoiceRig.monotonicSeconds(), seconds: 3.0)
-        let transfer = VoiceAnalysis.transfer(mic: mic, speaker: speaker, from: from, to: to)
+        let speech = try speakOneWay(from: rig.pwA, to: rig.pwB, seconds: 3.4, spanSeconds: 3.0, directory: rig.directory)
+        let transfer = speech.transfer
         let stats = relay.statistics
         print("10 % loss: \(transfer); relay received \(stats.received), dropped \(stats.dropped)")
         XCTAssertGreaterThan(stats.received, 100, "A's voice did not go through the relay")
         XCTAssertEqual(Double(stats.dropped) / Double(max(stats.received, 1)), 0.10, accuracy: 0.05)
-        let windows = VoiceAnalysis.windows(mic: mic, speaker: speaker, from: from, to: to).map(\.correlation).sorted()
+        let windows = speech.windows.map(\.correlation).sorted()
         print("10 % loss per 0.5 s window: " + windows.map { String(format: "%.2f", $0) }.joined(separator: " "))
         XCTAssertGreaterThanOrEqual(windows.count, 4, "too little speech to judge")
         XCTAssertGreaterThanOrEqual(windows.isEmpty ? 0 : windows[windows.count / 2], 0.5, "the speech did not survive 10 % loss")
@@ -368,17 +385,7 @@ final class VoiceTests: XCTestCase {
         // And it carries speech.
         let directory = home.path + "/audio"
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-        let recordA = try TimedRecording(pwA, to: directory + "/a.wav")
-        let recordB = try TimedRecording(pwB, to: directory + "/b.wav")
-        let start = VoiceRig.monotonicSeconds()
-        let intoA = try pwA.inject(Self.speech)
-        pause(2.2)
-        intoA.stop()
-        pause(0.2)
-        let tapA = try recordA.stop(), tapB = try recordB.stop()
-        let mic = TimedTrack(tapA, .mic)
-        let (from, to) = try speechSpan(mic, from: start, to: VoiceRig.monotonicSeconds(), seconds: 1.8)
-        let transfer = VoiceAnalysis.transfer(mic: mic, speaker: TimedTrack(tapB, .speaker), from: from, to: to)
+        let transfer = try speakOneWay(from: pwA, to: pwB, seconds: 2.2, spanSeconds: 1.8, directory: directory).transfer
         print("A→B once PipeWire is up: \(transfer)")
         XCTAssertGreaterThanOrEqual(transfer.correlation, 0.5)
     }
