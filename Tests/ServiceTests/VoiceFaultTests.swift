@@ -104,13 +104,12 @@ extension VoiceTests {
         let samples = max(3, min(10, Int(seconds / 10)))
         var talker = try rig.pwA.inject(Self.speech)
         var talkerStarted = VoiceRig.monotonicSeconds()
-        /// Keeps A talking: the 7.4 s speech again as soon as it ends.
-        func keepTalking() throws {
-            if VoiceRig.monotonicSeconds() - talkerStarted > 7.2 {
-                talker.stop()
-                talker = try rig.pwA.inject(Self.speech)
-                talkerStarted = VoiceRig.monotonicSeconds()
-            }
+        /// Keeps A talking: the 7.4 s speech again once less than `secondsLeft` of it remain.
+        func keepTalking(secondsLeft: Double = 0.2) throws {
+            guard VoiceRig.monotonicSeconds() - talkerStarted > 7.4 - secondsLeft else { return }
+            talker.stop()
+            talker = try rig.pwA.inject(Self.speech)
+            talkerStarted = VoiceRig.monotonicSeconds()
         }
         pause(2)
         let rssStart = (a: residentKiB(of: a.daemon.process.pid), b: residentKiB(of: b.daemon.process.pid))
@@ -123,11 +122,7 @@ extension VoiceTests {
                 try keepTalking()
                 pause(min(0.5, max(0.01, due - VoiceRig.monotonicSeconds())))
             }
-            if VoiceRig.monotonicSeconds() - talkerStarted > 4.5 {  // not enough speech left for the window
-                talker.stop()
-                talker = try rig.pwA.inject(Self.speech)
-                talkerStarted = VoiceRig.monotonicSeconds()
-            }
+            try keepTalking(secondsLeft: 2.9)  // enough speech left for the window
             let audio = try TemporaryDirectory("peervoice-soak")
             defer { audio.remove() }
             let recordA = try TimedRecording(rig.pwA, to: audio.path + "/a.wav")
