@@ -192,15 +192,27 @@ BENCH_PACKAGES := \
 	python3-dev \
 	gcc
 BENCH_VENV := .build/bench-voice-venv
-.PHONY: bench-voice
-bench-voice: deps
-	scripts/deps.sh $(BENCH_PACKAGES)
+.PHONY: bench-voice bench-venv
+bench-voice: deps bench-venv
 	$(SWIFT) build -c release --product peervoiced $(SWIFT_FLAGS)
+	$(BENCH_VENV)/bin/python bench/voice/run.py \
+	    --bin "$$($(SWIFT) build -c release $(SWIFT_FLAGS) --show-bin-path)/peervoiced" $(BENCH_ARGS)
+
+# The packages and the Python venv the voice benchmarks score with (PESQ, STOI).
+bench-venv: deps
+	scripts/deps.sh $(BENCH_PACKAGES)
 	test -x $(BENCH_VENV)/bin/python || /usr/bin/python3 -m venv $(BENCH_VENV)
 	$(BENCH_VENV)/bin/python -c 'import numpy, scipy, pesq, pystoi, matplotlib' 2>/dev/null || \
 	    $(BENCH_VENV)/bin/pip install -q numpy scipy pesq pystoi matplotlib
-	$(BENCH_VENV)/bin/python bench/voice/run.py \
-	    --bin "$$($(SWIFT) build -c release $(SWIFT_FLAGS) --show-bin-path)/peervoiced" $(BENCH_ARGS)
+
+# What in-band FEC costs and buys at each packet-loss hint (bench/fec/README.md): libopus as the
+# daemon uses it, on the speech fixture, with random loss; prints PESQ-WB per loss and hint, writes
+# bench/results/fec.json. About 5 minutes. BENCH_ARGS go to bench/fec/run.py.
+.PHONY: bench-fec
+bench-fec: bench-venv
+	mkdir -p .build/bench-fec
+	$(CC) -O2 -Wall bench/fec/fec_codec.c -o .build/bench-fec/fec_codec $$(pkg-config --cflags --libs opus)
+	$(BENCH_VENV)/bin/python bench/fec/run.py --codec .build/bench-fec/fec_codec $(BENCH_ARGS)
 
 # Fuzzing (fuzz/README.md): libFuzzer + AddressSanitizer builds, with plain swiftc into .build/fuzz/,
 # of the wire decoder, the handshake and record layer (real libsodium) and the jitter buffer.
