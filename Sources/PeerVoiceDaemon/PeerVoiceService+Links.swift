@@ -350,7 +350,7 @@ extension PeerVoiceService: PeerLinkDelegate {
             }
             peer.acknowledged(upTo: seq)
             sendQueuedMessages(to: peer)
-        case .voiceStart, .voiceStop, .voice:
+        case .voiceStart, .voiceStop, .voiceReport, .voice:
             peerSentVoiceFrame(frame, peer: peer)
         case .hello, .keepalive, .goodbye, .pairing:
             break

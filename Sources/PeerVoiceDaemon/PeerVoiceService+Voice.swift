@@ -128,7 +128,7 @@ extension PeerVoiceService {
         peers.values.first { $0.id.description == id }
     }
 
-    /// VOICE_START, VOICE_STOP and (on the link) VOICE from the peer.
+    /// VOICE_START, VOICE_STOP, VOICE_REPORT and (on the link) VOICE from the peer.
     func peerSentVoiceFrame(_ frame: Frame, peer: Peer) {
         switch frame {
         case .voiceStart(let start):
@@ -144,6 +144,8 @@ extension PeerVoiceService {
         case .voice(let frame):
             // Voice the peer sends on the link; our session (if any) takes it.
             if peer.voice.running { voice?.receivedOnLink(peer: peer.id.description, frame: frame) }
+        case .voiceReport(let lossPercent):
+            if peer.voice.running { voice?.peerReportedLoss(peer: peer.id.description, percent: Int(lossPercent)) }
         default:
             break
         }
@@ -166,6 +168,9 @@ extension PeerVoiceService {
             if peer.voice.localSession != nil { peer.link?.send(.voiceStop) }
             endVoice(peer, reason: reason)
             peer.voice.wanted = wanted
+        case .lossChanged(let id, let generation, let percent):
+            guard let peer = peer(describedAs: id), peer.voice.running, peer.voice.generation == generation else { return }
+            peer.link?.send(.voiceReport(lossPercent: UInt8(min(100, percent))))
         }
     }
 

@@ -7,14 +7,16 @@ final class WireTests: XCTestCase {
     // MARK: - Preamble
 
     func testPreambleBytes() {
-        XCTAssertEqual(Preamble.bytes, [0x50, 0x56, 0x4C, 0x4B, 0x00, 0x02, 0x00, 0x00])
+        XCTAssertEqual(Preamble.bytes, [0x50, 0x56, 0x4C, 0x4B, 0x00, 0x03, 0x00, 0x00])
         XCTAssertEqual(Preamble.byteCount, 8)
     }
 
     func testPreambleCheck() throws {
         XCTAssertNoThrow(try Preamble.check(Preamble.bytes))
         // The reserved field is ignored on receipt.
-        XCTAssertNoThrow(try Preamble.check([0x50, 0x56, 0x4C, 0x4B, 0x00, 0x02, 0xAB, 0xCD]))
+        XCTAssertNoThrow(try Preamble.check([0x50, 0x56, 0x4C, 0x4B, 0x00, 0x03, 0xAB, 0xCD]))
+        // Version 2 lacks VOICE_REPORT: it would close the link on one, so it is refused up front.
+        assertThrows(.unsupportedVersion(2)) { try Preamble.check([0x50, 0x56, 0x4C, 0x4B, 0x00, 0x02, 0x00, 0x00]) }
         assertThrows(.notPeerVoice) { try Preamble.check(Array("GET / HT".utf8)) }
         assertThrows(.notPeerVoice) { try Preamble.check(Array(Preamble.bytes.prefix(7))) }
         assertThrows(.notPeerVoice) { try Preamble.check(Preamble.bytes + [0]) }
@@ -305,7 +307,7 @@ final class WireTests: XCTestCase {
     // MARK: - Malformed bodies
 
     func testUnknownFrameTypes() {
-        for type: UInt8 in [0x00, 0x09, 0x0F, 0x11, 0xFF] {
+        for type: UInt8 in [0x00, 0x0A, 0x0F, 0x11, 0xFF] {
             assertDecodeFails([type], .unknownFrameType(type))
         }
     }
@@ -474,7 +476,7 @@ final class WireTests: XCTestCase {
                        "frame of 1000000 bytes is over the limit (70000 bytes; 1024 during the handshake)")
         XCTAssertEqual(WireError.unknownFrameType(0x0A).description, "unknown frame type 0x0a")
         XCTAssertEqual(WireError.unsupportedVersion(1).description,
-                       "peer speaks protocol version 1; this side speaks version 2")
+                       "peer speaks protocol version 1; this side speaks version 3")
         XCTAssertEqual(WireError.trailingBytes(.ack, count: 1).description, "ACK frame has 1 unexpected trailing byte")
         XCTAssertEqual(WireError.frameTooShort(.text, bodyBytes: 9, requiredBytes: 33).description,
                        "TEXT frame of 9 bytes is too short (needs 33)")
@@ -577,6 +579,8 @@ final class WireTests: XCTestCase {
             .voiceStart(try VoiceStart(sessionID: Array(0..<16), frameMs: 20)),
             .voiceStart(try VoiceStart(sessionID: Array(repeating: 0xAB, count: 16), frameMs: 10)),
             .voiceStop,
+            .voiceReport(lossPercent: 0),
+            .voiceReport(lossPercent: 100),
             .goodbye(.shuttingDown),
             .goodbye(.protocolError),
             .goodbye(GoodbyeReason(rawValue: 77)),
@@ -694,5 +698,18 @@ extension WireTests {
         XCTAssertThrowsError(try Frame(body: [0x07] + Array(0..<15) + [20]))
         XCTAssertThrowsError(try Frame(body: [0x08, 0x00])) { XCTAssertEqual($0 as? WireError, .trailingBytes(.voiceStop, count: 1)) }
         XCTAssertEqual(try Frame(body: [0x08]), .voiceStop)
+    }
+
+    func testVoiceReportLayoutAndLimits() throws {
+        XCTAssertEqual(Frame.voiceReport(lossPercent: 7).encodedBody(), [0x09, 7])
+        XCTAssertEqual(try Frame(body: [0x09, 100]), .voiceReport(lossPercent: 100))
+        for bad: UInt8 in [101, 0xFF] {
+            XCTAssertThrowsError(try Frame(body: [0x09, bad])) { XCTAssertEqual($0 as? WireError, .invalidLossPercent(bad)) }
+        }
+        XCTAssertThrowsError(try Frame(body: [0x09])) {
+            XCTAssertEqual($0 as? WireError, .frameTooShort(.voiceReport, bodyBytes: 1, requiredBytes: 2))
+        }
+        XCTAssertThrowsError(try Frame(body: [0x09, 5, 0])) { XCTAssertEqual($0 as? WireError, .trailingBytes(.voiceReport, count: 1)) }
+        XCTAssertEqual(WireError.invalidLossPercent(101).description, "VOICE_REPORT with 101 % loss (at most 100)")
     }
 }

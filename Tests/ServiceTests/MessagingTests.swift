@@ -6,7 +6,7 @@ import TestHarness
 import XCTest
 
 /// Text messages between real peervoiced processes, each on its own private bus, linked over TCP
-/// on 127.0.0.1 with protocol version 2 (key exchange, pairing confirmed on both sides, sealed
+/// on 127.0.0.1 with protocol version 3 (key exchange, pairing confirmed on both sides, sealed
 /// frames): connect, send both ways, history, bursts, broadcast, crashes and restarts,
 /// Disconnect, RemovePeer, and hostile bytes on the listen port. SecurityTests covers the
 /// security properties themselves.
@@ -14,8 +14,8 @@ final class MessagingTests: XCTestCase {
     private static let failed = "org.example.PeerVoice.Error.Failed"
     private static let unknownPeer = "org.example.PeerVoice.Error.UnknownPeer"
     private static let tooLarge = "org.example.PeerVoice.Error.TooLarge"
-    /// PVLK, version 2, reserved.
-    private static let preamble: [UInt8] = [0x50, 0x56, 0x4C, 0x4B, 0x00, 0x02, 0x00, 0x00]
+    /// PVLK, version 3, reserved.
+    private static let preamble: [UInt8] = [0x50, 0x56, 0x4C, 0x4B, 0x00, 0x03, 0x00, 0x00]
 
     private var peers: [TestPeer] = []
     private var startedAt = Date()
@@ -528,7 +528,7 @@ final class MessagingTests: XCTestCase {
 
     /// Retransmissions (same sender instance and sequence numbers, on a new link and after the
     /// receiver's restart) are acknowledged again but stored and announced once. The sender is a
-    /// real version-2 peer driven by hand (TestHarness.SecureLink), so the test decides exactly
+    /// real version-3 peer driven by hand (TestHarness.SecureLink), so the test decides exactly
     /// what is sent again; the first link is a first contact (B's person confirms), the later
     /// ones are recognised by the pinned key.
     func testRetransmittedTextIsAcknowledgedButStoredAndAnnouncedOnce() throws {
@@ -677,7 +677,7 @@ final class MessagingTests: XCTestCase {
         try peer.client.call("ListPeers")[0].children.map { row in row.children.map { $0.string ?? "?" } }
     }
 
-    /// A hand-driven version-2 peer's lasting parts: its key, instance id and announced listen port.
+    /// A hand-driven version-3 peer's lasting parts: its key, instance id and announced listen port.
     private struct FakePeer {
         let identity: StaticIdentity
         let instance: InstanceID

@@ -5,9 +5,9 @@ import PeerVoiceCore
 import TestHarness
 import XCTest
 
-/// Protocol version 2's security, end to end (docs/SECURITY.md): real peervoiced processes on
+/// Protocol version 3's security, end to end (docs/SECURITY.md): real peervoiced processes on
 /// private buses, a relay between them that can tamper, replay or play man in the middle
-/// (TestHarness.Relay), and hand-driven version-2 peers (TestHarness.SecureLink).
+/// (TestHarness.Relay), and hand-driven version-3 peers (TestHarness.SecureLink).
 ///
 /// Not here: a bit flipped in a voice packet, and fresh voice keys per voice session; they belong
 /// with voice, which the daemon does not have yet (StartVoice answers NotAvailable).
@@ -502,7 +502,7 @@ final class SecurityTests: XCTestCase {
         let a = try makePeer("alice")
         let b = try makePeer("bob")
         let preamble = Preamble.bytes
-        XCTAssertEqual(preamble, [0x50, 0x56, 0x4C, 0x4B, 0x00, 0x02, 0x00, 0x00])
+        XCTAssertEqual(preamble, [0x50, 0x56, 0x4C, 0x4B, 0x00, 0x03, 0x00, 0x00])
 
         // Stalls in the middle of message 1.
         let stalled = try RawTCPConnection(port: a.port)

@@ -137,9 +137,12 @@ final class VoiceTests: XCTestCase {
         return OneWaySpeech(mic: mic, speaker: speaker, from: from, to: to)
     }
 
-    func diagnose(_ label: String, mic: TimedTrack, speaker: TimedTrack, from: Double, to: Double) {
+    /// Latency and correlation per 0.5 s window of the speech, printed with `label`.
+    @discardableResult
+    func diagnose(_ label: String, mic: TimedTrack, speaker: TimedTrack, from: Double, to: Double) -> [VoiceTransfer] {
         let parts = VoiceAnalysis.windows(mic: mic, speaker: speaker, from: from, to: to)
         print("\(label) per 0.5 s: " + parts.map { String(format: "%.1f ms/%.2f", $0.latencyMs, $0.correlation) }.joined(separator: "  "))
+        return parts
     }
 
     /// Stops voice and returns each side's session statistics from the line its log ends the
@@ -160,9 +163,9 @@ final class VoiceTests: XCTestCase {
             print("\(peer.name): \(summary)")
             var numbers = [String: Int]()
             for part in summary.components(separatedBy: ", ") {
-                let words = part.split(separator: " ")
+                let words = part.split(separator: " ").filter { $0 != "%" }
                 // "sent 66 packets", "received 12", "late 5", "FEC-recovered 0", "delay 0 ms",
-                // "speaker underruns 0"
+                // "peer-reported loss 10 %", "speaker underruns 0"
                 if words.count >= 2, let value = Int(words[1]) {
                     numbers[String(words[0])] = value
                 } else if words.count >= 2, let value = Int(words.last!) {
@@ -195,6 +198,12 @@ final class VoiceTests: XCTestCase {
 
     /// Speech said into each mic comes out of the other's speaker (correlation ≥ 0.5, latency
     /// ≤ 150 ms), and nearly every packet is played; stops voice.
+    ///
+    /// The correlation is judged per 0.5 s window, each at its own lag (the median window): when a
+    /// packet comes late the jitter buffer lengthens its delay by a few ms, which is right, and the
+    /// speech after it then lines up at another lag than the speech before, so one lag over the
+    /// whole 2.5 s would undersell it (seen here: windows of 0.96 at 43 ms, then 0.96 at 58 ms,
+    /// 0.46 as a whole).
     func checkSpeechBothWays(_ rig: Rig) throws {
         let recordA = try TimedRecording(rig.pwA, to: rig.directory + "/a.wav")
         let recordB = try TimedRecording(rig.pwB, to: rig.directory + "/b.wav")
@@ -216,8 +225,10 @@ final class VoiceTests: XCTestCase {
             let (from, to) = try speechSpan(mic, from: start, to: end)
             let transfer = VoiceAnalysis.transfer(mic: mic, speaker: speaker, from: from, to: to)
             print("\(label): \(transfer) over \(ms(to - from)) ms of speech")
-            diagnose(label, mic: mic, speaker: speaker, from: start, to: end)
-            XCTAssertGreaterThanOrEqual(transfer.correlation, 0.5, "\(label): the speech did not come out of the speaker")
+            let windows = diagnose(label, mic: mic, speaker: speaker, from: from, to: to).map(\.correlation).sorted()
+            XCTAssertGreaterThanOrEqual(windows.count, 3, "\(label): too little speech to judge")
+            XCTAssertGreaterThanOrEqual(windows.isEmpty ? 0 : windows[windows.count / 2], 0.5,
+                                        "\(label): the speech did not come out of the speaker")
             XCTAssertGreaterThan(transfer.latencyMs, 0, label)
             XCTAssertLessThanOrEqual(transfer.latencyMs, 150, "\(label): mouth-to-ear latency")
         }
@@ -339,6 +350,13 @@ final class VoiceTests: XCTestCase {
         XCTAssertGreaterThanOrEqual(windows.count, 4, "too little speech to judge")
         XCTAssertGreaterThanOrEqual(windows.isEmpty ? 0 : windows[windows.count / 2], 0.5, "the speech did not survive 10 % loss")
         XCTAssertLessThanOrEqual(transfer.latencyMs, 150)
+        // B told A what it loses (VOICE_REPORT on the link), and A's encoder added FEC for it.
+        let statistics = stopAndReadStatistics(rig)
+        let reported = try XCTUnwrap(statistics["alice"]?["peer-reported loss"], "no statistics line in A's log")
+        XCTAssertTrue((5...20).contains(reported), "B reported \(reported) % loss of A's voice through a 10 % relay")
+        let hint = statistics["alice"]?["FEC hint"] ?? 0
+        XCTAssertTrue((3...10).contains(hint), "A's encoder plans FEC for \(hint) % loss after B reported \(reported) %")
+        XCTAssertEqual(rig.a.logCount("in-band FEC on"), 1, "A's log does not say FEC came on")
     }
 
     /// A's daemon has no PipeWire (its runtime directory is empty): it connects, StartVoice says

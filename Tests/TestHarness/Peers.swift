@@ -274,7 +274,7 @@ public final class RawTCPConnection {
     }
 }
 
-// MARK: Pairing (protocol version 2)
+// MARK: Pairing (protocol version 3)
 
 /// A method call in flight: dispatch the main context (e.g. `dispatch(timeout:until:)`) until
 /// `result` is set.

@@ -3,7 +3,7 @@ import Glibc
 import PeerVoiceCore
 import Sodium
 
-// A minimal, real protocol-version-2 peer for tests (docs/SECURITY.md §10, docs/PROTOCOL.md):
+// A minimal, real protocol-version-3 peer for tests (docs/SECURITY.md §10, docs/PROTOCOL.md):
 // blocking sockets on 127.0.0.1, the core's Handshake / RecordSealer / RecordOpener / Frame, and
 // access to the raw bytes so a test can replay or tamper with them. Not a second implementation:
 // every byte comes from PeerVoiceCore, so these tests check the daemon's use of the core.
@@ -206,7 +206,7 @@ public final class TCPListener: @unchecked Sendable {
     }
 }
 
-/// One end of a version-2 link: preamble, the five-message handshake (as initiator or responder,
+/// One end of a version-3 link: preamble, the five-message handshake (as initiator or responder,
 /// all at once or message by message), PAIRING, then sealed frames.
 ///
 /// Reading (`receive…`) and sending may happen on two threads at once; sending is serialised.
@@ -296,7 +296,7 @@ public final class SecureLink: @unchecked Sendable {
 
     // MARK: Handshake
 
-    /// Sends the 8-byte preamble (version 2), once.
+    /// Sends the 8-byte preamble (version 3), once.
     public func sendPreamble() throws {
         try sendLock.withLock {
             guard !preambleSent else { return }

@@ -199,7 +199,7 @@ public struct JitterBuffer: Sendable {
         /// packet-loss hint for the sender's encoder.
         public var lossFraction = 0.0
 
-        /// ``lossFraction`` in percent, rounded up: what `setPacketLossPercent` takes.
+        /// ``lossFraction`` in percent, rounded up: what VOICE_REPORT tells the sender.
         public var lossPercent: Int {
             let percent = lossFraction * 100
             let whole = Int(percent)

@@ -24,6 +24,9 @@ public enum Frame: Equatable, Sendable {
     case voiceStart(VoiceStart)
     /// The sender stopped its voice session.
     case voiceStop
+    /// How much of the peer's voice the sender loses (lost or too late to play, 0–100 %), so
+    /// that the peer's encoder spends bits on in-band FEC only when they are needed.
+    case voiceReport(lossPercent: UInt8)
 
     /// The frame's type byte.
     public var type: FrameType {
@@ -37,6 +40,7 @@ public enum Frame: Equatable, Sendable {
         case .pairing: return .pairing
         case .voiceStart: return .voiceStart
         case .voiceStop: return .voiceStop
+        case .voiceReport: return .voiceReport
         }
     }
 }
@@ -51,6 +55,7 @@ public enum FrameType: UInt8, Sendable, CaseIterable, CustomStringConvertible {
     case pairing = 0x06
     case voiceStart = 0x07
     case voiceStop = 0x08
+    case voiceReport = 0x09
     case voice = 0x10
 
     /// The frame's name as the protocol document writes it, e.g. `"HELLO"`.
@@ -65,6 +70,7 @@ public enum FrameType: UInt8, Sendable, CaseIterable, CustomStringConvertible {
         case .pairing: return "PAIRING"
         case .voiceStart: return "VOICE_START"
         case .voiceStop: return "VOICE_STOP"
+        case .voiceReport: return "VOICE_REPORT"
         }
     }
 }
@@ -246,6 +252,8 @@ extension Frame: CustomStringConvertible {
             return "VOICE_START \(start.frameMs) ms frames"
         case .voiceStop:
             return "VOICE_STOP"
+        case .voiceReport(let lossPercent):
+            return "VOICE_REPORT \(lossPercent) % lost"
         }
     }
 }

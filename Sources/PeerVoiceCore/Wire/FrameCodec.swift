@@ -12,6 +12,7 @@ extension Frame {
     static let pairingBytes = 1 + 1
     static let voiceStartBytes = 1 + VoiceStart.sessionIDBytes + 1
     static let voiceStopBytes = 1
+    static let voiceReportBytes = 1 + 1
     /// Fixed part of a VOICE body: type, seq, timestamp.
     static let voiceFixedBytes = 1 + 8 + 4
 
@@ -44,6 +45,7 @@ extension Frame {
         case .pairing: return Frame.pairingBytes
         case .voiceStart: return Frame.voiceStartBytes
         case .voiceStop: return Frame.voiceStopBytes
+        case .voiceReport: return Frame.voiceReportBytes
         }
     }
 
@@ -80,6 +82,8 @@ extension Frame {
             bytes.append(start.frameMs)
         case .voiceStop:
             break
+        case .voiceReport(let lossPercent):
+            bytes.append(lossPercent)
         }
     }
 
@@ -185,6 +189,12 @@ extension Frame {
         case .voiceStop:
             try requireExactly(Frame.voiceStopBytes)
             self = .voiceStop
+
+        case .voiceReport:
+            try requireExactly(Frame.voiceReportBytes)
+            let lossPercent = reader.readUInt8()
+            guard lossPercent <= 100 else { throw .invalidLossPercent(lossPercent) }
+            self = .voiceReport(lossPercent: lossPercent)
         }
     }
 

@@ -36,6 +36,8 @@ public enum WireError: Error, Equatable, Sendable, CustomStringConvertible {
     case invalidPairingDecision(UInt8)
     /// A VOICE frame's Opus payload is longer than ``Wire/maxOpusPayloadBytes``.
     case voicePayloadTooLong(bytes: Int)
+    /// A VOICE_REPORT frame's loss percentage is over 100.
+    case invalidLossPercent(UInt8)
     /// A datagram is shorter than the 4-byte length prefix.
     case datagramTooShort(bytes: Int)
     /// A datagram's length prefix does not match the bytes that follow it.
@@ -77,6 +79,8 @@ public enum WireError: Error, Equatable, Sendable, CustomStringConvertible {
             return "PAIRING frame with decision \(value) (must be 0 or 1)"
         case .voicePayloadTooLong(let bytes):
             return "Opus payload of \(bytes) bytes exceeds the \(Wire.maxOpusPayloadBytes)-byte limit"
+        case .invalidLossPercent(let value):
+            return "VOICE_REPORT with \(value) % loss (at most 100)"
         case .datagramTooShort(let bytes):
             return "datagram of \(bytes) bytes is shorter than a length prefix"
         case .datagramLengthMismatch(let declared, let actual):

@@ -40,6 +40,8 @@ enum VoiceEvent: Sendable {
     case active(peer: String, generation: Int)
     /// The session failed or could not start; `reason` is for the log.
     case stopped(peer: String, generation: Int, reason: String)
+    /// The share of the peer's voice we lose changed: tell the peer (VOICE_REPORT).
+    case lossChanged(peer: String, generation: Int, percent: Int)
 }
 
 /// Settings of the audio side, from the command line.
@@ -77,6 +79,7 @@ final class VoiceEngine: @unchecked Sendable {
         case start(VoiceSessionSetup)
         case stop(peer: String, reason: String)
         case receivedOnLink(peer: String, frame: VoiceFrame, arrival: Int64)
+        case peerReportedLoss(peer: String, percent: Int)
         case shutdown
     }
 
@@ -121,6 +124,11 @@ final class VoiceEngine: @unchecked Sendable {
         post(.receivedOnLink(peer: peer, frame: frame, arrival: Self.monotonicNs()))
     }
 
+    /// The peer's VOICE_REPORT: how much of our voice it loses.
+    func peerReportedLoss(peer: String, percent: Int) {
+        post(.peerReportedLoss(peer: peer, percent: percent))
+    }
+
     /// Stops every session and the thread; returns once it has ended.
     func shutdown() {
         post(.shutdown)
@@ -145,6 +153,7 @@ final class VoiceEngine: @unchecked Sendable {
                 case .start(let setup): startSession(setup)
                 case .stop(let peer, let reason): endSession(peer, reason: reason, report: false)
                 case .receivedOnLink(let peer, let frame, let arrival): sessions[peer]?.receive(frame, arrival: arrival)
+                case .peerReportedLoss(let peer, let percent): sessions[peer]?.peerReportedLoss(percent)
                 case .shutdown:
                     for peer in Array(sessions.keys) { endSession(peer, reason: "shutting down", report: false) }
                     context = nil
@@ -157,8 +166,11 @@ final class VoiceEngine: @unchecked Sendable {
             for (peer, session) in sessions {
                 if let failure = session.pump(now: now, muted: isMuted, socket: socket) {
                     endSession(peer, reason: failure, report: true)
-                } else if session.becameActive() {
-                    onEvent(.active(peer: peer, generation: session.generation))
+                } else {
+                    if session.becameActive() { onEvent(.active(peer: peer, generation: session.generation)) }
+                    if let loss = session.lossToReport() {
+                        onEvent(.lossChanged(peer: peer, generation: session.generation, percent: loss))
+                    }
                 }
             }
         }

@@ -24,6 +24,7 @@ final class VoiceSession {
     /// comfort-noise update: the peer still hears from us (its session turns active on that).
     static let restKeepaliveMs = 400
 
+    let peer: String
     let route: VoiceRoute
     let generation: Int
     private let captureRing = AudioRing(minimumCapacity: 48_000)
@@ -48,11 +49,15 @@ final class VoiceSession {
     private var sent = 0
     private var received = 0
     private var reportedActive = false
-    private var lastLossPercent = -1
+    /// The loss we last told the peer about (VOICE_REPORT); both encoders start planning for none.
+    private var reportedLossPercent = 0
+    /// The loss the peer last reported about our voice.
+    private var peerLossPercent = 0
 
     /// `sendOnLink` takes our VOICE frames when the route is ``VoiceRoute/link``.
     init(setup: VoiceSessionSetup, context: PipeWireContext, options: VoiceAudioOptions, wakeup: VoiceWakeup,
          sendOnLink: @escaping (VoiceFrame) -> Void) throws {
+        peer = setup.peer
         route = setup.route
         self.sendOnLink = sendOnLink
         generation = setup.generation
@@ -60,7 +65,8 @@ final class VoiceSession {
         opener = setup.opener
         let localDuration: OpusFrameDuration = setup.localFrameMs == 10 ? .ms10 : .ms20
         let remoteDuration: OpusFrameDuration = setup.remoteFrameMs == 10 ? .ms10 : .ms20
-        encoder = try OpusVoiceEncoder(configuration: .init(frameDuration: localDuration))
+        // No FEC until the peer reports loss (FECPolicy): on a clean path it only costs quality.
+        encoder = try OpusVoiceEncoder(configuration: .init(frameDuration: localDuration, packetLossPercent: 0))
         decoder = try OpusVoiceDecoder(frameDuration: remoteDuration)
         jitter = JitterBuffer(configuration: .init(frameSamples: remoteDuration.samples))
         frame = [Int16](repeating: 0, count: localDuration.samples)
@@ -138,12 +144,25 @@ final class VoiceSession {
             guard count > 0 else { return }
             _ = decoded.withUnsafeBufferPointer { playbackRing.write(UnsafeBufferPointer(rebasing: $0[0..<count])) }
         }
+    }
+
+    /// The loss we measure on the peer's voice when it changed since we last reported it (the
+    /// control plane sends it as VOICE_REPORT), or nil. The jitter buffer updates it about once
+    /// a second, from the first 50 packets on.
+    func lossToReport() -> Int? {
         let loss = jitter.statistics.lossPercent
-        if loss != lastLossPercent {
-            // The encoder's FEC follows what we lose; without a feedback frame the peer's
-            // encoder keeps its default, ours follows the loss we see on the way in.
-            lastLossPercent = loss
-            encoder.setPacketLossPercent(max(loss, 5))
+        guard loss != reportedLossPercent else { return nil }
+        reportedLossPercent = loss
+        return loss
+    }
+
+    /// The peer's VOICE_REPORT: our encoder's in-band FEC follows what the peer loses.
+    func peerReportedLoss(_ percent: Int) {
+        let before = encoder.packetLossPercent
+        peerLossPercent = percent
+        encoder.setPacketLossPercent(FECPolicy.encoderHint(reportedLossPercent: percent))
+        if (before == 0) != (encoder.packetLossPercent == 0) {
+            Log.info("voice with \(peer): it loses \(percent) % of our packets: in-band FEC \(encoder.packetLossPercent == 0 ? "off" : "on, planned for \(encoder.packetLossPercent) %")")
         }
     }
 
@@ -213,7 +232,7 @@ final class VoiceSession {
 
     var statisticsSummary: String {
         let stats = jitter.statistics
-        return "sent \(sent) packets, received \(received), late \(stats.late), lost \(stats.lost), concealed \(stats.concealed), FEC-recovered \(stats.fecRecovered), rejected \(opener.rejections.total), delay \(Int(stats.currentDelayMs)) ms, speaker underruns \(playback.underruns)"
+        return "sent \(sent) packets, received \(received), late \(stats.late), lost \(stats.lost), concealed \(stats.concealed), FEC-recovered \(stats.fecRecovered), rejected \(opener.rejections.total), peer-reported loss \(peerLossPercent) %, FEC hint \(encoder.packetLossPercent) %, delay \(Int(stats.currentDelayMs)) ms, speaker underruns \(playback.underruns)"
     }
 
     /// A two-note chime (up on start, down on stop), 150 ms at -20 dBFS: the cue people hear
