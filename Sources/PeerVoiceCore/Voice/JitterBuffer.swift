@@ -332,6 +332,9 @@ public struct JitterBuffer: Sendable {
     /// Whether a talkspurt is playing (false: idle, producing silence).
     public var isPlaying: Bool { playing }
 
+    /// Whether no packet waits to be played.
+    public var isEmpty: Bool { bufferedCount == 0 }
+
     /// Forgets the stream (buffered packets, timing history, playout position); keeps the counters.
     /// For the start of a new call. A peer restart is detected without it.
     public mutating func reset() {

@@ -31,6 +31,7 @@ final class VoiceSession {
     private let playbackRing = AudioRing(minimumCapacity: 24_000)
     private let capture: CaptureStream
     private let playback: PlaybackStream
+    private let playbackSource: PlaybackRingSource
     private let encoder: OpusVoiceEncoder
     private let decoder: OpusVoiceDecoder
     private var jitter: JitterBuffer
@@ -74,7 +75,7 @@ final class VoiceSession {
         restKeepaliveFrames = Self.restKeepaliveMs / setup.localFrameMs
         // The streams reach the rings through these, which wake the voice thread when there is work.
         let captureSink = CaptureRingSink(ring: captureRing, frameSamples: frame.count, wakeup: wakeup)
-        let playbackSource = PlaybackRingSource(ring: playbackRing, refillBelowSamples: Self.playbackFillSamples, wakeup: wakeup)
+        playbackSource = PlaybackRingSource(ring: playbackRing, refillBelowSamples: Self.playbackFillSamples, wakeup: wakeup)
         capture = try CaptureStream(context: context, sink: captureSink, target: options.source)
         playback = try PlaybackStream(context: context, source: playbackSource, target: options.sink)
         if options.cue { Self.writeCue(into: playbackRing, rising: true) }
@@ -136,14 +137,20 @@ final class VoiceSession {
     }
 
     private func feedPlayback(now: Int64) {
-        while playbackRing.availableToRead < Self.playbackFillSamples {
+        // While the far side is silent (the jitter buffer idle, holding nothing to start) it only
+        // has silence to give, in 2.5 ms steps, for a wake-up every device quantum: let the speaker
+        // run dry instead. The next packet wakes this thread, which then feeds the ring again; the
+        // buffer times the talkspurt's start from `now` as ever.
+        let dormant = !jitter.isPlaying && jitter.isEmpty
+        while !dormant && playbackRing.availableToRead < Self.playbackFillSamples {
             // The jitter buffer compares arrival times with this clock, so it gets the time of
             // decoding, not of playing: the ring's lead after decoding is the same for every frame.
             let output = jitter.next(now: now)
             let count = produce(output)
-            guard count > 0 else { return }
+            guard count > 0 else { break }
             _ = decoded.withUnsafeBufferPointer { playbackRing.write(UnsafeBufferPointer(rebasing: $0[0..<count])) }
         }
+        playbackSource.isDormant.store(dormant, ordering: .releasing)
     }
 
     /// The loss we measure on the peer's voice when it changed since we last reported it (the

@@ -67,8 +67,15 @@ final class CaptureRingSink: SampleSink {
 }
 
 /// What the playback stream reads from: the session's playback ring, waking the voice thread when
-/// the ring falls below the level it keeps it at.
+/// the ring falls below the level it keeps it at, unless the voice thread said it has nothing to play.
 final class PlaybackRingSource: SampleSource {
+    /// Set by the voice thread while the far side is silent (its jitter buffer idle, with nothing
+    /// to start): it has stopped refilling the ring with silence, so the ring running dry is
+    /// expected. The callback then plays what is left and zeros, without waking the voice thread
+    /// (which would only hand it more zeros) and without counting an underrun. A packet wakes the
+    /// voice thread anyway; it refills the ring, then clears this (releasing, so that a callback
+    /// that sees it clear also sees the samples).
+    let isDormant = Atomic<Bool>(false)
     private let ring: AudioRing
     private let refillBelowSamples: Int
     private let wakeup: VoiceWakeup
@@ -79,6 +86,10 @@ final class PlaybackRingSource: SampleSource {
 
     /// PipeWire's real-time thread.
     func read(into buffer: UnsafeMutableBufferPointer<Int16>) -> Int {
+        if isDormant.load(ordering: .acquiring) {
+            _ = ring.read(into: buffer, fillingWith: 0)
+            return buffer.count
+        }
         let count = ring.read(into: buffer)
         if ring.availableToRead < refillBelowSamples { wakeup.signal() }
         return count
