@@ -2,7 +2,7 @@
  * daemon encodes (VOIP, signal voice, complexity 10, DTX, in-band FEC with a packet-loss hint) and
  * the way its jitter buffer repairs a loss when the next packet is there (decode it with fec=1).
  *
- * usage: fec_codec IN.raw OUT.raw BITRATE HINT_PERCENT LOSS_PERCENT SEED
+ * usage: fec_codec IN.raw OUT.raw FRAME_SAMPLES BITRATE HINT_PERCENT LOSS_PERCENT SEED
  * A hint of 0 is FEC off. Writes the decoded audio; prints "frames lost recovered" on stdout.
  */
 #include <opus/opus.h>
@@ -10,7 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-enum { FRAME = 960, MAX_PACKET = 1500, MAX_FRAMES = 6000 };
+enum { MAX_FRAME = 960, MAX_PACKET = 1500, MAX_FRAMES = 12000 };
 
 /* SplitMix64: the same draws on every machine, unlike rand(). */
 static uint64_t state;
@@ -25,12 +25,13 @@ static unsigned char packets[MAX_FRAMES][MAX_PACKET];
 static int lengths[MAX_FRAMES], lost[MAX_FRAMES];
 
 int main(int argc, char **argv) {
-    if (argc != 7) { fprintf(stderr, "usage: %s IN.raw OUT.raw BITRATE HINT LOSS SEED\n", argv[0]); return 2; }
+    if (argc != 8) { fprintf(stderr, "usage: %s IN.raw OUT.raw FRAME_SAMPLES BITRATE HINT LOSS SEED\n", argv[0]); return 2; }
     FILE *in = fopen(argv[1], "rb"), *out = fopen(argv[2], "wb");
     if (!in || !out) { perror("fopen"); return 1; }
-    int bitrate = atoi(argv[3]), hint = atoi(argv[4]);
-    double loss = atof(argv[5]);
-    state = strtoull(argv[6], NULL, 10);
+    int frame = atoi(argv[3]), bitrate = atoi(argv[4]), hint = atoi(argv[5]);
+    double loss = atof(argv[6]);
+    state = strtoull(argv[7], NULL, 10);
+    if (frame != 480 && frame != 960) { fprintf(stderr, "FRAME_SAMPLES must be 480 or 960\n"); return 2; }
     int error;
     OpusEncoder *encoder = opus_encoder_create(48000, 1, OPUS_APPLICATION_VOIP, &error);
     OpusDecoder *decoder = opus_decoder_create(48000, 1, &error);
@@ -40,10 +41,10 @@ int main(int argc, char **argv) {
     opus_encoder_ctl(encoder, OPUS_SET_DTX(1));
     opus_encoder_ctl(encoder, OPUS_SET_INBAND_FEC(1));
     opus_encoder_ctl(encoder, OPUS_SET_PACKET_LOSS_PERC(hint));
-    int16_t pcm[FRAME], decoded[5760];
+    int16_t pcm[MAX_FRAME], decoded[5760];
     int frames = 0;
-    while (frames < MAX_FRAMES && fread(pcm, sizeof pcm[0], FRAME, in) == FRAME) {
-        lengths[frames] = opus_encode(encoder, pcm, FRAME, packets[frames], MAX_PACKET);
+    while (frames < MAX_FRAMES && fread(pcm, sizeof pcm[0], frame, in) == (size_t)frame) {
+        lengths[frames] = opus_encode(encoder, pcm, frame, packets[frames], MAX_PACKET);
         lost[frames] = uniform() * 100 < loss;
         frames++;
     }
@@ -54,10 +55,10 @@ int main(int argc, char **argv) {
         if (sent && !lost[i]) {
             n = opus_decode(decoder, packets[i], lengths[i], decoded, 5760, 0);
         } else if (sent && i + 1 < frames && !lost[i + 1] && lengths[i + 1] > 2) {
-            n = opus_decode(decoder, packets[i + 1], lengths[i + 1], decoded, FRAME, 1);
+            n = opus_decode(decoder, packets[i + 1], lengths[i + 1], decoded, frame, 1);
             recovered++;
         } else {
-            n = opus_decode(decoder, NULL, 0, decoded, FRAME, 0);
+            n = opus_decode(decoder, NULL, 0, decoded, frame, 0);
         }
         dropped += sent && lost[i];
         fwrite(decoded, sizeof decoded[0], n, out);

@@ -5,7 +5,7 @@ random, repairs each loss from the next packet's FEC when that packet arrived (a
 does when it holds the next packet), and scores the decoded audio against the input with PESQ-WB.
 The numbers behind FECPolicy (docs/VOICE.md, "FEC follows the peer's loss reports").
 
-  run.py --codec PATH [--bitrate 24000] [--losses 0,2,5,10] [--hints 0,1,2,3,5,10] [--seeds 4]
+  run.py --codec PATH [--frame-ms 20|10] [--bitrate 24000] [--losses 0,2,5,10] [--hints 0,1,2,3,5,10] [--seeds 4]
 """
 import argparse
 import json
@@ -28,6 +28,7 @@ RATE = 48000
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--codec", required=True, help="the compiled fec_codec")
+    ap.add_argument("--frame-ms", type=int, choices=(10, 20), default=20)
     ap.add_argument("--bitrate", type=int, default=24000)
     ap.add_argument("--losses", default="0,2,5,10", help="random packet loss, percent")
     ap.add_argument("--hints", default="0,1,2,3,5,10", help="encoder packet-loss hints, percent (0 = no FEC)")
@@ -50,7 +51,8 @@ def main():
                 scores, recovered, dropped = [], 0, 0
                 for seed in range(1, a.seeds + 1):
                     decoded_path = os.path.join(work, "out.raw")
-                    line = subprocess.run([a.codec, source, decoded_path, str(a.bitrate), str(hint), str(loss), str(seed)],
+                    line = subprocess.run([a.codec, source, decoded_path, str(a.frame_ms * RATE // 1000), str(a.bitrate),
+                                           str(hint), str(loss), str(seed)],
                                           check=True, capture_output=True, text=True).stdout.split()
                     dropped += int(line[1])
                     recovered += int(line[2])
@@ -61,7 +63,7 @@ def main():
                 cells[f"{loss:g}/{hint}"] = {"loss_percent": loss, "hint_percent": hint, "pesq_wb": scores,
                                              "mean": round(float(np.mean(scores)), 3),
                                              "packets_lost": dropped, "recovered_by_fec": recovered}
-    print(f"PESQ-WB of the speech fixture through libopus at {a.bitrate // 1000} kbit/s, 20 ms frames, "
+    print(f"PESQ-WB of the speech fixture through libopus at {a.bitrate // 1000} kbit/s, {a.frame_ms} ms frames, "
           f"mean of {a.seeds} loss patterns (hint 0 = no FEC)")
     print("loss %  " + "".join(f"  hint {h:>2}" for h in hints))
     for loss in losses:
@@ -71,7 +73,7 @@ def main():
     print("* best in the row")
     os.makedirs(os.path.dirname(a.out), exist_ok=True)
     with open(a.out, "w") as f:
-        json.dump({"benchmark": "fec", "bitrate": a.bitrate, "frame_ms": 20, "seeds": a.seeds, "cells": cells}, f, indent=1)
+        json.dump({"benchmark": "fec", "bitrate": a.bitrate, "frame_ms": a.frame_ms, "seeds": a.seeds, "cells": cells}, f, indent=1)
     print(f"wrote {a.out}")
 
 
