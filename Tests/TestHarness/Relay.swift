@@ -393,7 +393,8 @@ public enum CodeSearch {
     }
 
     /// One attempt, from the loopback address `source` (default 127.0.0.1). `through`: `.initiatorEphemeral` stops as soon as the code is known (before
-    /// the daemon can prompt); `.initiatorIdentity` completes the handshake so the daemon decides
+    /// the daemon can prompt; it sends nothing more, but waits for the daemon's answer to message 3
+    /// before hanging up); `.initiatorIdentity` completes the handshake so the daemon decides
     /// (prompt or refuse), watched for `observe` seconds.
     public static func attempt(port: UInt16, from source: String? = nil, hello: Hello,
                                through: HandshakeMessage = .initiatorIdentity, observe: Double = 0.25) -> Attempt {
@@ -409,7 +410,15 @@ public enum CodeSearch {
         } catch {
             return Attempt(code: link.verificationCode, outcome: .closed("\(error)"))
         }
-        guard link.isAuthenticated else { return Attempt(code: link.verificationCode, outcome: .abortedAfterCode) }
+        guard link.isAuthenticated else {
+            if through == .initiatorEphemeral {
+                // Give up only once the daemon has taken message 3 (it answers with message 4, or
+                // hangs up past its limit): the next attempt then meets the daemon's count of this
+                // one instead of racing it.
+                _ = try? link.runHandshake(through: .responderIdentity, timeout: 2)
+            }
+            return Attempt(code: link.verificationCode, outcome: .abortedAfterCode)
+        }
         do {
             let frames = try link.receive(timeout: observe, orTimeout: true) { if case .pairing = $0 { true } else { false } }
             if case .pairing(false)? = frames.last { return Attempt(code: link.verificationCode, outcome: .refused) }
