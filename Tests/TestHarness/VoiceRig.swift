@@ -572,8 +572,15 @@ public final class VoiceRelay: @unchecked Sendable {
 }
 
 extension VoiceAnalysis {
-    /// `transfer` in consecutive windows of `windowSeconds` (for diagnostics: how latency and
-    /// correlation move along the speech).
+    /// The median correlation of `transfers` (the upper one of an even count), 0 when there are
+    /// none: how a call sounds as a whole, judged piece by piece (each piece at its own lag).
+    public static func medianCorrelation(_ transfers: [VoiceTransfer]) -> Double {
+        let sorted = transfers.map(\.correlation).sorted()
+        return sorted.isEmpty ? 0 : sorted[sorted.count / 2]
+    }
+
+    /// `transfer` in consecutive windows of `windowSeconds`: how latency and correlation move
+    /// along the speech (judged with ``medianCorrelation(_:)``).
     public static func windows(mic: TimedTrack, speaker: TimedTrack, from: Double, to: Double,
                                windowSeconds: Double = 0.5) -> [VoiceTransfer] {
         var result: [VoiceTransfer] = []
