@@ -2,8 +2,10 @@
  * daemon encodes (VOIP, signal voice, complexity 10, DTX, in-band FEC with a packet-loss hint) and
  * the way its jitter buffer repairs a loss when the next packet is there (decode it with fec=1).
  *
- * usage: fec_codec IN.raw OUT.raw FRAME_SAMPLES BITRATE HINT_PERCENT LOSS_PERCENT SEED
- * A hint of 0 is FEC off. Writes the decoded audio; prints "frames lost recovered" on stdout.
+ * usage: fec_codec IN.raw OUT.raw FRAME_SAMPLES BITRATE HINT_PERCENT LOSS_PERCENT SEED REPAIR
+ * A hint of 0 is FEC off. REPAIR 1: a loss is repaired from the next packet when that one arrived;
+ * 0: never (a path without jitter, where the next packet is not there yet when the loss is played).
+ * Writes the decoded audio; prints "frames lost recovered" on stdout.
  */
 #include <opus/opus.h>
 #include <stdint.h>
@@ -25,12 +27,13 @@ static unsigned char packets[MAX_FRAMES][MAX_PACKET];
 static int lengths[MAX_FRAMES], lost[MAX_FRAMES];
 
 int main(int argc, char **argv) {
-    if (argc != 8) { fprintf(stderr, "usage: %s IN.raw OUT.raw FRAME_SAMPLES BITRATE HINT LOSS SEED\n", argv[0]); return 2; }
+    if (argc != 9) { fprintf(stderr, "usage: %s IN.raw OUT.raw FRAME_SAMPLES BITRATE HINT LOSS SEED REPAIR\n", argv[0]); return 2; }
     FILE *in = fopen(argv[1], "rb"), *out = fopen(argv[2], "wb");
     if (!in || !out) { perror("fopen"); return 1; }
     int frame = atoi(argv[3]), bitrate = atoi(argv[4]), hint = atoi(argv[5]);
     double loss = atof(argv[6]);
     state = strtoull(argv[7], NULL, 10);
+    int repair = atoi(argv[8]);
     if (frame != 480 && frame != 960) { fprintf(stderr, "FRAME_SAMPLES must be 480 or 960\n"); return 2; }
     int error;
     OpusEncoder *encoder = opus_encoder_create(48000, 1, OPUS_APPLICATION_VOIP, &error);
@@ -54,7 +57,7 @@ int main(int argc, char **argv) {
         int sent = lengths[i] > 2, n;
         if (sent && !lost[i]) {
             n = opus_decode(decoder, packets[i], lengths[i], decoded, 5760, 0);
-        } else if (sent && i + 1 < frames && !lost[i + 1] && lengths[i + 1] > 2) {
+        } else if (repair && sent && i + 1 < frames && !lost[i + 1] && lengths[i + 1] > 2) {
             n = opus_decode(decoder, packets[i + 1], lengths[i + 1], decoded, frame, 1);
             recovered++;
         } else {

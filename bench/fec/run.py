@@ -6,6 +6,7 @@ does when it holds the next packet), and scores the decoded audio against the in
 The numbers behind FECPolicy (docs/VOICE.md, "FEC follows the peer's loss reports").
 
   run.py --codec PATH [--frame-ms 20|10] [--bitrate 24000] [--losses 0,2,5,10] [--hints 0,1,2,3,5,10] [--seeds 4]
+         [--no-repair]   (FEC data sent but never used: a lossy path without jitter)
 """
 import argparse
 import json
@@ -33,6 +34,8 @@ def main():
     ap.add_argument("--losses", default="0,2,5,10", help="random packet loss, percent")
     ap.add_argument("--hints", default="0,1,2,3,5,10", help="encoder packet-loss hints, percent (0 = no FEC)")
     ap.add_argument("--seeds", type=int, default=4, help="loss patterns per cell (default 4)")
+    ap.add_argument("--no-repair", action="store_true",
+                    help="never repair a loss from the next packet (it is not there yet: no jitter)")
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "fec.json"))
     a = ap.parse_args()
     losses = [float(x) for x in a.losses.split(",")]
@@ -52,7 +55,7 @@ def main():
                 for seed in range(1, a.seeds + 1):
                     decoded_path = os.path.join(work, "out.raw")
                     line = subprocess.run([a.codec, source, decoded_path, str(a.frame_ms * RATE // 1000), str(a.bitrate),
-                                           str(hint), str(loss), str(seed)],
+                                           str(hint), str(loss), str(seed), "0" if a.no_repair else "1"],
                                           check=True, capture_output=True, text=True).stdout.split()
                     dropped += int(line[1])
                     recovered += int(line[2])
@@ -64,7 +67,8 @@ def main():
                                              "mean": round(float(np.mean(scores)), 3),
                                              "packets_lost": dropped, "recovered_by_fec": recovered}
     print(f"PESQ-WB of the speech fixture through libopus at {a.bitrate // 1000} kbit/s, {a.frame_ms} ms frames, "
-          f"mean of {a.seeds} loss patterns (hint 0 = no FEC)")
+          f"mean of {a.seeds} loss patterns (hint 0 = no FEC)"
+          + ("; losses never repaired from the next packet" if a.no_repair else ""))
     print("loss %  " + "".join(f"  hint {h:>2}" for h in hints))
     for loss in losses:
         row = [cells[f"{loss:g}/{h}"]["mean"] for h in hints]
@@ -73,7 +77,8 @@ def main():
     print("* best in the row")
     os.makedirs(os.path.dirname(a.out), exist_ok=True)
     with open(a.out, "w") as f:
-        json.dump({"benchmark": "fec", "bitrate": a.bitrate, "frame_ms": a.frame_ms, "seeds": a.seeds, "cells": cells}, f, indent=1)
+        json.dump({"benchmark": "fec", "bitrate": a.bitrate, "frame_ms": a.frame_ms, "seeds": a.seeds,
+                   "repair": not a.no_repair, "cells": cells}, f, indent=1)
     print(f"wrote {a.out}")
 
 
