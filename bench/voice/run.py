@@ -14,6 +14,7 @@ latency without clock skew. The other two devices are the far ends nobody listen
              of B), both confirm, voice starts on connect. A speaks, B listens.
   gstreamer  pipewiresrc → opusenc (voice, 24 kbit/s, F ms) → rtpopuspay → udpsink | udpsrc →
              rtpjitterbuffer latency=40 → rtpopusdepay → opusdec plc=true → pipewiresink sync=false
+             (--gst-latency N sets rtpjitterbuffer's latency, for its delay/quality trade-off)
 
 Network: `clean` (loopback), or through bench/voice/relay.py: 30 ms + N(0, 10 ms) delay clipped
 to [5, 100] ms (reordering allowed), with 0, 5 or 10 % random loss. For PeerVoice A dials the
@@ -396,7 +397,7 @@ class PeerVoice:
 class GStreamer:
     kind = "gstreamer"
 
-    def __init__(self, pw, frame_ms, impair, workdir, label):
+    def __init__(self, pw, frame_ms, impair, workdir, label, jitter_buffer_ms):
         self.pw, self.workdir, self.label, self.relay, self.relay_stats = pw, workdir, label, None, None
         receive_port = free_port()
         send_port = receive_port
@@ -406,7 +407,7 @@ class GStreamer:
         caps = "application/x-rtp,media=audio,encoding-name=OPUS,clock-rate=48000,payload=96"
         self.receiver = CHILDREN.start(
             ["gst-launch-1.0", "-q", "udpsrc", f"port={receive_port}", f"caps={caps}",
-             "!", "rtpjitterbuffer", "latency=40", "!", "rtpopusdepay", "!", "opusdec", "plc=true",
+             "!", "rtpjitterbuffer", f"latency={jitter_buffer_ms}", "!", "rtpopusdepay", "!", "opusdec", "plc=true",
              "!", "audioconvert", "!", "audioresample", "!", "audio/x-raw,rate=48000,channels=1",
              "!", "pipewiresink", f"target-object={SPEAKER}", "client-name=gst-recv", "sync=false"],
             env=pw.env, log_path=os.path.join(workdir, f"{label}-recv.log"), name="gst-recv")
@@ -612,6 +613,8 @@ def main():
     ap.add_argument("--frames", default="20,10", help="Opus frame lengths in ms (default 20,10)")
     ap.add_argument("--conditions", default=",".join(CONDITIONS), help=f"networks (default {','.join(CONDITIONS)})")
     ap.add_argument("--systems", default="peervoice,gstreamer")
+    ap.add_argument("--gst-latency", type=int, default=40,
+                    help="the baseline's rtpjitterbuffer latency in ms (default 40, the baseline the targets name)")
     ap.add_argument("--settle", type=float, default=2.0, help="seconds of running before the first run (default 2)")
     ap.add_argument("--out", default=os.path.join(RESULTS, "voice.json"))
     ap.add_argument("--keep-temp", action="store_true", help="keep the work directory (logs, taps)")
@@ -658,7 +661,7 @@ def main():
                         system, stats = None, None
                         try:
                             system = (PeerVoice(pw, a.bin, f, impair, workdir, f"{label}-{r + 1}") if kind == "peervoice"
-                                      else GStreamer(pw, f, impair, workdir, f"{label}-{r + 1}"))
+                                      else GStreamer(pw, f, impair, workdir, f"{label}-{r + 1}", a.gst_latency))
                             time.sleep(a.settle)
                             res = measure(pw, system, os.path.join(workdir, f"{label}-run{r + 1}.wav"))
                         except BenchError as e:
@@ -696,7 +699,7 @@ def main():
                                                               "load_before": load_before, "load_after": os.getloadavg()},
         "parameters": {"runs": a.runs, "frames": frames, "conditions": conditions, "settle_s": a.settle, "quantum": QUANTUM,
                        "speech": os.path.relpath(SPEECH, ROOT), "binary": a.bin,
-                       "gstreamer": "opusenc audio-type=voice bitrate=24000; rtpjitterbuffer latency=40; opusdec plc=true; pipewiresink sync=false"},
+                       "gstreamer": f"opusenc audio-type=voice bitrate=24000; rtpjitterbuffer latency={a.gst_latency}; opusdec plc=true; pipewiresink sync=false"},
         "floor_ms": FLOOR_MS, "targets": checks, "results": results,
     }
     with open(a.out, "w") as f:
