@@ -208,10 +208,13 @@ final class VoiceEngine: @unchecked Sendable {
         let arrival = Self.monotonicNs()
         while let (count, from) = receiveBuffer.withUnsafeMutableBytes({ socket.receive(datagramInto: $0) }) {
             let datagram = Array(receiveBuffer[0..<count])
-            // The session whose peer the datagram comes from first, then any other (a relay).
-            let likely = sessions.values.filter { $0.route.host == from.host }
-            let others = sessions.values.filter { $0.route.host != from.host }
-            if !(likely + others).contains(where: { $0.receive(datagram: datagram, arrival: arrival) }) {
+            // The sessions whose peer the datagram comes from first, then any other (a relay).
+            func opened(fromPeerHost: Bool) -> Bool {
+                sessions.values.contains {
+                    ($0.route.host == from.host) == fromPeerHost && $0.receive(datagram: datagram, arrival: arrival)
+                }
+            }
+            if !opened(fromPeerHost: true) && !opened(fromPeerHost: false) {
                 Log.debug("voice: dropped a datagram from \(from) that no session opens")
             }
         }
