@@ -73,7 +73,7 @@ final class VoiceEngine: @unchecked Sendable {
     private let sendOnLink: @Sendable (_ peer: String, _ frame: VoiceFrame, _ queuedAt: Int64) -> Void
     private let commands = Mutex<[Command]>([])
     private let wakeup = VoiceWakeup()
-    private var thread: Thread?
+    private var thread: NamedThread?
 
     private enum Command {
         case start(VoiceSessionSetup)
@@ -97,10 +97,7 @@ final class VoiceEngine: @unchecked Sendable {
         self.options = options
         self.onEvent = onEvent
         self.sendOnLink = sendOnLink
-        let thread = Thread { [unowned self] in run() }
-        thread.name = "peervoice-voice"
-        self.thread = thread
-        thread.start()
+        thread = NamedThread(name: "peervoice-voice") { [unowned self] in run() }
     }
 
     /// Why voice cannot start now (no PipeWire), or nil. Cheap: looks for the daemon's socket.
@@ -132,7 +129,7 @@ final class VoiceEngine: @unchecked Sendable {
     /// Stops every session and the thread; returns once it has ended.
     func shutdown() {
         post(.shutdown)
-        while thread?.isFinished == false { usleep(1_000) }
+        thread?.join()
     }
 
     private func post(_ command: Command) {
