@@ -114,7 +114,7 @@ extension VoiceTests {
         pause(2)
         let rssStart = (a: residentKiB(of: a.daemon.process.pid), b: residentKiB(of: b.daemon.process.pid))
         let began = VoiceRig.monotonicSeconds()
-        var transfers: [(at: Double, transfer: VoiceTransfer)] = []
+        var samplesTaken: [(at: Double, transfer: VoiceTransfer, windows: [VoiceTransfer])] = []
         for index in 0..<samples {
             // Evenly spaced 2.5 s measurements, the last one ending the call.
             let due = began + seconds * Double(index + 1) / Double(samples) - 2.5
@@ -132,9 +132,12 @@ extension VoiceTests {
             let tapA = try recordA.stop(), tapB = try recordB.stop()
             let mic = TimedTrack(tapA, .mic)
             let (from, to) = try speechSpan(mic, from: start, to: VoiceRig.monotonicSeconds() - 0.3, seconds: 2.0)
-            let transfer = VoiceAnalysis.transfer(mic: mic, speaker: TimedTrack(tapB, .speaker), from: from, to: to)
-            transfers.append((start - began, transfer))
-            print(String(format: "soak at %.0f s: ", start - began) + "\(transfer)")
+            let speaker = TimedTrack(tapB, .speaker)
+            let transfer = VoiceAnalysis.transfer(mic: mic, speaker: speaker, from: from, to: to)
+            let windows = VoiceAnalysis.windows(mic: mic, speaker: speaker, from: from, to: to)
+            samplesTaken.append((start - began, transfer, windows))
+            print(String(format: "soak at %.0f s: ", start - began) + "\(transfer); per 0.5 s: "
+                  + windows.map { String(format: "%.1f ms/%.2f", $0.latencyMs, $0.correlation) }.joined(separator: "  "))
         }
         talker.stop()
         let elapsed = VoiceRig.monotonicSeconds() - began
@@ -146,17 +149,19 @@ extension VoiceTests {
                      elapsed, relayed.dropped, relayed.received, rssStart.a, rssEnd.a, rssStart.b, rssEnd.b, underruns))
 
         XCTAssertEqual(Double(relayed.dropped) / Double(max(1, relayed.received)), 0.05, accuracy: 0.02, "the relay did not drop ~5 %")
-        for (at, transfer) in transfers {
+        for (at, transfer, windows) in samplesTaken {
             XCTAssertLessThanOrEqual(transfer.latencyMs, 150, String(format: "latency at %.0f s", at))
-            // Unrelated audio correlates < 0.1. A 2 s window where losses happen to cluster can
-            // dip (0.34 seen once in a 10-minute run), so each window only has to be clearly speech...
-            XCTAssertGreaterThanOrEqual(transfer.correlation, 0.2, String(format: "correlation at %.0f s", at))
+            // Judged per 0.5 s window, each at its own lag: after a loss the jitter buffer may move
+            // the playout by a few ms, and one lag over the 2.5 s then misjudges the speech (one
+            // sample read -0.55, the next 0.90). Unrelated audio correlates < 0.1; where losses
+            // cluster a sample can dip, so it only has to be clearly speech...
+            XCTAssertGreaterThanOrEqual(VoiceAnalysis.medianCorrelation(windows), 0.2, String(format: "correlation at %.0f s", at))
         }
         // ... and the call as a whole as good as testSpeechSurvivesTenPercentLossThroughARelay asks
-        // at twice the loss (concealed frames correlate ~0.5, FEC-recovered ~0.8).
-        XCTAssertGreaterThanOrEqual(VoiceAnalysis.medianCorrelation(transfers.map(\.transfer)), 0.4, "median correlation over the call")
-        let firstHalf = transfers.prefix(transfers.count / 2).map(\.transfer.latencyMs)
-        let secondHalf = transfers.suffix(transfers.count - transfers.count / 2).map(\.transfer.latencyMs)
+        // at twice the loss.
+        XCTAssertGreaterThanOrEqual(VoiceAnalysis.medianCorrelation(samplesTaken.flatMap(\.windows)), 0.5, "median correlation over the call")
+        let firstHalf = samplesTaken.prefix(samplesTaken.count / 2).map(\.transfer.latencyMs)
+        let secondHalf = samplesTaken.suffix(samplesTaken.count - samplesTaken.count / 2).map(\.transfer.latencyMs)
         XCTAssertLessThanOrEqual(secondHalf.max()!, firstHalf.max()! + 40, "latency crept up along the call")
         XCTAssertLessThan(rssEnd.a - rssStart.a, 5 * 1024, "A's memory grew by 5 MB or more")
         XCTAssertLessThan(rssEnd.b - rssStart.b, 5 * 1024, "B's memory grew by 5 MB or more")
