@@ -11,7 +11,7 @@ import XCTest
 /// The two PipeWire instances have separate graphs, so each side's recording is placed on
 /// CLOCK_MONOTONIC by watching the file grow (`TimedRecording`); the lag between A's mic capture
 /// and B's speaker monitor found by cross-correlation on that clock is the mouth-to-ear latency.
-/// Daemons run with --no-cue, so only speech reaches the speakers. About 35 s for the six tests.
+/// Daemons run with --no-cue, so only speech reaches the speakers.
 ///
 /// Besides what is heard, testSpeechGoesBothWaysWithBoundedLatency reads the receive statistics
 /// each daemon logs when its session ends: on a clean loopback link at most 5 % of the voice
