@@ -190,6 +190,7 @@ final class JitterBufferTests: XCTestCase {
         XCTAssertLessThan(s.currentTargetMs, 41)
         XCTAssertEqual(s.lossFraction, 0.10, accuracy: 0.06)
         XCTAssertGreaterThan(s.lossPercent, 3)
+        XCTAssertEqual(jb.lossPercent, s.lossPercent, "the shortcut reads the same number")
     }
 
     func testThePacketFECCameFromPlaysNextEvenWhenAShrinkIsDue() {

@@ -335,6 +335,10 @@ public struct JitterBuffer: Sendable {
     /// Whether no packet waits to be played.
     public var isEmpty: Bool { bufferedCount == 0 }
 
+    /// ``Statistics/lossPercent`` without assembling the rest of ``statistics``: cheap enough to
+    /// read on every pass of the voice thread.
+    public var lossPercent: Int { stats.lossPercent }
+
     /// Forgets the stream (buffered packets, timing history, playout position); keeps the counters.
     /// For the start of a new call. A peer restart is detected without it.
     public mutating func reset() {

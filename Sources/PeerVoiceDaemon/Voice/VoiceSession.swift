@@ -157,7 +157,7 @@ final class VoiceSession {
     /// control plane sends it as VOICE_REPORT), or nil. The jitter buffer updates it about once
     /// a second, from the first 50 packets on.
     func lossToReport() -> Int? {
-        let loss = jitter.statistics.lossPercent
+        let loss = jitter.lossPercent
         guard loss != reportedLossPercent else { return nil }
         reportedLossPercent = loss
         return loss
