@@ -130,10 +130,9 @@ extension VoiceTests {
         flood.running.store(false, ordering: .relaxed)
         flooding.wait()
         let rate = Double(flood.answered.load(ordering: .relaxed)) / (VoiceRig.monotonicSeconds() - began)
-        let windows = speech.windows
         print(String(format: "flood: B answered %.0f History calls a second (%d failed); A→B: ", rate,
-                     flood.failed.load(ordering: .relaxed)) + "\(speech.transfer); per 0.5 s: "
-              + windows.map { String(format: "%.1f ms/%.2f", $0.latencyMs, $0.correlation) }.joined(separator: "  "))
+                     flood.failed.load(ordering: .relaxed)) + "\(speech.transfer)")
+        let windows = diagnose("flood", mic: speech.mic, speaker: speech.speaker, from: speech.from, to: speech.to)
         let statistics = try XCTUnwrap(stopAndReadStatistics(rig)["bob"], "no statistics line in B's log")
         print("flood: B's session: \(statistics)")
 
@@ -197,10 +196,9 @@ extension VoiceTests {
             let (from, to) = try speechSpan(mic, from: start, to: VoiceRig.monotonicSeconds() - 0.3, seconds: 2.0)
             let speaker = TimedTrack(tapB, .speaker)
             let transfer = VoiceAnalysis.transfer(mic: mic, speaker: speaker, from: from, to: to)
-            let windows = VoiceAnalysis.windows(mic: mic, speaker: speaker, from: from, to: to)
-            samplesTaken.append((start - began, transfer, windows))
-            print(String(format: "soak at %.0f s: ", start - began) + "\(transfer); per 0.5 s: "
-                  + windows.map { String(format: "%.1f ms/%.2f", $0.latencyMs, $0.correlation) }.joined(separator: "  "))
+            let label = String(format: "soak at %.0f s", start - began)
+            print("\(label): \(transfer)")
+            samplesTaken.append((start - began, transfer, diagnose(label, mic: mic, speaker: speaker, from: from, to: to)))
         }
         talker.stop()
         let elapsed = VoiceRig.monotonicSeconds() - began

@@ -277,9 +277,9 @@ final class VoiceTests: XCTestCase {
 
         // Speech again after the unmute.
         let (from, to) = try speechSpan(mic, from: unmuted + 0.1, to: unmuted + 1.9)
-        print("after unmute: \(VoiceAnalysis.transfer(mic: mic, speaker: speaker, from: from, to: to))")
-        XCTAssertGreaterThanOrEqual(VoiceAnalysis.medianCorrelation(VoiceAnalysis.windows(mic: mic, speaker: speaker, from: from, to: to)),
-                                    0.5, "no speech after the unmute")
+        let speech = OneWaySpeech(mic: mic, speaker: speaker, from: from, to: to)
+        print("after unmute: \(speech.transfer)")
+        XCTAssertGreaterThanOrEqual(VoiceAnalysis.medianCorrelation(speech.windows), 0.5, "no speech after the unmute")
     }
 
     /// StopVoice: VoiceStateChanged 'stopped' on both sides and B's speaker goes quiet; StartVoice:
@@ -320,10 +320,10 @@ final class VoiceTests: XCTestCase {
         print("StopVoice: B's speaker quiet from \(lastAudible.map { ms($0.time + 0.02 - stopped) } ?? "-") ms after the reply")
 
         let (from, to) = try speechSpan(mic, from: active + 0.1, to: active + 2.2)
-        let transfer = VoiceAnalysis.transfer(mic: mic, speaker: speaker, from: from, to: to)
+        let speech = OneWaySpeech(mic: mic, speaker: speaker, from: from, to: to)
+        let transfer = speech.transfer
         print("after StartVoice: \(transfer)")
-        XCTAssertGreaterThanOrEqual(VoiceAnalysis.medianCorrelation(VoiceAnalysis.windows(mic: mic, speaker: speaker, from: from, to: to)),
-                                    0.5, "no speech after StartVoice")
+        XCTAssertGreaterThanOrEqual(VoiceAnalysis.medianCorrelation(speech.windows), 0.5, "no speech after StartVoice")
         XCTAssertLessThanOrEqual(transfer.latencyMs, 150)
     }
 
