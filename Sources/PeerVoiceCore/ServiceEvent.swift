@@ -15,14 +15,22 @@ public enum ServiceProperty: String, CaseIterable, Sendable {
     case version = "Version"
     case listenAddress = "ListenAddress"
     case adapter = "Adapter"
+    /// This service's own peer id and key fingerprint (what others see and compare).
+    case id = "Id"
+    case fingerprint = "Fingerprint"
 }
 
 /// Something the service tells every client: each case is one bus signal.
+///
+/// A peer is named by its id once its key is known; before that (a Bluetooth device found or
+/// pairing in BlueZ, a dial to an address under way) by its address. `peerIdentified` says
+/// which id an address turned out to belong to, before any other event under that id.
 public enum ServiceEvent: Equatable, Sendable {
-    case peerFound(PeerID, name: String)
-    case peerLost(PeerID)
-    case peerStateChanged(PeerID, PeerState)
-    case pairingRequested(PeerID, name: String, passkey: String)
+    case peerFound(PeerRef, name: String)
+    case peerLost(PeerRef)
+    case peerIdentified(PeerAddress, PeerID)
+    case peerStateChanged(PeerRef, PeerState)
+    case pairingRequested(PeerRef, name: String, passkey: String)
     case messageReceived(PeerID, messageID: String, text: String)
     case messageDelivered(PeerID, messageID: String)
     case messageFailed(PeerID, messageID: String, reason: String)

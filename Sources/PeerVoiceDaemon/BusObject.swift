@@ -41,33 +41,32 @@ final class BusObject {
                 call.reply()
             case "ListPeers":
                 let peers = service.peerList().map { peer in
-                    Variant(tuple: [Variant(peer.id.description), Variant(peer.name),
-                                    Variant(peer.id.transport.rawValue), Variant(peer.state.rawValue)])
+                    Variant(tuple: [Variant(peer.ref.description), Variant(peer.name),
+                                    Variant(peer.transport.rawValue), Variant(peer.state.rawValue)])
                 }
                 call.reply(Variant(tuple: [Variant(array: peers, elementType: "(ssss)")]))
             case "Connect":
-                let peer = try PeerID(parsing: arguments[0].string!)
-                service.connect(peer) { result in
+                service.connect(try PeerRef(parsing: arguments[0].string!)) { result in
                     switch result {
-                    case .success: call.reply()
+                    case .success(let id): call.reply(Variant(tuple: [Variant(id.description)]))
                     case .failure(let error): Self.fail(call, error)
                     }
                 }
             case "Disconnect":
-                try service.disconnect(PeerID(parsing: arguments[0].string!))
+                try service.disconnect(PeerRef(parsing: arguments[0].string!))
                 call.reply()
             case "RemovePeer":
-                try service.removePeer(PeerID(parsing: arguments[0].string!))
+                try service.removePeer(PeerRef(parsing: arguments[0].string!))
                 call.reply()
             case "Send":
                 let target = arguments[0].string!
                 let text = arguments[1].string!
-                let peer = target.isEmpty ? nil : try PeerID(parsing: target)
+                let peer = target.isEmpty ? nil : try PeerRef(parsing: target)
                 let messageID = try service.send(text, to: peer)
                 call.reply(Variant(tuple: [Variant(messageID)]))
             case "History":
-                let messages = try service.history(of: PeerID(parsing: arguments[0].string!),
-                                                   max: Int(arguments[1].uint32!))
+                let (_, messages) = try service.history(of: PeerRef(parsing: arguments[0].string!),
+                                                        max: Int(arguments[1].uint32!))
                 let rows = messages.map { message in
                     Variant(tuple: [Variant(message.id), Variant(message.status.rawValue),
                                     Variant(message.timeMs), Variant(message.text)])
@@ -79,13 +78,13 @@ final class BusObject {
             case "ToggleMute":
                 call.reply(Variant(tuple: [Variant(service.toggleMute())]))
             case "ConfirmPairing":
-                try service.confirmPairing(PeerID(parsing: arguments[0].string!), accept: arguments[1].bool!)
+                try service.confirmPairing(PeerRef(parsing: arguments[0].string!), accept: arguments[1].bool!)
                 call.reply()
             case "StartVoice":
-                try service.startVoice(PeerID(parsing: arguments[0].string!))
+                try service.startVoice(PeerRef(parsing: arguments[0].string!))
                 call.reply()
             case "StopVoice":
-                try service.stopVoice(PeerID(parsing: arguments[0].string!))
+                try service.stopVoice(PeerRef(parsing: arguments[0].string!))
                 call.reply()
             default:
                 // GDBus only dispatches methods declared in the XML; this is a mismatch between the two.
@@ -110,6 +109,8 @@ final class BusObject {
         case .version: Variant(Options.version)
         case .listenAddress: Variant(service.listenAddress)
         case .adapter: Variant(service.adapterName)
+        case .id: Variant(service.ownID.description)
+        case .fingerprint: Variant(service.ownKey.fingerprint)
         }
     }
 
@@ -121,6 +122,7 @@ final class BusObject {
         let (name, arguments): (String, [Variant]) = switch event {
         case .peerFound(let peer, let peerName): ("PeerFound", [Variant(peer.description), Variant(peerName)])
         case .peerLost(let peer): ("PeerLost", [Variant(peer.description)])
+        case .peerIdentified(let address, let peer): ("PeerIdentified", [Variant(address.description), Variant(peer.description)])
         case .peerStateChanged(let peer, let state): ("PeerStateChanged", [Variant(peer.description), Variant(state.rawValue)])
         case .pairingRequested(let peer, let peerName, let passkey):
             ("PairingRequested", [Variant(peer.description), Variant(peerName), Variant(passkey)])

@@ -1,98 +1,104 @@
 import GIO
 import PeerVoiceCore
 
-/// One row of `ListPeers`.
+/// One row of `ListPeers`: a peer by its id, or a device not yet keyed by its address.
 struct PeerSummary {
-    let id: PeerID
+    let ref: PeerRef
     let name: String
+    let transport: Transport
     let state: PeerState
 }
 
-/// A peer the service knows: its link, its redial state and where delivery stands on the link.
+/// A peer the service knows: a device, named by its key. Its addresses are routes; its link,
+/// dial and voice are what it is doing now.
 final class Peer {
     let id: PeerID
+    let key: PublicKey
     var name: String
     var state: PeerState = .disconnected
     var instance: InstanceID?
-    /// We can dial it: we dialled it, or it announced a listen port.
-    var redialable: Bool
-    /// Its pinned long-term key (hex); nil until a person confirmed the pairing code.
-    var pinnedKey: String?
+    /// Where it was reached and can be dialled, best first when dialling.
+    var routes: [PeerRoute]
+    /// Its key is pinned: both people confirmed the code once. A peer met on an incoming link
+    /// is known (by key) but unpaired until then.
+    var paired: Bool
     /// The open link, once both sides accepted.
     var link: PeerLink?
-    var dial: DialAttempt?
+    /// The transport of the current or last link.
+    var lastTransport: Transport?
+    var dial: PeerDial?
     var redialTimer: EventSource?
     var backoffMs: UInt32 = 0
     /// Set by our `Disconnect` (kept across restarts), the peer's user-disconnect goodbye, or a
-    /// failed first contact: do not redial until the next `Connect`.
+    /// refused pairing: do not redial until the next `Connect`.
     var stayDisconnected = false
     /// Voice with this peer (PeerVoiceService+Voice.swift).
     var voice = PeerVoice()
     /// `Connect` calls waiting for the link.
-    var connectWaiters: [(Result<Void, ServiceError>) -> Void] = []
+    var connectWaiters: [ConnectWaiter] = []
+    /// Text delivery on the current link.
+    var delivery = LinkDelivery(now: .now)
 
-    // Receiving on the current link.
-    /// Highest TEXT sequence stored, for the cumulative ACK.
-    var receivedUpTo: UInt64 = 0
-    /// The last TEXT accepted on this link: the next must name it as its predecessor.
-    var lastReceivedInRun: UInt64 = 0
-    /// TEXT arrived since the last ACK was sent.
-    var owesAck = false
-
-    // Sending on the current link.
-    /// The last TEXT sent in the link's current run (0: the next one starts a run).
-    var lastSentInRun: UInt64 = 0
-    /// Highest TEXT sequence sent on this link.
-    var sentUpTo: UInt64 = 0
-    /// Sent but not acknowledged, oldest first, with their sizes: the flow-control window.
-    var inFlight: [(seq: UInt64, bytes: Int)] = []
-    var inFlightHead = 0
-    var inFlightBytes = 0
-    /// When the peer last acknowledged something new (or the run last started).
-    var lastAckProgress = ContinuousClock.now
-
-    init(id: PeerID, name: String, redialable: Bool) {
+    init(id: PeerID, key: PublicKey, name: String, routes: [PeerRoute], paired: Bool) {
         self.id = id
+        self.key = key
         self.name = name
-        self.redialable = redialable
+        self.routes = routes
+        self.paired = paired
     }
 
     var isConnected: Bool { link != nil }
 
-    var summary: PeerSummary { PeerSummary(id: id, name: name, state: state) }
+    /// The transport ListPeers shows: the current or last link's, else the best route's.
+    var transport: Transport { lastTransport ?? routes.sorted(by: PeerRoute.dialOrder).first?.transport ?? .ip }
 
-    /// Forgets where delivery stood: a new link starts both directions afresh.
-    func resetDelivery() {
-        receivedUpTo = 0
-        lastReceivedInRun = 0
-        owesAck = false
-        restartRun()
-    }
+    var summary: PeerSummary { PeerSummary(ref: .id(id), name: name, transport: transport, state: state) }
 
-    /// The next TEXT starts a new run from the oldest unacknowledged message.
-    func restartRun() {
-        lastSentInRun = 0
-        sentUpTo = 0
-        inFlight.removeAll()
-        inFlightHead = 0
-        inFlightBytes = 0
-        lastAckProgress = .now
-    }
+    func hasRoute(_ address: PeerAddress) -> Bool { routes.contains { $0.address == address } }
 
-    /// Records that the peer acknowledged everything up to `seq`.
-    func acknowledged(upTo seq: UInt64) {
-        var progressed = false
-        while inFlightHead < inFlight.count, inFlight[inFlightHead].seq <= seq {
-            inFlightBytes -= inFlight[inFlightHead].bytes
-            inFlightHead += 1
-            progressed = true
+    /// Adds `address` as a route, or refreshes its last-seen time.
+    func noteRoute(_ address: PeerAddress, seenAtMs: UInt64) {
+        if let index = routes.firstIndex(where: { $0.address == address }) {
+            routes[index].lastSeenMs = max(routes[index].lastSeenMs, seenAtMs)
+        } else {
+            routes.append(PeerRoute(address: address, lastSeenMs: seenAtMs))
         }
-        if inFlightHead == inFlight.count {
-            inFlight.removeAll(keepingCapacity: true)
-            inFlightHead = 0
-        }
-        if progressed { lastAckProgress = .now }
     }
 
-    var hasUnacknowledged: Bool { inFlightHead < inFlight.count }
+    var known: KnownPeer {
+        KnownPeer(id: id, key: key, name: name, instance: instance?.hex, routes: routes, stayDisconnected: stayDisconnected)
+    }
+}
+
+/// A device being dialled at an address whose key is not known yet (`Connect(address)` of a
+/// first contact). Its signals carry the address until `PeerIdentified`.
+final class Contact {
+    let address: PeerAddress
+    var name = ""
+    var state: PeerState = .disconnected
+    var dial: DialAttempt?
+    var connectWaiters: [ConnectWaiter] = []
+
+    init(address: PeerAddress) {
+        self.address = address
+    }
+
+    var summary: PeerSummary { PeerSummary(ref: .address(address), name: name, transport: address.transport, state: state) }
+}
+
+/// A `Connect` waiting for its link: answered with the peer's id, or an error.
+typealias ConnectWaiter = (Result<PeerID, ServiceError>) -> Void
+
+/// A dial of a known peer: its routes, tried in turn.
+final class PeerDial {
+    /// The route being tried now.
+    let address: PeerAddress
+    /// Routes still to try if this one fails.
+    let remaining: [PeerAddress]
+    var attempt: DialAttempt?
+
+    init(address: PeerAddress, remaining: [PeerAddress]) {
+        self.address = address
+        self.remaining = remaining
+    }
 }

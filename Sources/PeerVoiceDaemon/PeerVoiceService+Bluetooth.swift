@@ -1,9 +1,10 @@
 import GIO
 import PeerVoiceCore
 
-/// Bluetooth peers: the service's side of `BluetoothTransport`. A Bluetooth peer is a `Peer` like
-/// an IP one; only dialling differs (pair if needed, then `ConnectProfile`), and its links run
-/// over RFCOMM channels BlueZ hands over. PeerVoiceService.swift calls in here through one-line
+/// Bluetooth: the service's side of `BluetoothTransport`. A Bluetooth address is a route like an
+/// IP one; only dialling differs (pair if needed, then `ConnectProfile`), and its links run over
+/// RFCOMM channels BlueZ hands over. BlueZ knows devices by address, so its prompts and found
+/// devices carry the address until a link proves the key. PeerVoiceService.swift calls in here through one-line
 /// hooks (start, stop, discovery, dial, confirmPairing, linkDidClose, peerList).
 extension PeerVoiceService {
     func startBluetooth() {
@@ -17,9 +18,9 @@ extension PeerVoiceService {
         bluetooth?.stop()
     }
 
-    /// NotAvailable, saying why, for a Bluetooth peer while Bluetooth cannot be used; else nil.
-    func bluetoothUnavailable(for id: PeerID) -> ServiceError? {
-        guard id.transport == .bluetooth else { return nil }
+    /// NotAvailable, saying why, for a Bluetooth address while Bluetooth cannot be used; else nil.
+    func bluetoothUnavailable(for transport: Transport) -> ServiceError? {
+        guard transport == .bluetooth else { return nil }
         guard let bluetooth else { return .notAvailable("Bluetooth is not available: BlueZ is not running") }
         return bluetooth.unavailableReason.map { .notAvailable($0) }
     }
@@ -34,34 +35,28 @@ extension PeerVoiceService {
         try bluetooth.stopDiscovery()
     }
 
-    /// `dial` for Bluetooth peers. Pairs only when someone waits in Connect: a redial for queued
-    /// messages never asks a person.
-    func dialBluetooth(_ peer: Peer) {
-        let attempt = DialAttempt()
-        peer.dial = attempt
+    /// Dials a Bluetooth address: pairs only when someone waits in Connect (`mayPair`), so a
+    /// redial for queued messages never asks a person. The channel arrives through
+    /// `bluetoothChannelOpened`, which ends the dial; `failed` is called otherwise.
+    func dialBluetooth(_ address: PeerAddress, mayPair: Bool, failed: @escaping (ServiceError) -> Void) {
         guard let bluetooth else {
-            peer.dial = nil
-            return connectFailed(peer, .notAvailable("Bluetooth is not available: BlueZ is not running"))
+            return failed(.notAvailable("Bluetooth is not available: BlueZ is not running"))
         }
-        if peer.name.isEmpty, let device = bluetooth.device(peer.id.description) { peer.name = device.name }
-        bluetooth.connect(peer.id, mayPair: !peer.connectWaiters.isEmpty) { [weak self, weak peer] result in
-            // A channel that opened took over from the dial (bluetoothChannelOpened cleared it).
-            guard let self, let peer, peers[peer.id] === peer, peer.dial === attempt else { return }
-            peer.dial = nil
+        bluetooth.connect(address, mayPair: mayPair) { result in
             switch result {
             case .success:
-                connectFailed(peer, .failed("BlueZ connected \(peer.id) but handed over no channel"))
+                failed(.failed("BlueZ connected \(address) but handed over no channel"))
             case .failure(let error):
-                Log.debug("dialling \(peer.id) over Bluetooth: \(error.message)")
-                connectFailed(peer, error)
+                Log.debug("dialling \(address) over Bluetooth: \(error.message)")
+                failed(error)
             }
         }
     }
 
-    /// ConfirmPairing's routing: a question BlueZ's agent asked about this peer is answered first;
-    /// false means there is none, so the link-level prompt (if any) is the one meant.
-    func answerBluetoothPairing(_ id: PeerID, accept: Bool) -> Bool {
-        id.transport == .bluetooth && (bluetooth?.answerPairing(id, accept: accept) ?? false)
+    /// ConfirmPairing for an address: answers the question BlueZ's agent asked about it; false
+    /// if there is none.
+    func answerBluetoothPairing(_ address: PeerAddress, accept: Bool) -> Bool {
+        address.transport == .bluetooth && (bluetooth?.answerPairing(address, accept: accept) ?? false)
     }
 
     /// `linkDidClose`'s hook: a Bluetooth link's channel is released in BlueZ too.
@@ -69,20 +64,27 @@ extension PeerVoiceService {
         bluetooth?.linkClosed(link)
     }
 
-    /// ListPeers rows for devices BlueZ knows to offer PeerVoice that are not peers yet.
-    func bluetoothPeerSummaries(excluding known: Set<PeerID>) -> [PeerSummary] {
+    /// ListPeers rows for devices BlueZ knows to offer PeerVoice that are no peer's route.
+    func bluetoothPeerSummaries(excluding taken: Set<PeerAddress>) -> [PeerSummary] {
         (bluetooth?.peerVoiceDevices ?? []).compactMap { device in
-            guard let id = PeerID(bluetoothAddress: device.address), !known.contains(id) else { return nil }
-            return PeerSummary(id: id, name: device.name, state: .disconnected)
+            guard let address = PeerAddress(bluetoothAddress: device.address), !taken.contains(address) else { return nil }
+            return PeerSummary(ref: .address(address), name: device.name, transport: .bluetooth, state: .disconnected)
         }
     }
 
-    /// The peer for a Bluetooth device, added to the known peers if new.
-    private func bluetoothPeer(_ id: PeerID, name: String) -> Peer {
-        if let peer = peers[id] { return peer }
-        let peer = Peer(id: id, name: name, redialable: true)
-        peers[id] = peer
-        return peer
+    /// How the API names a device found at `address`: the known peer it is a route of, or the address.
+    private func ref(for address: PeerAddress) -> PeerRef {
+        let owners = peers.values.filter { $0.hasRoute(address) }
+        return owners.count == 1 ? .id(owners[0].id) : .address(address)
+    }
+
+    /// The contact for a device pairing with us in BlueZ, added if new (its state shows the pairing).
+    private func bluetoothContact(_ address: PeerAddress, name: String) -> Contact {
+        if let contact = contacts[address] { return contact }
+        let contact = Contact(address: address)
+        contact.name = name
+        contacts[address] = contact
+        return contact
     }
 }
 
@@ -91,56 +93,71 @@ extension PeerVoiceService: BluetoothTransportDelegate {
         emit(.propertiesChanged(properties))
     }
 
-    func bluetoothFound(_ peer: PeerID, name: String) {
-        emit(.peerFound(peer, name: name))
+    func bluetoothFound(_ address: PeerAddress, name: String) {
+        emit(.peerFound(ref(for: address), name: name))
     }
 
-    func bluetoothLost(_ peer: PeerID) {
-        emit(.peerLost(peer))
+    func bluetoothLost(_ address: PeerAddress) {
+        emit(.peerLost(ref(for: address)))
     }
 
-    func bluetoothPairingPrompt(_ id: PeerID, name: String, passkey: String, needsAnswer: Bool) {
-        let peer = bluetoothPeer(id, name: name)
-        if needsAnswer { setState(peer, .pairing) }
-        emit(.pairingRequested(id, name: name.isEmpty ? peer.name : name, passkey: passkey))
+    func bluetoothPairingPrompt(_ address: PeerAddress, name: String, passkey: String, needsAnswer: Bool) {
+        // BlueZ pairs devices, not keys: the prompt names the address.
+        let contact = bluetoothContact(address, name: name)
+        if needsAnswer { setState(contact, .pairing) }
+        emit(.pairingRequested(.address(address), name: name.isEmpty ? contact.name : name, passkey: passkey))
     }
 
-    func bluetoothPairingPromptEnded(_ id: PeerID, outcome: BluezAgent.Outcome) {
-        guard let peer = peers[id], !peer.isConnected else { return }
-        if peer.dial != nil {
+    func bluetoothPairingPromptEnded(_ address: PeerAddress, outcome: BluezAgent.Outcome) {
+        guard let contact = contacts[address] else { return }
+        if contact.dial != nil {
             // Our own Connect: its Pair call reports how the pairing ended.
-            if outcome == .accepted { setState(peer, .connecting) }
+            if outcome == .accepted { setState(contact, .connecting) }
             return
         }
-        guard !hasPendingLink(peer) else { return }
+        guard !pendingLinks.values.contains(where: { $0.dialled == .contact(address) }) else { return }
         guard outcome == .accepted else {
-            return connectFailed(peer, .rejected("Bluetooth pairing with \(id) was not accepted"))
+            return contactFailed(contact, .rejected("Bluetooth pairing with \(address) was not accepted"))
         }
         // The other computer paired with us and should open its channel now.
-        setState(peer, .connecting)
-        bluetooth?.expectChannel(from: id) { [weak self, weak peer] in
-            guard let self, let peer, peers[id] === peer, !peer.isConnected, peer.dial == nil, !hasPendingLink(peer) else { return }
-            connectFailed(peer, .failed("\(id) paired but did not connect"))
+        setState(contact, .connecting)
+        bluetooth?.expectChannel(from: address) { [weak self, weak contact] in
+            guard let self, let contact, contacts[address] === contact, contact.dial == nil,
+                  !pendingLinks.values.contains(where: { $0.dialled == .contact(address) }) else { return }
+            contactFailed(contact, .failed("\(address) paired but did not connect"))
         }
     }
 
-    func bluetoothChannelOpened(_ id: PeerID, name: String, fd: Int32, outgoing: Bool) -> Bool {
-        if outgoing, let peer = peers[id], peer.dial == nil, peer.stayDisconnected {
+    func bluetoothChannelOpened(_ address: PeerAddress, name: String, fd: Int32, outgoing: Bool) -> Bool {
+        let dialled: DialTarget?
+        if let peer = peers.values.first(where: { $0.dial?.address == address }) {
+            peer.dial = nil
+            dialled = .peer(peer.id)
+        } else if let contact = contacts[address] {
+            if contact.name.isEmpty { contact.name = name }
+            contact.dial = nil
+            dialled = .contact(address)
+        } else if outgoing {
             // Disconnect was called while BlueZ was still connecting.
             return false
+        } else {
+            dialled = nil
         }
-        let peer = bluetoothPeer(id, name: name)
-        if outgoing { peer.dial = nil }
         let link = PeerLink(connection: StreamConnection(socket: Socket(adopting: fd)),
-                            remote: .bluetooth(address: id.description), isOutgoing: outgoing)
-        bluetooth?.linkStarted(link, peer: id)
-        startLink(link, for: id)
+                            remote: .bluetooth(address: address.description), isOutgoing: outgoing)
+        bluetooth?.linkStarted(link, peer: address)
+        startLink(link, dialled: dialled)
         return true
     }
 
-    func bluetoothChannelCloseRequested(_ id: PeerID) {
-        guard let peer = peers[id], peer.isConnected || hasPendingLink(peer) else { return }
-        Log.info("BlueZ asked to close the channel to \(id)")
-        try? disconnect(id)
+    func bluetoothChannelCloseRequested(_ address: PeerAddress) {
+        let remote = address.description
+        if let peer = peers.values.first(where: { $0.link.map { $0.remote.description == remote && $0.transport == .bluetooth } ?? false }) {
+            Log.info("BlueZ asked to close the channel to \(address)")
+            try? disconnect(.id(peer.id))
+        } else if let entry = pendingLinks.values.first(where: { $0.link.transport == .bluetooth && $0.link.remote.description == remote }) {
+            Log.info("BlueZ asked to close the channel to \(address)")
+            entry.link.drop(reason: "BlueZ asked to close the channel")
+        }
     }
 }

@@ -7,45 +7,126 @@ struct PairingPrompt {
     let timeout: EventSource
 }
 
+/// Who a link was dialled for: a known peer (by one of its routes), or an address whose key is
+/// not known yet.
+enum DialTarget: Equatable {
+    case peer(PeerID)
+    case contact(PeerAddress)
+}
+
+/// A link not yet open: who it was dialled for (nil: incoming), and once authenticated, the peer
+/// its key names and the route it came by (nil when it cannot be dialled back).
+struct PendingLink {
+    let link: PeerLink
+    let dialled: DialTarget?
+    var peer: PeerID?
+    var route: PeerAddress?
+}
+
 extension PeerVoiceService {
     /// First and longest wait between redials of a dropped peer with pending messages.
     static let firstRedialMs: UInt32 = 250
     static let maxRedialMs: UInt32 = 5_000
     /// How long a person has to compare codes.
     static let pairingTimeoutMs: UInt32 = 60_000
-    /// Unacknowledged TEXT bytes on one link: enough to keep a LAN busy, small enough that a
-    /// peer that stopped reading is noticed rather than buffered.
-    static let sendWindowBytes = 2 << 20
-    /// A run without any acknowledgement for this long is sent again (a record was lost).
-    static let resendAfter: Duration = .seconds(2)
 
     // MARK: Dialling
 
-    func dial(_ peer: Peer) {
+    /// Dials `peer` on its routes, best first (IP before Bluetooth, then the most recent);
+    /// `preferred` first when the caller named a route.
+    func dial(_ peer: Peer, preferring preferred: PeerAddress? = nil) {
         peer.redialTimer = nil
+        var order = peer.routes.sorted(by: PeerRoute.dialOrder).map(\.address)
+        if let preferred {
+            order.removeAll { $0 == preferred }
+            order.insert(preferred, at: 0)
+        }
+        if bluetoothUnavailable(for: .bluetooth) != nil { order.removeAll { $0.transport == .bluetooth } }
+        guard let first = order.first else {
+            return connectFailed(peer, .notAvailable("no route to \(peer.id) can be used now: Connect to one of its addresses"))
+        }
         setState(peer, .connecting)
-        Log.debug("dialling \(peer.id)")
-        guard peer.id.transport == .ip else { return dialBluetooth(peer) }
-        let endpoint = IPEndpoint(host: peer.id.host, port: peer.id.port)
-        peer.dial = ip.dial(endpoint) { [unowned self, weak peer] result in
-            guard let peer, peers[peer.id] === peer else { return }
+        dialRoute(peer, PeerDial(address: first, remaining: Array(order.dropFirst())))
+    }
+
+    private func dialRoute(_ peer: Peer, _ dial: PeerDial) {
+        peer.dial = dial
+        Log.debug("dialling \(peer.id) at \(dial.address)")
+        let failed = { [unowned self, weak peer] (error: ServiceError) in
+            guard let peer, peers[peer.id] === peer, peer.dial === dial else { return }
             peer.dial = nil
-            switch result {
-            case .success(let connection):
-                startLink(PeerLink(connection: connection, remote: .ip(endpoint), isOutgoing: true), for: peer.id)
-            case .failure(let error):
+            if let next = dial.remaining.first {
+                Log.info("\(dial.address) of \(peer.id): \(error.message); trying \(next)")
+                dialRoute(peer, PeerDial(address: next, remaining: Array(dial.remaining.dropFirst())))
+            } else {
                 Log.info("\(error.message)")
                 connectFailed(peer, error)
             }
         }
+        switch dial.address.transport {
+        case .ip:
+            let endpoint = IPEndpoint(host: dial.address.host, port: dial.address.port)
+            dial.attempt = ip.dial(endpoint) { [unowned self, weak peer] result in
+                guard let peer, peers[peer.id] === peer, peer.dial === dial else { return }
+                switch result {
+                case .success(let connection):
+                    peer.dial = nil
+                    startLink(PeerLink(connection: connection, remote: .ip(endpoint), isOutgoing: true), dialled: .peer(peer.id))
+                case .failure(let error):
+                    failed(error)
+                }
+            }
+        case .bluetooth:
+            dialBluetooth(dial.address, mayPair: !peer.connectWaiters.isEmpty) { [weak peer] error in
+                guard let peer, peer.dial === dial else { return }
+                failed(error)
+            }
+        }
     }
 
-    /// Starts the key exchange on a new connection; `peer` is who we dialled (nil: incoming).
-    func startLink(_ link: PeerLink, for peer: PeerID?) {
-        pendingLinks[ObjectIdentifier(link)] = (link, peer)
+    /// Dials an address whose key is not known yet.
+    func dial(_ contact: Contact) {
+        setState(contact, .connecting)
+        Log.debug("dialling \(contact.address)")
+        let address = contact.address
+        let failed = { [unowned self, weak contact] (error: ServiceError) in
+            guard let contact, contacts[address] === contact else { return }
+            contact.dial = nil
+            Log.info("\(error.message)")
+            contactFailed(contact, error)
+        }
+        switch address.transport {
+        case .ip:
+            let endpoint = IPEndpoint(host: address.host, port: address.port)
+            let attempt = ip.dial(endpoint) { [unowned self, weak contact] result in
+                guard let contact, contacts[address] === contact else { return }
+                switch result {
+                case .success(let connection):
+                    contact.dial = nil
+                    startLink(PeerLink(connection: connection, remote: .ip(endpoint), isOutgoing: true), dialled: .contact(address))
+                case .failure(let error):
+                    failed(error)
+                }
+            }
+            contact.dial = attempt
+        case .bluetooth:
+            let attempt = DialAttempt()
+            contact.dial = attempt
+            if contact.name.isEmpty, let device = bluetooth?.device(address.description) { contact.name = device.name }
+            dialBluetooth(address, mayPair: !contact.connectWaiters.isEmpty) { [weak contact] error in
+                guard let contact, contact.dial === attempt else { return }
+                failed(error)
+            }
+        }
+    }
+
+    /// Starts the key exchange on a new connection (`dialled` nil: incoming).
+    func startLink(_ link: PeerLink, dialled: DialTarget?) {
+        pendingLinks[ObjectIdentifier(link)] = PendingLink(link: link, dialled: dialled)
         link.delegate = self
-        let pinned = peer.flatMap { peers[$0]?.pinnedKey }.flatMap(Self.bytes(hex:))
-        link.start(hello: localHello, identity: identity, pinnedKey: pinned, crypto: crypto)
+        var pinned: PublicKey?
+        if case .peer(let id) = dialled, let peer = peers[id], peer.paired { pinned = peer.key }
+        link.start(hello: localHello, identity: identity, pinnedKey: pinned?.bytes, crypto: crypto)
     }
 
     private var localHello: Hello {
@@ -58,18 +139,26 @@ extension PeerVoiceService {
     func connectFailed(_ peer: Peer, _ error: ServiceError) {
         failConnectWaiters(peer, error)
         setState(peer, .disconnected)
-        if directory[peer.id.description] == nil && store.history(peer: peer.id.description, max: 1).isEmpty {
-            // Never reached and nothing to deliver: not worth remembering.
-            peers[peer.id] = nil
+        if !peer.paired && !peer.isConnected {
+            // Never paired: nothing to deliver, not worth remembering.
+            if peers[peer.id] === peer { peers[peer.id] = nil }
         } else {
             scheduleRedial(peer)
         }
     }
 
+    func contactFailed(_ contact: Contact, _ error: ServiceError) {
+        let waiters = contact.connectWaiters
+        contact.connectWaiters = []
+        setState(contact, .disconnected)
+        if contacts[contact.address] === contact { contacts[contact.address] = nil }
+        waiters.forEach { $0(.failure(error)) }
+    }
+
     /// Dials `peer` again later if it has messages waiting and may be dialled.
     func scheduleRedial(_ peer: Peer, immediately: Bool = false) {
-        guard peer.redialable, !peer.stayDisconnected, !peer.isConnected, peer.dial == nil, peer.redialTimer == nil,
-              !hasPendingLink(peer), store.hasPending(peer: peer.id.description) else { return }
+        guard peer.paired, !peer.routes.isEmpty, !peer.stayDisconnected, !peer.isConnected, peer.dial == nil,
+              peer.redialTimer == nil, !hasPendingLink(peer), store.hasPending(peer: peer.id.description) else { return }
         peer.backoffMs = immediately ? 0 : min(Self.maxRedialMs, max(Self.firstRedialMs, peer.backoffMs * 2))
         peer.redialTimer = Timer.after(milliseconds: peer.backoffMs) { [unowned self, weak peer] in
             guard let peer, peers[peer.id] === peer else { return }
@@ -78,20 +167,29 @@ extension PeerVoiceService {
     }
 
     func stopDialling(_ peer: Peer) {
-        peer.dial?.cancel()
+        peer.dial?.attempt?.cancel()
         peer.dial = nil
         peer.redialTimer = nil
         if let prompt = pairingPrompts.removeValue(forKey: peer.id) {
             prompt.timeout.cancel()
         }
-        for (key, entry) in pendingLinks where entry.peer == peer.id {
+        for (key, entry) in pendingLinks where entry.peer == peer.id || entry.dialled == .peer(peer.id) {
+            pendingLinks[key] = nil
+            entry.link.drop(reason: "no longer wanted")
+        }
+    }
+
+    func stopDialling(_ contact: Contact) {
+        contact.dial?.cancel()
+        contact.dial = nil
+        for (key, entry) in pendingLinks where entry.dialled == .contact(contact.address) && entry.peer == nil {
             pendingLinks[key] = nil
             entry.link.drop(reason: "no longer wanted")
         }
     }
 
     func hasPendingLink(_ peer: Peer) -> Bool {
-        pendingLinks.values.contains { $0.peer == peer.id }
+        pendingLinks.values.contains { $0.peer == peer.id || $0.dialled == .peer(peer.id) }
     }
 
     func failConnectWaiters(_ peer: Peer, _ error: ServiceError) {
@@ -103,20 +201,24 @@ extension PeerVoiceService {
     func setState(_ peer: Peer, _ state: PeerState) {
         guard peer.state != state else { return }
         peer.state = state
-        emit(.peerStateChanged(peer.id, state))
+        emit(.peerStateChanged(.id(peer.id), state))
+    }
+
+    func setState(_ contact: Contact, _ state: PeerState) {
+        guard contact.state != state else { return }
+        contact.state = state
+        emit(.peerStateChanged(.address(contact.address), state))
     }
 
     func setStayDisconnected(_ peer: Peer, _ stay: Bool) {
         peer.stayDisconnected = stay
-        if directory[peer.id.description] != nil { remember(peer) }
+        if peer.paired { remember(peer) }
     }
 
-    /// Saves what we know about `peer` (name, instance, pinned key, redial choice).
+    /// Saves what we know about a paired `peer` (name, instance, routes, redial choice).
     func remember(_ peer: Peer) {
         do {
-            try directory.save(KnownPeer(id: peer.id.description, name: peer.name, instance: peer.instance?.hex,
-                                         redialable: peer.redialable, key: peer.pinnedKey,
-                                         stayDisconnected: peer.stayDisconnected))
+            try directory.save(peer.known)
         } catch {
             Log.warning("could not remember \(peer.id) in the state directory: \(error)")
         }
@@ -124,7 +226,20 @@ extension PeerVoiceService {
 
     // MARK: Pairing
 
-    /// Answers a first-contact prompt: the link opens once the peer's person accepts too.
+    /// Shows the 6-digit code for `peer` and waits for the person's `ConfirmPairing`.
+    private func askPerson(about peer: Peer, link: PeerLink) {
+        guard let result = link.result else { return }
+        setState(peer, .pairing)
+        let timeout = Timer.after(milliseconds: Self.pairingTimeoutMs) { [unowned self] in
+            guard let prompt = pairingPrompts.removeValue(forKey: peer.id) else { return }
+            answer(prompt, for: peer.id, accept: false, reason: "not confirmed within \(Self.pairingTimeoutMs / 1000) s")
+        }
+        pairingPrompts[peer.id] = PairingPrompt(link: link, timeout: timeout)
+        Log.info("\(peer.paired ? "\(peer.id) asks its person to compare codes" : "first contact with \(peer.id)"): waiting for ConfirmPairing")
+        emit(.pairingRequested(.id(peer.id), name: peer.name, passkey: result.verificationCode))
+    }
+
+    /// Answers a pairing prompt: the link opens once the peer's person accepts too.
     func answer(_ prompt: PairingPrompt, for id: PeerID, accept: Bool, reason: String) {
         prompt.timeout.cancel()
         if accept {
@@ -140,38 +255,25 @@ extension PeerVoiceService {
         }
     }
 
-    /// The peer an authenticated link belongs to: the one we dialled, or for an incoming link
-    /// the address it came from with the listen port it announces.
-    private func peer(for link: PeerLink, dialled: PeerID?, hello: Hello) -> Peer? {
-        if let dialled { return peers[dialled] }
-        let id: PeerID
-        let announced = hello.listenPort != 0
+    /// The address an authenticated link came by, for `PeerIdentified`, and whether it is a route
+    /// to dial back: what we dialled; an incoming IP link's source host at the listen port its
+    /// HELLO announced (its source port, not dialable, when it announced none); a Bluetooth address.
+    private static func address(of link: PeerLink, hello: Hello) -> (address: PeerAddress, dialable: Bool)? {
         switch link.remote {
         case .ip(let endpoint):
-            id = PeerID(ipHost: endpoint.host, port: announced ? hello.listenPort : endpoint.port)
+            if link.isOutgoing { return (PeerAddress(ipHost: endpoint.host, port: endpoint.port), true) }
+            let announced = hello.listenPort != 0
+            return (PeerAddress(ipHost: endpoint.host, port: announced ? hello.listenPort : endpoint.port), announced)
         case .bluetooth(let address):
-            guard let bluetooth = PeerID(bluetoothAddress: address) else { return nil }
-            id = bluetooth
+            return PeerAddress(bluetoothAddress: address).map { ($0, true) }
         }
-        let peer = peers[id] ?? Peer(id: id, name: hello.name, redialable: false)
-        if id.transport == .ip { peer.redialable = peer.redialable || announced }
-        peers[id] = peer
-        return peer
     }
 
-    static func hex(_ bytes: [UInt8]) -> String { bytes.map { String(format: "%02x", $0) }.joined() }
-
-    static func bytes(hex: String) -> [UInt8]? {
-        guard hex.count % 2 == 0 else { return nil }
-        var bytes: [UInt8] = []
-        var index = hex.startIndex
-        while index < hex.endIndex {
-            let next = hex.index(index, offsetBy: 2)
-            guard let byte = UInt8(hex[index..<next], radix: 16) else { return nil }
-            bytes.append(byte)
-            index = next
+    static func host(of remote: RemoteEndpoint) -> String {
+        switch remote {
+        case .ip(let endpoint): endpoint.host
+        case .bluetooth(let address): address
         }
-        return bytes
     }
 
     // MARK: Delivery
@@ -180,22 +282,17 @@ extension PeerVoiceService {
     /// predecessor so the receiver notices one lost to a rejected record.
     func sendQueuedMessages(to peer: Peer) {
         guard let link = peer.link else { return }
-        while peer.inFlightBytes < Self.sendWindowBytes {
-            let batch = store.pending(peer: peer.id.description, after: peer.sentUpTo, limit: 64)
+        while peer.delivery.hasRoom {
+            let batch = store.pending(peer: peer.id.description, after: peer.delivery.sentUpTo, limit: 64)
             guard !batch.isEmpty else { return }
             for message in batch {
+                let previous = peer.delivery.send(seq: message.seq, textBytes: message.text.utf8.count, now: .now)
                 // Stored messages passed Send's checks; one that no longer encodes is a bug.
-                let text = try! TextFrame(seq: message.seq, previousSeq: peer.lastSentInRun,
+                let text = try! TextFrame(seq: message.seq, previousSeq: previous,
                                           messageID: MessageID(hex: message.id)!, sentAtMs: message.sentAtMs,
                                           text: message.text)
                 link.send(.text(text))
-                if !peer.hasUnacknowledged { peer.lastAckProgress = .now }
-                peer.lastSentInRun = message.seq
-                peer.sentUpTo = message.seq
-                let bytes = message.text.utf8.count + 64
-                peer.inFlight.append((message.seq, bytes))
-                peer.inFlightBytes += bytes
-                if peer.inFlightBytes >= Self.sendWindowBytes { return }
+                if !peer.delivery.hasRoom { return }
             }
         }
     }
@@ -203,10 +300,10 @@ extension PeerVoiceService {
     /// Sends again every run the peer stopped acknowledging (a record carrying a TEXT or an ACK
     /// was rejected on the way); the receiver drops duplicates.
     func resendStalledRuns() {
-        for peer in peers.values where peer.isConnected && peer.hasUnacknowledged
-            && ContinuousClock.now - peer.lastAckProgress > Self.resendAfter {
-            Log.info("\(peer.id) acknowledged nothing for \(Self.resendAfter): sending its queue again")
-            peer.restartRun()
+        let now = ContinuousClock.now
+        for peer in peers.values where peer.isConnected && peer.delivery.isStalled(now: now) {
+            Log.info("\(peer.id) acknowledged nothing for \(LinkDelivery.resendAfter): sending its queue again")
+            peer.delivery.restartRun(now: now)
             sendQueuedMessages(to: peer)
         }
     }
@@ -214,42 +311,56 @@ extension PeerVoiceService {
 
 extension PeerVoiceService: PeerLinkDelegate {
     func linkDidAuthenticate(_ link: PeerLink) {
-        guard let entry = pendingLinks[ObjectIdentifier(link)], let hello = link.peerHello,
-              let result = link.result else { return }
-        if hello.instanceID == instance || result.remoteStaticKey == identity.publicKey {
+        guard var entry = pendingLinks[ObjectIdentifier(link)], let hello = link.peerHello,
+              let result = link.result, let key = PublicKey(bytes: result.remoteStaticKey),
+              let (address, dialable) = Self.address(of: link, hello: hello) else { return }
+        if hello.instanceID == instance || key.bytes == identity.publicKey {
             link.drop(reason: "connected to itself")
-            if let id = entry.peer, let peer = peers[id] {
-                connectFailed(peer, .failed("\(id) is this peervoiced itself"))
+            let error = ServiceError.failed("\(address) is this peervoiced itself")
+            switch entry.dialled {
+            case .peer(let id): if let peer = peers[id] { connectFailed(peer, error) }
+            case .contact(let address): if let contact = contacts[address] { contactFailed(contact, error) }
+            case nil: break
             }
             return
         }
-        guard let peer = peer(for: link, dialled: entry.peer, hello: hello) else {
-            link.drop(reason: "no peer id for \(link.remote)")
+        let id = PeerID(key: key, using: crypto)
+        if case .peer(let dialledID) = entry.dialled, dialledID != id {
+            // Only an unpaired peer is dialled without its key: another device answers at its route.
+            link.drop(reason: "\(address) answered with the key of \(id), not of \(dialledID)")
+            if let peer = peers[dialledID] { connectFailed(peer, .rejected("another device (\(id)) answered at \(address), not \(dialledID)")) }
             return
         }
-        pendingLinks[ObjectIdentifier(link)] = (link, peer.id)
-        let key = Self.hex(result.remoteStaticKey)
-        if peer.pinnedKey == key {
+        emit(.peerIdentified(address, id))
+        let peer = peers[id] ?? Peer(id: id, key: key, name: hello.name, routes: [], paired: false)
+        peers[id] = peer
+        if peer.name.isEmpty || !peer.paired { peer.name = hello.name }
+        if case .contact(let dialledAddress) = entry.dialled, let contact = contacts.removeValue(forKey: dialledAddress) {
+            // The address turned out to be this peer: its Connect waits for the peer now.
+            peer.connectWaiters += contact.connectWaiters
+            contact.connectWaiters = []
+        }
+        entry.peer = id
+        entry.route = dialable ? address : nil
+        pendingLinks[ObjectIdentifier(link)] = entry
+        if peer.paired {
             if !link.isOutgoing { pairingLimiter.giveBack(host: Self.host(of: link.remote)) }
-            link.accept()
-        } else if let pinned = peer.pinnedKey {
-            // An incoming link from a pinned peer with another key (a dialled one fails earlier,
-            // inside the key exchange, before we reveal who we are).
-            Log.warning("\(peer.id) presented identity key \(key.prefix(16))… but \(pinned.prefix(16))… is pinned: refused. If it was reinstalled, RemovePeer \(peer.id) and connect again to compare codes")
-            link.refuse(logReason: "identity key differs from the pinned one")
-        } else if pairingPrompts[peer.id] != nil {
-            link.drop(reason: "a pairing prompt for \(peer.id) is already pending")
+            link.declare(.known)
+        } else if pairingPrompts[id] != nil {
+            link.drop(reason: "a pairing prompt for \(id) is already pending")
         } else {
-            setState(peer, .pairing)
-            peer.name = hello.name
-            let timeout = Timer.after(milliseconds: Self.pairingTimeoutMs) { [unowned self] in
-                guard let prompt = pairingPrompts.removeValue(forKey: peer.id) else { return }
-                answer(prompt, for: peer.id, accept: false, reason: "not confirmed within \(Self.pairingTimeoutMs / 1000) s")
-            }
-            pairingPrompts[peer.id] = PairingPrompt(link: link, timeout: timeout)
-            Log.info("first contact with \(peer.id): waiting for ConfirmPairing")
-            emit(.pairingRequested(peer.id, name: hello.name, passkey: result.verificationCode))
+            link.declare(.asking)
+            askPerson(about: peer, link: link)
         }
+    }
+
+    func linkPeerIsAsking(_ link: PeerLink) {
+        guard let id = pendingLinks[ObjectIdentifier(link)]?.peer, let peer = peers[id] else { return }
+        guard pairingPrompts[id] == nil else {
+            return link.drop(reason: "a pairing prompt for \(id) is already pending")
+        }
+        // The peer lost our key (RemovePeer there, or its state): both people compare again.
+        askPerson(about: peer, link: link)
     }
 
     func linkMayContinueAfterCommitment(_ link: PeerLink) -> Bool {
@@ -260,61 +371,62 @@ extension PeerVoiceService: PeerLinkDelegate {
         return true
     }
 
-    static func host(of remote: RemoteEndpoint) -> String {
-        switch remote {
-        case .ip(let endpoint): endpoint.host
-        case .bluetooth(let address): address
-        }
-    }
-
     func linkDidOpen(_ link: PeerLink) {
         guard let entry = pendingLinks.removeValue(forKey: ObjectIdentifier(link)), let id = entry.peer,
-              let peer = peers[id], let hello = link.peerHello, let result = link.result else {
+              let peer = peers[id], let hello = link.peerHello else {
             link.drop(reason: "opened for no known peer")
             return
         }
         if let existing = peer.link, existing !== link {
             guard keepsNewLink(existing: existing, new: link, peerInstance: hello.instanceID) else {
-                link.drop(reason: "\(peer.id) already has a link")
+                link.drop(reason: "\(peer.id) already has a better link")
                 return
             }
             existing.delegate = nil
             linkOwners[ObjectIdentifier(existing)] = nil
-            existing.drop(reason: "replaced by a newer link")
+            bluetoothLinkDidClose(existing)
+            existing.drop(reason: "replaced by a better link")
+            endVoice(peer, reason: "the link was replaced")
         }
         peer.link = link
+        peer.lastTransport = link.transport
         linkOwners[ObjectIdentifier(link)] = peer
         peer.name = hello.name
         peer.instance = hello.instanceID
-        peer.pinnedKey = Self.hex(result.remoteStaticKey)
+        peer.paired = true
+        if let route = entry.route { peer.noteRoute(route, seenAtMs: Self.nowMs()) }
         peer.backoffMs = 0
         peer.stayDisconnected = false
-        peer.resetDelivery()
+        peer.delivery = LinkDelivery(now: .now)
         stopDialling(peer)
         remember(peer)
-        Log.info("\(peer.id) connected (\(link.isOutgoing ? "dialled" : "incoming"), key \(peer.pinnedKey!.prefix(16))…)")
+        Log.info("\(peer.id) connected (\(link.isOutgoing ? "dialled" : "incoming") over \(link.transport), key \(peer.key))")
         setState(peer, .connected)
         let waiters = peer.connectWaiters
         peer.connectWaiters = []
-        waiters.forEach { $0(.success(())) }
+        waiters.forEach { $0(.success(peer.id)) }
         sendQueuedMessages(to: peer)
-        peer.voice.destination = Self.voiceDestination(of: peer, link: link, hello: hello)
+        peer.voice.destination = Self.voiceDestination(link: link, hello: hello)
         if options.voice.autoStart { peer.voice.wanted = true }
         beginVoice(peer)
     }
 
     /// Voice goes to the voice port the peer announced, else to the address we dialled (a relay
     /// in between carries voice too), else to the peer's listen port.
-    private static func voiceDestination(of peer: Peer, link: PeerLink, hello: Hello) -> IPEndpoint? {
-        guard peer.id.transport == .ip else { return nil }
-        if link.isOutgoing && hello.voicePort == 0 { return IPEndpoint(host: peer.id.host, port: peer.id.port) }
-        return hello.voiceDestinationPort.map { IPEndpoint(host: peer.id.host, port: $0) }
+    private static func voiceDestination(link: PeerLink, hello: Hello) -> IPEndpoint? {
+        guard case .ip(let remote) = link.remote else { return nil }
+        if link.isOutgoing && hello.voicePort == 0 { return remote }
+        return hello.voiceDestinationPort.map { IPEndpoint(host: remote.host, port: $0) }
     }
 
-    /// When two links to one peer are open at once (both sides dialled), both sides keep the link
-    /// dialled by the smaller instance id, so they agree without talking; otherwise the newer
-    /// link wins (the peer restarted before we noticed the old one die).
+    /// When two links to one peer are open at once, both sides keep the better transport (TCP
+    /// over RFCOMM), then the link dialled by the smaller instance id, so they agree without
+    /// talking; of two links dialled by the same side the newer wins (the peer restarted before
+    /// we noticed the old one die).
     private func keepsNewLink(existing: PeerLink, new: PeerLink, peerInstance: InstanceID) -> Bool {
+        if existing.transport != new.transport {
+            return new.transport.linkPreference > existing.transport.linkPreference
+        }
         guard existing.isOutgoing != new.isOutgoing else { return true }
         let newDialler = new.isOutgoing ? instance : peerInstance
         let otherDialler = new.isOutgoing ? peerInstance : instance
@@ -325,10 +437,8 @@ extension PeerVoiceService: PeerLinkDelegate {
         guard let peer = linkOwners[ObjectIdentifier(link)], let hello = link.peerHello else { return }
         switch frame {
         case .text(let text):
-            guard text.previousSeq == 0 || text.previousSeq == peer.lastReceivedInRun else {
-                // A TEXT before this one was lost (a rejected record): without an ACK past it,
-                // the sender sends the run again.
-                Log.debug("\(peer.id): TEXT \(text.seq) follows \(text.previousSeq), not \(peer.lastReceivedInRun): waiting for the resend")
+            guard peer.delivery.continuesRun(previousSeq: text.previousSeq) else {
+                Log.debug("\(peer.id): TEXT \(text.seq) follows \(text.previousSeq), not the last one of the run: waiting for the resend")
                 return
             }
             do {
@@ -336,9 +446,7 @@ extension PeerVoiceService: PeerLinkDelegate {
                                               id: text.messageID.hex, text: text.text, sentAtMs: text.sentAtMs,
                                               nowMs: Self.nowMs())
                 if isNew { emit(.messageReceived(peer.id, messageID: text.messageID.hex, text: text.text)) }
-                peer.lastReceivedInRun = text.seq
-                peer.receivedUpTo = max(peer.receivedUpTo, text.seq)
-                peer.owesAck = true
+                peer.delivery.accepted(seq: text.seq)
             } catch {
                 // Not acknowledged, so the sender keeps it and sends it again on the next link.
                 Log.error("could not store a message from \(peer.id): \(error)")
@@ -348,7 +456,7 @@ extension PeerVoiceService: PeerLinkDelegate {
             for messageID in store.acknowledge(peer: peer.id.description, upTo: seq) {
                 emit(.messageDelivered(peer.id, messageID: messageID))
             }
-            peer.acknowledged(upTo: seq)
+            peer.delivery.acknowledged(upTo: seq, now: .now)
             sendQueuedMessages(to: peer)
         case .voiceStart, .voiceStop, .voiceReport, .voice:
             peerSentVoiceFrame(frame, peer: peer)
@@ -359,15 +467,14 @@ extension PeerVoiceService: PeerLinkDelegate {
 
     /// One ACK per read rather than per message: stored messages are acknowledged together.
     func linkDidDrainInput(_ link: PeerLink) {
-        guard let peer = linkOwners[ObjectIdentifier(link)], peer.owesAck else { return }
-        peer.owesAck = false
-        link.send(.ack(seq: peer.receivedUpTo))
+        guard let peer = linkOwners[ObjectIdentifier(link)], let upTo = peer.delivery.takeAck() else { return }
+        link.send(.ack(seq: upTo))
     }
 
     func linkDidClose(_ link: PeerLink, reason: LinkCloseReason) {
         bluetoothLinkDidClose(link)
         if let entry = pendingLinks.removeValue(forKey: ObjectIdentifier(link)) {
-            pendingLinkClosed(link, peer: entry.peer.flatMap { peers[$0] }, reason: reason)
+            pendingLinkClosed(link, entry: entry, reason: reason)
             return
         }
         guard let peer = linkOwners.removeValue(forKey: ObjectIdentifier(link)) else { return }
@@ -380,26 +487,31 @@ extension PeerVoiceService: PeerLinkDelegate {
     }
 
     /// A link that never opened: the key exchange or the pairing failed, or it was dropped.
-    private func pendingLinkClosed(_ link: PeerLink, peer: Peer?, reason: LinkCloseReason) {
-        Log.info("link with \(peer?.id.description ?? link.remote.description) closed before opening: \(reason)")
-        guard let peer, !peer.isConnected else { return }
-        if let prompt = pairingPrompts[peer.id], prompt.link === link {
-            pairingPrompts[peer.id] = nil
+    private func pendingLinkClosed(_ link: PeerLink, entry: PendingLink, reason: LinkCloseReason) {
+        Log.info("link with \(entry.peer?.description ?? link.remote.description) closed before opening: \(reason)")
+        if entry.peer == nil, case .contact(let address) = entry.dialled, let contact = contacts[address] {
+            // The key exchange never finished: the address is still only an address.
+            return contactFailed(contact, .failed("\(address): \(reason)"))
+        }
+        guard let id = entry.peer ?? { if case .peer(let id) = entry.dialled { id } else { nil } }(),
+              let peer = peers[id], !peer.isConnected else { return }
+        if let prompt = pairingPrompts[id], prompt.link === link {
+            pairingPrompts[id] = nil
             prompt.timeout.cancel()
         }
+        guard !hasPendingLink(peer) else { return }
         let error: ServiceError
         switch reason {
         case .refusedByPeer:
             setStayDisconnected(peer, true)
-            error = .rejected("\(peer.id) refused the pairing")
+            error = .rejected("\(id) refused the pairing")
         case .handshakeFailed(.unexpectedRemoteKey):
             setStayDisconnected(peer, true)
-            Log.warning("\(peer.id) presented an identity key other than the pinned one: refused. If it was reinstalled, RemovePeer \(peer.id) and connect again to compare codes")
-            error = .rejected("\(peer.id) presented an identity key other than the pinned one: it may be an impostor. If it was reinstalled, RemovePeer \(peer.id) and Connect again to compare codes")
+            Log.warning("\(link.remote) presented an identity key other than \(id)'s: refused. If \(id) was reinstalled, RemovePeer \(id) and connect to its address again to compare codes")
+            error = .rejected("\(link.remote) presented an identity key other than \(id)'s: it may be an impostor. If \(id) was reinstalled, RemovePeer \(id) and Connect to its address again to compare codes")
         default:
             // A first contact that failed is not retried on its own: each try would ask a person.
-            if peer.pinnedKey == nil { peer.stayDisconnected = true }
-            error = .failed("\(peer.id): \(reason)")
+            error = .failed("\(id): \(reason)")
         }
         connectFailed(peer, error)
     }

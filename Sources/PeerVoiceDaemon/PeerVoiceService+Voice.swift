@@ -54,22 +54,22 @@ extension PeerVoiceService {
     /// How our voice reaches `peer`: on the link for Bluetooth (and with --voice-over-link), else
     /// in datagrams to where the peer receives them; nil when it announced nowhere.
     private func voiceRoute(for peer: Peer) -> VoiceRoute? {
-        if peer.id.transport == .bluetooth || options.voice.overLink { return .link }
+        if peer.link?.transport == .bluetooth || options.voice.overLink { return .link }
         return peer.voice.destination.map { .datagrams($0) }
     }
 
-    func startVoice(_ id: PeerID) throws(ServiceError) {
-        let peer = try known(id)
-        if let unavailable = bluetoothUnavailable(for: id) { throw unavailable }
-        guard peer.isConnected else { throw .notConnected("\(id) is not connected: Connect to it first") }
+    func startVoice(_ ref: PeerRef) throws(ServiceError) {
+        let peer = try peer(ref)
+        if !peer.isConnected, let unavailable = bluetoothUnavailable(for: peer.transport) { throw unavailable }
+        guard peer.isConnected else { throw .notConnected("\(peer.id) is not connected: Connect to it first") }
         peer.voice.wanted = true
         if let reason = voiceUnavailableReason(for: peer) { throw .notAvailable(reason) }
         beginVoice(peer)
     }
 
-    func stopVoice(_ id: PeerID) throws(ServiceError) {
-        let peer = try known(id)
-        guard peer.isConnected else { throw .notConnected("\(id) is not connected") }
+    func stopVoice(_ ref: PeerRef) throws(ServiceError) {
+        let peer = try peer(ref)
+        guard peer.isConnected else { throw .notConnected("\(peer.id) is not connected") }
         if peer.voice.localSession != nil { peer.link?.send(.voiceStop) }
         endVoice(peer, reason: "StopVoice was called")
     }
@@ -125,7 +125,7 @@ extension PeerVoiceService {
 
     /// The peer the voice thread names `id` (it knows peers by their ids' text).
     private func peer(describedAs id: String) -> Peer? {
-        peers.values.first { $0.id.description == id }
+        PeerID(id).flatMap { peers[$0] }
     }
 
     /// VOICE_START, VOICE_STOP, VOICE_REPORT and (on the link) VOICE from the peer.

@@ -6,8 +6,8 @@ import Sodium
 /// The control plane: peers, links, pairing, messages, mute. Lives on the GLib main loop thread;
 /// every method is called there, and it reports what happens through `emit`.
 ///
-/// This file holds the bus-facing methods; PeerVoiceService+Links.swift the links, pairing and
-/// delivery.
+/// A peer is a device, named by its key (`PeerID`); addresses are routes to it. This file holds
+/// the bus-facing methods; PeerVoiceService+Links.swift the links, pairing and delivery.
 final class PeerVoiceService {
     var emit: (ServiceEvent) -> Void = { _ in }
 
@@ -23,15 +23,21 @@ final class PeerVoiceService {
     let store: MessageStore
     let directory: PeerDirectory
     let ip = IPTransport()
+    /// This service's own id and key, as peers see them.
+    let ownID: PeerID
+    let ownKey: PublicKey
     /// The voice thread, once its UDP socket is bound (PeerVoiceService+Voice.swift).
     var voice: VoiceEngine?
     /// The UDP port HELLO announces for voice when we do not listen (0: the listen port).
     var voicePort: UInt16 = 0
     /// BlueZ, once started (PeerVoiceService+Bluetooth.swift).
     var bluetooth: BluetoothTransport?
+    /// Peers by key: the paired ones, and those meeting us for the first time.
     var peers: [PeerID: Peer] = [:]
-    /// Links not yet open, and the peer each belongs to (known from the dial, or once authenticated).
-    var pendingLinks: [ObjectIdentifier: (link: PeerLink, peer: PeerID?)] = [:]
+    /// Addresses being dialled whose key is not known yet.
+    var contacts: [PeerAddress: Contact] = [:]
+    /// Links not yet open.
+    var pendingLinks: [ObjectIdentifier: PendingLink] = [:]
     /// The peer each open link belongs to.
     var linkOwners: [ObjectIdentifier: Peer] = [:]
     /// Pairing prompts waiting for `ConfirmPairing`, at most one per peer.
@@ -42,8 +48,8 @@ final class PeerVoiceService {
     /// How often undeliverable messages are checked for expiry.
     static let expiryCheckMs: UInt32 = 60_000
 
-    /// Opens the state directory (identity key, instance id, known peers, message store).
-    /// Nothing is sent or accepted until `start()`.
+    /// Opens the state directory (identity key, instance id, known peers, message store),
+    /// migrating one of protocol version 3. Nothing is sent or accepted until `start()`.
     init(options: Options) throws(ServiceError) {
         self.options = options
         let state = options.stateDirectory
@@ -59,26 +65,39 @@ final class PeerVoiceService {
         } catch {
             throw .failed("\(error)")
         }
+        ownKey = PublicKey(bytes: identity.publicKey)!
+        let crypto = crypto
+        ownID = PeerID(key: ownKey, using: crypto)
         do {
             instance = try Self.loadInstanceID(in: state)
             store = try MessageStore(directory: state + "/messages", onWarning: { Log.warning("message store: \($0)") })
-            directory = try PeerDirectory(path: state + "/peers.json")
+            directory = try PeerDirectory(path: state + "/peers.json") { PeerID(key: $0, using: crypto) }
+            try Self.migrate(store: store, directory: directory)
         } catch {
             throw .failed("cannot use the state directory \(state): \(error)")
         }
         for known in directory.all {
-            guard let id = try? PeerID(parsing: known.id) else { continue }
-            let peer = Peer(id: id, name: known.name, redialable: known.redialable)
+            let peer = Peer(id: known.id, key: known.key, name: known.name, routes: known.routes, paired: true)
             peer.instance = known.instance.flatMap { InstanceID(hex: $0) }
-            peer.pinnedKey = known.key
             peer.stayDisconnected = known.stayDisconnected
-            peers[id] = peer
+            peers[known.id] = peer
         }
-        for known in store.knownPeers {
-            guard let id = try? PeerID(parsing: known), peers[id] == nil else { continue }
-            peers[id] = Peer(id: id, name: "", redialable: id.transport == .ip)
+        Log.info("identity \(ownID) (key \(ownKey))")
+    }
+
+    /// Protocol version 3 named peers by address: merge the journals of each key into its id's,
+    /// fail what was queued for peers never paired, then write the directory's new format.
+    private static func migrate(store: MessageStore, directory: PeerDirectory) throws {
+        guard let migration = directory.migration else { return }
+        for (from, into) in migration.journals { try store.merge(from, into: into.description) }
+        var failed = 0
+        for name in store.knownPeers where PeerID(name) == nil {
+            failed += try store.forget(peer: name).count
         }
-        Log.info("identity \(identity.fingerprint)")
+        // Numbering toward any peer, even one removed under an address, never restarts.
+        try store.raiseSequenceFloor(to: store.highestSequenceEver)
+        try directory.finishMigration()
+        Log.info("migrated the state directory to peers named by key: \(migration.peers.count) peers from \(migration.journals.map(\.from.count).reduce(0, +)) addresses; \(failed) messages queued for never-paired addresses failed")
     }
 
     /// Starts accepting peers and delivering queued messages: called once the bus name is owned.
@@ -92,7 +111,7 @@ final class PeerVoiceService {
                     connection.closeAfterFlushing()
                     return
                 }
-                startLink(PeerLink(connection: connection, remote: .ip(remote), isOutgoing: false), for: nil)
+                startLink(PeerLink(connection: connection, remote: .ip(remote), isOutgoing: false), dialled: nil)
             }
             emit(.propertiesChanged([.listenAddress]))
         }
@@ -130,30 +149,77 @@ final class PeerVoiceService {
 
     func peerList() -> [PeerSummary] {
         let known = peers.values.map(\.summary)
-        let found = bluetoothPeerSummaries(excluding: Set(peers.keys))
-        return (known + found).sorted { $0.id.description < $1.id.description }
+        let dialling = contacts.values.map(\.summary)
+        let taken = Set(peers.values.flatMap { $0.routes.map(\.address) } + contacts.keys)
+        let found = bluetoothPeerSummaries(excluding: taken)
+        return (known + dialling + found).sorted { $0.ref.description < $1.ref.description }
     }
 
-    func connect(_ id: PeerID, completion: @escaping (Result<Void, ServiceError>) -> Void) {
-        if let unavailable = bluetoothUnavailable(for: id) { return completion(.failure(unavailable)) }
-        let peer = peers[id] ?? Peer(id: id, name: "", redialable: true)
-        if peer.isConnected { return completion(.success(())) }
-        peers[id] = peer
+    /// The peer `ref` names: its id, or an address that is a route of exactly one known peer.
+    func peer(_ ref: PeerRef) throws(ServiceError) -> Peer {
+        switch ref {
+        case .id(let id):
+            guard let peer = peers[id] else {
+                throw .unknownPeer("\(id) is not a known peer: Connect to its address first (ListPeers shows known peers)")
+            }
+            return peer
+        case .address(let address):
+            let matches = peers.values.filter { $0.hasRoute(address) }
+            guard matches.count <= 1 else {
+                throw .invalidArgument("\(address) is a route of several peers (\(matches.map(\.id.description).sorted().joined(separator: ", "))): name the peer by its id")
+            }
+            guard let peer = matches.first else {
+                throw .unknownPeer("\(address) is not the address of a known peer: Connect to it first (ListPeers shows known peers)")
+            }
+            return peer
+        }
+    }
+
+    /// Connects to `target`: a known peer (by id or route), or a new address. Completes with the
+    /// peer's id once the link is open.
+    func connect(_ target: PeerRef, completion: @escaping ConnectWaiter) {
+        if case .address(let address) = target, let unavailable = bluetoothUnavailable(for: address.transport) {
+            return completion(.failure(unavailable))
+        }
+        let peer: Peer
+        switch target {
+        case .id:
+            do throws(ServiceError) { peer = try self.peer(target) } catch { return completion(.failure(error)) }
+        case .address(let address):
+            let owners = peers.values.filter { $0.hasRoute(address) }
+            guard owners.count == 1 else {
+                // A new address (or one several peers used): whoever answers is identified by its key.
+                let contact = contacts[address] ?? Contact(address: address)
+                contacts[address] = contact
+                contact.connectWaiters.append(completion)
+                if contact.dial == nil && !pendingLinks.values.contains(where: { $0.dialled == .contact(address) }) {
+                    dial(contact)
+                }
+                return
+            }
+            peer = owners[0]
+        }
+        if peer.isConnected { return completion(.success(peer.id)) }
         setStayDisconnected(peer, false)
         peer.connectWaiters.append(completion)
         if peer.dial == nil && !hasPendingLink(peer) {
-            dial(peer)
+            if case .address(let address) = target { dial(peer, preferring: address) } else { dial(peer) }
         }
     }
 
-    func disconnect(_ id: PeerID) throws(ServiceError) {
-        let peer = try known(id)
+    func disconnect(_ ref: PeerRef) throws(ServiceError) {
+        if case .address(let address) = ref, let contact = contacts[address] {
+            stopDialling(contact)
+            contactFailed(contact, .failed("Disconnect(\(address)) was called while connecting"))
+            return
+        }
+        let peer = try peer(ref)
         guard peer.isConnected || peer.dial != nil || peer.redialTimer != nil || hasPendingLink(peer) else {
-            throw .notConnected("\(id) is not connected")
+            throw .notConnected("\(peer.id) is not connected")
         }
         setStayDisconnected(peer, true)
         stopDialling(peer)
-        failConnectWaiters(peer, .failed("Disconnect(\(id)) was called while connecting"))
+        failConnectWaiters(peer, .failed("Disconnect(\(ref)) was called while connecting"))
         if let link = peer.link {
             link.close(goodbye: .userDisconnected, logReason: "Disconnect was called")
         } else {
@@ -161,16 +227,22 @@ final class PeerVoiceService {
         }
     }
 
-    func removePeer(_ id: PeerID) throws(ServiceError) {
-        let peer = try known(id)
+    func removePeer(_ ref: PeerRef) throws(ServiceError) {
+        if case .address(let address) = ref, let contact = contacts[address] {
+            stopDialling(contact)
+            contactFailed(contact, .failed("RemovePeer(\(address)) was called while connecting"))
+            return
+        }
+        let peer = try peer(ref)
+        let id = peer.id
         peer.stayDisconnected = true
         stopDialling(peer)
-        failConnectWaiters(peer, .failed("RemovePeer(\(id)) was called while connecting"))
+        failConnectWaiters(peer, .failed("RemovePeer(\(ref)) was called while connecting"))
         peer.link?.close(goodbye: .userDisconnected, logReason: "RemovePeer was called")
         let failed: [String]
         do {
             failed = try store.forget(peer: id.description)
-            try directory.remove(id: id.description)
+            try directory.remove(id: id)
         } catch {
             throw .failed("could not forget \(id) in the state directory: \(error)")
         }
@@ -183,14 +255,16 @@ final class PeerVoiceService {
 
     // MARK: Messages
 
-    /// Queues `text` for `peer` (nil: every connected peer) and returns the message id.
-    func send(_ text: String, to id: PeerID?) throws(ServiceError) -> String {
+    /// Queues `text` for the peer `ref` names (nil: every connected peer) and returns the message id.
+    func send(_ text: String, to ref: PeerRef?) throws(ServiceError) -> String {
         try MessageText.validate(text)
         let targets: [Peer]
-        if let id {
-            targets = [try known(id)]
+        if let ref {
+            let peer = try peer(ref)
+            guard peer.paired else { throw .notConnected("\(peer.id) is not paired yet: wait until Connect has finished") }
+            targets = [peer]
         } else {
-            targets = peers.values.filter(\.isConnected).sorted { $0.id.description < $1.id.description }
+            targets = peers.values.filter(\.isConnected).sorted { $0.id < $1.id }
             guard !targets.isEmpty else { throw .notConnected("no peer is connected: Connect to one first") }
         }
         let messageID = MessageID.random().hex
@@ -212,14 +286,14 @@ final class PeerVoiceService {
         return messageID
     }
 
-    func history(of id: PeerID, max: Int) throws(ServiceError) -> [StoredMessage] {
-        _ = try known(id)
-        return store.history(peer: id.description, max: max)
+    func history(of ref: PeerRef, max: Int) throws(ServiceError) -> (PeerID, [StoredMessage]) {
+        let peer = try peer(ref)
+        return (peer.id, store.history(peer: peer.id.description, max: max))
     }
 
     private func expireMessages() {
         for (peer, messageID) in store.expire(nowMs: Self.nowMs()) {
-            guard let id = try? PeerID(parsing: peer) else { continue }
+            guard let id = PeerID(peer) else { continue }
             emit(.messageFailed(id, messageID: messageID, reason: "not delivered within \(store.limits.expiryMs / 86_400_000) days"))
         }
     }
@@ -242,22 +316,23 @@ final class PeerVoiceService {
 
     // MARK: Pairing and voice
 
-    func confirmPairing(_ id: PeerID, accept: Bool) throws(ServiceError) {
-        if answerBluetoothPairing(id, accept: accept) { return }
-        guard let prompt = pairingPrompts.removeValue(forKey: id) else {
-            throw .invalidArgument("no pairing request is pending for \(id)")
+    /// Answers the prompt whose `PairingRequested` carried exactly `ref`: BlueZ's question for
+    /// an address, the peer link's for an id.
+    func confirmPairing(_ ref: PeerRef, accept: Bool) throws(ServiceError) {
+        switch ref {
+        case .address(let address):
+            guard answerBluetoothPairing(address, accept: accept) else {
+                throw .invalidArgument("no pairing request is pending for \(address)")
+            }
+        case .id(let id):
+            guard let prompt = pairingPrompts.removeValue(forKey: id) else {
+                throw .invalidArgument("no pairing request is pending for \(id)")
+            }
+            answer(prompt, for: id, accept: accept, reason: "refused here with ConfirmPairing")
         }
-        answer(prompt, for: id, accept: accept, reason: "refused here with ConfirmPairing")
     }
 
     // MARK: Helpers
-
-    func known(_ id: PeerID) throws(ServiceError) -> Peer {
-        guard let peer = peers[id] else {
-            throw .unknownPeer("\(id) is not a known peer: Connect to it first (ListPeers shows known peers)")
-        }
-        return peer
-    }
 
     static func nowMs() -> UInt64 { UInt64(Date().timeIntervalSince1970 * 1000) }
 

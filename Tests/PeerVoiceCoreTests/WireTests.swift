@@ -7,14 +7,14 @@ final class WireTests: XCTestCase {
     // MARK: - Preamble
 
     func testPreambleBytes() {
-        XCTAssertEqual(Preamble.bytes, [0x50, 0x56, 0x4C, 0x4B, 0x00, 0x03, 0x00, 0x00])
+        XCTAssertEqual(Preamble.bytes, [0x50, 0x56, 0x4C, 0x4B, 0x00, 0x04, 0x00, 0x00])
         XCTAssertEqual(Preamble.byteCount, 8)
     }
 
     func testPreambleCheck() throws {
         XCTAssertNoThrow(try Preamble.check(Preamble.bytes))
         // The reserved field is ignored on receipt.
-        XCTAssertNoThrow(try Preamble.check([0x50, 0x56, 0x4C, 0x4B, 0x00, 0x03, 0xAB, 0xCD]))
+        XCTAssertNoThrow(try Preamble.check([0x50, 0x56, 0x4C, 0x4B, 0x00, 0x04, 0xAB, 0xCD]))
         // Version 2 lacks VOICE_REPORT: it would close the link on one, so it is refused up front.
         assertThrows(.unsupportedVersion(2)) { try Preamble.check([0x50, 0x56, 0x4C, 0x4B, 0x00, 0x02, 0x00, 0x00]) }
         assertThrows(.notPeerVoice) { try Preamble.check(Array("GET / HT".utf8)) }
@@ -476,7 +476,7 @@ final class WireTests: XCTestCase {
                        "frame of 1000000 bytes is over the limit (70000 bytes; 1024 during the handshake)")
         XCTAssertEqual(WireError.unknownFrameType(0x0A).description, "unknown frame type 0x0a")
         XCTAssertEqual(WireError.unsupportedVersion(1).description,
-                       "peer speaks protocol version 1; this side speaks version 3")
+                       "peer speaks protocol version 1; this side speaks version 4")
         XCTAssertEqual(WireError.trailingBytes(.ack, count: 1).description, "ACK frame has 1 unexpected trailing byte")
         XCTAssertEqual(WireError.frameTooShort(.text, bodyBytes: 9, requiredBytes: 33).description,
                        "TEXT frame of 9 bytes is too short (needs 33)")
@@ -574,8 +574,10 @@ final class WireTests: XCTestCase {
             .ack(seq: .max),
             .keepalive,
             .goodbye(.userDisconnected),
-            .pairing(accepted: true),
-            .pairing(accepted: false),
+            .pairing(.accept),
+            .pairing(.refuse),
+            .pairing(.asking),
+            .pairing(.known),
             .voiceStart(try VoiceStart(sessionID: Array(0..<16), frameMs: 20)),
             .voiceStart(try VoiceStart(sessionID: Array(repeating: 0xAB, count: 16), frameMs: 10)),
             .voiceStop,
@@ -659,10 +661,12 @@ private struct SplitMix64: RandomNumberGenerator {
 
 extension WireTests {
     func testPairingDecisionIsZeroOrOne() {
-        XCTAssertEqual(try Frame(body: [0x06, 0x01]), .pairing(accepted: true))
-        XCTAssertEqual(try Frame(body: [0x06, 0x00]), .pairing(accepted: false))
-        XCTAssertEqual(Frame.pairing(accepted: true).encoded(), [0, 0, 0, 2, 0x06, 0x01])
-        XCTAssertThrowsError(try Frame(body: [0x06, 0x02])) { XCTAssertEqual($0 as? WireError, .invalidPairingDecision(2)) }
+        XCTAssertEqual(try Frame(body: [0x06, 0x01]), .pairing(.accept))
+        XCTAssertEqual(try Frame(body: [0x06, 0x00]), .pairing(.refuse))
+        XCTAssertEqual(try Frame(body: [0x06, 0x02]), .pairing(.asking))
+        XCTAssertEqual(try Frame(body: [0x06, 0x03]), .pairing(.known))
+        XCTAssertEqual(Frame.pairing(.accept).encoded(), [0, 0, 0, 2, 0x06, 0x01])
+        XCTAssertThrowsError(try Frame(body: [0x06, 0x04])) { XCTAssertEqual($0 as? WireError, .invalidPairingDecision(4)) }
         XCTAssertThrowsError(try Frame(body: [0x06])) { XCTAssertEqual($0 as? WireError, .frameTooShort(.pairing, bodyBytes: 1, requiredBytes: 2)) }
         XCTAssertThrowsError(try Frame(body: [0x06, 0x01, 0x00])) { XCTAssertEqual($0 as? WireError, .trailingBytes(.pairing, count: 1)) }
     }

@@ -682,7 +682,7 @@ final class MessagingTests: XCTestCase {
         let identity: StaticIdentity
         let instance: InstanceID
         let listenPort: UInt16
-        var id: String { "ip:127.0.0.1:\(listenPort)" }
+        var id: String { SecureLink.peerID(of: identity) }
     }
 
     /// One link from `fake` to `peer` (docs/SECURITY.md §10): key exchange with the HELLO named
@@ -703,8 +703,10 @@ final class MessagingTests: XCTestCase {
             XCTAssertEqual(prompt.string(2), link.verificationCode, "the code shown is not the handshake's", file: file, line: line)
             try peer.client.call("ConfirmPairing", [Variant(fake.id), Variant(true)])
         }
-        try link.sendPairing(accepted: true)
-        XCTAssertTrue(try link.awaitPairing(timeout: 10).accepted, file: file, line: line)
+        // First contact both sides ask (and B's person accepted above); a pinned key is simply known.
+        try link.sendPairing(firstContact ? .asking : .known)
+        if firstContact { try link.sendPairing(.accept) }
+        XCTAssertEqual(try link.awaitPairing(timeout: 10).decision, firstContact ? .accept : .known, file: file, line: line)
         XCTAssertNotNil(peer.waitForState("connected", of: fake.id, after: mark), file: file, line: line)
         if !firstContact {
             XCTAssertEqual(peer.pairingRequests(after: mark).count, 0, "a pinned key was prompted for", file: file, line: line)

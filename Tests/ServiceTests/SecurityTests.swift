@@ -130,7 +130,7 @@ final class SecurityTests: XCTestCase {
         let againB = try XCTUnwrap(b.pairingRequest(for: a.id, after: markB, timeout: 15))
         XCTAssertNotEqual(againA.string(2), againB.string(2))
         XCTAssertNoThrow(try a.client.call("ConfirmPairing", [Variant(forwarding.id), Variant(true)]))
-        XCTAssertTrue(eventually(timeout: 5) { forwarding.forwarded.contains { $0.frame == .pairing(accepted: true) } },
+        XCTAssertTrue(eventually(timeout: 5) { forwarding.forwarded.contains { $0.frame == .pairing(.accept) } },
                       "A's acceptance was not forwarded: \(forwarding.events)")
         XCTAssertNoThrow(try b.client.call("ConfirmPairing", [Variant(a.id), Variant(false)]))
         dispatch(timeout: 10) { connect.isDone }
@@ -143,7 +143,7 @@ final class SecurityTests: XCTestCase {
         XCTAssertFalse(b.client.signals("PeerStateChanged").contains { $0.string(1) == "connected" })
         XCTAssertEqual(b.client.signals("MessageReceived").count, 0)
         XCTAssertEqual(a.client.signals("MessageDelivered").count, 0)
-        XCTAssertEqual(forwarding.forwarded.map { $0.frame }, [.pairing(accepted: true), .pairing(accepted: false)],
+        XCTAssertEqual(forwarding.forwarded.map { $0.frame }, [.pairing(.asking), .pairing(.asking), .pairing(.accept), .pairing(.refuse)],
                        "\(forwarding.forwarded)")
         XCTAssertNil(try pinnedKey(in: a, for: relay.id))
         XCTAssertNil(try pinnedKey(in: a, for: forwarding.id))
@@ -233,8 +233,8 @@ final class SecurityTests: XCTestCase {
     func testRecordsThatDoNotOpenAreDroppedUntilTheEighthClosesTheLink() throws {
         let b = try makePeer("bob")
         let port = try freeTCPPort()
-        let fakeID = "ip:127.0.0.1:\(port)"
         let identity = SecureLink.newIdentity()
+        let fakeID = SecureLink.peerID(of: identity)
         let hello = SecureLink.makeHello(name: "mallory", listenPort: port)
 
         // Before B's person answers, only PAIRING and KEEPALIVE may come: a TEXT closes the link.
@@ -242,7 +242,7 @@ final class SecurityTests: XCTestCase {
         let early = try SecureLink.connect(port: b.port, identity: identity, hello: hello)
         try early.runHandshake()
         XCTAssertNotNil(b.pairingRequest(for: fakeID, after: mark))
-        try early.sendPairing(accepted: true)
+        try early.sendPairing(.asking)
         try early.sendText(seq: 1, previousSeq: 0, text: "let me in")
         XCTAssertTrue(early.waitForEnd(timeout: 5).ended, "B kept a link that sent TEXT before pairing")
         XCTAssertNotNil(b.waitForState("disconnected", of: fakeID, after: mark))
@@ -257,8 +257,9 @@ final class SecurityTests: XCTestCase {
         let prompt = try XCTUnwrap(b.pairingRequest(for: fakeID, after: mark))
         XCTAssertEqual(prompt.string(2), link.verificationCode)
         try b.client.call("ConfirmPairing", [Variant(fakeID), Variant(true)])
-        try link.sendPairing(accepted: true)
-        XCTAssertTrue(try link.awaitPairing(timeout: 5).accepted)
+        try link.sendPairing(.asking)
+        try link.sendPairing(.accept)
+        XCTAssertEqual(try link.awaitPairing(timeout: 5).decision, .accept)
         XCTAssertNotNil(b.waitForState("connected", of: fakeID, after: mark))
 
         // Seven bad records of every kind, each followed by a good TEXT that B takes.
@@ -645,8 +646,9 @@ final class SecurityTests: XCTestCase {
     private func pinnedKey(in peer: TestPeer, for id: String) throws -> String? {
         let path = peer.daemon.stateDirectory + "/peers.json"
         guard let data = FileManager.default.contents(atPath: path) else { return nil }
-        let known = try JSONDecoder().decode([KnownPeer].self, from: data)
-        return known.first { $0.id == id }?.key
+        struct Directory: Decodable { let peers: [KnownPeer] }
+        let known = try JSONDecoder().decode(Directory.self, from: data).peers
+        return known.first { $0.id.description == id || $0.routes.contains { $0.address.description == id } }?.key.hex
     }
 
     private func mode(of path: String) throws -> Int {

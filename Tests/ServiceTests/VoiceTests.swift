@@ -78,7 +78,7 @@ final class VoiceTests: XCTestCase {
             relay = made
         }
         let markA = a.mark, markB = b.mark
-        let link = try VoicePairing.connect(a, to: b, dial: relay?.id)
+        let link = try VoicePairing.connect(a, to: b, dial: relay?.address)
         try waitActive(a, b, link, markA: markA, markB: markB)
         let directory = try TemporaryDirectory("peervoice-voice-audio")
         directories.append(directory)

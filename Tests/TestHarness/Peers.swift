@@ -91,8 +91,10 @@ public final class TestPeer {
     public private(set) var port: UInt16
     private let extraArguments: [String]
 
-    /// The id other peers know this one by.
-    public var id: String { "ip:127.0.0.1:\(port)" }
+    /// The address other peers dial this one at.
+    public var address: String { "ip:127.0.0.1:\(port)" }
+    /// Its peer id (`pv:…`, from its key): what other peers' signals name it by once it is identified.
+    public private(set) var id = ""
     /// Everything every life of the daemon has logged (the log file is appended to).
     public var log: String { daemon.process.log }
     public var isRunning: Bool { daemon.process.isRunning }
@@ -152,6 +154,11 @@ public final class TestPeer {
             throw HarnessError("\(name): ListenAddress is '\(address)', expected 127.0.0.1:\(expectedPort == 0 ? "PORT" : "\(expectedPort)"): \(log)")
         }
         port = actual
+        id = (try? client.property("Id").string) ?? ""
+        guard id.hasPrefix("pv:") else {
+            daemon.process.kill()
+            throw HarnessError("\(name): Id is '\(id)', not a peer id: \(log)")
+        }
     }
 
     /// SIGKILL and reap: no goodbye, no clean-up.
@@ -274,7 +281,7 @@ public final class RawTCPConnection {
     }
 }
 
-// MARK: Pairing (protocol version 3)
+// MARK: Pairing (protocol version 4)
 
 /// A method call in flight: dispatch the main context (e.g. `dispatch(timeout:until:)`) until
 /// `result` is set.
@@ -331,24 +338,33 @@ extension TestPeer {
             .filter { $0.member == "PairingRequested" && (peer == nil || $0.string(0) == peer) }
     }
 
-    /// First contact: this daemon dials `peerID` (`other` itself, or a relay in front of it) with an
-    /// asynchronous Connect; waits until both daemons ask their person (`PairingRequested` here for
-    /// `peerID`, on `other` for `otherSeesID`, by default this peer's id); answers
-    /// `ConfirmPairing` with `accept` here and `otherAccepts` there; then waits for the Connect reply.
-    /// A side that shows no prompt within `timeout` is not asked; the reply is awaited all the same.
-    public func pair(with other: TestPeer, via peerID: String? = nil, otherSeesID: String? = nil,
+    /// The id `address` turned out to belong to: the first `PeerIdentified(address, id)` at or after `start`.
+    public func identified(_ address: String, after start: Int = 0) -> String? {
+        client.signals[min(start, client.signals.count)...]
+            .first { $0.member == "PeerIdentified" && $0.string(0) == address }?.string(1)
+    }
+
+    /// First contact: this daemon dials `address` (`other`'s own by default, or a relay in front of
+    /// it) with an asynchronous Connect; waits until both daemons ask their person (here for the id
+    /// the address turned out to have, on `other` for `otherSeesID`, by default this peer's id);
+    /// answers `ConfirmPairing` with `accept` here and `otherAccepts` there; then waits for the
+    /// Connect reply. A side that shows no prompt within `timeout` is not asked; the reply is
+    /// awaited all the same.
+    public func pair(with other: TestPeer, via address: String? = nil, otherSeesID: String? = nil,
                      accept: Bool = true, otherAccepts: Bool = true, timeout: Double = 15) -> Pairing {
-        let dialledID = peerID ?? other.id
+        let dialled = address ?? other.address
         let diallerID = otherSeesID ?? id
         let mark = self.mark, otherMark = other.mark
-        let connect = client.callAsync("Connect", [Variant(dialledID)])
+        let connect = client.callAsync("Connect", [Variant(dialled)])
         var here: BusSignal?, there: BusSignal?
         dispatch(timeout: timeout) {
-            here = here ?? pairingRequests(for: dialledID, after: mark).first
+            if here == nil, let dialledID = identified(dialled, after: mark) {
+                here = pairingRequests(for: dialledID, after: mark).first
+            }
             there = there ?? other.pairingRequests(for: diallerID, after: otherMark).first
             return (here != nil && there != nil) || connect.isDone
         }
-        if here != nil { _ = try? client.call("ConfirmPairing", [Variant(dialledID), Variant(accept)]) }
+        if let here { _ = try? client.call("ConfirmPairing", [Variant(here.string(0)), Variant(accept)]) }
         if there != nil { _ = try? other.client.call("ConfirmPairing", [Variant(diallerID), Variant(otherAccepts)]) }
         dispatch(timeout: timeout) { connect.isDone }
         return Pairing(dialler: here, dialled: there,

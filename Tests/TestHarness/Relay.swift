@@ -421,7 +421,7 @@ public enum CodeSearch {
         }
         do {
             let frames = try link.receive(timeout: observe, orTimeout: true) { if case .pairing = $0 { true } else { false } }
-            if case .pairing(false)? = frames.last { return Attempt(code: link.verificationCode, outcome: .refused) }
+            if case .pairing(.refuse)? = frames.last { return Attempt(code: link.verificationCode, outcome: .refused) }
             return Attempt(code: link.verificationCode, outcome: .prompted)
         } catch {
             return Attempt(code: link.verificationCode, outcome: .closed("\(error)"))

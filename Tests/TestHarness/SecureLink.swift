@@ -265,6 +265,11 @@ public final class SecureLink: @unchecked Sendable {
 
     public static func newIdentity() -> StaticIdentity { StaticIdentity.generate(using: crypto) }
 
+    /// The peer id a peervoiced names `identity` by.
+    public static func peerID(of identity: StaticIdentity) -> String {
+        PeerID(key: PublicKey(bytes: identity.publicKey)!, using: crypto).description
+    }
+
     /// A HELLO as a peervoiced would send it: text capability, the given name and listen port.
     public static func makeHello(name: String, listenPort: UInt16 = 0, instance: InstanceID = .random()) -> Hello {
         try! Hello(instanceID: instance, capabilities: [.text], listenPort: listenPort, voicePort: 0, name: name)
@@ -364,8 +369,8 @@ public final class SecureLink: @unchecked Sendable {
         }
     }
 
-    /// Sends our pairing decision.
-    public func sendPairing(accepted: Bool) throws { try send(.pairing(accepted: accepted)) }
+    /// Sends a PAIRING frame: our status (`asking`, `known`) or decision (`accept`, `refuse`).
+    public func sendPairing(_ decision: PairingDecision) throws { try send(.pairing(decision)) }
 
     /// Sends one TEXT frame.
     public func sendText(seq: UInt64, previousSeq: UInt64, messageID: MessageID = .random(), sentAtMs: UInt64? = nil,
@@ -455,11 +460,14 @@ public final class SecureLink: @unchecked Sendable {
         }
     }
 
-    /// Waits for the peer's PAIRING decision (its person, or its pin); other frames are returned too.
-    public func awaitPairing(timeout: Double) throws -> (accepted: Bool, frames: [Frame]) {
-        let frames = try receive(timeout: timeout) { if case .pairing = $0 { true } else { false } }
-        guard case .pairing(let accepted)? = frames.last else { preconditionFailure() }
-        return (accepted, frames)
+    /// Waits for the peer's PAIRING decision: `accept` or `refuse` from its person, or `known`
+    /// from its pin (an `asking` status on the way is returned among the frames).
+    public func awaitPairing(timeout: Double) throws -> (decision: PairingDecision, frames: [Frame]) {
+        let frames = try receive(timeout: timeout) {
+            if case .pairing(let decision) = $0 { decision != .asking } else { false }
+        }
+        guard case .pairing(let decision)? = frames.last else { preconditionFailure() }
+        return (decision, frames)
     }
 
     /// Reads until the peer ends the stream (true) or `timeout` passes (false); frames that open

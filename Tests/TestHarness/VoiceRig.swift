@@ -35,7 +35,7 @@ public final class VoicePeer {
     public let daemon: Daemon
     public private(set) var port: UInt16 = 0
 
-    public var id: String { "ip:127.0.0.1:\(port)" }
+    public var address: String { "ip:127.0.0.1:\(port)" }
     public var log: String { daemon.process.log }
     public var mark: Int { client.signals.count }
 
@@ -113,36 +113,35 @@ public final class VoicePeer {
 
 /// Two paired peers and the ids each knows the other by.
 public struct VoiceLink {
-    /// B as A knows it (the id A dialled: B's, or a relay's).
+    /// B's id as A knows it (the key that answered at the address A dialled: B's, or a relay's).
     public let bOnA: String
     /// A as B knows it.
     public let aOnB: String
 }
 
 public enum VoicePairing {
-    /// A dials `dial` (B's id, or a relay in front of B) with an asynchronous Connect; both confirm
+    /// A dials `dial` (B's address, or a relay in front of B) with an asynchronous Connect; both confirm
     /// the code; returns once Connect replied.
     public static func connect(_ a: VoicePeer, to b: VoicePeer, dial: String? = nil, timeout: Double = 20) throws -> VoiceLink {
-        let target = dial ?? b.id
+        let target = dial ?? b.address
         let markA = a.mark, markB = b.mark
         let connect = a.client.callAsync("Connect", [Variant(target)], timeout: timeout)
         var here: BusSignal?, there: BusSignal?
         dispatch(timeout: timeout) {
-            here = here ?? a.client.signals[markA...].first { $0.member == "PairingRequested" && $0.string(0) == target }
+            here = here ?? a.client.signals[markA...].first { $0.member == "PairingRequested" }
             there = there ?? b.client.signals[markB...].first { $0.member == "PairingRequested" }
             return (here != nil && there != nil) || connect.isDone
         }
         guard let here, let there else {
             throw HarnessError("no pairing prompt (A: \(here != nil), B: \(there != nil)); Connect: \(String(describing: connect.result))")
         }
-        try a.client.call("ConfirmPairing", [Variant(target), Variant(true)])
+        try a.client.call("ConfirmPairing", [Variant(here.string(0)), Variant(true)])
         try b.client.call("ConfirmPairing", [Variant(there.string(0)), Variant(true)])
         dispatch(timeout: timeout) { connect.isDone }
         guard case .success? = connect.result else {
             throw HarnessError("Connect \(target) failed: \(String(describing: connect.result))")
         }
-        _ = here
-        return VoiceLink(bOnA: target, aOnB: there.string(0))
+        return VoiceLink(bOnA: here.string(0), aOnB: there.string(0))
     }
 }
 
@@ -400,7 +399,7 @@ public final class VoiceRelay: @unchecked Sendable {
     deinit { stop() }
 
     /// The peer id a daemon dials to reach the relay.
-    public var id: String { "ip:127.0.0.1:\(port)" }
+    public var address: String { "ip:127.0.0.1:\(port)" }
 
     public var statistics: (received: Int, dropped: Int, forwarded: Int, returned: Int, tampered: Int) { lock.withLock { counts } }
 

@@ -222,7 +222,8 @@ final class MessageJournalFile {
     private(set) var baseline: UInt64 = 0
     private var handle: FileHandle?
 
-    private init(path: String) { self.path = path }
+    /// A journal not yet on disk: the first `rewrite` creates it whole.
+    init(path: String) { self.path = path }
 
     deinit { try? handle?.close() }
 

@@ -29,6 +29,8 @@ public final class MessageStore {
     static let maxPeerIDBytes = 120
     static let journalSuffix = ".pvj"
     static let tombstoneName = "forgotten-peers.pvt"
+    /// A tombstone name no peer id or address can have: the store-wide floor of `raiseSequenceFloor(to:)`.
+    static let floorName = "*floor"
 
     /// Opens (creating if needed) the store in `directory` and replays its journals. A torn or
     /// corrupt journal tail, as a crash leaves, is cut off and reported through `onWarning`.
@@ -232,6 +234,71 @@ public final class MessageStore {
         return failed
     }
 
+    /// Migration (protocol version 3 named peers by address): the journals of `sources` become
+    /// the one journal of `target`, written whole before the sources are deleted. The send counter
+    /// continues above the largest of theirs, their queued messages are renumbered above it in the
+    /// order they were accepted, the histories interleave by time and the duplicate marks merge by
+    /// maximum. If `target` already has a journal, an interrupted run wrote it: the sources are
+    /// only deleted. Throws `io`; a rerun finishes the job.
+    public func merge(_ sources: [String], into target: String) throws {
+        try Self.checkPeer(target)
+        let present = sources.filter { $0 != target && peers[$0] != nil }
+        if peers[target] == nil, !present.isEmpty {
+            let states = present.map { peers[$0]! }
+            let merged = MessageStorePeer(peer: target, journal: MessageJournalFile(path: journalPath(target)))
+            let base = states.map(\.lastSeq).max() ?? 0
+            merged.lastSeq = base
+            merged.ackedUpTo = base
+            var next = base
+            // Queued messages older than the history window are only in the outbox; the rest are in both.
+            let entries = states.enumerated().flatMap { index, state in
+                (state.history + state.outbox[state.outboxHead...].filter { $0.status == .queued })
+                    .map { (entry: $0, source: index) }
+            }
+            var seen = Set<ObjectIdentifier>()
+            let ordered = entries.filter { seen.insert(ObjectIdentifier($0.entry)).inserted }
+                .sorted { ($0.entry.timeMs, $0.source, $0.entry.ordinal) < ($1.entry.timeMs, $1.source, $1.entry.ordinal) }
+            for (entry, _) in ordered {
+                if !entry.outgoing {
+                    merged.addReceived(instance: "", seq: entry.seq, sentAtMs: entry.peerTimeMs, receivedAtMs: entry.timeMs,
+                                       id: entry.id, text: entry.text, limits: limits)
+                } else if entry.status == .queued {
+                    next += 1
+                    merged.addOutgoing(status: .queued, seq: next, timeMs: entry.timeMs, id: entry.id, text: entry.text,
+                                       historyLimit: limits.historyPerPeer)
+                } else {
+                    merged.addOutgoing(status: entry.status, seq: entry.seq, timeMs: entry.timeMs, id: entry.id,
+                                       text: entry.text, historyLimit: limits.historyPerPeer)
+                }
+            }
+            merged.lastSeq = next
+            for state in states {
+                for (instance, mark) in state.senders {
+                    merged.noteSender(instance: instance, seq: mark.seq, cap: limits.maxSenderInstancesPerPeer)
+                }
+            }
+            try merged.journal.rewrite(records: merged.snapshot(historyLimit: limits.historyPerPeer))
+            peers[target] = merged
+        }
+        for source in present {
+            try peers[source]!.journal.remove()
+            peers[source] = nil
+        }
+    }
+
+    /// Migration: every sequence number assigned from now on, to any peer, is above `seq`. Keeps
+    /// numbering from restarting toward a peer removed under a name the migration cannot map
+    /// (its receiver may still hold a duplicate mark for it).
+    public func raiseSequenceFloor(to seq: UInt64) throws {
+        guard seq > (forgottenSeqs[Self.floorName] ?? 0) else { return }
+        try recordForgotten(peer: Self.floorName, lastSeq: seq)
+    }
+
+    /// The highest sequence number assigned to any peer, removed ones included.
+    public var highestSequenceEver: UInt64 {
+        max(peers.values.map(\.lastSeq).max() ?? 0, forgottenSeqs.values.max() ?? 0)
+    }
+
     // MARK: Receiving
 
     /// Stores a message from the peer, unless it is a duplicate: its `seq` is at or below the
@@ -313,7 +380,7 @@ public final class MessageStore {
         if let state = peers[peer] { return state }
         // A peer removed earlier continues its numbering: its receiver may remember our
         // sequence numbers and would drop reused ones as duplicates.
-        let start = forgottenSeqs[peer] ?? 0
+        let start = max(forgottenSeqs[peer] ?? 0, forgottenSeqs[Self.floorName] ?? 0)
         let file = try MessageJournalFile.create(
             path: journalPath(peer), records: MessageJournalRecord.state(lastSeq: start, ackedUpTo: start))
         let state = MessageStorePeer(peer: peer, journal: file)

@@ -1,50 +1,88 @@
 import Foundation
 
-/// What the service remembers about a peer across restarts.
+/// What the service remembers about a paired peer across restarts: a peer is its key; its
+/// addresses are only routes.
 public struct KnownPeer: Codable, Equatable, Sendable {
-    /// Normalised peer id (`PeerID.description`).
-    public var id: String
+    public var id: PeerID
+    /// Its long-term public key, pinned when both people confirmed the pairing code.
+    public var key: PublicKey
     public var name: String
     /// The peer's instance id (hex) from its last HELLO.
     public var instance: String?
-    /// Whether we can dial it: we dialled it, or it announced a listen port.
-    public var redialable: Bool
-    /// Its long-term public key (hex), pinned when a person confirmed the pairing code; a link
-    /// presenting another key is refused.
-    public var key: String?
+    /// Where it was reached and can be dialled again.
+    public var routes: [PeerRoute]
     /// Set by `Disconnect`: not redialled, even across restarts, until the next `Connect`.
     public var stayDisconnected: Bool
 
-    public init(id: String, name: String, instance: String?, redialable: Bool, key: String? = nil,
+    public init(id: PeerID, key: PublicKey, name: String, instance: String?, routes: [PeerRoute],
                 stayDisconnected: Bool = false) {
         self.id = id
+        self.key = key
         self.name = name
         self.instance = instance
-        self.redialable = redialable
-        self.key = key
+        self.routes = routes
         self.stayDisconnected = stayDisconnected
+    }
+
+    private enum CodingKeys: String, CodingKey { case id, key, name, instance, routes, stayDisconnected }
+
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        let idText = try container.decode(String.self, forKey: .id)
+        let keyText = try container.decode(String.self, forKey: .key)
+        guard let id = PeerID(idText), let key = PublicKey(hex: keyText) else {
+            throw DecodingError.dataCorruptedError(forKey: .id, in: container, debugDescription: "not a peer id and key")
+        }
+        self.init(id: id, key: key, name: try container.decode(String.self, forKey: .name),
+                  instance: try container.decodeIfPresent(String.self, forKey: .instance),
+                  routes: try container.decode([PeerRoute].self, forKey: .routes),
+                  stayDisconnected: try container.decode(Bool.self, forKey: .stayDisconnected))
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encode(id.description, forKey: .id)
+        try container.encode(key.hex, forKey: .key)
+        try container.encode(name, forKey: .name)
+        try container.encodeIfPresent(instance, forKey: .instance)
+        try container.encode(routes, forKey: .routes)
+        try container.encode(stayDisconnected, forKey: .stayDisconnected)
     }
 }
 
-/// The known peers, kept in one small file rewritten atomically (temp file + rename) on change.
-/// Changes are rare (a peer connects for the first time, is renamed or removed), so a rewrite is cheap.
+/// The known peers, kept in one small file (`peers.json`) rewritten atomically (temp file +
+/// rename) on change. Changes are rare (a peer pairs, is renamed, moves or is removed).
+///
+/// Format 4 is `{"format": 4, "peers": [KnownPeer…]}`. Protocol version 3 wrote a bare array of
+/// peers named by address (`id` = `ip:HOST:PORT` or a Bluetooth address, `key` = hex or absent);
+/// opening such a file yields a `PeerDirectoryMigration` the caller applies to the message
+/// store before calling `finishMigration()`, which writes format 4. Until then the old file
+/// stays, so a crash in between migrates again from the start.
 public final class PeerDirectory {
+    public static let format = 4
     private let path: String
-    private var peers: [String: KnownPeer]
+    private var peers: [PeerID: KnownPeer]
+    public private(set) var migration: PeerDirectoryMigration?
 
-    public init(path: String) throws {
+    /// `idOf` derives a peer id from a key (it needs the crypto adapter; the core has none).
+    public init(path: String, idOf: (PublicKey) -> PeerID) throws {
         self.path = path
-        if let data = FileManager.default.contents(atPath: path) {
-            let list = (try? JSONDecoder().decode([KnownPeer].self, from: data)) ?? []
-            peers = Dictionary(list.map { ($0.id, $0) }, uniquingKeysWith: { _, last in last })
+        peers = [:]
+        guard let data = FileManager.default.contents(atPath: path) else { return }
+        if let current = try? JSONDecoder().decode(File.self, from: data), current.format == Self.format {
+            for peer in current.peers { peers[peer.id] = peer }
+        } else if let old = try? JSONDecoder().decode([Version3Peer].self, from: data) {
+            let migrated = PeerDirectoryMigration(version3: old, idOf: idOf)
+            for peer in migrated.peers { peers[peer.id] = peer }
+            migration = migrated
         } else {
-            peers = [:]
+            throw CocoaError(.fileReadCorruptFile, userInfo: [NSFilePathErrorKey: path])
         }
     }
 
     public var all: [KnownPeer] { peers.values.sorted { $0.id < $1.id } }
 
-    public subscript(id: String) -> KnownPeer? { peers[id] }
+    public subscript(id: PeerID) -> KnownPeer? { peers[id] }
 
     /// Records `peer`, writing the file only if something changed.
     public func save(_ peer: KnownPeer) throws {
@@ -53,19 +91,84 @@ public final class PeerDirectory {
         try write()
     }
 
-    public func remove(id: String) throws {
+    public func remove(id: PeerID) throws {
         guard peers.removeValue(forKey: id) != nil else { return }
         try write()
     }
 
+    /// Writes the migrated directory in format 4 (after the store applied the migration).
+    public func finishMigration() throws {
+        guard migration != nil else { return }
+        try write()
+        migration = nil
+    }
+
+    private struct File: Codable {
+        var format: Int
+        var peers: [KnownPeer]
+    }
+
     private func write() throws {
+        guard migration == nil else { return }
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys]
-        let data = try encoder.encode(all)
+        let data = try encoder.encode(File(format: Self.format, peers: all))
         let temporary = path + ".tmp"
         guard FileManager.default.createFile(atPath: temporary, contents: data, attributes: [.posixPermissions: 0o600]) else {
             throw CocoaError(.fileWriteUnknown, userInfo: [NSFilePathErrorKey: temporary])
         }
         if rename(temporary, path) != 0 { throw CocoaError(.fileWriteUnknown, userInfo: [NSFilePathErrorKey: path]) }
+    }
+}
+
+/// A protocol-version-3 peer: named by the address it was reached at.
+struct Version3Peer: Codable {
+    var id: String
+    var name: String
+    var instance: String?
+    var redialable: Bool
+    var key: String?
+    var stayDisconnected: Bool
+}
+
+/// How a version-3 directory becomes peers-as-keys: entries with the same pinned key are one
+/// peer (their addresses its routes); their message journals, named by address, merge into the
+/// peer's (`MessageStore.merge`). Entries without a key never paired: nothing was ever delivered
+/// to or received from them, and their queued messages cannot be, so they fail.
+public struct PeerDirectoryMigration: Sendable {
+    /// The merged peers.
+    public let peers: [KnownPeer]
+    /// For each peer, the old store names (addresses) whose journals become its journal.
+    public let journals: [(from: [String], into: PeerID)]
+    /// Old store names that belonged to no key.
+    public let unpaired: [String]
+
+    init(version3 old: [Version3Peer], idOf: (PublicKey) -> PeerID) {
+        var byID: [PeerID: KnownPeer] = [:]
+        var names: [PeerID: [String]] = [:]
+        var unpaired: [String] = []
+        for entry in old.sorted(by: { $0.id < $1.id }) {
+            guard let key = entry.key.flatMap(PublicKey.init(hex:)) else {
+                unpaired.append(entry.id)
+                continue
+            }
+            let id = idOf(key)
+            let address = try? PeerAddress(parsing: entry.id)
+            let route = address.flatMap { entry.redialable || $0.transport == .bluetooth ? PeerRoute(address: $0, lastSeenMs: 0) : nil }
+            names[id, default: []].append(entry.id)
+            if var merged = byID[id] {
+                if let route { merged.routes.append(route) }
+                // Stay disconnected only if every former entry said so.
+                merged.stayDisconnected = merged.stayDisconnected && entry.stayDisconnected
+                if merged.name.isEmpty { merged.name = entry.name }
+                byID[id] = merged
+            } else {
+                byID[id] = KnownPeer(id: id, key: key, name: entry.name, instance: entry.instance,
+                                     routes: route.map { [$0] } ?? [], stayDisconnected: entry.stayDisconnected)
+            }
+        }
+        peers = byID.values.sorted { $0.id < $1.id }
+        journals = names.sorted { $0.key < $1.key }.map { (from: $0.value, into: $0.key) }
+        self.unpaired = unpaired
     }
 }

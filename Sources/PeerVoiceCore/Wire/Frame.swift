@@ -16,9 +16,9 @@ public enum Frame: Equatable, Sendable {
     case goodbye(GoodbyeReason)
     /// One Opus packet of live audio.
     case voice(VoiceFrame)
-    /// The sender's person (or pinned key) accepted the peer after the handshake; nothing but
-    /// KEEPALIVE, PAIRING and GOODBYE flows until both sides have sent it.
-    case pairing(accepted: Bool)
+    /// The sender's pairing status or decision after the handshake (docs/PROTOCOL.md §7.3);
+    /// nothing but KEEPALIVE, PAIRING and GOODBYE flows until the link is open.
+    case pairing(PairingDecision)
     /// The sender starts (or restarts) sending voice under a fresh session id, from which both
     /// sides derive the keys that seal its VOICE packets (docs/SECURITY.md, voice keys).
     case voiceStart(VoiceStart)
@@ -71,6 +71,28 @@ public enum FrameType: UInt8, Sendable, CaseIterable, CustomStringConvertible {
         case .voiceStart: return "VOICE_START"
         case .voiceStop: return "VOICE_STOP"
         case .voiceReport: return "VOICE_REPORT"
+        }
+    }
+}
+
+/// The byte of a PAIRING frame. Each side first sends its status (`known` or `asking`, or
+/// `refuse`); where a side asks its person, each side then sends its person's decision.
+public enum PairingDecision: UInt8, Sendable, CustomStringConvertible {
+    /// The sender will not pair with the peer; the link ends.
+    case refuse = 0
+    /// The sender's person accepted the peer (only after an `asking` from either side).
+    case accept = 1
+    /// First contact at the sender: it is asking its person to compare the code now.
+    case asking = 2
+    /// The sender has the peer's key pinned; if the peer is `known` too the link opens.
+    case known = 3
+
+    public var description: String {
+        switch self {
+        case .refuse: "refuse"
+        case .accept: "accept"
+        case .asking: "asking"
+        case .known: "known"
         }
     }
 }
@@ -246,8 +268,8 @@ extension Frame: CustomStringConvertible {
             return "GOODBYE (\(reason))"
         case .voice(let voice):
             return voice.description
-        case .pairing(let accepted):
-            return accepted ? "PAIRING accepted" : "PAIRING refused"
+        case .pairing(let decision):
+            return "PAIRING \(decision)"
         case .voiceStart(let start):
             return "VOICE_START \(start.frameMs) ms frames"
         case .voiceStop:

@@ -75,8 +75,8 @@ extension Frame {
             bytes.appendBigEndian(voice.seq)
             bytes.appendBigEndian(voice.timestamp)
             bytes.append(contentsOf: voice.payload)
-        case .pairing(let accepted):
-            bytes.append(accepted ? 1 : 0)
+        case .pairing(let decision):
+            bytes.append(decision.rawValue)
         case .voiceStart(let start):
             bytes.append(contentsOf: start.sessionID)
             bytes.append(start.frameMs)
@@ -175,11 +175,9 @@ extension Frame {
 
         case .pairing:
             try requireExactly(Frame.pairingBytes)
-            switch reader.readUInt8() {
-            case 0: self = .pairing(accepted: false)
-            case 1: self = .pairing(accepted: true)
-            case let other: throw .invalidPairingDecision(other)
-            }
+            let byte = reader.readUInt8()
+            guard let decision = PairingDecision(rawValue: byte) else { throw .invalidPairingDecision(byte) }
+            self = .pairing(decision)
 
         case .voiceStart:
             try requireExactly(Frame.voiceStartBytes)

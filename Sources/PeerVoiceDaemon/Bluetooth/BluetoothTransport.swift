@@ -6,17 +6,17 @@ import PeerVoiceCore
 protocol BluetoothTransportDelegate: AnyObject {
     /// `Adapter` or `Discovering` changed.
     func bluetoothStateChanged(_ properties: [ServiceProperty])
-    func bluetoothFound(_ peer: PeerID, name: String)
-    func bluetoothLost(_ peer: PeerID)
+    func bluetoothFound(_ peer: PeerAddress, name: String)
+    func bluetoothLost(_ peer: PeerAddress)
     /// BlueZ asks a person about pairing with `peer`: compare `passkey` ("" = nothing to compare)
     /// and answer with ConfirmPairing; `needsAnswer` is false when the code is only shown.
-    func bluetoothPairingPrompt(_ peer: PeerID, name: String, passkey: String, needsAnswer: Bool)
-    func bluetoothPairingPromptEnded(_ peer: PeerID, outcome: BluezAgent.Outcome)
+    func bluetoothPairingPrompt(_ peer: PeerAddress, name: String, passkey: String, needsAnswer: Bool)
+    func bluetoothPairingPromptEnded(_ peer: PeerAddress, outcome: BluezAgent.Outcome)
     /// An RFCOMM channel to `peer` is up (`outgoing`: we dialled it). Returns whether the service
     /// takes it (and the descriptor); a refused channel is closed.
-    func bluetoothChannelOpened(_ peer: PeerID, name: String, fd: Int32, outgoing: Bool) -> Bool
+    func bluetoothChannelOpened(_ peer: PeerAddress, name: String, fd: Int32, outgoing: Bool) -> Bool
     /// Someone other than us asked BlueZ to close the channel to `peer`.
-    func bluetoothChannelCloseRequested(_ peer: PeerID)
+    func bluetoothChannelCloseRequested(_ peer: PeerAddress)
 }
 
 /// Bluetooth through BlueZ: the adapter in use, discovery, pairing (through `BluezAgent`) and
@@ -244,7 +244,7 @@ final class BluetoothTransport {
     }
 
     private func report(_ device: BluezDevice) {
-        guard shouldReport(device), let peer = PeerID(bluetoothAddress: device.address) else { return }
+        guard shouldReport(device), let peer = PeerAddress(bluetoothAddress: device.address) else { return }
         let isNews = !foundThisTime.contains(device.path) || reported[device.path]?.name != device.name
         reported[device.path] = (device.address, device.name)
         foundThisTime.insert(device.path)
@@ -254,7 +254,7 @@ final class BluetoothTransport {
 
     private func reportLost(_ path: String) {
         foundThisTime.remove(path)
-        guard let address = reported.removeValue(forKey: path)?.address, let peer = PeerID(bluetoothAddress: address) else { return }
+        guard let address = reported.removeValue(forKey: path)?.address, let peer = PeerAddress(bluetoothAddress: address) else { return }
         delegate?.bluetoothLost(peer)
     }
 
@@ -378,7 +378,7 @@ final class BluetoothTransport {
     /// Dials `peer`: pairs first if needed (and `mayPair`: a person is waiting in Connect), then
     /// `ConnectProfile`. The channel itself arrives through `bluetoothChannelOpened` (outgoing)
     /// before `completion` reports success.
-    func connect(_ peer: PeerID, mayPair: Bool, completion: @escaping (Result<Void, ServiceError>) -> Void) {
+    func connect(_ peer: PeerAddress, mayPair: Bool, completion: @escaping (Result<Void, ServiceError>) -> Void) {
         let address = peer.description
         let fail = { [unowned self] (error: ServiceError) in
             // Reported from the main loop, like every other outcome, so callers see one order of events.
@@ -507,7 +507,7 @@ final class BluetoothTransport {
     }
 
     /// The service runs `link` over a channel to `peer`.
-    func linkStarted(_ link: AnyObject, peer: PeerID) {
+    func linkStarted(_ link: AnyObject, peer: PeerAddress) {
         links[ObjectIdentifier(link)] = peer.description
     }
 
@@ -540,7 +540,7 @@ final class BluetoothTransport {
     // MARK: Pairing prompts
 
     /// Answers BlueZ's pending question about `peer`; false if none is pending.
-    func answerPairing(_ peer: PeerID, accept: Bool) -> Bool {
+    func answerPairing(_ peer: PeerAddress, accept: Bool) -> Bool {
         guard let agent, let path = agent.promptedDevices.first(where: { self.peerID(devicePath: $0) == peer }) else {
             return false
         }
@@ -563,7 +563,7 @@ final class BluetoothTransport {
     }
 
     /// Calls `action` unless a channel to `peer` opens within `incomingChannelWaitMs`.
-    func expectChannel(from peer: PeerID, orElse action: @escaping () -> Void) {
+    func expectChannel(from peer: PeerAddress, orElse action: @escaping () -> Void) {
         awaitingChannel[peer.description] = Timer.after(milliseconds: Self.incomingChannelWaitMs) { [weak self] in
             self?.awaitingChannel[peer.description] = nil
             action()
@@ -577,9 +577,9 @@ final class BluetoothTransport {
         }
     }
 
-    private func peerID(devicePath: String) -> PeerID? {
+    private func peerID(devicePath: String) -> PeerAddress? {
         let address = bluez?.device(at: devicePath)?.address ?? BluezDevice.address(fromPath: devicePath) ?? ""
-        return PeerID(bluetoothAddress: address)
+        return PeerAddress(bluetoothAddress: address)
     }
 
     private func deviceName(_ devicePath: String) -> String {

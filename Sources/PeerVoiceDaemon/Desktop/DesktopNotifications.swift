@@ -32,11 +32,11 @@ final class DesktopNotifications {
     /// Notifications waiting for the capabilities; nil when no `GetCapabilities` is in flight.
     private var waitingForCapabilities: [(Set<String>) -> Void]?
     /// Pairing notifications on screen: notification id → peer.
-    private var pairingNotifications: [UInt32: PeerID] = [:]
+    private var pairingNotifications: [UInt32: PeerRef] = [:]
     /// Peers whose pairing notification is on its way to the server, and those of them whose
     /// question was settled meanwhile (withdrawn as soon as the server names it).
-    private var pairingNotificationsInFlight: Set<PeerID> = []
-    private var withdrawWhenShown: Set<PeerID> = []
+    private var pairingNotificationsInFlight: Set<PeerRef> = []
+    private var withdrawWhenShown: Set<PeerRef> = []
 
     init(connection: DBusConnection, service: PeerVoiceService) {
         self.connection = connection
@@ -60,7 +60,7 @@ final class DesktopNotifications {
     func handle(_ event: ServiceEvent) {
         switch event {
         case .messageReceived(let peer, _, let text):
-            notifyMessage(from: peer, text: text)
+            notifyMessage(from: .id(peer), text: text)
         case .pairingRequested(let peer, let name, let passkey):
             notifyPairing(with: peer, name: name, passkey: passkey)
         case .peerStateChanged(let peer, let state) where state != .pairing:
@@ -72,7 +72,7 @@ final class DesktopNotifications {
 
     // MARK: Notifications
 
-    private func notifyMessage(from peer: PeerID, text: String) {
+    private func notifyMessage(from peer: PeerRef, text: String) {
         let name = displayName(of: peer)
         withCapabilities { [unowned self] capabilities in
             var body = String(text.prefix(Self.maxBodyCharacters))
@@ -82,7 +82,7 @@ final class DesktopNotifications {
         }
     }
 
-    private func notifyPairing(with peer: PeerID, name: String, passkey: String) {
+    private func notifyPairing(with peer: PeerRef, name: String, passkey: String) {
         let name = name.isEmpty ? displayName(of: peer) : name
         // One prompt per peer on screen: a second request (Bluetooth asks twice) replaces the first.
         let previous = pairingNotifications.first { $0.value == peer }?.key
@@ -105,7 +105,7 @@ final class DesktopNotifications {
         }
     }
 
-    private func withdrawPairing(for peer: PeerID) {
+    private func withdrawPairing(for peer: PeerRef) {
         if pairingNotificationsInFlight.contains(peer) { withdrawWhenShown.insert(peer) }
         for (id, shown) in pairingNotifications where shown == peer {
             pairingNotifications[id] = nil
@@ -183,8 +183,8 @@ final class DesktopNotifications {
 
     // MARK: Text
 
-    private func displayName(of peer: PeerID) -> String {
-        let name = service.peerList().first { $0.id == peer }?.name ?? ""
+    private func displayName(of peer: PeerRef) -> String {
+        let name = service.peerList().first { $0.ref == peer }?.name ?? ""
         return name.isEmpty ? peer.description : name
     }
 

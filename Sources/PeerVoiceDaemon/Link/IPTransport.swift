@@ -83,9 +83,9 @@ final class IPTransport {
     }
 
     static func parseListenAddress(_ text: String) throws(ServiceError) -> IPEndpoint {
-        if let peer = try? PeerID(parsing: "ip:" + text) { return IPEndpoint(host: peer.host, port: peer.port) }
+        if let peer = try? PeerAddress(parsing: "ip:" + text) { return IPEndpoint(host: peer.host, port: peer.port) }
         // Port 0 ("any free port") is fine for a listener though not for a peer id.
-        if text.hasSuffix(":0"), let peer = try? PeerID(parsing: "ip:" + text.dropLast() + "1") {
+        if text.hasSuffix(":0"), let peer = try? PeerAddress(parsing: "ip:" + text.dropLast() + "1") {
             return IPEndpoint(host: peer.host, port: 0)
         }
         throw .invalidArgument("--listen \(text): use HOST:PORT with a numeric address, e.g. 0.0.0.0:47800 or [::]:47800")

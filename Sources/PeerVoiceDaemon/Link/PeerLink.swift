@@ -12,6 +12,13 @@ enum RemoteEndpoint: CustomStringConvertible {
         case .bluetooth(let address): address
         }
     }
+
+    var transport: Transport {
+        switch self {
+        case .ip: .ip
+        case .bluetooth: .bluetooth
+        }
+    }
 }
 
 /// What a link reports to whoever owns it (the service).
@@ -20,9 +27,12 @@ protocol PeerLinkDelegate: AnyObject {
     /// the middle has had one guess. Return false to end the link at once (rate limit).
     func linkMayContinueAfterCommitment(_ link: PeerLink) -> Bool
     /// The key exchange is done: `link.peerHello` and `link.result` say who the peer is. Nothing
-    /// flows until the owner calls `accept()` (a pinned key, or a person confirmed the code) and
-    /// the peer accepts too.
+    /// flows until the owner declares its status (`declare(.known)` for a pinned key,
+    /// `declare(.asking)` before asking its person) and the link opens (docs/PROTOCOL.md §7.3).
     func linkDidAuthenticate(_ link: PeerLink)
+    /// We declared `known` but the peer is asking its person (it lost our key): ask ours too,
+    /// then `accept()` or `refuse(logReason:)`.
+    func linkPeerIsAsking(_ link: PeerLink)
     /// Both sides accepted: frames flow.
     func linkDidOpen(_ link: PeerLink)
     /// Every frame after opening, in order.
@@ -31,6 +41,17 @@ protocol PeerLinkDelegate: AnyObject {
     func linkDidDrainInput(_ link: PeerLink)
     /// The link is gone. `goodbye` is the peer's reason if it said goodbye.
     func linkDidClose(_ link: PeerLink, reason: LinkCloseReason)
+}
+
+/// A frame that is valid on its own but not at this point of the pairing (docs/PROTOCOL.md §7.3).
+enum LinkProtocolError: Error, CustomStringConvertible {
+    case unexpectedPairing(PairingDecision)
+
+    var description: String {
+        switch self {
+        case .unexpectedPairing(let decision): "PAIRING \(decision) out of order"
+        }
+    }
 }
 
 /// Why a link ended, as far as the owner needs to act on it.
@@ -56,8 +77,13 @@ enum LinkCloseReason: CustomStringConvertible {
 
 /// One peer-link connection speaking the wire protocol (docs/PROTOCOL.md, docs/SECURITY.md) over
 /// a byte stream: preamble both ways, the authenticated key exchange carrying each side's HELLO,
-/// a PAIRING decision from each side, then sealed frames, with keepalives so a silent peer is
-/// noticed.
+/// PAIRING status and decisions, then sealed frames, with keepalives so a silent peer is noticed.
+///
+/// Pairing: each side first sends its status, `known` (the peer's key is pinned) or `asking`
+/// (first contact: its person is being asked). Two `known`s open the link. Otherwise both
+/// people are asked (a `known` side that hears `asking` asks too) and each sends `accept` or
+/// `refuse`; two `accept`s open it. An `accept` where nobody asked is a protocol error, so no
+/// side can open a link its peer's person never saw.
 final class PeerLink {
     /// Sent when nothing else was sent for this long.
     static let keepaliveInterval: Duration = .seconds(1)
@@ -93,6 +119,9 @@ final class PeerLink {
     private var handshake: Handshake?
     private var sealer: RecordSealer?
     private var opener: RecordOpener?
+    /// Our PAIRING status (`known` or `asking`) once declared, and the peer's once received.
+    private var localStatus: PairingDecision?
+    private var peerStatus: PairingDecision?
     private var acceptedLocally = false
     private var acceptedByPeer = false
     private var timer: EventSource?
@@ -133,18 +162,30 @@ final class PeerLink {
         }
     }
 
-    /// Our side trusts the peer (its key is pinned, or a person confirmed the code).
+    var transport: Transport { remote.transport }
+
+    /// Sends our pairing status once: `known` (the peer's key is pinned here) or `asking` (we
+    /// ask our person now).
+    func declare(_ status: PairingDecision) {
+        precondition(status == .known || status == .asking, "a status is known or asking")
+        guard phase == .awaitingPairing, localStatus == nil else { return }
+        localStatus = status
+        sendSealed(.pairing(status))
+        openIfAgreed()
+    }
+
+    /// Our person confirmed the code.
     func accept() {
-        guard phase == .awaitingPairing, !acceptedLocally else { return }
+        guard phase == .awaitingPairing, localStatus != nil, !acceptedLocally else { return }
         acceptedLocally = true
-        sendSealed(.pairing(accepted: true))
-        openIfBothAccepted()
+        sendSealed(.pairing(.accept))
+        openIfAgreed()
     }
 
     /// Our side refuses the peer: it is told, and the link ends.
     func refuse(logReason: String) {
         guard phase == .awaitingPairing else { return }
-        sendSealed(.pairing(accepted: false))
+        sendSealed(.pairing(.refuse))
         connection.closeAfterFlushing()
         finish(.other(logReason))
     }
@@ -268,14 +309,11 @@ final class PeerLink {
         case (_, .goodbye(let reason)):
             connection.closeAfterFlushing()
             finish(.goodbye(reason))
-        case (.awaitingPairing, .pairing(let accepted)):
-            guard accepted else {
-                connection.closeAfterFlushing()
-                finish(.refusedByPeer)
-                return
-            }
-            acceptedByPeer = true
-            openIfBothAccepted()
+        case (.awaitingPairing, .pairing(.refuse)):
+            connection.closeAfterFlushing()
+            finish(.refusedByPeer)
+        case (.awaitingPairing, .pairing(let decision)):
+            try peerPairing(decision)
         case (.open, .pairing), (.awaitingPairing, _), (_, .hello):
             close(goodbye: .protocolError, logReason: "protocol error: \(frame.type) \(phase == .open ? "after" : "before") pairing")
         default:
@@ -283,8 +321,24 @@ final class PeerLink {
         }
     }
 
-    private func openIfBothAccepted() {
-        guard acceptedLocally, acceptedByPeer, phase == .awaitingPairing else { return }
+    private func peerPairing(_ decision: PairingDecision) throws {
+        switch (peerStatus, decision) {
+        case (nil, .known), (nil, .asking):
+            peerStatus = decision
+            if decision == .asking && localStatus == .known { delegate?.linkPeerIsAsking(self) }
+        case (.some, .accept) where peerStatus == .asking || localStatus == .asking:
+            guard !acceptedByPeer else { throw LinkProtocolError.unexpectedPairing(decision) }
+            acceptedByPeer = true
+        default:
+            throw LinkProtocolError.unexpectedPairing(decision)
+        }
+        openIfAgreed()
+    }
+
+    private func openIfAgreed() {
+        guard phase == .awaitingPairing, let localStatus, let peerStatus else { return }
+        let agreed = (localStatus == .known && peerStatus == .known) || (acceptedLocally && acceptedByPeer)
+        guard agreed else { return }
         phase = .open
         delegate?.linkDidOpen(self)
     }

@@ -4,15 +4,15 @@ public enum Transport: String, Sendable {
     case ip
 }
 
-/// A peer's id as the API shows it: `AA:BB:CC:DD:EE:FF` (Bluetooth, upper case) or
-/// `ip:HOST:PORT` (`ip:127.0.0.1:47800`, `ip:[::1]:47800`). Parsing normalises, so two spellings
-/// of one peer compare equal.
-public struct PeerID: Hashable, Sendable, CustomStringConvertible {
+/// Where a device can be reached: `AA:BB:CC:DD:EE:FF` (Bluetooth, upper case) or `ip:HOST:PORT`
+/// (`ip:127.0.0.1:47800`, `ip:[::1]:47800`). An address is a route to a peer, never who it is
+/// (that is its key, `PeerID`). Parsing normalises, so two spellings of one address compare equal.
+public struct PeerAddress: Hashable, Sendable, Codable, CustomStringConvertible {
     public let transport: Transport
     /// The normalised text form.
     public let description: String
 
-    /// For IP peers: the address literal (without brackets) and port.
+    /// For IP addresses: the address literal (without brackets) and port.
     public let host: String
     public let port: UInt16
 
@@ -20,21 +20,36 @@ public struct PeerID: Hashable, Sendable, CustomStringConvertible {
         if text.hasPrefix("ip:") {
             let (host, port) = try Self.parseIP(String(text.dropFirst(3)), original: text)
             self.init(ipHost: host, port: port)
-        } else if let peer = PeerID(bluetoothAddress: text) {
-            self = peer
+        } else if let address = PeerAddress(bluetoothAddress: text) {
+            self = address
         } else {
-            throw .invalidArgument("'\(text.prefix(80))' is not a peer id: use a Bluetooth address like AA:BB:CC:DD:EE:FF or ip:HOST:PORT like ip:192.168.1.20:47800")
+            throw .invalidArgument("'\(text.prefix(80))' is not a peer id or address: use an id like pv:\(String(repeating: "a", count: PeerID.base32Characters)), a Bluetooth address like AA:BB:CC:DD:EE:FF or ip:HOST:PORT like ip:192.168.1.20:47800")
         }
     }
 
-    /// An IP peer from an address literal (IPv6 without brackets) and a port.
+    // Stored as its text form (peers.json routes).
+    public init(from decoder: any Decoder) throws {
+        let text = try decoder.singleValueContainer().decode(String.self)
+        do {
+            self = try PeerAddress(parsing: text)
+        } catch {
+            throw DecodingError.dataCorrupted(.init(codingPath: decoder.codingPath, debugDescription: error.message))
+        }
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.singleValueContainer()
+        try container.encode(description)
+    }
+
+    /// An IP address from an address literal (IPv6 without brackets) and a port.
     public init(ipHost host: String, port: UInt16) {
         let host = host.lowercased()
         self.init(transport: .ip, description: host.contains(":") ? "ip:[\(host)]:\(port)" : "ip:\(host):\(port)",
                   host: host, port: port)
     }
 
-    /// A Bluetooth peer from BlueZ's `Device1.Address`.
+    /// A Bluetooth address from BlueZ's `Device1.Address`.
     public init?(bluetoothAddress: String) {
         guard let address = Self.normalisedBluetoothAddress(bluetoothAddress) else { return nil }
         self.init(transport: .bluetooth, description: address, host: "", port: 0)
@@ -57,7 +72,7 @@ public struct PeerID: Hashable, Sendable, CustomStringConvertible {
         let hostPart: Substring, portPart: Substring
         if rest.hasPrefix("[") {
             guard let close = rest.firstIndex(of: "]"), rest[rest.index(after: close)...].hasPrefix(":") else {
-                throw .invalidArgument("'\(original.prefix(80))' is not a peer id: write IPv6 peers as ip:[ADDRESS]:PORT")
+                throw .invalidArgument("'\(original.prefix(80))' is not an address: write IPv6 peers as ip:[ADDRESS]:PORT")
             }
             hostPart = rest[rest.index(after: rest.startIndex)..<close]
             portPart = rest[rest.index(close, offsetBy: 2)...]

@@ -1,24 +1,24 @@
 import PeerVoiceCore
 import XCTest
 
-final class PeerIDTests: XCTestCase {
+final class PeerAddressTests: XCTestCase {
     func testBluetoothAddressesAreNormalisedToUpperCase() throws {
-        let peer = try PeerID(parsing: "aa:bb:cc:dd:ee:0f")
+        let peer = try PeerAddress(parsing: "aa:bb:cc:dd:ee:0f")
         XCTAssertEqual(peer.description, "AA:BB:CC:DD:EE:0F")
         XCTAssertEqual(peer.transport, .bluetooth)
-        XCTAssertEqual(peer, try PeerID(parsing: "AA:BB:CC:DD:EE:0F"))
+        XCTAssertEqual(peer, try PeerAddress(parsing: "AA:BB:CC:DD:EE:0F"))
     }
 
     func testIPPeers() throws {
-        let v4 = try PeerID(parsing: "ip:127.0.0.1:47800")
+        let v4 = try PeerAddress(parsing: "ip:127.0.0.1:47800")
         XCTAssertEqual(v4.transport, .ip)
         XCTAssertEqual(v4.host, "127.0.0.1")
         XCTAssertEqual(v4.port, 47800)
         XCTAssertEqual(v4.description, "ip:127.0.0.1:47800")
-        let v6 = try PeerID(parsing: "ip:[FE80::1]:9")
+        let v6 = try PeerAddress(parsing: "ip:[FE80::1]:9")
         XCTAssertEqual(v6.host, "fe80::1")
         XCTAssertEqual(v6.description, "ip:[fe80::1]:9")
-        XCTAssertEqual(PeerID(ipHost: "::1", port: 47800).description, "ip:[::1]:47800")
+        XCTAssertEqual(PeerAddress(ipHost: "::1", port: 47800).description, "ip:[::1]:47800")
     }
 
     func testMalformedIDsSayWhatIsWrong() {
@@ -33,7 +33,7 @@ final class PeerIDTests: XCTestCase {
             ("ip:[xyz]:80", "is not an IPv6 address"),
         ]
         for (text, expected) in cases {
-            XCTAssertThrowsError(try PeerID(parsing: text), text) { error in
+            XCTAssertThrowsError(try PeerAddress(parsing: text), text) { error in
                 guard case ServiceError.invalidArgument(let message) = error else { return XCTFail("\(text): \(error)") }
                 XCTAssertTrue(message.contains(expected), "\(text): \(message)")
             }
