@@ -6,7 +6,7 @@ import TestHarness
 import XCTest
 
 /// Text messages between real peervoiced processes, each on its own private bus, linked over TCP
-/// on 127.0.0.1 with protocol version 3 (key exchange, pairing confirmed on both sides, sealed
+/// on 127.0.0.1 with protocol version 4 (key exchange, pairing confirmed on both sides, sealed
 /// frames): connect, send both ways, history, bursts, broadcast, crashes and restarts,
 /// Disconnect, RemovePeer, and hostile bytes on the listen port. SecurityTests covers the
 /// security properties themselves.
@@ -14,8 +14,8 @@ final class MessagingTests: XCTestCase {
     private static let failed = "org.example.PeerVoice.Error.Failed"
     private static let unknownPeer = "org.example.PeerVoice.Error.UnknownPeer"
     private static let tooLarge = "org.example.PeerVoice.Error.TooLarge"
-    /// PVLK, version 3, reserved.
-    private static let preamble: [UInt8] = [0x50, 0x56, 0x4C, 0x4B, 0x00, 0x03, 0x00, 0x00]
+    /// PVLK, version 4, reserved.
+    private static let preamble: [UInt8] = [0x50, 0x56, 0x4C, 0x4B, 0x00, 0x04, 0x00, 0x00]
 
     private var peers: [TestPeer] = []
     private var startedAt = Date()
@@ -46,17 +46,25 @@ final class MessagingTests: XCTestCase {
 
         // First contact: both are asked to compare the same code, both accept.
         let pairing = try pair(a, b)
-        // The reply comes once the link is up: A announced 'connected' before replying.
+        // The reply, B's id, comes once the link is up: A announced 'connected' before replying.
+        XCTAssertEqual(try pairing.connect.get()[0].string, b.id)
         let connectedA = try XCTUnwrap(a.waitForState("connected", of: b.id, after: markA, timeout: 1))
         XCTAssertLessThan(connectedA, pairing.signalsBeforeReply, "Connect replied before PeerStateChanged 'connected'")
-        XCTAssertEqual(a.states(of: b.id, after: markA), ["connecting", "pairing", "connected"])
+        // The address is dialled under its own name; once its key is known, PeerIdentified says
+        // whose it is, before any signal under the id.
+        XCTAssertEqual(a.states(of: b.address, after: markA), ["connecting"])
+        XCTAssertEqual(a.states(of: b.id, after: markA), ["pairing", "connected"])
+        let identified = try XCTUnwrap(a.client.signals.firstIndex { $0.member == "PeerIdentified" })
+        XCTAssertEqual(a.client.signals[identified].string(0), b.address)
+        XCTAssertEqual(a.client.signals[identified].string(1), b.id)
+        XCTAssertLessThan(identified, try XCTUnwrap(a.client.signals.firstIndex { $0.string(0) == b.id }))
         // The prompt came with the 'pairing' state, before 'connected'.
         let prompt = try XCTUnwrap(a.client.signals.firstIndex { $0.member == "PairingRequested" })
         XCTAssertLessThan(prompt, connectedA)
         XCTAssertEqual(pairing.dialler?.string(1), "bob", "PairingRequested names the peer")
         XCTAssertEqual(pairing.dialled?.string(1), "alice")
 
-        // B names A by the listen port A announced, not by the connection's source port.
+        // B names A by A's key, whatever port A's connection came from.
         XCTAssertNotNil(b.waitForState("connected", of: a.id, after: markB, timeout: 10), b.log)
         let stateSignals = b.client.signals("PeerStateChanged")
         XCTAssertEqual(Set(stateSignals.map { $0.string(0) }), [a.id])
@@ -70,7 +78,7 @@ final class MessagingTests: XCTestCase {
         try a.client.call("Connect", [Variant(b.id)], timeoutMs: 30_000)
         XCTAssertLessThan(Date().timeIntervalSince(again), 2)
         a.client.drain(for: 0.2)
-        XCTAssertEqual(a.states(of: b.id, after: markA), ["connecting", "pairing", "connected"])
+        XCTAssertEqual(a.states(of: b.id, after: markA), ["pairing", "connected"])
         XCTAssertEqual(a.pairingRequests().count, 1)
         XCTAssertEqual(b.pairingRequests().count, 1)
     }
