@@ -139,8 +139,8 @@ extension PeerVoiceService {
     func connectFailed(_ peer: Peer, _ error: ServiceError) {
         failConnectWaiters(peer, error)
         setState(peer, .disconnected)
-        if !peer.paired && !peer.isConnected {
-            // Never paired: nothing to deliver, not worth remembering.
+        if !peer.paired && !peer.isConnected && store.history(peer: peer.id.description, max: 1).isEmpty {
+            // Never paired and nothing queued: not worth remembering.
             if peers[peer.id] === peer { peers[peer.id] = nil }
         } else {
             scheduleRedial(peer)
@@ -342,6 +342,8 @@ extension PeerVoiceService: PeerLinkDelegate {
         }
         entry.peer = id
         entry.route = dialable ? address : nil
+        // The key is proven: the address is this peer's route (kept across restarts once paired).
+        if dialable { peer.noteRoute(address, seenAtMs: Self.nowMs()) }
         pendingLinks[ObjectIdentifier(link)] = entry
         if peer.paired {
             if !link.isOutgoing { pairingLimiter.giveBack(host: Self.host(of: link.remote)) }
@@ -507,8 +509,8 @@ extension PeerVoiceService: PeerLinkDelegate {
             error = .rejected("\(id) refused the pairing")
         case .handshakeFailed(.unexpectedRemoteKey):
             setStayDisconnected(peer, true)
-            Log.warning("\(link.remote) presented an identity key other than \(id)'s: refused. If \(id) was reinstalled, RemovePeer \(id) and connect to its address again to compare codes")
-            error = .rejected("\(link.remote) presented an identity key other than \(id)'s: it may be an impostor. If \(id) was reinstalled, RemovePeer \(id) and Connect to its address again to compare codes")
+            Log.warning("\(link.remote) presented an identity key other than the pinned one of \(id): refused. If \(id) was reinstalled, RemovePeer \(id) and connect to its address again to compare codes")
+            error = .rejected("\(link.remote) presented an identity key other than the pinned one of \(id): it may be an impostor. If \(id) was reinstalled, RemovePeer \(id) and Connect to its address again to compare codes")
         default:
             // A first contact that failed is not retried on its own: each try would ask a person.
             error = .failed("\(id): \(reason)")

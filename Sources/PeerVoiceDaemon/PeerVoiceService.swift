@@ -260,9 +260,7 @@ final class PeerVoiceService {
         try MessageText.validate(text)
         let targets: [Peer]
         if let ref {
-            let peer = try peer(ref)
-            guard peer.paired else { throw .notConnected("\(peer.id) is not paired yet: wait until Connect has finished") }
-            targets = [peer]
+            targets = [try peer(ref)]
         } else {
             targets = peers.values.filter(\.isConnected).sorted { $0.id < $1.id }
             guard !targets.isEmpty else { throw .notConnected("no peer is connected: Connect to one first") }

@@ -68,15 +68,20 @@ final class BluetoothUnavailableTests: XCTestCase {
     }
 
     func testVoiceWithAKnownBluetoothPeerSaysBlueZIsNotRunning() throws {
-        // A Bluetooth peer remembered from an earlier run.
+        // A peer paired over Bluetooth in an earlier run: its key, and its address as its route.
         let state = directory.path + "/daemon-state"
         try FileManager.default.createDirectory(atPath: state, withIntermediateDirectories: true)
-        try Data(#"[{"id":"AA:BB:CC:DD:EE:FF","name":"laptop","redialable":true,"stayDisconnected":false}]"#.utf8)
+        let key = SecureLink.newIdentity()
+        let id = SecureLink.peerID(of: key)
+        let keyHex = key.publicKey.map { String(format: "%02x", $0) }.joined()
+        try Data(#"{"format":4,"peers":[{"id":"\#(id)","key":"\#(keyHex)","name":"laptop","routes":[{"address":"AA:BB:CC:DD:EE:FF","lastSeenMs":1}],"stayDisconnected":false}]}"#.utf8)
             .write(to: URL(fileURLWithPath: state + "/peers.json"))
         try startDaemon()
         let peers = try client.call("ListPeers")[0]
         XCTAssertEqual(peers.count, 1)
+        XCTAssertEqual(peers[0][0].string, id)
         XCTAssertEqual(peers[0][2].string, "bluetooth")
+        assertBlueZNotRunning("StartVoice", [Variant(id)])
         assertBlueZNotRunning("StartVoice", [Variant("AA:BB:CC:DD:EE:FF")])
         assertBlueZNotRunning("Connect", [Variant("AA:BB:CC:DD:EE:FF")])
     }

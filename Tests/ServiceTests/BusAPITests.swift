@@ -41,8 +41,8 @@ final class BusAPITests: XCTestCase {
         XCTAssertTrue(live.contains("method Send(in s peer, in s text, out s message_id)"))
         XCTAssertTrue(live.contains("property Muted b read"))
         XCTAssertEqual(live.filter { $0.hasPrefix("method ") }.count, 13)
-        XCTAssertEqual(live.filter { $0.hasPrefix("signal ") }.count, 9)
-        XCTAssertEqual(live.filter { $0.hasPrefix("property ") }.count, 5)
+        XCTAssertEqual(live.filter { $0.hasPrefix("signal ") }.count, 10)
+        XCTAssertEqual(live.filter { $0.hasPrefix("property ") }.count, 7)
     }
 
     /// Every method, signal and property of org.example.PeerVoice as one readable line each.
@@ -207,7 +207,11 @@ final class BusAPITests: XCTestCase {
                                              interface: "org.freedesktop.DBus.Properties", method: "GetAll",
                                              arguments: Variant(tuple: [Variant(APIClient.interface)]))
         XCTAssertEqual(Set(all[0].children.map { $0[0].string! }),
-                       ["Muted", "Discovering", "Version", "ListenAddress", "Adapter"])
+                       ["Muted", "Discovering", "Version", "ListenAddress", "Adapter", "Id", "Fingerprint"])
+        let id = try XCTUnwrap(try client.property("Id").string)
+        XCTAssertTrue(id.hasPrefix("pv:") && id.count == 29, "Id '\(id)'")
+        let fingerprint = try XCTUnwrap(try client.property("Fingerprint").string)
+        XCTAssertEqual(fingerprint.split(separator: " ").count, 16, "Fingerprint '\(fingerprint)'")
     }
 
     // MARK: Life cycle

@@ -138,7 +138,7 @@ final class DesktopTests: XCTestCase {
         let notifyB = try notificationDaemon(for: b)
         let markA = a.mark, markB = b.mark
 
-        let connect = a.client.callAsync("Connect", [Variant(b.id)], timeout: 30)
+        let connect = a.client.callAsync("Connect", [Variant(b.address)], timeout: 30)
         let promptA = try XCTUnwrap(a.pairingRequest(for: b.id, after: markA, timeout: 15), a.log)
         let promptB = try XCTUnwrap(b.pairingRequest(for: a.id, after: markB, timeout: 15), b.log)
         let code = promptA.string(2)
@@ -210,7 +210,7 @@ final class DesktopTests: XCTestCase {
         let notifyB = try notificationDaemon(for: b, actions: false)
         let markA = a.mark, markB = b.mark
 
-        let connect = a.client.callAsync("Connect", [Variant(b.id)], timeout: 30)
+        let connect = a.client.callAsync("Connect", [Variant(b.address)], timeout: 30)
         XCTAssertNotNil(a.pairingRequest(for: b.id, after: markA, timeout: 15), a.log)
         XCTAssertNotNil(b.pairingRequest(for: a.id, after: markB, timeout: 15), b.log)
         let promptA = try XCTUnwrap(waitForCalls(notifyA, "Notify", count: 1).first, a.log)

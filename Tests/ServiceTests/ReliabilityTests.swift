@@ -35,19 +35,19 @@ final class ReliabilityTests: XCTestCase {
         let relayPort = try freeTCPPort()
         var relay = try Relay(targetPort: b.port, listenPort: relayPort)
         relays.append(relay)
-        let pairing = a.pair(with: b, via: relay.id)
+        let pairing = a.pair(with: b, via: relay.address)
         XCTAssertNoThrow(try pairing.connect.get())
 
         var sent: [String] = []
         func send(_ count: Int) throws {
             for index in 0..<count {
-                sent.append(try XCTUnwrap(try a.client.call("Send", [Variant(relay.id), Variant("message \(sent.count) \(index)")])[0].string))
+                sent.append(try XCTUnwrap(try a.client.call("Send", [Variant(relay.address), Variant("message \(sent.count) \(index)")])[0].string))
             }
         }
         try send(50)
         let markA = a.mark
         relay.stop()  // the path goes away with whatever was in flight
-        XCTAssertNotNil(a.waitForState("disconnected", of: relay.id, after: markA, timeout: 6), "A did not notice the cut")
+        XCTAssertNotNil(a.waitForState("disconnected", of: b.id, after: markA, timeout: 6), "A did not notice the cut")
         let cutAt = Date()
         while Date().timeIntervalSince(cutAt) < 10 {
             try send(10)
@@ -80,7 +80,7 @@ final class ReliabilityTests: XCTestCase {
         let b = try makePeer("bob")
         let leaving = try DBusConnection.connect(address: a.bus.address)
         leaving.callAsync(destination: APIClient.name, path: APIClient.path, interface: APIClient.interface,
-                          method: "Connect", arguments: Variant(tuple: [Variant(b.id)]), timeoutMs: 90_000) { _ in }
+                          method: "Connect", arguments: Variant(tuple: [Variant(b.address)]), timeoutMs: 90_000) { _ in }
         leaving.flush()
         XCTAssertNotNil(a.pairingRequest(for: b.id), "the Connect did not start")
         leaving.close()

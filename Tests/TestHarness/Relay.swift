@@ -128,8 +128,8 @@ public final class Relay: @unchecked Sendable {
 
     deinit { stop() }
 
-    /// The peer id a daemon dials to reach the relay.
-    public var id: String { "ip:127.0.0.1:\(port)" }
+    /// The address a daemon dials to reach the relay (a route to whatever key answers behind it).
+    public var address: String { "ip:127.0.0.1:\(port)" }
 
     // MARK: What happened
 
@@ -379,9 +379,9 @@ public enum CodeSearch {
     public enum Outcome: Equatable, Sendable {
         /// Stopped right after message 3: the code was known, the handshake not finished.
         case abortedAfterCode
-        /// Handshake complete and no decision within the observation time: the daemon is asking its person.
+        /// Handshake complete and no refusal within the observation time: the daemon is asking its person.
         case prompted
-        /// Handshake complete, then the daemon sent PAIRING refused (e.g. its rate limit).
+        /// Handshake complete, then the daemon sent PAIRING refuse (e.g. its rate limit).
         case refused
         /// The daemon hung up or failed the handshake.
         case closed(String)
@@ -396,11 +396,11 @@ public enum CodeSearch {
     /// the daemon can prompt; it sends nothing more, but waits for the daemon's answer to message 3
     /// before hanging up); `.initiatorIdentity` completes the handshake so the daemon decides
     /// (prompt or refuse), watched for `observe` seconds.
-    public static func attempt(port: UInt16, from source: String? = nil, hello: Hello,
-                               through: HandshakeMessage = .initiatorIdentity, observe: Double = 0.25) -> Attempt {
+    public static func attempt(port: UInt16, from source: String? = nil, identity: StaticIdentity = SecureLink.newIdentity(),
+                               hello: Hello, through: HandshakeMessage = .initiatorIdentity, observe: Double = 0.25) -> Attempt {
         let link: SecureLink
         do {
-            link = try SecureLink.connect(port: port, from: source, hello: hello)
+            link = try SecureLink.connect(port: port, from: source, identity: identity, hello: hello)
         } catch {
             return Attempt(code: nil, outcome: .closed("\(error)"))
         }
