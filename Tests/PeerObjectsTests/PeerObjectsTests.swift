@@ -245,6 +245,70 @@ final class PeerObjectsTests: XCTestCase {
         XCTAssertTrue(try app.introspect(PeerObjects.peersRoot).contains("<node name=\"ABCDEFGHIJKLMNOPQRSTUVWXYZ\"/>"))
     }
 
+    // MARK: What apps and tools see
+
+    func testAnObjectManagerClientFollowsTheTreeWithoutPolling() throws {
+        objects.publish(Self.foundDevice)
+        let mirror = ObjectManagerClient(connection: app.connection, service: BusObject.busName,
+                                         managerPath: PeerObjects.managerPath)
+        var changes: [String] = []
+        mirror.onChange = { change in
+            switch change {
+            case .interfacesAdded(let path, _): changes.append("added \(path)")
+            case .interfacesRemoved(let path, _): changes.append("removed \(path)")
+            case .propertiesChanged(let path, _, let changed): changes.append("changed \(path) \(changed)")
+            default: break
+            }
+        }
+        mirror.start()
+        XCTAssertTrue(iterateMainContext(timeout: 10) { mirror.isReady })
+        XCTAssertEqual(mirror.paths(implementing: PeerObjects.interface), [Self.foundDevice.path])
+
+        objects.replace(withdrawing: Self.foundDevice.path, publishing: Self.alice)
+        var moved = Self.alice
+        moved.routes.insert(.init(transport: .ip, address: "ip:192.168.1.21:47800", lastSeenMs: 1_764_580_009_000), at: 0)
+        objects.publish(moved)
+        XCTAssertTrue(iterateMainContext(timeout: 10) { changes.count == 3 }, "\(changes)")
+        XCTAssertEqual(changes, ["removed \(Self.foundDevice.path)", "added \(Self.alice.path)", "changed \(Self.alice.path) [\"Routes\"]"])
+        XCTAssertEqual(mirror.paths(implementing: PeerObjects.interface), [Self.alice.path])
+        let routes = mirror.properties(of: Self.alice.path, interface: PeerObjects.interface)?["Routes"]
+        XCTAssertEqual(routes?.children.map { $0[1].string }, ["ip:192.168.1.21:47800", "ip:192.168.1.20:47800", "AA:BB:CC:DD:EE:FF"])
+        mirror.stop()
+    }
+
+    /// The README's commands, run against the objects.
+    func testBusctlAndGdbusShowThePeerObjects() throws {
+        objects.publish(Self.alice)
+        objects.publish(Self.foundDevice)
+
+        let tree = try run("busctl", ["--address=" + bus.address, "tree", BusObject.busName])
+        for path in ["/org/example/PeerVoice", Self.alice.path, Self.foundDevice.path] {
+            XCTAssertTrue(tree.contains(path + "\n"), "busctl tree lacks \(path):\n\(tree)")
+        }
+        let managed = try run("gdbus", ["call", "--address", bus.address, "-d", BusObject.busName, "-o", PeerObjects.managerPath,
+                                        "-m", "org.freedesktop.DBus.ObjectManager.GetManagedObjects"])
+        XCTAssertTrue(managed.contains("'\(Self.alice.path)': {'org.example.PeerVoice.Peer': {'Id': <'pv:ABCDEFGHIJKLMNOPQRSTUVWXYZ'>, 'Name': <'alice'>"), managed)
+        XCTAssertTrue(managed.contains("'\(Self.foundDevice.path)': {"), managed)
+        let introspection = try run("busctl", ["--address=" + bus.address, "introspect", BusObject.busName, Self.alice.path,
+                                               PeerObjects.interface])
+        XCTAssertTrue(introspection.contains(".Name"), introspection)
+        XCTAssertTrue(introspection.contains("\"alice\""), introspection)
+        XCTAssertTrue(introspection.contains(".Routes"), introspection)
+    }
+
+    /// Runs a command-line client to completion while this process's main context serves it.
+    private func run(_ tool: String, _ arguments: [String]) throws -> String {
+        let process = try ChildProcess(tool, arguments, logPath: directory.path + "/\(tool).log")
+        // The service only wakes the main context when the tool calls; the ticks notice its exit.
+        let ticks = Timer.every(milliseconds: 10) { true }
+        defer { ticks.cancel() }
+        _ = iterateMainContext(timeout: 20) { !process.isRunning }
+        XCTAssertEqual(process.status, 0, "\(tool) \(arguments): \(process.log)")
+        let output = process.log
+        try? FileManager.default.removeItem(atPath: process.logPath)
+        return output
+    }
+
     // MARK: Helpers
 
     /// The D-Bus specification's rule for object paths.
