@@ -86,7 +86,7 @@ final class PeerObjects {
         self.connection = connection
         manager = try connection.registerObjectManager(path: Self.managerPath) { [weak self] in
             guard let self else { return [] }
-            return objects.keys.sorted().map { path in (path, Self.interfaces(of: objects[path]!.snapshot)) }
+            return objects.sorted { $0.key < $1.key }.map { ($0.key, Self.interfaces(of: $0.value.snapshot)) }
         }
     }
 
@@ -98,13 +98,13 @@ final class PeerObjects {
             objects[path]!.snapshot = snapshot
             let changed = snapshot.properties(changedFrom: old)
             guard !changed.isEmpty else { return }
-            report("PropertiesChanged on \(path)") { () throws(BusError) in
+            logIfFails("PropertiesChanged on \(path)") { () throws(BusError) in
                 try connection.emitPropertiesChanged(path: path, interface: Self.interface,
                                                      changed: changed.map { ($0.rawValue, snapshot.value(of: $0)) })
             }
             return
         }
-        report("export \(path)") { () throws(BusError) in
+        logIfFails("export \(path)") { () throws(BusError) in
             let registration = try connection.registerObject(
                 path: path, introspectionXML: Self.introspectionXML, interface: Self.interface,
                 // The interface declares no methods, so GDBus dispatches none here.
@@ -121,7 +121,7 @@ final class PeerObjects {
     /// Unregisters the object at `path` and emits `InterfacesRemoved`; nothing if none is there.
     func withdraw(path: String) {
         guard objects.removeValue(forKey: path) != nil else { return }
-        report("InterfacesRemoved for \(path)") { () throws(BusError) in
+        logIfFails("InterfacesRemoved for \(path)") { () throws(BusError) in
             try connection.emitInterfacesRemoved(managerPath: Self.managerPath, object: path, interfaces: [Self.interface])
         }
     }
@@ -144,7 +144,7 @@ final class PeerObjects {
         [(interface, PeerProperty.allCases.map { ($0.rawValue, snapshot.value(of: $0)) })]
     }
 
-    private func report(_ what: String, _ body: () throws(BusError) -> Void) {
+    private func logIfFails(_ what: String, _ body: () throws(BusError) -> Void) {
         do throws(BusError) {
             try body()
         } catch {
