@@ -114,6 +114,7 @@ install: deps
 	install -Dm755 "$$bin/peervoiced" "$(DESTDIR)$(BINDIR)/peervoiced"; \
 	install -Dm755 "$$bin/peervoicectl" "$(DESTDIR)$(BINDIR)/peervoicectl"
 	install -Dm644 dbus/org.example.PeerVoice.xml "$(DESTDIR)$(DATADIR)/dbus-1/interfaces/org.example.PeerVoice.xml"
+	install -Dm644 dbus/org.example.PeerVoice.Peer.xml "$(DESTDIR)$(DATADIR)/dbus-1/interfaces/org.example.PeerVoice.Peer.xml"
 	install -Dm644 $(GEN_DIR)/org.example.PeerVoice.service "$(DESTDIR)$(DATADIR)/dbus-1/services/org.example.PeerVoice.service"
 	install -Dm644 $(GEN_DIR)/peervoiced.service "$(DESTDIR)$(USERUNITDIR)/peervoiced.service"
 	install -Dm644 completion/peervoicectl.bash "$(DESTDIR)$(DATADIR)/bash-completion/completions/peervoicectl"
@@ -126,6 +127,7 @@ uninstall:
 	rm -f "$(DESTDIR)$(BINDIR)/peervoiced" \
 	      "$(DESTDIR)$(BINDIR)/peervoicectl" \
 	      "$(DESTDIR)$(DATADIR)/dbus-1/interfaces/org.example.PeerVoice.xml" \
+	      "$(DESTDIR)$(DATADIR)/dbus-1/interfaces/org.example.PeerVoice.Peer.xml" \
 	      "$(DESTDIR)$(DATADIR)/dbus-1/services/org.example.PeerVoice.service" \
 	      "$(DESTDIR)$(USERUNITDIR)/peervoiced.service" \
 	      "$(DESTDIR)$(DATADIR)/bash-completion/completions/peervoicectl" \

@@ -31,7 +31,7 @@ let package = Package(
         .target(
             name: "PeerVoiceDaemon",
             dependencies: ["PeerVoiceCore", "GIO", "Sodium", "Opus", "PipeWire"],
-            resources: [.embedInCode("org.example.PeerVoice.xml")]
+            resources: [.embedInCode("org.example.PeerVoice.xml"), .embedInCode("org.example.PeerVoice.Peer.xml")]
         ),
         .executableTarget(name: "peervoiced", dependencies: ["PeerVoiceDaemon"]),
         // A thin client of the public bus API, nothing more.
@@ -43,6 +43,8 @@ let package = Package(
         .testTarget(name: "OpusTests", dependencies: ["Opus", "PeerVoiceCore"]),
         .testTarget(name: "PipeWireTests", dependencies: ["PipeWire", "PeerVoiceCore", "TestHarness"]),
         .testTarget(name: "ServiceTests", dependencies: ["TestHarness", "GIO"]),
+        // PeerObjects in-process (the daemon module's component) against a real private dbus-daemon.
+        .testTarget(name: "PeerObjectsTests", dependencies: ["PeerVoiceDaemon", "PeerVoiceCore", "TestHarness", "GIO"]),
     ],
     swiftLanguageModes: [.v6]
 )

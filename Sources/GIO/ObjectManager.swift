@@ -208,3 +208,66 @@ extension Variant {
         return children.compactMap(\.string)
     }
 }
+
+/// An object's interfaces with their properties, in the order given: `a{sa{sv}}` on the bus.
+public typealias ManagedInterfaces = [(interface: String, properties: [(String, Variant)])]
+
+/// The service side of `org.freedesktop.DBus.ObjectManager` (the interface `ObjectManagerClient`
+/// reads): `GetManagedObjects` and the two signals. The caller owns the objects; this only speaks
+/// the standard interface for them.
+extension DBusConnection {
+    public static let objectManagerInterface = "org.freedesktop.DBus.ObjectManager"
+
+    /// The interface as the D-Bus specification defines it.
+    private static let objectManagerXML = """
+        <node>
+          <interface name="org.freedesktop.DBus.ObjectManager">
+            <method name="GetManagedObjects">
+              <arg name="objects" type="a{oa{sa{sv}}}" direction="out"/>
+            </method>
+            <signal name="InterfacesAdded">
+              <arg name="object" type="o"/>
+              <arg name="interfaces" type="a{sa{sv}}"/>
+            </signal>
+            <signal name="InterfacesRemoved">
+              <arg name="object" type="o"/>
+              <arg name="interfaces" type="as"/>
+            </signal>
+          </interface>
+        </node>
+        """
+
+    /// Exports `org.freedesktop.DBus.ObjectManager` at `path`, alongside any other interface
+    /// registered there. `managedObjects` answers `GetManagedObjects` with the objects below `path`.
+    public func registerObjectManager(
+        path: String, managedObjects: @escaping () -> [(path: String, interfaces: ManagedInterfaces)]
+    ) throws(BusError) -> ObjectRegistration {
+        try registerObject(path: path, introspectionXML: Self.objectManagerXML, interface: Self.objectManagerInterface,
+                           methods: { call in
+                               // GDBus dispatches only the one method the XML declares.
+                               let objects = managedObjects().map { object in
+                                   Variant(dictionaryEntry: Variant(objectPath: object.path), Self.variant(object.interfaces))
+                               }
+                               call.reply(Variant(tuple: [Variant(array: objects, elementType: "{oa{sa{sv}}}")]))
+                           },
+                           properties: { _ in nil })
+    }
+
+    /// `InterfacesAdded(o object, a{sa{sv}} interfaces)` from the manager at `managerPath`.
+    public func emitInterfacesAdded(managerPath: String, object: String, interfaces: ManagedInterfaces) throws(BusError) {
+        try emitSignal(path: managerPath, interface: Self.objectManagerInterface, name: "InterfacesAdded",
+                       arguments: Variant(tuple: [Variant(objectPath: object), Self.variant(interfaces)]))
+    }
+
+    /// `InterfacesRemoved(o object, as interfaces)` from the manager at `managerPath`.
+    public func emitInterfacesRemoved(managerPath: String, object: String, interfaces: [String]) throws(BusError) {
+        try emitSignal(path: managerPath, interface: Self.objectManagerInterface, name: "InterfacesRemoved",
+                       arguments: Variant(tuple: [Variant(objectPath: object),
+                                                  Variant(array: interfaces.map { Variant($0) }, elementType: "s")]))
+    }
+
+    private static func variant(_ interfaces: ManagedInterfaces) -> Variant {
+        Variant(array: interfaces.map { Variant(dictionaryEntry: Variant($0.interface), Variant(dictionary: $0.properties)) },
+                elementType: "{sa{sv}}")
+    }
+}

@@ -59,10 +59,12 @@ public final class Variant: @unchecked Sendable {
 
     /// A dictionary `a{sv}`.
     public convenience init(dictionary: [(String, Variant)]) {
-        let entries = dictionary.map { key, value in
-            Variant(adopting: value.withPointer { g_variant_new_dict_entry(g_variant_new_string(key), g_variant_new_variant($0)) })
-        }
-        self.init(array: entries, elementType: "{sv}")
+        self.init(array: dictionary.map { Variant(dictionaryEntry: Variant($0), Variant(boxing: $1)) }, elementType: "{sv}")
+    }
+
+    /// One `{kv}` entry of a dictionary (`a{kv}` is an array of them), e.g. `{oa{sa{sv}}}`.
+    public convenience init(dictionaryEntry key: Variant, _ value: Variant) {
+        self.init(adopting: key.withPointer { key in value.withPointer { g_variant_new_dict_entry(key, $0) } })
     }
 
     /// Parses GVariant text format, e.g. `Variant(parsing: "('a', uint32 3)")`; nil if malformed.

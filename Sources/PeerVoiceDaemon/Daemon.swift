@@ -31,10 +31,13 @@ public func runDaemon(arguments: [String]) -> Int32 {
     }
     let connection: DBusConnection
     let bus: BusObject
+    let peerObjects: PeerObjects
     do {
         connection = try DBusConnection.session()
         // The object is in place before the name is owned, so the first caller finds it.
         bus = try BusObject(connection: connection, service: service)
+        // The ObjectManager of /org/example/PeerVoice; the service publishes its peers through it.
+        peerObjects = try PeerObjects(connection: connection)
         guard try connection.requestName(BusObject.busName) == .owned else {
             Log.error("\(BusObject.busName) is already owned on the session bus: another peervoiced is running (stop it first, e.g. systemctl --user stop peervoiced)")
             return 1
@@ -60,6 +63,7 @@ public func runDaemon(arguments: [String]) -> Int32 {
 
     withExtendedLifetime((signalSources, shortcuts)) {}
     service.shutdown()
+    peerObjects.unregister()
     bus.unregister()
     connection.releaseName(BusObject.busName)
     connection.flush()

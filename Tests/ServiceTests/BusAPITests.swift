@@ -1,5 +1,4 @@
 import Foundation
-import FoundationXML
 import GIO
 import Glibc
 import TestHarness
@@ -36,8 +35,8 @@ final class BusAPITests: XCTestCase {
             .appendingPathComponent("../../dbus/org.example.PeerVoice.xml").path
         let documented = try String(contentsOfFile: xmlPath, encoding: .utf8)
 
-        let live = try Self.members(of: introspected)
-        XCTAssertEqual(live, try Self.members(of: documented))
+        let live = try interfaceMembers(ofXML: introspected, interface: APIClient.interface)
+        XCTAssertEqual(live, try interfaceMembers(ofXML: documented, interface: APIClient.interface))
         XCTAssertTrue(live.contains("method Send(in s peer, in s text, out s message_id)"))
         XCTAssertTrue(live.contains("property Muted b read"))
         XCTAssertEqual(live.filter { $0.hasPrefix("method ") }.count, 13)
@@ -45,26 +44,18 @@ final class BusAPITests: XCTestCase {
         XCTAssertEqual(live.filter { $0.hasPrefix("property ") }.count, 7)
     }
 
-    /// Every method, signal and property of org.example.PeerVoice as one readable line each.
-    private static func members(of xml: String) throws -> Set<String> {
-        let document = try XMLDocument(xmlString: xml)
-        let interface = try XCTUnwrap(try document.nodes(forXPath: "/node/interface[@name='org.example.PeerVoice']").first as? XMLElement)
-        var members = Set<String>()
-        for element in interface.children?.compactMap({ $0 as? XMLElement }) ?? [] {
-            let name = element.attribute(forName: "name")?.stringValue ?? "?"
-            let arguments = (element.elements(forName: "arg")).map { arg in
-                let direction = arg.attribute(forName: "direction")?.stringValue ?? (element.name == "method" ? "in" : "")
-                return [direction, arg.attribute(forName: "type")?.stringValue ?? "", arg.attribute(forName: "name")?.stringValue ?? ""]
-                    .filter { !$0.isEmpty }.joined(separator: " ")
-            }
-            switch element.name {
-            case "property":
-                members.insert("property \(name) \(element.attribute(forName: "type")!.stringValue!) \(element.attribute(forName: "access")!.stringValue!)")
-            default:
-                members.insert("\(element.name!) \(name)(\(arguments.joined(separator: ", ")))")
-            }
-        }
-        return members
+    func testTheServiceObjectIsAlsoTheObjectManagerOfPeerObjects() throws {
+        let managed = try client.connection.call(destination: APIClient.name, path: APIClient.path,
+                                                 interface: "org.freedesktop.DBus.ObjectManager", method: "GetManagedObjects")
+        XCTAssertEqual(managed.description, "(@a{oa{sa{sv}}} {},)", "a fresh peervoiced knows no peers")
+        let introspected = try client.connection.call(
+            destination: APIClient.name, path: APIClient.path, interface: "org.freedesktop.DBus.Introspectable",
+            method: "Introspect")[0].string!
+        XCTAssertTrue(try interfaceMembers(ofXML: introspected, interface: "org.freedesktop.DBus.ObjectManager")
+            .contains("method GetManagedObjects(out a{oa{sa{sv}}} objects)"))
+        // The second interface on the path leaves the first one working.
+        XCTAssertEqual(try client.property("Version").string?.isEmpty, false)
+        XCTAssertEqual(try client.call("ListPeers").typeString, "(a(ssss))")
     }
 
     // MARK: Arguments

@@ -827,6 +827,7 @@ final class CtlTests: XCTestCase {
         let files = [
             "usr/bin/peervoiced", "usr/bin/peervoicectl",
             "usr/share/dbus-1/interfaces/org.example.PeerVoice.xml",
+            "usr/share/dbus-1/interfaces/org.example.PeerVoice.Peer.xml",
             "usr/share/dbus-1/services/org.example.PeerVoice.service",
             "usr/lib/systemd/user/peervoiced.service",
             "usr/share/applications/peervoiced.desktop",
@@ -851,8 +852,10 @@ final class CtlTests: XCTestCase {
         }
         XCTAssertEqual(read("usr/share/bash-completion/completions/peervoicectl"),
                        try String(contentsOfFile: Self.packageDirectory + "/completion/peervoicectl.bash", encoding: .utf8))
-        XCTAssertEqual(read("usr/share/dbus-1/interfaces/org.example.PeerVoice.xml"),
-                       try String(contentsOfFile: Self.packageDirectory + "/dbus/org.example.PeerVoice.xml", encoding: .utf8))
+        for interface in ["org.example.PeerVoice.xml", "org.example.PeerVoice.Peer.xml"] {
+            XCTAssertEqual(read("usr/share/dbus-1/interfaces/" + interface),
+                           try String(contentsOfFile: Self.packageDirectory + "/dbus/" + interface, encoding: .utf8))
+        }
         let version = try ChildProcess(root + "/usr/bin/peervoicectl", ["--version"], logPath: directory.path + "/installed.log")
         XCTAssertEqual(version.wait(timeout: 10), 0)
         XCTAssertEqual(version.log, "peervoicectl 0.1.0\n")
