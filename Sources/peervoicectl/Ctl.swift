@@ -201,6 +201,8 @@ enum Ctl {
         let adapter = properties.lookup("Adapter")?.string ?? ""
         var rows = [
             ["Version:", properties.lookup("Version")?.string ?? "?"],
+            ["Id:", properties.lookup("Id")?.string ?? "?"],
+            ["Fingerprint:", properties.lookup("Fingerprint")?.string ?? "?"],
             ["Muted:", yesNo(properties.lookup("Muted"))],
             ["Discovering:", yesNo(properties.lookup("Discovering"))],
             ["ListenAddress:", listen.isEmpty ? "none (the IP transport is off)" : listen],

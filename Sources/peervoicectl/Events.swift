@@ -75,14 +75,20 @@ extension Ctl {
     // MARK: connect
 
     static func connect(_ service: Service, peer: String) throws(Exit) {
-        // The service normalises ids (upper-case Bluetooth addresses); compare the way it does.
-        let wanted = peer.uppercased()
+        // The service normalises what it is given (upper-case Bluetooth addresses, lower-case
+        // ids); compare the way it does. Signals name the target by its address until
+        // PeerIdentified says which id it is, then by the id.
+        var names: Set<String> = [peer.uppercased()]
         let loop = EventLoop()
         var reported = ""
         let subscription = service.subscribe { signal in
             let id = signal.text(0)
-            guard id.uppercased() == wanted else { return }
+            guard names.contains(id.uppercased()) else { return }
             switch signal.member {
+            case "PeerIdentified":
+                let key = signal.text(1)
+                guard names.insert(key.uppercased()).inserted else { return }
+                Output.line("\(id) is \(key)")
             case "PeerStateChanged":
                 let state = signal.text(1)
                 guard state != reported else { return }
@@ -103,17 +109,17 @@ extension Ctl {
                 break
             }
         }
-        // Connect may wait up to 60 s for a person to confirm pairing.
+        // Connect may wait up to 60 s for a person to confirm pairing; it answers with the id.
+        var connected = peer
         service.callAsync("Connect", [Variant(peer)], timeoutMs: 90_000) { result in
-            loop.finish(result.map { _ in () })
+            loop.finish(result.map { reply in connected = (reply.count > 0 ? reply[0].string : nil) ?? peer })
         }
         try loop.run(service) {
             .failure(Exit(status: 130, message: "peervoicectl: interrupted; the service may still connect to \(peer)"))
         }
         withExtendedLifetime(subscription) {}
-        let known = (try? service.peers())?.first { $0.id.uppercased() == wanted }
-        let name = known?.name ?? ""
-        Output.line("connected to \(known?.id ?? peer)" + (name.isEmpty ? "" : " (\(Format.escaped(name)))"))
+        let name = (try? service.peers())?.first { $0.id == connected }?.name ?? ""
+        Output.line("connected to \(connected)" + (name.isEmpty ? "" : " (\(Format.escaped(name)))"))
     }
 
     // MARK: monitor
@@ -122,6 +128,7 @@ extension Ctl {
     static let signalArguments: [String: [String]] = [
         "PeerFound": ["peer", "name"],
         "PeerLost": ["peer"],
+        "PeerIdentified": ["address", "peer"],
         "PeerStateChanged": ["peer", "state"],
         "PairingRequested": ["peer", "name", "passkey"],
         "MessageReceived": ["peer", "message_id", "text"],

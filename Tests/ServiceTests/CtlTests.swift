@@ -39,7 +39,9 @@ final class CtlTests: XCTestCase {
         let client: APIClient
         /// The IP listener's port (from ListenAddress), 0 without `--listen`.
         private(set) var port: UInt16 = 0
-        var id: String { "ip:127.0.0.1:\(port)" }
+        var address: String { "ip:127.0.0.1:\(port)" }
+        /// Its peer id, what other services name it by once they know its key.
+        private(set) var id = ""
 
         init(name: String, listen: Bool) throws {
             self.name = name
@@ -51,6 +53,7 @@ final class CtlTests: XCTestCase {
             guard client.waitForService(timeout: 15) else {
                 throw HarnessError("\(name): peervoiced did not own its name: \(daemon.process.log)")
             }
+            id = try client.property("Id").string ?? ""
             if listen {
                 var address = ""
                 _ = eventually(timeout: 10) {
@@ -177,7 +180,7 @@ final class CtlTests: XCTestCase {
     private func pair(_ a: Node, _ b: Node, file: StaticString = #filePath, line: UInt = #line) throws -> String {
         var reply: Result<Variant, BusError>?
         a.client.connection.callAsync(destination: APIClient.name, path: APIClient.path, interface: APIClient.interface,
-                                      method: "Connect", arguments: Variant(tuple: [Variant(b.id)]), timeoutMs: 90_000) {
+                                      method: "Connect", arguments: Variant(tuple: [Variant(b.address)]), timeoutMs: 90_000) {
             reply = $0
         }
         let promptA = try XCTUnwrap(a.client.waitForSignal("PairingRequested") { $0.arguments[0].string == b.id },
@@ -279,6 +282,8 @@ final class CtlTests: XCTestCase {
         XCTAssertEqual(status.status, 0, "\(status)")
         let fields = Self.fields(status.output)
         XCTAssertEqual(fields["Version"], try a.client.property("Version").string, status.output)
+        XCTAssertEqual(fields["Id"], try a.client.property("Id").string, status.output)
+        XCTAssertEqual(fields["Fingerprint"], try a.client.property("Fingerprint").string, status.output)
         XCTAssertEqual(fields["Muted"], "no", status.output)
         XCTAssertEqual(fields["Discovering"], "no", status.output)
         XCTAssertEqual(fields["ListenAddress"], "127.0.0.1:\(a.port)", status.output)
@@ -368,7 +373,7 @@ final class CtlTests: XCTestCase {
         let busA = a.bus.address
 
         // connect: first contact, so both people compare the code and confirm (with peervoicectl).
-        let connect = try start(["connect", b.id], bus: busA)
+        let connect = try start(["connect", b.address], bus: busA)
         let theirPrompt = try XCTUnwrap(b.client.waitForSignal("PairingRequested") { $0.arguments[0].string == a.id },
                                         b.daemon.process.log)
         let code = try XCTUnwrap(theirPrompt.arguments[2].string)
@@ -382,7 +387,7 @@ final class CtlTests: XCTestCase {
         let confirmThere = try ctl(["confirm", a.id, "yes"], bus: b.bus.address)
         XCTAssertEqual(confirmThere.status, 0, "\(confirmThere)")
         XCTAssertEqual(connect.wait(timeout: 15), 0, connect.log)
-        XCTAssertEqual(connect.log, "connecting to \(b.id)...\npairing with \(b.id)...\n\(prompt)\nconnected to \(b.id) (bravo)\n")
+        XCTAssertEqual(connect.log, "connecting to \(b.address)...\n\(b.address) is \(b.id)\npairing with \(b.id)...\n\(prompt)\nconnected to \(b.id) (bravo)\n")
         let again = try ctl(["connect", b.id], bus: busA)
         XCTAssertEqual(again.status, 0, "\(again)")
         XCTAssertEqual(again.output, "connected to \(b.id) (bravo)\n")
@@ -445,7 +450,7 @@ final class CtlTests: XCTestCase {
 
         // Refusing the code here fails the connect with the service's Rejected error.
         let c = try node("charlie")
-        let refused = try start(["connect", c.id], bus: busA)
+        let refused = try start(["connect", c.address], bus: busA)
         XCTAssertTrue(eventually(timeout: 10) { refused.log.contains(": compare code ") }, refused.log)
         let no = try ctl(["confirm", c.id, "no"], bus: busA)
         XCTAssertEqual(no.output, "refused pairing with \(c.id)\n")
@@ -510,7 +515,8 @@ final class CtlTests: XCTestCase {
         }
 
         let code = try pair(a, b)
-        expectLine(monitorA, "PeerStateChanged peer=\(b.id) state=connecting")
+        expectLine(monitorA, "PeerStateChanged peer=\(b.address) state=connecting")
+        expectLine(monitorA, "PeerIdentified address=\(b.address) peer=\(b.id)")
         expectLine(monitorA, "PeerStateChanged peer=\(b.id) state=pairing")
         expectLine(monitorA, #"PairingRequested peer=\#(b.id) name="bravo" passkey=\#(code)"#)
         expectLine(monitorB, #"PairingRequested peer=\#(a.id) name="alpha" passkey=\#(code)"#)
@@ -663,7 +669,7 @@ final class CtlTests: XCTestCase {
                 call.reply()
                 if call.arguments[1].bool == true {
                     emit("PeerStateChanged", [peer, Variant("connected")])
-                    pendingConnect?.reply()
+                    pendingConnect?.reply(Variant(tuple: [peer]))
                 } else {
                     emit("PeerStateChanged", [peer, Variant("disconnected")])
                     pendingConnect?.fail(name: "org.example.PeerVoice.Error.Rejected", message: "pairing with \(Self.peer) was refused")
@@ -763,7 +769,7 @@ final class CtlTests: XCTestCase {
         try pair(a, b)
         let lines = [
             "peervoicectl ", "peervoicectl mu", "peervoicectl mute ", "peervoicectl voice ", "peervoicectl voice start ",
-            "peervoicectl confirm ", "peervoicectl confirm \(b.id) ", "peervoicectl connect ip:127",
+            "peervoicectl confirm ", "peervoicectl confirm \(b.id) ", "peervoicectl connect pv:",
             "peervoicectl history \(b.id) --", "peervoicectl peers -", "peervoicectl send ", "peervoicectl send \(b.id) ",
             "peervoicectl help re", "peervoicectl --ver",
         ]
@@ -782,7 +788,6 @@ final class CtlTests: XCTestCase {
         XCTAssertEqual(process.wait(timeout: 30), 0, process.log)
         let output = process.log
         XCTAssertTrue(output.hasPrefix("complete -F _peervoicectl peervoicectl\n"), output)
-        let port = String(b.port)
         let expected = [
             "[peervoicectl ] status peers discover connect disconnect send history remove mute confirm voice monitor help --help --version",
             "[peervoicectl mu] mute",
@@ -792,7 +797,7 @@ final class CtlTests: XCTestCase {
             "[peervoicectl confirm ] \(b.id)",
             "[peervoicectl confirm \(b.id) ] yes no",
             // bash completes after the last ':', so the candidate is trimmed to what follows it.
-            "[peervoicectl connect ip:127] 127.0.0.1:\(port)",
+            "[peervoicectl connect pv:] \(b.id.dropFirst(3))",
             "[peervoicectl history \(b.id) --] --max --help",
             "[peervoicectl peers -] --ids --help",
             "[peervoicectl send ] \(b.id)",
