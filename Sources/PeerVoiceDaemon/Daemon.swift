@@ -47,7 +47,17 @@ public func runDaemon(arguments: [String]) -> Int32 {
         return 1
     }
     let notifications = options.notify ? DesktopNotifications(connection: connection, service: service) : nil
-    service.emit = { [unowned bus] event in bus.emit(event); notifications?.handle(event) }
+    service.emit = { [unowned bus, unowned service] event in
+        bus.emit(event)
+        switch event {
+        case .messageReceived, .messageDelivered, .messageFailed, .muteChanged, .propertiesChanged:
+            break
+        default:
+            // Every change to a peer comes with one of the other events: its object follows right after.
+            peerObjects.show(service.peerObjectSnapshots())
+        }
+        notifications?.handle(event)
+    }
     Log.info("serving \(BusObject.busName) on the session bus as \(connection.uniqueName)")
     do {
         try service.start()

@@ -331,7 +331,6 @@ extension PeerVoiceService: PeerLinkDelegate {
             if let peer = peers[dialledID] { connectFailed(peer, .rejected("another device (\(id)) answered at \(address), not \(dialledID)")) }
             return
         }
-        emit(.peerIdentified(address, id))
         let peer = peers[id] ?? Peer(id: id, key: key, name: hello.name, routes: [], paired: false)
         peers[id] = peer
         if peer.name.isEmpty || !peer.paired { peer.name = hello.name }
@@ -345,6 +344,8 @@ extension PeerVoiceService: PeerLinkDelegate {
         // The key is proven: the address is this peer's route (kept across restarts once paired).
         if dialable { peer.noteRoute(address, seenAtMs: Self.nowMs()) }
         pendingLinks[ObjectIdentifier(link)] = entry
+        // Before any signal under the id; the found object (a contact) gives way to the peer's.
+        emit(.peerIdentified(address, id))
         if peer.paired {
             if !link.isOutgoing { pairingLimiter.giveBack(host: Self.host(of: link.remote)) }
             link.declare(.known)

@@ -155,6 +155,28 @@ final class PeerVoiceService {
         return (known + dialling + found).sorted { $0.ref.description < $1.ref.description }
     }
 
+    /// What the peer objects show: one per `ListPeers` row, a peer at its id's path, a device
+    /// not yet keyed at its address's found path.
+    func peerObjectSnapshots() -> [PeerObjectSnapshot] {
+        peerList().map { row in
+            switch row.ref {
+            case .id(let id):
+                let peer = peers[id]!
+                return PeerObjectSnapshot(
+                    path: PeerObjects.peerPath(id), id: id.description, name: peer.name, state: peer.state,
+                    transport: peer.transport,
+                    routes: peer.routes.map { .init(transport: $0.transport, address: $0.address.description, lastSeenMs: $0.lastSeenMs) },
+                    fingerprint: peer.key.fingerprint, paired: peer.paired, voice: peer.voice.active ? .active : .stopped)
+            case .address(let address):
+                return PeerObjectSnapshot(
+                    path: PeerObjects.foundPath(transport: address.transport, address: address.description), id: "",
+                    name: row.name, state: row.state, transport: address.transport,
+                    routes: [.init(transport: address.transport, address: address.description, lastSeenMs: 0)],
+                    fingerprint: "", paired: false, voice: .stopped)
+            }
+        }
+    }
+
     /// The peer `ref` names: its id, or an address that is a route of exactly one known peer.
     func peer(_ ref: PeerRef) throws(ServiceError) -> Peer {
         switch ref {

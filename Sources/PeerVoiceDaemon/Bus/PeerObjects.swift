@@ -12,7 +12,7 @@ struct PeerObjectSnapshot: Equatable, Sendable {
         var lastSeenMs: UInt64
     }
 
-    /// `PeerObjects.peerPath(id:)` for a keyed peer, `PeerObjects.foundPath(transport:address:)`
+    /// `PeerObjects.peerPath(_:)` for a keyed peer, `PeerObjects.foundPath(transport:address:)`
     /// for a found device not yet keyed.
     var path: String
     /// `pv:` + 26 base32 characters; "" while the key is not known.
@@ -126,12 +126,14 @@ final class PeerObjects {
         }
     }
 
-    /// `withdraw(path: oldPath)` then `publish(snapshot)`, in this one main-loop turn: clients see
-    /// `InterfacesRemoved` for the old path before `InterfacesAdded` for the new one (a found
-    /// device whose key became known).
-    func replace(withdrawing oldPath: String, publishing snapshot: PeerObjectSnapshot) {
-        withdraw(path: oldPath)
-        publish(snapshot)
+    /// Makes the exported objects exactly `snapshots`, in this one main-loop turn: objects not
+    /// among them are withdrawn first, then each is published (added, or its changes signalled).
+    /// So when a found device's key becomes known, clients see `InterfacesRemoved` for its found
+    /// path before `InterfacesAdded` for its peer path.
+    func show(_ snapshots: [PeerObjectSnapshot]) {
+        let wanted = Set(snapshots.map(\.path))
+        for path in objects.keys.sorted() where !wanted.contains(path) { withdraw(path: path) }
+        snapshots.forEach(publish)
     }
 
     /// Unexports everything, without signals: the service is leaving the bus.
@@ -159,14 +161,10 @@ extension PeerObjects {
     static let peersRoot = managerPath + "/peers"
     static let foundRoot = managerPath + "/found"
 
-    /// `/org/example/PeerVoice/peers/<the 26 base32 characters of id>`; nil if `id` is not `pv:`
-    /// followed by 26 characters of A–Z and 2–7.
-    static func peerPath(id: String) -> String? {
-        let base32 = id.utf8.dropFirst(3)
-        guard id.hasPrefix("pv:"), base32.count == 26,
-              base32.allSatisfy({ (UInt8(ascii: "A")...UInt8(ascii: "Z")).contains($0) || (UInt8(ascii: "2")...UInt8(ascii: "7")).contains($0) })
-        else { return nil }
-        return peersRoot + "/" + String(decoding: base32, as: UTF8.self)
+    /// `/org/example/PeerVoice/peers/<the 26 base32 characters of id>` (a–z and 2–7: always a
+    /// valid path element).
+    static func peerPath(_ id: PeerID) -> String {
+        peersRoot + "/" + id.base32
     }
 
     /// `/org/example/PeerVoice/found/<bt|ip>_<address>` for a device found at `address` (spelt as
