@@ -98,9 +98,14 @@ public final class PeerDirectory {
 
     /// Writes the migrated directory in format 4 (after the store applied the migration).
     public func finishMigration() throws {
-        guard migration != nil else { return }
-        try write()
+        guard let pending = migration else { return }
         migration = nil
+        do {
+            try write()
+        } catch {
+            migration = pending
+            throw error
+        }
     }
 
     private struct File: Codable {
@@ -132,7 +137,8 @@ struct Version3Peer: Codable {
 }
 
 /// How a version-3 directory becomes peers-as-keys: entries with the same pinned key are one
-/// peer (their addresses its routes); their message journals, named by address, merge into the
+/// peer (their dialable addresses its routes, the name of the first by address that has one);
+/// their message journals, named by address, merge into the
 /// peer's (`MessageStore.merge`). Entries without a key never paired: nothing was ever delivered
 /// to or received from them, and their queued messages cannot be, so they fail.
 public struct PeerDirectoryMigration: Sendable {
@@ -161,6 +167,7 @@ public struct PeerDirectoryMigration: Sendable {
                 // Stay disconnected only if every former entry said so.
                 merged.stayDisconnected = merged.stayDisconnected && entry.stayDisconnected
                 if merged.name.isEmpty { merged.name = entry.name }
+                if merged.instance == nil { merged.instance = entry.instance }
                 byID[id] = merged
             } else {
                 byID[id] = KnownPeer(id: id, key: key, name: entry.name, instance: entry.instance,
