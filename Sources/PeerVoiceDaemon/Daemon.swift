@@ -47,14 +47,15 @@ public func runDaemon(arguments: [String]) -> Int32 {
         return 1
     }
     let notifications = options.notify ? DesktopNotifications(connection: connection, service: service) : nil
+    service.peersChanged = { [unowned service] in peerObjects.show(service.peerObjectSnapshots()) }
     service.emit = { [unowned bus, unowned service] event in
         bus.emit(event)
         switch event {
         case .messageReceived, .messageDelivered, .messageFailed, .muteChanged, .propertiesChanged:
             break
         default:
-            // Every change to a peer comes with one of the other events: its object follows right after.
-            peerObjects.show(service.peerObjectSnapshots())
+            // Every other change to a peer comes with one of these events: its object follows right after.
+            service.peersChanged()
         }
         notifications?.handle(event)
     }

@@ -10,6 +10,8 @@ import Sodium
 /// the bus-facing methods; PeerVoiceService+Links.swift the links, pairing and delivery.
 final class PeerVoiceService {
     var emit: (ServiceEvent) -> Void = { _ in }
+    /// Called when the set of peers (or what one shows) changed without an event of its own.
+    var peersChanged: () -> Void = {}
 
     private(set) var isMuted = false
     var isDiscovering: Bool { bluetooth?.isDiscovering ?? false }
@@ -273,6 +275,7 @@ final class PeerVoiceService {
             emit(.messageFailed(id, messageID: messageID, reason: "the peer was removed"))
         }
         Log.info("removed \(id): key unpinned, \(failed.count) queued messages failed")
+        peersChanged()
     }
 
     // MARK: Messages

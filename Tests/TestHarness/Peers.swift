@@ -79,20 +79,24 @@ extension APIClient {
 }
 
 /// One PeerVoice peer for tests: its own directory, private bus and client, and a peervoiced on
-/// that bus listening on 127.0.0.1. `restart()` brings the daemon back with the same state
-/// directory and port, hence the same peer id.
+/// that bus listening on 127.0.0.1 (or on another loopback host, or not at all, as most laptops
+/// run). `restart()` brings the daemon back with the same state directory and port, hence the
+/// same key and id.
 public final class TestPeer {
     public let name: String
     public let directory: TemporaryDirectory
     public let bus: PrivateBus
     public let client: APIClient
     public private(set) var daemon: Daemon
-    /// The TCP port the daemon listens on.
+    /// The TCP port the daemon listens on (0 when it does not listen).
     public private(set) var port: UInt16
+    /// The loopback address it listens on.
+    public private(set) var host = "127.0.0.1"
+    private let listens: Bool
     private let extraArguments: [String]
 
     /// The address other peers dial this one at.
-    public var address: String { "ip:127.0.0.1:\(port)" }
+    public var address: String { "ip:\(host):\(port)" }
     /// Its peer id (`pv:…`, from its key): what other peers' signals name it by once it is identified.
     public private(set) var id = ""
     /// Everything every life of the daemon has logged (the log file is appended to).
@@ -100,9 +104,10 @@ public final class TestPeer {
     public var isRunning: Bool { daemon.process.isRunning }
 
     /// Starts a bus and a daemon named `name`, listening on `port` (0: any free port, read back
-    /// from `ListenAddress`).
-    public init(name: String, port: UInt16 = 0, arguments: [String] = ["--verbose"]) throws {
+    /// from `ListenAddress`), or not listening at all (`listens` false: the daemon's defaults).
+    public init(name: String, port: UInt16 = 0, listens: Bool = true, arguments: [String] = ["--verbose"]) throws {
         self.name = name
+        self.listens = listens
         self.extraArguments = arguments
         directory = try TemporaryDirectory("peervoice-\(name)")
         do {
@@ -115,14 +120,16 @@ public final class TestPeer {
             client = try Self.connectClient(to: bus)
             self.port = port
             daemon = try Daemon(bus: bus, in: directory, name: name,
-                                arguments: ["--listen", "127.0.0.1:\(port)"] + arguments)
-            try awaitListening(expectedPort: port)
+                                arguments: (listens ? ["--listen", "127.0.0.1:\(port)"] : []) + arguments)
+            try awaitStart(expectedPort: port)
         } catch {
             bus.stop()
             directory.remove()
             throw error
         }
     }
+
+    private var listenArguments: [String] { listens ? ["--listen", "\(host):\(port)"] : [] }
 
     /// PrivateBus returns once dbus-daemon's socket file exists, which is a moment before it
     /// listens: on a loaded machine the first connection can be refused, so retry for a while.
@@ -138,22 +145,24 @@ public final class TestPeer {
         }
     }
 
-    private func awaitListening(expectedPort: UInt16) throws {
+    private func awaitStart(expectedPort: UInt16) throws {
         guard client.waitForService(timeout: 15) else {
             daemon.process.kill()
             throw HarnessError("\(name): peervoiced did not own its name: \(log)")
         }
-        var address = ""
-        _ = eventually(timeout: 10) {
-            address = (try? client.property("ListenAddress").string) ?? ""
-            return !address.isEmpty
+        if listens {
+            var address = ""
+            _ = eventually(timeout: 10) {
+                address = (try? client.property("ListenAddress").string) ?? ""
+                return !address.isEmpty
+            }
+            guard address.hasPrefix(host + ":"), let actual = UInt16(address.dropFirst(host.count + 1)), actual != 0,
+                  expectedPort == 0 || actual == expectedPort else {
+                daemon.process.kill()
+                throw HarnessError("\(name): ListenAddress is '\(address)', expected \(host):\(expectedPort == 0 ? "PORT" : "\(expectedPort)"): \(log)")
+            }
+            port = actual
         }
-        guard address.hasPrefix("127.0.0.1:"), let actual = UInt16(address.dropFirst("127.0.0.1:".count)), actual != 0,
-              expectedPort == 0 || actual == expectedPort else {
-            daemon.process.kill()
-            throw HarnessError("\(name): ListenAddress is '\(address)', expected 127.0.0.1:\(expectedPort == 0 ? "PORT" : "\(expectedPort)"): \(log)")
-        }
-        port = actual
         id = (try? client.property("Id").string) ?? ""
         guard id.hasPrefix("pv:") else {
             daemon.process.kill()
@@ -168,16 +177,17 @@ public final class TestPeer {
     @discardableResult
     public func stop(timeout: Double = 5) -> Int32? { daemon.terminate(timeout: timeout) }
 
-    /// Starts the daemon again (it must have ended) with the same state directory and port.
-    public func restart() throws {
+    /// Starts the daemon again (it must have ended) with the same state directory and port,
+    /// on `host` if given (a device that moved to another address).
+    public func restart(onHost newHost: String? = nil) throws {
         precondition(!daemon.process.isRunning, "restart() of a running daemon")
         // The bus drops the dead daemon's name when it sees its connection close.
         guard eventually(timeout: 10, { !client.nameHasOwner() }) else {
             throw HarnessError("\(name): the bus name is still owned after the daemon ended")
         }
-        daemon = try Daemon(bus: bus, in: directory, name: name,
-                            arguments: ["--listen", "127.0.0.1:\(port)"] + extraArguments)
-        try awaitListening(expectedPort: port)
+        if let newHost { host = newHost }
+        daemon = try Daemon(bus: bus, in: directory, name: name, arguments: listenArguments + extraArguments)
+        try awaitStart(expectedPort: port)
     }
 
     /// Kills the daemon, stops the bus, removes the directory.

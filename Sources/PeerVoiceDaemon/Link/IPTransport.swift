@@ -15,6 +15,9 @@ final class IPTransport {
     /// `HOST:PORT` we listen on ("" when not listening), with the real port if 0 was asked for.
     private(set) var listenAddress = ""
     private(set) var listenPort: UInt16 = 0
+    /// Where dials come from: the listen host when it is one address (not 0.0.0.0 or ::), so a
+    /// peer sees our links come from the address it can dial back.
+    private var dialSource: IPEndpoint?
 
     /// Starts listening on `address` (`HOST:PORT`, `[V6]:PORT`; port 0 picks one).
     func listen(on address: String) throws(ServiceError) {
@@ -29,6 +32,7 @@ final class IPTransport {
         listener = socket
         listenPort = bound.port
         listenAddress = bound.description
+        dialSource = endpoint.host == "0.0.0.0" || endpoint.host == "::" ? nil : IPEndpoint(host: endpoint.host, port: 0)
         acceptWatch = FDWatch.add(fd: socket.fd, events: .readable) { [unowned self] _ in
             acceptWaiting()
             return true
@@ -54,7 +58,7 @@ final class IPTransport {
         let attempt = DialAttempt()
         let socket: Socket
         do {
-            socket = try Socket.connecting(to: endpoint)
+            socket = try Socket.connecting(to: endpoint, from: dialSource)
         } catch {
             // Reported from the main loop, as every other outcome, so callers see one order of events.
             attempt.timer = Timer.after(milliseconds: 0) { completion(.failure(.failed("cannot reach \(endpoint): \(error)"))) }

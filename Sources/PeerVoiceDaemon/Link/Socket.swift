@@ -110,12 +110,19 @@ final class Socket {
         return socket
     }
 
-    /// Starts a TCP connection to `endpoint`; it completes when the socket becomes writable
-    /// (then `pendingError` says whether it worked).
-    static func connecting(to endpoint: IPEndpoint) throws(SystemError) -> Socket {
+    /// Starts a TCP connection to `endpoint`, from `source` (a local address, any port) if given;
+    /// it completes when the socket becomes writable (then `pendingError` says whether it worked).
+    static func connecting(to endpoint: IPEndpoint, from source: IPEndpoint? = nil) throws(SystemError) -> Socket {
         guard let (address, length) = endpoint.socketAddress() else { throw SystemError(call: "inet_pton \(endpoint.host)", code: EINVAL) }
         let socket = Socket(adopting: try systemCall("socket") { Glibc.socket(Int32(address.ss_family), Int32(SOCK_STREAM.rawValue), 0) })
         socket.setNoDelay()
+        if let source, let (local, localLength) = source.socketAddress(), local.ss_family == address.ss_family {
+            try withUnsafePointer(to: local) { pointer throws(SystemError) in
+                try pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { sa throws(SystemError) in
+                    try systemCall("bind \(source)") { bind(socket.fd, sa, localLength) }
+                }
+            }
+        }
         let result = withUnsafePointer(to: address) { pointer in
             pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(socket.fd, $0, length) }
         }
