@@ -17,11 +17,20 @@ public struct BusError: Error, Equatable, CustomStringConvertible {
             name = String(cString: remote)
             g_free(remote)
             g_dbus_error_strip_remote_error(error)
+        } else if error.pointee.domain == g_io_error_quark() && error.pointee.code == G_IO_ERROR_TIMED_OUT.rawValue {
+            // GDBus's own call timeout: named as the bus names a missing reply, so callers can tell it apart.
+            name = Self.noReply
         } else {
             name = "org.gtk.GDBus.Error.Local"
         }
         message = String(cString: error.pointee.message)
     }
+
+    /// No reply came within the call's timeout (from the bus, or GDBus's own timer).
+    public static let noReply = "org.freedesktop.DBus.Error.NoReply"
+
+    /// The callee did not answer in time: it is busy, hung or stopped.
+    public var isNoReply: Bool { name == Self.noReply }
 
     public var description: String { "\(name): \(message)" }
 }

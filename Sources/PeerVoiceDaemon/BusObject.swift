@@ -34,11 +34,9 @@ final class BusObject {
         do throws(ServiceError) {
             switch call.method {
             case "StartDiscovery":
-                try service.startDiscovery()
-                call.reply()
+                service.startDiscovery { Self.reply(call, $0) }
             case "StopDiscovery":
-                try service.stopDiscovery()
-                call.reply()
+                service.stopDiscovery { Self.reply(call, $0) }
             case "ListPeers":
                 let peers = service.peerList().map { peer in
                     Variant(tuple: [Variant(peer.id.description), Variant(peer.name),
@@ -47,12 +45,7 @@ final class BusObject {
                 call.reply(Variant(tuple: [Variant(array: peers, elementType: "(ssss)")]))
             case "Connect":
                 let peer = try PeerID(parsing: arguments[0].string!)
-                service.connect(peer) { result in
-                    switch result {
-                    case .success: call.reply()
-                    case .failure(let error): Self.fail(call, error)
-                    }
-                }
+                service.connect(peer) { Self.reply(call, $0) }
             case "Disconnect":
                 try service.disconnect(PeerID(parsing: arguments[0].string!))
                 call.reply()
@@ -93,6 +86,14 @@ final class BusObject {
             }
         } catch {
             Self.fail(call, error)
+        }
+    }
+
+    /// Answers a call whose outcome came later (the reply was deferred until then).
+    private static func reply(_ call: MethodCall, _ result: Result<Void, ServiceError>) {
+        switch result {
+        case .success: call.reply()
+        case .failure(let error): fail(call, error)
         }
     }
 

@@ -90,6 +90,7 @@ public final class TestPeer {
     /// The TCP port the daemon listens on.
     public private(set) var port: UInt16
     private let extraArguments: [String]
+    private let environment: [String: String]
 
     /// The id other peers know this one by.
     public var id: String { "ip:127.0.0.1:\(port)" }
@@ -98,10 +99,12 @@ public final class TestPeer {
     public var isRunning: Bool { daemon.process.isRunning }
 
     /// Starts a bus and a daemon named `name`, listening on `port` (0: any free port, read back
-    /// from `ListenAddress`).
-    public init(name: String, port: UInt16 = 0, arguments: [String] = ["--verbose"]) throws {
+    /// from `ListenAddress`); `environment` is added to the daemon's.
+    public init(name: String, port: UInt16 = 0, arguments: [String] = ["--verbose"],
+                environment: [String: String] = [:]) throws {
         self.name = name
         self.extraArguments = arguments
+        self.environment = environment
         directory = try TemporaryDirectory("peervoice-\(name)")
         do {
             bus = try PrivateBus(in: directory)
@@ -113,7 +116,7 @@ public final class TestPeer {
             client = try Self.connectClient(to: bus)
             self.port = port
             daemon = try Daemon(bus: bus, in: directory, name: name,
-                                arguments: ["--listen", "127.0.0.1:\(port)"] + arguments)
+                                arguments: ["--listen", "127.0.0.1:\(port)"] + arguments, environment: environment)
             try awaitListening(expectedPort: port)
         } catch {
             bus.stop()
@@ -169,7 +172,7 @@ public final class TestPeer {
             throw HarnessError("\(name): the bus name is still owned after the daemon ended")
         }
         daemon = try Daemon(bus: bus, in: directory, name: name,
-                            arguments: ["--listen", "127.0.0.1:\(port)"] + extraArguments)
+                            arguments: ["--listen", "127.0.0.1:\(port)"] + extraArguments, environment: environment)
         try awaitListening(expectedPort: port)
     }
 
