@@ -43,6 +43,7 @@ let package = Package(
         .testTarget(name: "OpusTests", dependencies: ["Opus", "PeerVoiceCore"]),
         .testTarget(name: "PipeWireTests", dependencies: ["PipeWire", "PeerVoiceCore", "TestHarness"]),
         .testTarget(name: "ServiceTests", dependencies: ["TestHarness", "GIO"]),
+        .testTarget(name: "GIOTests", dependencies: ["GIO", "TestHarness"]),
     ],
     swiftLanguageModes: [.v6]
 )

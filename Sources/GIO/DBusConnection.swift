@@ -55,6 +55,9 @@ public struct BusSignal {
 
 /// A connection to a message bus (`GDBusConnection`). Callbacks run on the main context that was
 /// the thread-default one when they were registered (the default main loop in the service).
+///
+/// `@unchecked Sendable`: GDBusConnection is thread-safe (GIO's documentation), and this class
+/// adds no state of its own.
 public final class DBusConnection: @unchecked Sendable {
     let pointer: OpaquePointer
 
