@@ -1,13 +1,14 @@
 import GIO
+import PeerVoiceBus
 import PeerVoiceCore
 
 /// `/org/example/PeerVoice` on the session bus: decodes method calls for `PeerVoiceService`,
 /// encodes its answers, and turns its events into signals.
 final class BusObject {
-    static let busName = "org.example.PeerVoice"
-    static let path = "/org/example/PeerVoice"
-    static let interface = "org.example.PeerVoice"
-    static let errorPrefix = "org.example.PeerVoice.Error."
+    static let busName = PeerVoiceBus.name
+    static let path = PeerVoiceBus.path
+    static let interface = PeerVoiceBus.interface
+    static let errorPrefix = PeerVoiceBus.errorPrefix
 
     /// The interface as written in dbus/org.example.PeerVoice.xml, embedded at build time.
     static let introspectionXML = String(decoding: PackageResources.org_example_PeerVoice_xml, as: UTF8.self)

@@ -1,4 +1,5 @@
 import GIO
+import PeerVoiceBus
 import Glibc
 
 /// The GLib main loop for commands that wait for signals: it ends when `finish` is called, at
@@ -103,8 +104,8 @@ extension Ctl {
                 break
             }
         }
-        // Connect may wait up to 60 s for a person to confirm pairing.
-        service.callAsync("Connect", [Variant(peer)], timeoutMs: 90_000) { result in
+        // Connect may wait for a person to confirm pairing.
+        service.callAsync("Connect", [Variant(peer)], timeoutMs: Int32(PeerVoiceBus.connectCallTimeout.wholeMilliseconds)) { result in
             loop.finish(result.map { _ in () })
         }
         try loop.run(service) {

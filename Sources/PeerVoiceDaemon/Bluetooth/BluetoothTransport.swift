@@ -1,4 +1,5 @@
 import GIO
+import PeerVoiceBus
 import Glibc
 import PeerVoiceCore
 
@@ -24,8 +25,9 @@ protocol BluetoothTransportDelegate: AnyObject {
 /// and goes: when bluetoothd restarts, the profile and agent are registered again and discovery
 /// resumes. Without a system bus or BlueZ it stays idle and says why (`unavailableReason`).
 final class BluetoothTransport {
-    /// How long `Device1.Pair` may take: both people may each take up to 60 s to confirm.
-    static let pairTimeoutMs: Int32 = 130_000
+    /// How long `Device1.Pair` may take: both people may each take the confirmation window, and
+    /// the radios some seconds more.
+    static let pairTimeoutMs = Int32((PeerVoiceBus.pairingConfirmationWindow * 2 + .seconds(10)).wholeMilliseconds)
     /// Paging, SDP and the RFCOMM connection.
     static let connectProfileTimeoutMs: Int32 = 60_000
     /// After a person accepted a pairing the other computer started, how long to wait for its channel.
