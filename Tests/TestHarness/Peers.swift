@@ -290,7 +290,8 @@ public final class PendingCall {
 
 extension APIClient {
     /// Starts a PeerVoice method call without waiting for its reply (Connect waits for pairing).
-    public func callAsync(_ method: String, _ arguments: [Variant] = [], timeout: Double = 90) -> PendingCall {
+    public func callAsync(_ method: String, _ arguments: [Variant] = [],
+                          timeout: Double = Double(PeerVoiceBus.connectCallTimeout.components.seconds)) -> PendingCall {
         let pending = PendingCall()
         connection.callAsync(destination: Self.name, path: Self.path, interface: Self.interface, method: method,
                              arguments: Variant(tuple: arguments), timeoutMs: Int32(timeout * 1000)) { [unowned self] result in
