@@ -28,6 +28,12 @@ final class MockBlueZ {
         try mock.call("org.bluez.Mock", "PairDevice", [Variant("hci0"), Variant(Self.device), Variant(Int32(0))])
     }
 
+    /// A property of the adapter, as BlueZ (the mock) has it now.
+    func adapterProperty(_ name: String) throws -> Variant? {
+        try mock.call("org.freedesktop.DBus.Properties", "Get", [Variant("org.bluez.Adapter1"), Variant(name)],
+                      on: "/org/bluez/hci0")[0].unboxed
+    }
+
     func stop() {
         mock.stop()
         bus.stop()
@@ -123,8 +129,22 @@ final class BlueZHangTests: XCTestCase {
         bluez.mock.thaw()
         try a.client.call("StartDiscovery", timeoutMs: 10_000)
         XCTAssertEqual(try a.client.property("Discovering").bool, true)
-        try a.client.call("StopDiscovery", timeoutMs: 10_000)
+        XCTAssertEqual(try bluez.adapterProperty("Discoverable")?.bool, true)
+
+        // StopDiscovery while BlueZ hangs: an error saying so, discovery off here at once, and the
+        // adapter's settings back as they were once BlueZ answers.
+        bluez.mock.freeze()
+        let stopped = Date()
+        let stop = a.client.callAsync("StopDiscovery", timeout: 30)
+        XCTAssertTrue(dispatch(timeout: 15) { stop.isDone })
+        print("StopDiscovery against a hung BlueZ answered after \(String(format: "%.1f", Date().timeIntervalSince(stopped))) s")
+        guard case .failure(let stopError) = stop.result else { return XCTFail("StopDiscovery: \(String(describing: stop.result))") }
+        XCTAssertEqual(stopError.name, "org.example.PeerVoice.Error.NotAvailable")
+        XCTAssertTrue(stopError.message.contains("did not answer StopDiscovery"), stopError.message)
         XCTAssertEqual(try a.client.property("Discovering").bool, false)
+        bluez.mock.thaw()
+        XCTAssertTrue(eventually(timeout: 10) { (try? bluez.adapterProperty("Discoverable")?.bool) == false })
+        XCTAssertEqual(try bluez.adapterProperty("DiscoverableTimeout")?.uint32, 180)
         XCTAssertTrue(a.isRunning)
     }
 }

@@ -42,10 +42,11 @@ public final class DBusMock {
     /// SIGCONT: it answers again, the queued calls first.
     public func thaw() { process.signal(SIGCONT) }
 
-    /// Calls one of the template's own methods (e.g. bluez5's `org.bluez.Mock.AddAdapter`).
+    /// Calls a method of the mock's objects: the template's own (e.g. bluez5's
+    /// `org.bluez.Mock.AddAdapter`), or any interface of an object it made (`on` that path).
     @discardableResult
-    public func call(_ interface: String, _ method: String, _ arguments: [Variant]) throws -> Variant {
-        try client.connection.call(destination: busName, path: path, interface: interface, method: method,
+    public func call(_ interface: String, _ method: String, _ arguments: [Variant], on objectPath: String? = nil) throws -> Variant {
+        try client.connection.call(destination: busName, path: objectPath ?? path, interface: interface, method: method,
                                    arguments: Variant(tuple: arguments), timeoutMs: 5_000)
     }
 

@@ -1,6 +1,7 @@
 import Foundation
 import GIO
 import Glibc
+import PeerVoiceBus
 
 /// A TCP port on 127.0.0.1 that was free when asked: bound to port 0, read back, closed. For a
 /// peer that must keep its port (and so its id) across a restart.

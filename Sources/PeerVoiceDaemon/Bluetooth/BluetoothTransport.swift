@@ -114,8 +114,8 @@ final class BluetoothTransport {
             // them in order, also after our connection is gone.
             var steps = restoringSteps()
             if isDiscovering, let adapterPath { steps.insert(Self.stopDiscoveryCall(adapterPath), at: 0) }
-            for step in steps { bluez.call(step, timeoutMs: Self.adapterCallTimeoutMs) }
             savedAdapterSettings = nil
+            sendWithoutWaiting(steps)
             bluez.connection.flush()
             Log.info("stopped discovering Bluetooth peers")
         }
@@ -188,8 +188,8 @@ final class BluetoothTransport {
                 completion(unavailableReason.map { .failure(.notAvailable($0)) } ?? .success(()))
                 return done()
             }
-            stopDiscoveryNow {
-                completion(.success(()))
+            stopDiscoveryNow { result in
+                completion(result)
                 done()
             }
         }
@@ -236,7 +236,7 @@ final class BluetoothTransport {
             switch result {
             case .failure(let failure):
                 completion(.failure(Self.discoveryError(failure, adapter: adapter.name)))
-                restoreAdapterSettings(then: done)
+                restoreAdapterSettings(waiting: !failure.error.isNoReply, then: done)
             case .success:
                 Log.info("discovering Bluetooth peers on \(adapter.name) (discoverable and pairable meanwhile)")
                 foundThisTime = []
@@ -253,25 +253,36 @@ final class BluetoothTransport {
     /// Adapter settings and discovery calls are answered at once by a working bluetoothd: no answer
     /// in this time means it is hung (or stopped), and the caller hears so.
     static let adapterCallTimeoutMs: Int32 = 5_000
+    /// What a person can do about a BlueZ that does not answer.
+    static let hungAdvice = "is bluetoothd hung? restart it, e.g. sudo systemctl restart bluetooth"
 
     static func discoveryError(_ failure: BluezCallFailure, adapter: String) -> ServiceError {
         if failure.error.isNoReply {
-            return .notAvailable("Bluetooth is not available: BlueZ did not answer \(failure.step.description) on \(adapter) within \(adapterCallTimeoutMs / 1000) s (is bluetoothd hung? restart it, e.g. sudo systemctl restart bluetooth)")
+            return .notAvailable("Bluetooth is not available: BlueZ did not answer \(failure.step.description) on \(adapter) within \(adapterCallTimeoutMs / 1000) s (\(Self.hungAdvice))")
         }
         return .failed("could not start Bluetooth discovery on \(adapter): \(failure.step.description): \(failure.error.message)")
     }
 
-    private func stopDiscoveryNow(then done: @escaping () -> Void) {
-        let finish = { [weak self] in
+    /// Succeeds unless BlueZ did not answer StopDiscovery: discovery is off here all the same, and
+    /// the adapter's settings are put back once BlueZ answers again.
+    private func stopDiscoveryNow(completion: @escaping (Result<Void, ServiceError>) -> Void) {
+        let finish = { [weak self] (result: Result<Void, ServiceError>) in
             guard let self else { return }
             setDiscovering(false)
             Log.info("stopped discovering Bluetooth peers")
-            done()
+            completion(result)
         }
-        guard isDiscovering, let bluez, let adapterPath else { return restoreAdapterSettings(then: finish) }
+        guard isDiscovering, let bluez, let adapterPath else { return restoreAdapterSettings { finish(.success(())) } }
+        let adapter = adapterName
         bluez.call(Self.stopDiscoveryCall(adapterPath), timeoutMs: Self.adapterCallTimeoutMs) { [weak self] result in
-            if case .failure(let error) = result { Log.debug("StopDiscovery on \(adapterPath): \(error.message)") }
-            self?.restoreAdapterSettings(then: finish)
+            var hung = false
+            if case .failure(let error) = result {
+                Log.debug("StopDiscovery on \(adapter): \(error.message)")
+                hung = error.isNoReply
+            }
+            self?.restoreAdapterSettings(waiting: !hung) {
+                finish(hung ? .failure(.notAvailable("Bluetooth is not available: BlueZ did not answer StopDiscovery on \(adapter) within \(Self.adapterCallTimeoutMs / 1000) s (\(Self.hungAdvice)); discovery is off here, and the adapter's settings are put back once BlueZ answers")) : .success(()))
+            }
         }
     }
 
@@ -289,16 +300,35 @@ final class BluetoothTransport {
         ]
     }
 
-    private func restoreAdapterSettings(then done: @escaping () -> Void) {
+    /// Puts the adapter's settings back, then calls `done`. Without `waiting` (BlueZ just missed
+    /// a reply) the calls are only sent: BlueZ handles them in order once it answers again. The
+    /// saved settings are kept until BlueZ confirmed them, so a StartDiscovery meanwhile does not
+    /// take our own settings (in the cache, or still queued in BlueZ) for the adapter's.
+    private func restoreAdapterSettings(waiting: Bool = true, then done: @escaping () -> Void) {
         let steps = restoringSteps()
-        savedAdapterSettings = nil
-        guard let bluez, !steps.isEmpty else { return done() }
-        bluez.callInOrder(steps, timeoutMs: Self.adapterCallTimeoutMs) { result in
-            if case .failure(let failure) = result {
+        guard let bluez, !steps.isEmpty else {
+            savedAdapterSettings = nil
+            return done()
+        }
+        guard waiting else {
+            sendWithoutWaiting(steps)
+            return done()
+        }
+        let saved = savedAdapterSettings
+        bluez.callInOrder(steps, timeoutMs: Self.adapterCallTimeoutMs) { [weak self] result in
+            switch result {
+            case .success:
+                if self?.savedAdapterSettings?.path == saved?.path { self?.savedAdapterSettings = nil }
+            case .failure(let failure):
                 Log.warning("could not restore the discoverability of \(failure.step.path): \(failure.step.description): \(failure.error.message)")
             }
             done()
         }
+    }
+
+    /// Sends `steps` at once, in order, without waiting for their replies.
+    private func sendWithoutWaiting(_ steps: [BluezCall]) {
+        for step in steps { bluez?.call(step, timeoutMs: Self.adapterCallTimeoutMs) }
     }
 
     private func setDiscovering(_ discovering: Bool) {
@@ -468,7 +498,7 @@ final class BluetoothTransport {
             completion(result)
         }
         whileWaiting({ !finished }) {
-            finish(.failure(.notAvailable("Bluetooth is not available: BlueZ stopped answering while connecting to \(address) (is bluetoothd hung? restart it, e.g. sudo systemctl restart bluetooth)")))
+            finish(.failure(.notAvailable("Bluetooth is not available: BlueZ stopped answering while connecting to \(address) (\(Self.hungAdvice))")))
         }
         afterDisconnecting(address) { [weak self] in
             guard let self else { return }
