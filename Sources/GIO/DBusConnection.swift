@@ -61,7 +61,7 @@ public struct BusSignal {
 public final class DBusConnection: @unchecked Sendable {
     let pointer: OpaquePointer
 
-    private init(owning pointer: OpaquePointer) {
+    fileprivate init(owning pointer: OpaquePointer) {
         self.pointer = pointer
         g_dbus_connection_set_exit_on_close(pointer, 0)
     }
@@ -73,9 +73,11 @@ public final class DBusConnection: @unchecked Sendable {
         DBusConnection(owning: try throwingGError { g_bus_get_sync(G_BUS_TYPE_SESSION, nil, $0) })
     }
 
-    /// The system bus, where BlueZ lives.
-    public static func system() throws(BusError) -> DBusConnection {
-        DBusConnection(owning: try throwingGError { g_bus_get_sync(G_BUS_TYPE_SYSTEM, nil, $0) })
+    /// The system bus, where BlueZ lives, without waiting for it: `completion` runs on the
+    /// current thread-default main context.
+    public static func system(completion: @escaping (Result<DBusConnection, BusError>) -> Void) {
+        let box = ClosureBox<(Result<DBusConnection, BusError>) -> Void>(completion)
+        g_bus_get(G_BUS_TYPE_SYSTEM, nil, busGetTrampoline, box.retainedPointer())
     }
 
     /// A new, private connection to the message bus at `address` (e.g. `unix:path=/tmp/bus`).
@@ -333,6 +335,15 @@ private let signalTrampoline: GDBusSignalCallback = { _, sender, path, interface
                            interface: String(cString: interface!), member: String(cString: member!),
                            arguments: Variant(adopting: parameters!))
     ClosureBox<(BusSignal) -> Void>.from(userData).function(signal)
+}
+
+private let busGetTrampoline: GAsyncReadyCallback = { _, result, userData in
+    let box = Unmanaged<ClosureBox<(Result<DBusConnection, BusError>) -> Void>>.fromOpaque(userData!).takeRetainedValue()
+    do throws(BusError) {
+        box.function(.success(DBusConnection(owning: try throwingGError { g_bus_get_finish(result, $0) })))
+    } catch {
+        box.function(.failure(error))
+    }
 }
 
 private let asyncCallTrampoline: GAsyncReadyCallback = { source, result, userData in

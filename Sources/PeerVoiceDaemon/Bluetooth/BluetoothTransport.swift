@@ -51,6 +51,8 @@ final class BluetoothTransport {
     private var everRegistered = false
     /// The name watch has said whether org.bluez has an owner (it asks the bus without blocking).
     private var ownerReported = false
+    /// `stop()` was called: a system-bus connection that arrives later is not used.
+    private var stopped = false
     /// StartDiscovery was called and StopDiscovery not yet: resumed when BlueZ comes back.
     private var discoveryWanted = false
     /// The adapter's settings before we made it discoverable, restored by StopDiscovery.
@@ -73,12 +75,23 @@ final class BluetoothTransport {
         isDefaultAgent = defaultAgent
     }
 
-    /// Connects to the system bus and starts following org.bluez. Never fails: without BlueZ the
-    /// service runs on IP alone.
+    /// Connects to the system bus (without waiting for it) and starts following org.bluez. Never
+    /// fails: without BlueZ the service runs on IP alone.
     func start() {
-        let connection: DBusConnection
+        DBusConnection.system { [weak self] result in
+            guard let self else { return }
+            switch result {
+            case .success(let connection): start(on: connection)
+            case .failure(let error):
+                systemBusError = error.message
+                Log.info("Bluetooth is off: cannot use the system bus (\(error.message))")
+            }
+        }
+    }
+
+    private func start(on connection: DBusConnection) {
+        guard !stopped else { return }
         do {
-            connection = try DBusConnection.system()
             let profile = try BluezProfile(connection: connection)
             let agent = try BluezAgent(connection: connection)
             self.profile = profile
@@ -109,6 +122,7 @@ final class BluetoothTransport {
     /// At exit: restores the adapter's discoverability. BlueZ drops our profile, agent and
     /// discovery session by itself when our connection closes.
     func stop() {
+        stopped = true
         if let bluez, isDiscovering || savedAdapterSettings != nil {
             // The main loop has ended: send the calls without waiting for replies. BlueZ handles
             // them in order, also after our connection is gone.
@@ -127,7 +141,7 @@ final class BluetoothTransport {
         if let systemBusError {
             return "Bluetooth is not available: BlueZ is not running (cannot reach the system bus: \(systemBusError))"
         }
-        guard let bluez else { return "Bluetooth is not available: BlueZ is not running" }
+        guard let bluez else { return "Bluetooth is not available yet: BlueZ is not running, or has not answered yet; try again in a moment" }
         guard bluez.objects.owner != nil else {
             if !ownerReported { return "Bluetooth is not available yet: BlueZ is not running, or has not answered yet; try again in a moment" }
             return "Bluetooth is not available: BlueZ is not running (nothing owns org.bluez on the system bus; start it, e.g. sudo systemctl start bluetooth)"
