@@ -1,6 +1,6 @@
 import GIO
-import PeerVoiceBus
 import Glibc
+import PeerVoiceBus
 
 /// The GLib main loop for commands that wait for signals: it ends when `finish` is called, at
 /// SIGINT/SIGTERM/SIGHUP (with what `onInterrupt` says), or when the bus connection closes.

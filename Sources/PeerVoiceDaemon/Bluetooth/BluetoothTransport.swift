@@ -1,6 +1,6 @@
 import GIO
-import PeerVoiceBus
 import Glibc
+import PeerVoiceBus
 import PeerVoiceCore
 
 /// What the Bluetooth transport tells the service, always on the main loop.
