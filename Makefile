@@ -4,6 +4,7 @@
 #   make run ARGS=...   build, then run .build/debug/peervoiced on your session bus (scripts/run.sh)
 #   make test           build the tests and run every suite, serially (TEST_FILTER=regex to narrow),
 #                       the fuzzers briefly, and the Bluetooth VMs
+#   make check-warnings a fresh build that fails on any compiler warning
 #   make soak           a SOAK_SECONDS (600) call at 5 % loss: latency, memory, underruns
 #   make fuzz           each fuzz target FUZZ_SECONDS (600)
 #   make test-bluetooth-vm  real BlueZ in two QEMU VMs: discover, pair, restart bluetoothd
@@ -92,10 +93,19 @@ run: build
 # FUZZ_SMOKE_SECONDS, then PeerVoice over real BlueZ in the two VMs. TEST_FILTER narrows the first
 # part and skips the rest.
 test: deps
-	$(SWIFT) build --build-tests $(SWIFT_FLAGS)
+	$(SWIFT) build --build-tests $(SWIFT_FLAGS) 2>&1 | scripts/no-warnings.sh
 	$(SWIFT) test $(SWIFT_FLAGS) $(if $(TEST_FILTER),--filter '$(TEST_FILTER)')
 	$(if $(TEST_FILTER),,$(MAKE) --no-print-directory fuzz-smoke)
 	$(if $(TEST_FILTER),,$(MAKE) --no-print-directory test-bluetooth)
+
+# The build prints no compiler warnings (scripts/no-warnings.sh; SwiftPM's "prohibited flag"
+# notices about pkg-config's -pthread are not the code's). `make test` checks what it compiles;
+# this builds everything afresh, in its own scratch directory, so no file hides behind a cache.
+.PHONY: check-warnings
+check-warnings: deps
+	rm -rf .build/check-warnings
+	$(SWIFT) build --build-tests $(SWIFT_FLAGS) --scratch-path .build/check-warnings 2>&1 | scripts/no-warnings.sh
+	rm -rf .build/check-warnings
 
 # The long version of VoiceTests.testACallWithFivePercentLossStaysBoundedOverTime (40 s in `make test`).
 SOAK_SECONDS ?= 600

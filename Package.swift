@@ -27,17 +27,21 @@ let package = Package(
         // Wire protocol, message store, state machines: pure Swift, no C module.
         .target(name: "PeerVoiceCore"),
 
+        // PeerVoice's bus name, object path, interface and error prefix, shared by the service,
+        // peervoicectl and the tests. Pure Swift.
+        .target(name: "PeerVoiceBus"),
+
         // The service: bus API, peer links, transports.
         .target(
             name: "PeerVoiceDaemon",
-            dependencies: ["PeerVoiceCore", "GIO", "Sodium", "Opus", "PipeWire"],
+            dependencies: ["PeerVoiceCore", "PeerVoiceBus", "GIO", "Sodium", "Opus", "PipeWire"],
             resources: [.embedInCode("org.example.PeerVoice.xml"), .embedInCode("org.example.PeerVoice.Peer.xml")]
         ),
         .executableTarget(name: "peervoiced", dependencies: ["PeerVoiceDaemon"]),
         // A thin client of the public bus API, nothing more.
-        .executableTarget(name: "peervoicectl", dependencies: ["GIO"]),
+        .executableTarget(name: "peervoicectl", dependencies: ["GIO", "PeerVoiceBus"]),
 
-        .target(name: "TestHarness", dependencies: ["GIO", "PeerVoiceCore", "Sodium"], path: "Tests/TestHarness"),
+        .target(name: "TestHarness", dependencies: ["GIO", "PeerVoiceBus", "PeerVoiceCore", "Sodium"], path: "Tests/TestHarness"),
         .testTarget(name: "PeerVoiceCoreTests", dependencies: ["PeerVoiceCore"]),
         .testTarget(name: "SodiumTests", dependencies: ["Sodium", "PeerVoiceCore"]),
         .testTarget(name: "OpusTests", dependencies: ["Opus", "PeerVoiceCore"]),
@@ -45,6 +49,7 @@ let package = Package(
         .testTarget(name: "ServiceTests", dependencies: ["TestHarness", "GIO"]),
         // PeerObjects in-process (the daemon module's component) against a real private dbus-daemon.
         .testTarget(name: "PeerObjectsTests", dependencies: ["PeerVoiceDaemon", "PeerVoiceCore", "TestHarness", "GIO"]),
+        .testTarget(name: "GIOTests", dependencies: ["GIO", "TestHarness"]),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -17,11 +17,20 @@ public struct BusError: Error, Equatable, CustomStringConvertible {
             name = String(cString: remote)
             g_free(remote)
             g_dbus_error_strip_remote_error(error)
+        } else if error.pointee.domain == g_io_error_quark() && error.pointee.code == G_IO_ERROR_TIMED_OUT.rawValue {
+            // GDBus's own call timeout: named as the bus names a missing reply, so callers can tell it apart.
+            name = Self.noReply
         } else {
             name = "org.gtk.GDBus.Error.Local"
         }
         message = String(cString: error.pointee.message)
     }
+
+    /// No reply came within the call's timeout (from the bus, or GDBus's own timer).
+    public static let noReply = "org.freedesktop.DBus.Error.NoReply"
+
+    /// The callee did not answer in time: it is busy, hung or stopped.
+    public var isNoReply: Bool { name == Self.noReply }
 
     public var description: String { "\(name): \(message)" }
 }
@@ -46,10 +55,13 @@ public struct BusSignal {
 
 /// A connection to a message bus (`GDBusConnection`). Callbacks run on the main context that was
 /// the thread-default one when they were registered (the default main loop in the service).
+///
+/// `@unchecked Sendable`: GDBusConnection is thread-safe (GIO's documentation), and this class
+/// adds no state of its own.
 public final class DBusConnection: @unchecked Sendable {
     let pointer: OpaquePointer
 
-    private init(owning pointer: OpaquePointer) {
+    fileprivate init(owning pointer: OpaquePointer) {
         self.pointer = pointer
         g_dbus_connection_set_exit_on_close(pointer, 0)
     }
@@ -61,9 +73,11 @@ public final class DBusConnection: @unchecked Sendable {
         DBusConnection(owning: try throwingGError { g_bus_get_sync(G_BUS_TYPE_SESSION, nil, $0) })
     }
 
-    /// The system bus, where BlueZ lives.
-    public static func system() throws(BusError) -> DBusConnection {
-        DBusConnection(owning: try throwingGError { g_bus_get_sync(G_BUS_TYPE_SYSTEM, nil, $0) })
+    /// The system bus, where BlueZ lives, without waiting for it: `completion` runs on the
+    /// current thread-default main context.
+    public static func system(completion: @escaping (Result<DBusConnection, BusError>) -> Void) {
+        let box = ClosureBox<(Result<DBusConnection, BusError>) -> Void>(completion)
+        g_bus_get(G_BUS_TYPE_SYSTEM, nil, busGetTrampoline, box.retainedPointer())
     }
 
     /// A new, private connection to the message bus at `address` (e.g. `unix:path=/tmp/bus`).
@@ -321,6 +335,15 @@ private let signalTrampoline: GDBusSignalCallback = { _, sender, path, interface
                            interface: String(cString: interface!), member: String(cString: member!),
                            arguments: Variant(adopting: parameters!))
     ClosureBox<(BusSignal) -> Void>.from(userData).function(signal)
+}
+
+private let busGetTrampoline: GAsyncReadyCallback = { _, result, userData in
+    let box = Unmanaged<ClosureBox<(Result<DBusConnection, BusError>) -> Void>>.fromOpaque(userData!).takeRetainedValue()
+    do throws(BusError) {
+        box.function(.success(DBusConnection(owning: try throwingGError { g_bus_get_finish(result, $0) })))
+    } catch {
+        box.function(.failure(error))
+    }
 }
 
 private let asyncCallTrampoline: GAsyncReadyCallback = { source, result, userData in

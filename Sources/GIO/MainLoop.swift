@@ -2,16 +2,25 @@ import CGio
 
 /// GLib's default main loop (`GMainLoop` on the default `GMainContext`).
 ///
-/// PeerVoice's control plane lives on the thread that calls `run()`: every D-Bus method, signal,
-/// timer and socket callback registered through this module is invoked there, one at a time.
+/// PeerVoice's control plane lives on the thread that makes the loop and calls `run()`: every
+/// D-Bus method, signal, timer and socket callback registered through this module is invoked
+/// there, one at a time.
 public final class MainLoop {
     private let loop: OpaquePointer
 
+    /// Makes the calling thread the owner of the default context until the loop is released, also
+    /// before `run()`: so `runOnMainContext` from another thread always queues its work here (GLib
+    /// would otherwise run it on the calling thread while nobody owns the context), and
+    /// `MainContextBound` knows the owning thread from the start.
     public init() {
+        g_main_context_acquire(nil)
         loop = g_main_loop_new(nil, 0)
     }
 
-    deinit { g_main_loop_unref(loop) }
+    deinit {
+        g_main_loop_unref(loop)
+        g_main_context_release(nil)
+    }
 
     /// Runs until `quit()`.
     public func run() { g_main_loop_run(loop) }
@@ -130,13 +139,4 @@ public func iterateMainContext(timeout: Double, until condition: () -> Bool) -> 
         g_main_context_iteration(nil, 1)
     }
     return condition()
-}
-
-/// A weak reference that other threads may carry but only the main context dereferences: how
-/// the voice thread's events find the (main-thread-only) control plane.
-public final class MainContextReference<Object: AnyObject>: @unchecked Sendable {
-    /// Read this only on the main context's thread.
-    public private(set) weak var object: Object?
-
-    public init(_ object: Object) { self.object = object }
 }

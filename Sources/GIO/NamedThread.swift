@@ -2,7 +2,7 @@ import CGio
 
 /// An OS thread started through GLib, so that it carries a name `top -H`, `ps -L` and `perf`
 /// show (on Linux, Foundation's `Thread.name` never reaches the kernel).
-public final class NamedThread: @unchecked Sendable {
+public final class NamedThread {
     private typealias Body = @Sendable () -> Void
     /// The `GThread`, until joined.
     private var thread: UnsafeMutablePointer<GThread>?

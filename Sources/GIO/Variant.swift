@@ -4,6 +4,8 @@ import CGio
 ///
 /// Holds one strong reference (floating references are sunk on creation), so a `Variant` can be
 /// kept, passed around and handed to GDBus, which takes its own reference.
+///
+/// `@unchecked Sendable`: a GVariant never changes after construction and its reference count is atomic.
 public final class Variant: @unchecked Sendable {
     let pointer: OpaquePointer
 

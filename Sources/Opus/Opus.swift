@@ -27,9 +27,8 @@ public enum OpusFrameDuration: Int, Sendable, CaseIterable {
 
 /// Encodes 48 kHz mono voice with libopus.
 ///
-/// Not thread-safe: use one encoder from one thread at a time (the voice thread). It is
-/// `Sendable` only so that it can be handed to that thread.
-public final class OpusVoiceEncoder: VoiceEncoder, @unchecked Sendable {
+/// Not thread-safe, and not `Sendable`: the voice thread creates and uses its own.
+public final class OpusVoiceEncoder: VoiceEncoder {
 
     public struct Configuration: Sendable, Equatable {
         /// 20 ms: half the packets (and header overhead) of 10 ms, the usual VoIP choice; 10 ms
@@ -163,9 +162,8 @@ public final class OpusVoiceEncoder: VoiceEncoder, @unchecked Sendable {
 
 /// Decodes 48 kHz mono voice with libopus, conceals lost packets and recovers them from FEC.
 ///
-/// Not thread-safe: use one decoder from one thread at a time (the voice thread). It is
-/// `Sendable` only so that it can be handed to that thread.
-public final class OpusVoiceDecoder: VoiceDecoder, @unchecked Sendable {
+/// Not thread-safe, and not `Sendable`: the voice thread creates and uses its own.
+public final class OpusVoiceDecoder: VoiceDecoder {
     public let frameSamples: Int
     private let state: OpaquePointer
 

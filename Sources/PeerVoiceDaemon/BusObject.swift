@@ -1,13 +1,14 @@
 import GIO
+import PeerVoiceBus
 import PeerVoiceCore
 
 /// `/org/example/PeerVoice` on the session bus: decodes method calls for `PeerVoiceService`,
 /// encodes its answers, and turns its events into signals.
 final class BusObject {
-    static let busName = "org.example.PeerVoice"
-    static let path = "/org/example/PeerVoice"
-    static let interface = "org.example.PeerVoice"
-    static let errorPrefix = "org.example.PeerVoice.Error."
+    static let busName = PeerVoiceBus.name
+    static let path = PeerVoiceBus.path
+    static let interface = PeerVoiceBus.interface
+    static let errorPrefix = PeerVoiceBus.errorPrefix
 
     /// The interface as written in dbus/org.example.PeerVoice.xml, embedded at build time.
     static let introspectionXML = String(decoding: PackageResources.org_example_PeerVoice_xml, as: UTF8.self)
@@ -34,11 +35,9 @@ final class BusObject {
         do throws(ServiceError) {
             switch call.method {
             case "StartDiscovery":
-                try service.startDiscovery()
-                call.reply()
+                service.startDiscovery { Self.reply(call, $0.map { nil }) }
             case "StopDiscovery":
-                try service.stopDiscovery()
-                call.reply()
+                service.stopDiscovery { Self.reply(call, $0.map { nil }) }
             case "ListPeers":
                 let peers = service.peerList().map { peer in
                     Variant(tuple: [Variant(peer.ref.description), Variant(peer.name),
@@ -47,10 +46,7 @@ final class BusObject {
                 call.reply(Variant(tuple: [Variant(array: peers, elementType: "(ssss)")]))
             case "Connect":
                 service.connect(try PeerRef(parsing: arguments[0].string!)) { result in
-                    switch result {
-                    case .success(let id): call.reply(Variant(tuple: [Variant(id.description)]))
-                    case .failure(let error): Self.fail(call, error)
-                    }
+                    Self.reply(call, result.map { id in Variant(tuple: [Variant(id.description)]) })
                 }
             case "Disconnect":
                 try service.disconnect(PeerRef(parsing: arguments[0].string!))
@@ -92,6 +88,15 @@ final class BusObject {
             }
         } catch {
             Self.fail(call, error)
+        }
+    }
+
+    /// Answers a call whose outcome came later (the reply was deferred until then).
+    /// A deferred reply: the out-arguments (nil: none), or the error.
+    private static func reply(_ call: MethodCall, _ result: Result<Variant?, ServiceError>) {
+        switch result {
+        case .success(let value): call.reply(value)
+        case .failure(let error): fail(call, error)
         }
     }
 

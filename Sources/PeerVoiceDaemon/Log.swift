@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 
 /// One line per event on stderr. Under systemd (JOURNAL_STREAM set) lines carry the syslog
 /// priority prefix journald understands; elsewhere a readable level word.
@@ -18,7 +19,12 @@ public enum Log {
         }
     }
 
-    nonisolated(unsafe) public static var threshold: Level = .info
+    /// Set once at start-up (`--verbose`), read by every thread that logs.
+    public static var threshold: Level {
+        get { Level(rawValue: thresholdValue.load(ordering: .relaxed)) ?? .info }
+        set { thresholdValue.store(newValue.rawValue, ordering: .relaxed) }
+    }
+    private static let thresholdValue = Atomic<Int>(Level.info.rawValue)
     private static let toJournal = ProcessInfo.processInfo.environment["JOURNAL_STREAM"] != nil
 
     public static func debug(_ message: @autoclosure () -> String) { write(.debug, message) }

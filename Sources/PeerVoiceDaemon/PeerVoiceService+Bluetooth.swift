@@ -25,14 +25,14 @@ extension PeerVoiceService {
         return bluetooth.unavailableReason.map { .notAvailable($0) }
     }
 
-    func startBluetoothDiscovery() throws(ServiceError) {
-        guard let bluetooth else { throw .notAvailable("Bluetooth is not available: BlueZ is not running") }
-        try bluetooth.startDiscovery()
+    func startBluetoothDiscovery(completion: @escaping (Result<Void, ServiceError>) -> Void) {
+        guard let bluetooth else { return completion(.failure(.notAvailable("Bluetooth is not available: BlueZ is not running"))) }
+        bluetooth.startDiscovery(completion: completion)
     }
 
-    func stopBluetoothDiscovery() throws(ServiceError) {
-        guard let bluetooth else { throw .notAvailable("Bluetooth is not available: BlueZ is not running") }
-        try bluetooth.stopDiscovery()
+    func stopBluetoothDiscovery(completion: @escaping (Result<Void, ServiceError>) -> Void) {
+        guard let bluetooth else { return completion(.failure(.notAvailable("Bluetooth is not available: BlueZ is not running"))) }
+        bluetooth.stopDiscovery(completion: completion)
     }
 
     /// Dials a Bluetooth address: pairs only when someone waits in Connect (`mayPair`), so a

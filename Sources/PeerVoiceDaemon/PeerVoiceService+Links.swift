@@ -1,4 +1,5 @@
 import GIO
+import PeerVoiceBus
 import PeerVoiceCore
 
 /// A first-contact prompt waiting for a person's `ConfirmPairing`.
@@ -27,8 +28,6 @@ extension PeerVoiceService {
     /// First and longest wait between redials of a dropped peer with pending messages.
     static let firstRedialMs: UInt32 = 250
     static let maxRedialMs: UInt32 = 5_000
-    /// How long a person has to compare codes.
-    static let pairingTimeoutMs: UInt32 = 60_000
 
     // MARK: Dialling
 
@@ -230,9 +229,10 @@ extension PeerVoiceService {
     private func askPerson(about peer: Peer, link: PeerLink) {
         guard let result = link.result else { return }
         setState(peer, .pairing)
-        let timeout = Timer.after(milliseconds: Self.pairingTimeoutMs) { [unowned self] in
+        let window = PeerVoiceBus.pairingConfirmationWindow
+        let timeout = Timer.after(milliseconds: UInt32(window.wholeMilliseconds)) { [unowned self] in
             guard let prompt = pairingPrompts.removeValue(forKey: peer.id) else { return }
-            answer(prompt, for: peer.id, accept: false, reason: "not confirmed within \(Self.pairingTimeoutMs / 1000) s")
+            answer(prompt, for: peer.id, accept: false, reason: "not confirmed within \(window.components.seconds) s")
         }
         pairingPrompts[peer.id] = PairingPrompt(link: link, timeout: timeout)
         Log.info("\(peer.paired ? "\(peer.id) asks its person to compare codes" : "first contact with \(peer.id)"): waiting for ConfirmPairing")

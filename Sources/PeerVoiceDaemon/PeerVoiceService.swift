@@ -139,12 +139,13 @@ final class PeerVoiceService {
 
     // MARK: Discovery
 
-    func startDiscovery() throws(ServiceError) {
-        try startBluetoothDiscovery()
+    /// `completion` runs once BlueZ has answered (or failed to in time).
+    func startDiscovery(completion: @escaping (Result<Void, ServiceError>) -> Void) {
+        startBluetoothDiscovery(completion: completion)
     }
 
-    func stopDiscovery() throws(ServiceError) {
-        try stopBluetoothDiscovery()
+    func stopDiscovery(completion: @escaping (Result<Void, ServiceError>) -> Void) {
+        stopBluetoothDiscovery(completion: completion)
     }
 
     // MARK: Peers

@@ -91,6 +91,9 @@ public final class PlaybackStream: Sendable {
 
 /// One pw_stream and its real-time callback. Everything but `process` runs on PipeWire's loop
 /// thread or under its lock.
+///
+/// `@unchecked Sendable`: `process` alone touches the sink, source and scratch buffer (on the
+/// real-time thread); the rest is immutable, atomic, in the `Mutex` or under the loop's lock.
 final class NativeStream: @unchecked Sendable {
     enum Direction { case capture, playback }
 

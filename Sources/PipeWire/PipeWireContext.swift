@@ -30,6 +30,9 @@ private let pipeWireInitialized: Bool = {
 /// reachable. If the daemon goes away later, `connectionState` turns `.disconnected` and the
 /// `onDisconnect` handler runs (on the PipeWire thread); the context is then dead: drop it and its
 /// streams, and make a new one to retry.
+///
+/// `@unchecked Sendable`: its pointers are used under `pw_thread_loop_lock` or on PipeWire's
+/// thread, and what both sides change is in the `Mutex`.
 public final class PipeWireContext: @unchecked Sendable {
     public enum ConnectionState: Sendable, Equatable {
         case connected

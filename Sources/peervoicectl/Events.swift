@@ -1,5 +1,6 @@
 import GIO
 import Glibc
+import PeerVoiceBus
 
 /// The GLib main loop for commands that wait for signals: it ends when `finish` is called, at
 /// SIGINT/SIGTERM/SIGHUP (with what `onInterrupt` says), or when the bus connection closes.
@@ -109,9 +110,9 @@ extension Ctl {
                 break
             }
         }
-        // Connect may wait up to 60 s for a person to confirm pairing; it answers with the id.
+        // Connect may wait for a person to confirm pairing; it answers with the id.
         var connected = peer
-        service.callAsync("Connect", [Variant(peer)], timeoutMs: 90_000) { result in
+        service.callAsync("Connect", [Variant(peer)], timeoutMs: Int32(PeerVoiceBus.connectCallTimeout.wholeMilliseconds)) { result in
             loop.finish(result.map { reply in connected = (reply.count > 0 ? reply[0].string : nil) ?? peer })
         }
         try loop.run(service) {

@@ -1,4 +1,5 @@
 import GIO
+import PeerVoiceBus
 
 /// How peervoicectl ends: an exit status and what to print on stderr.
 struct Exit: Error {
@@ -43,9 +44,9 @@ struct Exit: Error {
 
 /// org.example.PeerVoice on the session bus, reached through the public API only.
 final class Service {
-    static let name = "org.example.PeerVoice"
-    static let path = "/org/example/PeerVoice"
-    static let interface = "org.example.PeerVoice"
+    static let name = PeerVoiceBus.name
+    static let path = PeerVoiceBus.path
+    static let interface = PeerVoiceBus.interface
 
     let connection: DBusConnection
 

@@ -1,3 +1,5 @@
+import PeerVoiceBus
+
 /// What a command accepts, and its help.
 struct CommandSpec: Sendable {
     let name: String
@@ -49,7 +51,7 @@ enum Usage {
               --timeout S   stop after S seconds (default: run until Ctrl-C)
             """),
         CommandSpec("connect", "PEER", "connect to PEER, pairing first if needed", positionals: 1...1, details: """
-            Waits up to 90 seconds. While it waits it prints progress, and on first contact the
+            Waits up to \(PeerVoiceBus.connectCallTimeout.components.seconds) seconds. While it waits it prints progress, and on first contact the
             code to compare and the command that answers, e.g.
               pairing with AA:BB:CC:DD:EE:FF: compare code 123456, then run: peervoicectl confirm AA:BB:CC:DD:EE:FF yes
             The person at the other computer is asked too (`peervoicectl monitor` shows it there as

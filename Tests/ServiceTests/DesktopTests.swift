@@ -4,59 +4,6 @@ import Glibc
 import TestHarness
 import XCTest
 
-/// A python-dbusmock stand-in on a private session bus (`python3 -m dbusmock --template T`),
-/// remote-controlled through its `org.freedesktop.DBus.Mock` interface: the calls it received,
-/// and signals to emit as the real service would.
-private final class DBusMock {
-    static let mockInterface = "org.freedesktop.DBus.Mock"
-    let busName: String
-    let path: String
-    private let process: ChildProcess
-    private let client: APIClient
-
-    /// Starts the mock and waits until it owns `busName`. `template` is a dbusmock template name
-    /// or the path of a template file.
-    init(template: String, parameters: String? = nil, busName: String, path: String, bus: PrivateBus,
-         client: APIClient, in directory: TemporaryDirectory, name: String) throws {
-        self.busName = busName
-        self.path = path
-        self.client = client
-        // Debian's python3 on purpose: python3-dbusmock is installed for it, not for a python3
-        // that may come first on PATH.
-        process = try ChildProcess("/usr/bin/python3",
-                                   ["-m", "dbusmock", "--template", template] + (parameters.map { ["--parameters", $0] } ?? []),
-                                   environment: ["DBUS_SESSION_BUS_ADDRESS": bus.address],
-                                   logPath: directory.path + "/\(name).log")
-        guard eventually(timeout: 15, { !process.isRunning || client.nameHasOwner(busName) }), process.isRunning else {
-            throw HarnessError("\(template) mock did not own \(busName): \(process.log)")
-        }
-    }
-
-    func stop() {
-        process.signal(SIGTERM)
-        if process.wait(timeout: 5) == nil { process.kill() }
-    }
-
-    private func mock(_ method: String, _ arguments: [Variant]) throws -> Variant {
-        try client.connection.call(destination: busName, path: path, interface: Self.mockInterface, method: method,
-                                   arguments: Variant(tuple: arguments), timeoutMs: 5_000)
-    }
-
-    /// The arguments of every call of `method` so far, oldest first.
-    func calls(_ method: String) -> [[Variant]] {
-        guard let reply = try? mock("GetMethodCalls", [Variant(method)]) else { return [] }
-        return reply[0].children.map { call in call[1].children.map { $0.unboxed! } }
-    }
-
-    func clearCalls() throws { _ = try mock("ClearCalls", []) }
-
-    /// Emits `interface.name` with `signature` from the mock's main object.
-    func emit(_ interface: String, _ name: String, _ signature: String, _ arguments: [Variant]) throws {
-        _ = try mock("EmitSignal", [Variant(interface), Variant(name), Variant(signature),
-                                    Variant(array: arguments.map { Variant(boxing: $0) }, elementType: "v")])
-    }
-}
-
 /// Desktop integration against stand-ins that speak the real interfaces: notifications through
 /// python-dbusmock's `notification_daemon` template (Notify arguments, Accept in a pairing
 /// notification reaching ConfirmPairing, `--no-notify`), and global hotkeys through a dbusmock

@@ -63,13 +63,13 @@ final class VoiceTests: XCTestCase {
         return peer
     }
 
-    /// Two PipeWire sessions, two daemons (with `extraArguments`), A dials B (or `relay` in front
-    /// of B), both confirm; returns once voice is active on both sides.
-    func makeRig(relayLoss: Double? = nil, extraArguments: [String] = [],
+    /// Two PipeWire sessions, two daemons (with `extraArguments` and `extraEnvironment`), A dials B
+    /// (or `relay` in front of B), both confirm; returns once voice is active on both sides.
+    func makeRig(relayLoss: Double? = nil, extraArguments: [String] = [], extraEnvironment: [String: String] = [:],
                  beforeConnect: (VoiceRelay) -> Void = { _ in }) throws -> (Rig, VoiceRelay?) {
         let pwA = try startPipeWire(), pwB = try startPipeWire()
-        let a = try startPeer("alice", environment: pwA.environment, extraArguments: extraArguments)
-        let b = try startPeer("bob", environment: pwB.environment, extraArguments: extraArguments)
+        let a = try startPeer("alice", environment: pwA.environment.merging(extraEnvironment) { $1 }, extraArguments: extraArguments)
+        let b = try startPeer("bob", environment: pwB.environment.merging(extraEnvironment) { $1 }, extraArguments: extraArguments)
         var relay: VoiceRelay?
         if let relayLoss {
             let made = try VoiceRelay(targetPort: b.port, lossPercent: relayLoss, seed: 20_250_501)

@@ -1,5 +1,6 @@
 import Foundation
 import GIO
+import PeerVoiceBus
 import Glibc
 
 /// A private `dbus-daemon --session` for one test; nothing else talks on it.
@@ -58,9 +59,9 @@ public final class Daemon {
 
 /// A client of the PeerVoice API on a private bus that records every signal the service sends.
 public final class APIClient {
-    public static let name = "org.example.PeerVoice"
-    public static let path = "/org/example/PeerVoice"
-    public static let interface = "org.example.PeerVoice"
+    public static let name = PeerVoiceBus.name
+    public static let path = PeerVoiceBus.path
+    public static let interface = PeerVoiceBus.interface
 
     public let connection: DBusConnection
     public private(set) var signals: [BusSignal] = []

@@ -1,6 +1,7 @@
 import Foundation
 import GIO
 import Glibc
+import PeerVoiceBus
 
 /// A TCP port on 127.0.0.1 that was free when asked: bound to port 0, read back, closed. For a
 /// peer that must keep its port (and so its id) across a restart.
@@ -94,6 +95,7 @@ public final class TestPeer {
     public private(set) var host = "127.0.0.1"
     private let listens: Bool
     private let extraArguments: [String]
+    private let environment: [String: String]
 
     /// The address other peers dial this one at.
     public var address: String { "ip:\(host):\(port)" }
@@ -104,11 +106,14 @@ public final class TestPeer {
     public var isRunning: Bool { daemon.process.isRunning }
 
     /// Starts a bus and a daemon named `name`, listening on `port` (0: any free port, read back
-    /// from `ListenAddress`), or not listening at all (`listens` false: the daemon's defaults).
-    public init(name: String, port: UInt16 = 0, listens: Bool = true, arguments: [String] = ["--verbose"]) throws {
+    /// from `ListenAddress`), or not listening at all (`listens` false: the daemon's defaults);
+    /// `environment` is added to the daemon's.
+    public init(name: String, port: UInt16 = 0, listens: Bool = true, arguments: [String] = ["--verbose"],
+                environment: [String: String] = [:]) throws {
         self.name = name
         self.listens = listens
         self.extraArguments = arguments
+        self.environment = environment
         directory = try TemporaryDirectory("peervoice-\(name)")
         do {
             bus = try PrivateBus(in: directory)
@@ -120,7 +125,7 @@ public final class TestPeer {
             client = try Self.connectClient(to: bus)
             self.port = port
             daemon = try Daemon(bus: bus, in: directory, name: name,
-                                arguments: (listens ? ["--listen", "127.0.0.1:\(port)"] : []) + arguments)
+                                arguments: (listens ? ["--listen", "127.0.0.1:\(port)"] : []) + arguments, environment: environment)
             try awaitStart(expectedPort: port)
         } catch {
             bus.stop()
@@ -186,7 +191,8 @@ public final class TestPeer {
             throw HarnessError("\(name): the bus name is still owned after the daemon ended")
         }
         if let newHost { host = newHost }
-        daemon = try Daemon(bus: bus, in: directory, name: name, arguments: listenArguments + extraArguments)
+        daemon = try Daemon(bus: bus, in: directory, name: name, arguments: listenArguments + extraArguments,
+                            environment: environment)
         try awaitStart(expectedPort: port)
     }
 
@@ -304,7 +310,8 @@ public final class PendingCall {
 
 extension APIClient {
     /// Starts a PeerVoice method call without waiting for its reply (Connect waits for pairing).
-    public func callAsync(_ method: String, _ arguments: [Variant] = [], timeout: Double = 90) -> PendingCall {
+    public func callAsync(_ method: String, _ arguments: [Variant] = [],
+                          timeout: Double = Double(PeerVoiceBus.connectCallTimeout.components.seconds)) -> PendingCall {
         let pending = PendingCall()
         connection.callAsync(destination: Self.name, path: Self.path, interface: Self.interface, method: method,
                              arguments: Variant(tuple: arguments), timeoutMs: Int32(timeout * 1000)) { [unowned self] result in

@@ -13,6 +13,9 @@ import Synchronization
 /// at 48 kHz is six million years), published with release/acquire ordering so the reader sees
 /// the samples before the count that covers them, and the writer never overwrites samples before
 /// the reader is done with them.
+///
+/// `@unchecked Sendable`: the two indices are atomics, and each sample is written before the
+/// release that publishes it and read after the acquire that sees it, by one thread per side.
 public final class AudioRing: @unchecked Sendable {
     /// How many samples the ring holds: the requested capacity rounded up to a power of two.
     public let capacity: Int

@@ -1,5 +1,6 @@
 import GIO
 import Glibc
+import PeerVoiceBus
 import PeerVoiceCore
 
 /// What the Bluetooth transport tells the service, always on the main loop.
@@ -24,8 +25,9 @@ protocol BluetoothTransportDelegate: AnyObject {
 /// and goes: when bluetoothd restarts, the profile and agent are registered again and discovery
 /// resumes. Without a system bus or BlueZ it stays idle and says why (`unavailableReason`).
 final class BluetoothTransport {
-    /// How long `Device1.Pair` may take: both people may each take up to 60 s to confirm.
-    static let pairTimeoutMs: Int32 = 130_000
+    /// How long `Device1.Pair` may take: both people may each take the confirmation window, and
+    /// the radios some seconds more.
+    static let pairTimeoutMs = Int32((PeerVoiceBus.pairingConfirmationWindow * 2 + .seconds(10)).wholeMilliseconds)
     /// Paging, SDP and the RFCOMM connection.
     static let connectProfileTimeoutMs: Int32 = 60_000
     /// After a person accepted a pairing the other computer started, how long to wait for its channel.
@@ -47,8 +49,10 @@ final class BluetoothTransport {
     /// The org.bluez owner our profile and agent are registered with.
     private var registeredWith: String?
     private var everRegistered = false
-    /// Whether org.bluez had an owner at start-up, until the name watch reports (then nil).
-    private var bluezOwnedAtStart: Bool?
+    /// The name watch has said whether org.bluez has an owner (it asks the bus without blocking).
+    private var ownerReported = false
+    /// `stop()` was called: a system-bus connection that arrives later is not used.
+    private var stopped = false
     /// StartDiscovery was called and StopDiscovery not yet: resumed when BlueZ comes back.
     private var discoveryWanted = false
     /// The adapter's settings before we made it discoverable, restored by StopDiscovery.
@@ -71,12 +75,23 @@ final class BluetoothTransport {
         isDefaultAgent = defaultAgent
     }
 
-    /// Connects to the system bus and starts following org.bluez. Never fails: without BlueZ the
-    /// service runs on IP alone.
+    /// Connects to the system bus (without waiting for it) and starts following org.bluez. Never
+    /// fails: without BlueZ the service runs on IP alone.
     func start() {
-        let connection: DBusConnection
+        DBusConnection.system { [weak self] result in
+            guard let self else { return }
+            switch result {
+            case .success(let connection): start(on: connection)
+            case .failure(let error):
+                systemBusError = error.message
+                Log.info("Bluetooth is off: cannot use the system bus (\(error.message))")
+            }
+        }
+    }
+
+    private func start(on connection: DBusConnection) {
+        guard !stopped else { return }
         do {
-            connection = try DBusConnection.system()
             let profile = try BluezProfile(connection: connection)
             let agent = try BluezAgent(connection: connection)
             self.profile = profile
@@ -88,11 +103,6 @@ final class BluetoothTransport {
         }
         let bluez = BluezClient(connection: connection)
         self.bluez = bluez
-        // Until the name watch reports, this says whether BlueZ is there at all.
-        let hasOwner = try? connection.call(destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus",
-                                            interface: "org.freedesktop.DBus", method: "NameHasOwner",
-                                            arguments: Variant(tuple: [Variant(Bluez.service)]), timeoutMs: 2_000)
-        bluezOwnedAtStart = hasOwner?[0].bool ?? false
         profile?.isFromBluez = { [unowned self] sender in sender == self.bluez?.objects.owner }
         profile?.onNewConnection = { [unowned self] path, fd in channelOpened(devicePath: path, fd: fd) }
         profile?.onRequestDisconnection = { [unowned self] path in closeRequested(devicePath: path) }
@@ -112,7 +122,17 @@ final class BluetoothTransport {
     /// At exit: restores the adapter's discoverability. BlueZ drops our profile, agent and
     /// discovery session by itself when our connection closes.
     func stop() {
-        if isDiscovering || savedAdapterSettings != nil { stopDiscoveryNow() }
+        stopped = true
+        if let bluez, isDiscovering || savedAdapterSettings != nil {
+            // The main loop has ended: send the calls without waiting for replies. BlueZ handles
+            // them in order, also after our connection is gone.
+            var steps = restoringSteps()
+            if isDiscovering, let adapterPath { steps.insert(Self.stopDiscoveryCall(adapterPath), at: 0) }
+            savedAdapterSettings = nil
+            sendWithoutWaiting(steps)
+            bluez.connection.flush()
+            Log.info("stopped discovering Bluetooth peers")
+        }
         bluez?.objects.stop()
     }
 
@@ -121,9 +141,9 @@ final class BluetoothTransport {
         if let systemBusError {
             return "Bluetooth is not available: BlueZ is not running (cannot reach the system bus: \(systemBusError))"
         }
-        guard let bluez else { return "Bluetooth is not available: BlueZ is not running" }
+        guard let bluez else { return "Bluetooth is not available yet: BlueZ is not running, or has not answered yet; try again in a moment" }
         guard bluez.objects.owner != nil else {
-            if bluezOwnedAtStart == true { return "Bluetooth is not available yet: BlueZ is starting; try again in a moment" }
+            if !ownerReported { return "Bluetooth is not available yet: BlueZ is not running, or has not answered yet; try again in a moment" }
             return "Bluetooth is not available: BlueZ is not running (nothing owns org.bluez on the system bus; start it, e.g. sudo systemctl start bluetooth)"
         }
         guard bluez.objects.isReady else {
@@ -160,75 +180,169 @@ final class BluetoothTransport {
     // MARK: Discovery
 
     /// Makes the adapter discoverable and pairable and searches for BR/EDR devices. Shared by all
-    /// callers: a second call while discovering does nothing.
-    func startDiscovery() throws(ServiceError) {
-        if let reason = unavailableReason { throw .notAvailable(reason) }
+    /// callers: a second call while discovering does nothing. `completion` runs once BlueZ has
+    /// answered every call, or one failed or timed out.
+    func startDiscovery(completion: @escaping (Result<Void, ServiceError>) -> Void) {
+        if let reason = unavailableReason { return completion(.failure(.notAvailable(reason))) }
         discoveryWanted = true
-        guard !isDiscovering else { return }
-        try startDiscoveryNow()
+        inDiscoveryOrder { [unowned self] done in
+            guard !isDiscovering else {
+                completion(.success(()))
+                return done()
+            }
+            startDiscoveryNow(completion: completion, done: done)
+        }
     }
 
     /// Stops searching and restores the adapter's discoverability as it was before StartDiscovery.
-    func stopDiscovery() throws(ServiceError) {
+    func stopDiscovery(completion: @escaping (Result<Void, ServiceError>) -> Void) {
         discoveryWanted = false
-        if !isDiscovering && savedAdapterSettings == nil {
-            if let reason = unavailableReason { throw .notAvailable(reason) }
-            return
+        inDiscoveryOrder { [unowned self] done in
+            if !isDiscovering && savedAdapterSettings == nil {
+                completion(unavailableReason.map { .failure(.notAvailable($0)) } ?? .success(()))
+                return done()
+            }
+            stopDiscoveryNow { result in
+                completion(result)
+                done()
+            }
         }
-        stopDiscoveryNow()
     }
 
-    private func startDiscoveryNow() throws(ServiceError) {
-        guard let bluez, let adapterPath, let adapter = bluez.adapter(at: adapterPath) else { return }
+    /// Starting and stopping discovery each take several BlueZ calls: one runs at a time, in the
+    /// order asked for. `operation` calls its argument when it is over.
+    private func inDiscoveryOrder(_ operation: @escaping (_ done: @escaping () -> Void) -> Void) {
+        guard !discoveryBusy else { return discoveryQueue.append(operation) }
+        discoveryBusy = true
+        operation { [weak self] in
+            guard let self else { return }
+            discoveryBusy = false
+            if !discoveryQueue.isEmpty { inDiscoveryOrder(discoveryQueue.removeFirst()) }
+        }
+    }
+
+    private var discoveryBusy = false
+    private var discoveryQueue: [(_ done: @escaping () -> Void) -> Void] = []
+
+    /// Replies through `completion` as soon as the outcome is known; calls `done` once the adapter
+    /// is settled (after restoring its settings on failure).
+    private func startDiscoveryNow(completion: @escaping (Result<Void, ServiceError>) -> Void, done: @escaping () -> Void) {
+        guard let bluez, let adapterPath, let adapter = bluez.adapter(at: adapterPath) else {
+            completion(.failure(.notAvailable(unavailableReason ?? "Bluetooth is not available: the adapter went away")))
+            return done()
+        }
         if savedAdapterSettings?.path != adapterPath {
             savedAdapterSettings = (adapterPath, adapter.isDiscoverable, adapter.discoverableTimeoutSeconds, adapter.isPairable)
         }
-        do {
+        let steps: [BluezCall] = [
             // No timeout while we search; StopDiscovery puts the old one back.
-            try bluez.setAndWait(adapterPath, Bluez.adapterInterface, "DiscoverableTimeout", Variant(UInt32(0)))
-            try bluez.setAndWait(adapterPath, Bluez.adapterInterface, "Pairable", Variant(true))
-            try bluez.setAndWait(adapterPath, Bluez.adapterInterface, "Discoverable", Variant(true))
+            .set(adapterPath, Bluez.adapterInterface, "DiscoverableTimeout", Variant(UInt32(0))),
+            .set(adapterPath, Bluez.adapterInterface, "Pairable", Variant(true)),
+            .set(adapterPath, Bluez.adapterInterface, "Discoverable", Variant(true)),
             // Inquiry results seldom carry our 128-bit UUID, so the filter names only the transport
             // (ConnectProfile is BR/EDR only); devices are sorted out in `shouldReport`.
-            try bluez.callAndWait(adapterPath, Bluez.adapterInterface, "SetDiscoveryFilter",
-                                  [Variant(dictionary: [("Transport", Variant("bredr"))])])
-            try bluez.callAndWait(adapterPath, Bluez.adapterInterface, "StartDiscovery")
-        } catch {
-            restoreAdapterSettings()
-            throw .failed("could not start Bluetooth discovery on \(adapter.name): \(error.message)")
-        }
-        Log.info("discovering Bluetooth peers on \(adapter.name) (discoverable and pairable meanwhile)")
-        foundThisTime = []
-        setDiscovering(true)
-        for device in bluez.devices(of: adapterPath) where device.properties["RSSI"] != nil {
-            report(device)
-        }
-    }
-
-    private func stopDiscoveryNow() {
-        if isDiscovering, let bluez, let adapterPath {
-            do {
-                try bluez.callAndWait(adapterPath, Bluez.adapterInterface, "StopDiscovery")
-            } catch {
-                Log.debug("StopDiscovery on \(adapterName): \(error.message)")
+            BluezCall(path: adapterPath, interface: Bluez.adapterInterface, method: "SetDiscoveryFilter",
+                      arguments: [Variant(dictionary: [("Transport", Variant("bredr"))])]),
+            BluezCall(path: adapterPath, interface: Bluez.adapterInterface, method: "StartDiscovery"),
+        ]
+        bluez.callInOrder(steps, timeoutMs: Self.adapterCallTimeoutMs) { [weak self] result in
+            guard let self else { return }
+            switch result {
+            case .failure(let failure):
+                completion(.failure(Self.discoveryError(failure, adapter: adapter.name)))
+                restoreAdapterSettings(waiting: !failure.error.isNoReply, then: done)
+            case .success:
+                Log.info("discovering Bluetooth peers on \(adapter.name) (discoverable and pairable meanwhile)")
+                foundThisTime = []
+                setDiscovering(true)
+                for device in bluez.devices(of: adapterPath) where device.properties["RSSI"] != nil {
+                    report(device)
+                }
+                completion(.success(()))
+                done()
             }
         }
-        restoreAdapterSettings()
-        setDiscovering(false)
-        Log.info("stopped discovering Bluetooth peers")
     }
 
-    private func restoreAdapterSettings() {
-        guard let saved = savedAdapterSettings, let bluez else { return }
-        savedAdapterSettings = nil
-        guard bluez.adapter(at: saved.path) != nil else { return }
-        do {
-            try bluez.setAndWait(saved.path, Bluez.adapterInterface, "Discoverable", Variant(saved.discoverable))
-            try bluez.setAndWait(saved.path, Bluez.adapterInterface, "DiscoverableTimeout", Variant(saved.timeoutSeconds))
-            try bluez.setAndWait(saved.path, Bluez.adapterInterface, "Pairable", Variant(saved.pairable))
-        } catch {
-            Log.warning("could not restore the discoverability of \(saved.path): \(error.message)")
+    /// Adapter settings and discovery calls are answered at once by a working bluetoothd: no answer
+    /// in this time means it is hung (or stopped), and the caller hears so.
+    static let adapterCallTimeoutMs: Int32 = 5_000
+    /// What a person can do about a BlueZ that does not answer.
+    static let hungAdvice = "is bluetoothd hung? restart it, e.g. sudo systemctl restart bluetooth"
+
+    static func discoveryError(_ failure: BluezCallFailure, adapter: String) -> ServiceError {
+        if failure.error.isNoReply {
+            return .notAvailable("Bluetooth is not available: BlueZ did not answer \(failure.step.description) on \(adapter) within \(adapterCallTimeoutMs / 1000) s (\(Self.hungAdvice))")
         }
+        return .failed("could not start Bluetooth discovery on \(adapter): \(failure.step.description): \(failure.error.message)")
+    }
+
+    /// Succeeds unless BlueZ did not answer StopDiscovery: discovery is off here all the same, and
+    /// the adapter's settings are put back once BlueZ answers again.
+    private func stopDiscoveryNow(completion: @escaping (Result<Void, ServiceError>) -> Void) {
+        let finish = { [weak self] (result: Result<Void, ServiceError>) in
+            guard let self else { return }
+            setDiscovering(false)
+            Log.info("stopped discovering Bluetooth peers")
+            completion(result)
+        }
+        guard isDiscovering, let bluez, let adapterPath else { return restoreAdapterSettings { finish(.success(())) } }
+        let adapter = adapterName
+        bluez.call(Self.stopDiscoveryCall(adapterPath), timeoutMs: Self.adapterCallTimeoutMs) { [weak self] result in
+            var hung = false
+            if case .failure(let error) = result {
+                Log.debug("StopDiscovery on \(adapter): \(error.message)")
+                hung = error.isNoReply
+            }
+            self?.restoreAdapterSettings(waiting: !hung) {
+                finish(hung ? .failure(.notAvailable("Bluetooth is not available: BlueZ did not answer StopDiscovery on \(adapter) within \(Self.adapterCallTimeoutMs / 1000) s (\(Self.hungAdvice)); discovery is off here, and the adapter's settings are put back once BlueZ answers")) : .success(()))
+            }
+        }
+    }
+
+    private static func stopDiscoveryCall(_ adapterPath: String) -> BluezCall {
+        BluezCall(path: adapterPath, interface: Bluez.adapterInterface, method: "StopDiscovery")
+    }
+
+    /// The calls that put the adapter's settings back as they were before StartDiscovery.
+    private func restoringSteps() -> [BluezCall] {
+        guard let saved = savedAdapterSettings, bluez?.adapter(at: saved.path) != nil else { return [] }
+        return [
+            .set(saved.path, Bluez.adapterInterface, "Discoverable", Variant(saved.discoverable)),
+            .set(saved.path, Bluez.adapterInterface, "DiscoverableTimeout", Variant(saved.timeoutSeconds)),
+            .set(saved.path, Bluez.adapterInterface, "Pairable", Variant(saved.pairable)),
+        ]
+    }
+
+    /// Puts the adapter's settings back, then calls `done`. Without `waiting` (BlueZ just missed
+    /// a reply) the calls are only sent: BlueZ handles them in order once it answers again. The
+    /// saved settings are kept until BlueZ confirmed them, so a StartDiscovery meanwhile does not
+    /// take our own settings (in the cache, or still queued in BlueZ) for the adapter's.
+    private func restoreAdapterSettings(waiting: Bool = true, then done: @escaping () -> Void) {
+        let steps = restoringSteps()
+        guard let bluez, !steps.isEmpty else {
+            savedAdapterSettings = nil
+            return done()
+        }
+        guard waiting else {
+            sendWithoutWaiting(steps)
+            return done()
+        }
+        let saved = savedAdapterSettings
+        bluez.callInOrder(steps, timeoutMs: Self.adapterCallTimeoutMs) { [weak self] result in
+            switch result {
+            case .success:
+                if self?.savedAdapterSettings?.path == saved?.path { self?.savedAdapterSettings = nil }
+            case .failure(let failure):
+                Log.warning("could not restore the discoverability of \(failure.step.path): \(failure.step.description): \(failure.error.message)")
+            }
+            done()
+        }
+    }
+
+    /// Sends `steps` at once, in order, without waiting for their replies.
+    private func sendWithoutWaiting(_ steps: [BluezCall]) {
+        for step in steps { bluez?.call(step, timeoutMs: Self.adapterCallTimeoutMs) }
     }
 
     private func setDiscovering(_ discovering: Bool) {
@@ -262,8 +376,8 @@ final class BluetoothTransport {
 
     private func bluezChanged(_ change: ObjectManagerClient.Change) {
         guard let bluez else { return }
-        if case .appeared = change { bluezOwnedAtStart = nil }
-        if case .vanished = change { bluezOwnedAtStart = nil }
+        if case .appeared = change { ownerReported = true }
+        if case .vanished = change { ownerReported = true }
         switch change {
         case .appeared(let owner):
             register(with: owner, attempt: 1)
@@ -364,11 +478,12 @@ final class BluetoothTransport {
             delegate?.bluetoothStateChanged([.adapter])
         }
         if !usable { setDiscovering(false) }
-        if usable && discoveryWanted && !isDiscovering {
-            do {
-                try startDiscoveryNow()
-            } catch {
-                Log.warning("could not resume Bluetooth discovery: \(error.message)")
+        if usable && discoveryWanted && !isDiscovering && !discoveryBusy {
+            inDiscoveryOrder { [unowned self] done in
+                guard discoveryWanted && !isDiscovering else { return done() }
+                startDiscoveryNow(completion: { result in
+                    if case .failure(let error) = result { Log.warning("could not resume Bluetooth discovery: \(error.message)") }
+                }, done: done)
             }
         }
     }
@@ -389,9 +504,15 @@ final class BluetoothTransport {
             return fail(.unknownPeer("\(address) has not been seen over Bluetooth: StartDiscovery here while the other computer is discoverable (its PeerVoice discovering), then Connect"))
         }
         dials.insert(address)
+        var finished = false
         let finish = { [weak self] (result: Result<Void, ServiceError>) in
+            guard !finished else { return }
+            finished = true
             self?.dials.remove(address)
             completion(result)
+        }
+        whileWaiting({ !finished }) {
+            finish(.failure(.notAvailable("Bluetooth is not available: BlueZ stopped answering while connecting to \(address) (\(Self.hungAdvice))")))
         }
         afterDisconnecting(address) { [weak self] in
             guard let self else { return }
@@ -407,6 +528,20 @@ final class BluetoothTransport {
             }
         }
     }
+
+    /// Pair and ConnectProfile may rightly take a minute or two (people confirm, radios page), so
+    /// while `pending()` holds BlueZ is pinged: one that stops answering is reported through
+    /// `hung` within a ping's timeout.
+    private func whileWaiting(_ pending: @escaping () -> Bool, hung: @escaping () -> Void) {
+        guard let bluez, pending() else { return }
+        bluez.ping(timeoutMs: Self.adapterCallTimeoutMs) { [weak self] result in
+            guard let self, pending() else { return }
+            if case .failure(let error) = result, error.isNoReply { return hung() }
+            later(milliseconds: Self.pingIntervalMs) { [weak self] in self?.whileWaiting(pending, hung: hung) }
+        }
+    }
+
+    static let pingIntervalMs: UInt32 = 2_000
 
     private var deferred: [Int: EventSource] = [:]
     private var nextDeferredKey = 0
@@ -572,7 +707,7 @@ final class BluetoothTransport {
 
     /// A person accepted this device: it may reconnect without asking (`Device1.Trusted`).
     private func markTrusted(_ devicePath: String) {
-        bluez?.set(devicePath, Bluez.deviceInterface, "Trusted", Variant(true)) { result in
+        bluez?.call(.set(devicePath, Bluez.deviceInterface, "Trusted", Variant(true)), timeoutMs: Self.adapterCallTimeoutMs) { result in
             if case .failure(let error) = result { Log.debug("Trusted on \(devicePath): \(error.message)") }
         }
     }

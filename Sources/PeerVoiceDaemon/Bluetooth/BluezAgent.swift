@@ -1,15 +1,16 @@
 import GIO
+import PeerVoiceBus
 
 /// PeerVoice's pairing agent: `org.bluez.Agent1` on our system-bus connection, registered with
 /// `AgentManager1.RegisterAgent` (capability DisplayYesNo: we show a code and a person answers yes
 /// or no). BlueZ asks it about pairings our own `Pair` calls start and, as the default agent
 /// (`--default-agent`), about pairings other computers start. A question that needs a person
 /// becomes a prompt (`PairingRequested`); `answer` (from `ConfirmPairing`) replies to BlueZ, and
-/// no answer within 60 s is a no.
+/// no answer within `PeerVoiceBus.pairingConfirmationWindow` is a no.
 final class BluezAgent {
     static let path = "/org/example/PeerVoice/bluetooth/agent"
     static let capability = "DisplayYesNo"
-    static let promptTimeoutMs: UInt32 = 60_000
+    static let promptTimeoutMs = UInt32(PeerVoiceBus.pairingConfirmationWindow.wholeMilliseconds)
 
     enum Outcome: Equatable {
         case accepted, rejected, timedOut, canceled

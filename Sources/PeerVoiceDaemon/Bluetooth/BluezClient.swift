@@ -76,29 +76,65 @@ final class BluezClient {
         objects.paths(implementing: Bluez.deviceInterface).compactMap(device(at:)).filter { $0.adapterPath == adapterPath }
     }
 
-    /// Calls BlueZ without blocking the main loop.
+    /// Calls BlueZ without blocking the main loop; `completion` runs on the main loop.
     func call(_ path: String, _ interface: String, _ method: String, _ arguments: [Variant] = [],
               timeoutMs: Int32 = 25_000, completion: @escaping (Result<Variant, BusError>) -> Void = { _ in }) {
         connection.callAsync(destination: Bluez.service, path: path, interface: interface, method: method,
                              arguments: Variant(tuple: arguments), timeoutMs: timeoutMs, completion: completion)
     }
 
-    /// Calls BlueZ and waits: only for quick adapter settings a bus method must answer with.
-    @discardableResult
-    func callAndWait(_ path: String, _ interface: String, _ method: String, _ arguments: [Variant] = [],
-                     timeoutMs: Int32 = 5_000) throws(BusError) -> Variant {
-        try connection.call(destination: Bluez.service, path: path, interface: interface, method: method,
-                            arguments: Variant(tuple: arguments), timeoutMs: timeoutMs)
+    func call(_ step: BluezCall, timeoutMs: Int32, completion: @escaping (Result<Variant, BusError>) -> Void = { _ in }) {
+        call(step.path, step.interface, step.method, step.arguments, timeoutMs: timeoutMs, completion: completion)
     }
 
-    func set(_ path: String, _ interface: String, _ property: String, _ value: Variant,
-             completion: @escaping (Result<Variant, BusError>) -> Void = { _ in }) {
-        call(path, "org.freedesktop.DBus.Properties", "Set", [Variant(interface), Variant(property), Variant(boxing: value)],
-             completion: completion)
+    /// Makes `steps` one after another, each once the one before succeeded; stops at the first
+    /// failure and reports it with its step.
+    func callInOrder(_ steps: [BluezCall], timeoutMs: Int32,
+                     completion: @escaping (Result<Void, BluezCallFailure>) -> Void) {
+        guard let step = steps.first else { return completion(.success(())) }
+        call(step, timeoutMs: timeoutMs) { [weak self] result in
+            switch result {
+            case .success:
+                guard let self else { return completion(.failure(BluezCallFailure(step: step, error: Self.gone))) }
+                callInOrder(Array(steps.dropFirst()), timeoutMs: timeoutMs, completion: completion)
+            case .failure(let error):
+                completion(.failure(BluezCallFailure(step: step, error: error)))
+            }
+        }
     }
 
-    func setAndWait(_ path: String, _ interface: String, _ property: String, _ value: Variant) throws(BusError) {
-        try callAndWait(path, "org.freedesktop.DBus.Properties", "Set",
-                        [Variant(interface), Variant(property), Variant(boxing: value)])
+    /// `org.freedesktop.DBus.Peer.Ping`, which D-Bus libraries answer by themselves: a timeout
+    /// means bluetoothd is not reading its bus connection (hung or stopped).
+    func ping(timeoutMs: Int32, completion: @escaping (Result<Variant, BusError>) -> Void) {
+        call("/", "org.freedesktop.DBus.Peer", "Ping", timeoutMs: timeoutMs, completion: completion)
     }
+
+    private static let gone = BusError(name: "org.gtk.GDBus.Error.Local", message: "the BlueZ client was released")
+}
+
+/// One call to BlueZ, written down before it is made (so a chain of them reads as a list).
+struct BluezCall {
+    let path: String
+    let interface: String
+    let method: String
+    var arguments: [Variant] = []
+
+    /// What a log line or error message calls it, e.g. `Set(Discoverable)`.
+    var description: String {
+        interface == Self.properties && method == "Set" ? "Set(\(arguments[1].string ?? ""))" : method
+    }
+
+    /// `org.freedesktop.DBus.Properties.Set` of `property` on `path`.
+    static func set(_ path: String, _ interface: String, _ property: String, _ value: Variant) -> BluezCall {
+        BluezCall(path: path, interface: properties, method: "Set",
+                  arguments: [Variant(interface), Variant(property), Variant(boxing: value)])
+    }
+
+    private static let properties = "org.freedesktop.DBus.Properties"
+}
+
+/// Which call of a chain failed, and how.
+struct BluezCallFailure: Error {
+    let step: BluezCall
+    let error: BusError
 }

@@ -1,4 +1,5 @@
 import GIO
+import PeerVoiceBus
 import PeerVoiceCore
 
 /// Where a link's other end is.
@@ -90,11 +91,12 @@ final class PeerLink {
     /// A peer silent this long is gone (reported `disconnected` well within 5 s).
     static let silenceLimit: Duration = .seconds(4)
     /// Time allowed from connect to the end of the key exchange. The wait for a person's
-    /// confirmation after it is the owner's (60 s), with keepalives flowing meanwhile.
+    /// confirmation after it is the owner's (`PeerVoiceBus.pairingConfirmationWindow`), with
+    /// keepalives flowing meanwhile.
     static let handshakeLimit: Duration = .seconds(10)
-    /// Time allowed for the peer's PAIRING decision once the key exchange is done: its person has
-    /// 60 s to answer, plus slack for the network.
-    static let pairingLimit: Duration = .seconds(65)
+    /// Time allowed for the peer's PAIRING decision once the key exchange is done: its person's
+    /// confirmation window, plus slack for the network.
+    static let pairingLimit = PeerVoiceBus.pairingConfirmationWindow + .seconds(5)
     /// Rejected records (tampered, replayed) tolerated before the link is closed.
     static let maxRejectedRecords: UInt64 = 8
 

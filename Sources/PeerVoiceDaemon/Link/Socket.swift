@@ -62,7 +62,7 @@ struct IPEndpoint: CustomStringConvertible {
         default:
             return nil
         }
-        let numeric = String(cString: text)
+        let numeric = text.withUnsafeBufferPointer { String(cString: $0.baseAddress!) }
         host = numeric.hasPrefix("::ffff:") && numeric.contains(".") ? String(numeric.dropFirst(7)) : numeric
     }
 
@@ -95,17 +95,22 @@ final class Socket {
         return fd
     }
 
+    /// bind(2); `call` names it in the error.
+    private func bind(to address: sockaddr_storage, length: socklen_t, call: String) throws(SystemError) {
+        _ = try withUnsafePointer(to: address) { pointer throws(SystemError) in
+            try pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { sa throws(SystemError) in
+                try systemCall(call) { Glibc.bind(fd, sa, length) }
+            }
+        }
+    }
+
     /// A TCP socket listening on `endpoint` (port 0 picks a free port).
     static func listening(on endpoint: IPEndpoint) throws(SystemError) -> Socket {
         guard let (address, length) = endpoint.socketAddress() else { throw SystemError(call: "inet_pton \(endpoint.host)", code: EINVAL) }
         let socket = Socket(adopting: try systemCall("socket") { Glibc.socket(Int32(address.ss_family), Int32(SOCK_STREAM.rawValue), 0) })
         var on: Int32 = 1
         setsockopt(socket.fd, SOL_SOCKET, SO_REUSEADDR, &on, socklen_t(MemoryLayout<Int32>.size))
-        try withUnsafePointer(to: address) { pointer throws(SystemError) in
-            try pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { sa throws(SystemError) in
-                try systemCall("bind \(endpoint)") { bind(socket.fd, sa, length) }
-            }
-        }
+        try socket.bind(to: address, length: length, call: "bind \(endpoint)")
         try systemCall("listen \(endpoint)") { listen(socket.fd, 64) }
         return socket
     }
@@ -117,11 +122,7 @@ final class Socket {
         let socket = Socket(adopting: try systemCall("socket") { Glibc.socket(Int32(address.ss_family), Int32(SOCK_STREAM.rawValue), 0) })
         socket.setNoDelay()
         if let source, let (local, localLength) = source.socketAddress(), local.ss_family == address.ss_family {
-            try withUnsafePointer(to: local) { pointer throws(SystemError) in
-                try pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { sa throws(SystemError) in
-                    try systemCall("bind \(source)") { bind(socket.fd, sa, localLength) }
-                }
-            }
+            try socket.bind(to: local, length: localLength, call: "bind \(source)")
         }
         let result = withUnsafePointer(to: address) { pointer in
             pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(socket.fd, $0, length) }
@@ -134,11 +135,7 @@ final class Socket {
     static func datagram(boundTo endpoint: IPEndpoint) throws(SystemError) -> Socket {
         guard let (address, length) = endpoint.socketAddress() else { throw SystemError(call: "inet_pton \(endpoint.host)", code: EINVAL) }
         let socket = Socket(adopting: try systemCall("socket") { Glibc.socket(Int32(address.ss_family), Int32(SOCK_DGRAM.rawValue), 0) })
-        try withUnsafePointer(to: address) { pointer throws(SystemError) in
-            try pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { sa throws(SystemError) in
-                try systemCall("bind udp \(endpoint)") { bind(socket.fd, sa, length) }
-            }
-        }
+        try socket.bind(to: address, length: length, call: "bind udp \(endpoint)")
         return socket
     }
 

@@ -61,6 +61,10 @@ struct VoiceAudioOptions: Sendable {
 /// `start`/`stop` (a command queue and the wake-up) and the atomic mute flag; PipeWire's real-time
 /// thread meets it only through each session's two lock-free rings, whose callbacks use the same
 /// wake-up when there is work: a frame captured, the speaker's ring to refill.
+///
+/// `@unchecked Sendable`: the control plane touches only the command queue (in a `Mutex`), the
+/// wake-up, the atomics and (at shutdown) the thread handle; the voice-thread state below only the
+/// voice thread.
 final class VoiceEngine: @unchecked Sendable {
     /// The longest the thread sleeps while sessions exist. The audio callbacks and datagrams wake
     /// it when there is work; this only makes sure a stream that stalled is still looked at.

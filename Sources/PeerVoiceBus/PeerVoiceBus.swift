@@ -1,0 +1,25 @@
+/// PeerVoice's names on the session bus, as `dbus/org.example.PeerVoice.xml` declares them: the one
+/// place the service, peervoicectl and the tests take them from.
+public enum PeerVoiceBus {
+    /// The well-known name peervoiced owns.
+    public static let name = "org.example.PeerVoice"
+    /// The service's object.
+    public static let path = "/org/example/PeerVoice"
+    /// The interface of that object.
+    public static let interface = "org.example.PeerVoice"
+    /// Every error the service answers with: this, then `InvalidArgument`, `UnknownPeer`, … .
+    public static let errorPrefix = "org.example.PeerVoice.Error."
+
+    /// How long a person has to answer a pairing prompt (`PairingRequested`, answered with
+    /// `ConfirmPairing`) before it counts as refused; `Connect` may wait this long for it.
+    public static let pairingConfirmationWindow: Duration = .seconds(60)
+    /// How long a client should let `Connect` take: the confirmation window, then the connection.
+    public static let connectCallTimeout: Duration = pairingConfirmationWindow + .seconds(30)
+}
+
+extension Duration {
+    /// Whole milliseconds, as GLib timers and D-Bus call timeouts take them.
+    public var wholeMilliseconds: Int64 {
+        components.seconds * 1_000 + components.attoseconds / 1_000_000_000_000_000
+    }
+}
