@@ -37,33 +37,36 @@ timing pairing_prompt "$t0"
 prompts=$(pv_confirm_until_done "$connect_pid" "$b")
 wait "$connect_pid" || { pv_dump; fail "Connect($b) failed: $(cat "$OUT/connect-1.out")"; }
 log "Connect($b) done after $prompts confirmed prompt(s)"
-pv_wait PeerStateChanged "'$b', 'connected'" 10 || { pv_dump; fail "B is not connected"; }
+# Once its key is known, B is its id; Connect answered with it.
+bid=$(pv_identified "$b" 5) || { pv_dump; fail "no PeerIdentified for $b"; }
+grep -q "('$bid',)" "$OUT/connect-1.out" || fail "Connect did not answer with B's id $bid: $(cat "$OUT/connect-1.out")"
+pv_wait PeerStateChanged "'$bid', 'connected'" 10 || { pv_dump; fail "B is not connected"; }
 timing connect_with_pairing "$t0"
 [[ $(device_prop "$b" Trusted) == true ]] || fail "B is not Trusted after the accepted pairing"
-pv ListPeers | grep -q "'$b', 'pv-b', 'bluetooth', 'connected'" || fail "ListPeers: $(pv ListPeers)"
+pv ListPeers | grep -q "'$bid', 'pv-b', 'bluetooth', 'connected'" || fail "ListPeers: $(pv ListPeers)"
 barrier connected-1 || fail "B did not see the connection"
 
 # --- voice: on by itself after connecting; `active` once both streams run and B's frames arrive
 # here over the channel
 t0=$(now)
-pv_wait VoiceStateChanged "'$b', 'active'" 60 || { pv_dump; fail "voice with B did not become active"; }
+pv_wait VoiceStateChanged "'$bid', 'active'" 60 || { pv_dump; fail "voice with B did not become active"; }
 timing voice_active "$t0"
 
 # --- messages both ways
 t0=$(now)
 pv Send "$b" "hello from A" > /dev/null || fail "Send to B failed"
-pv_wait MessageDelivered "'$b'" 30 || { pv_dump; fail "no MessageDelivered from B"; }
-pv_wait MessageReceived "'$b', '[0-9a-f]{32}', 'hello from B'" 30 || { pv_dump; fail "no message from B"; }
+pv_wait MessageDelivered "'$bid'" 30 || { pv_dump; fail "no MessageDelivered from B"; }
+pv_wait MessageReceived "'$bid', '[0-9a-f]{32}', 'hello from B'" 30 || { pv_dump; fail "no message from B"; }
 timing messages_both_ways "$t0"
 
 # --- disconnect
 pv_mark
 t0=$(now)
 pv Disconnect "$b" > /dev/null || fail "Disconnect failed"
-pv_wait PeerStateChanged "'$b', 'disconnected'" 10 || fail "B not disconnected here"
+pv_wait PeerStateChanged "'$bid', 'disconnected'" 10 || fail "B not disconnected here"
 barrier disconnected-1 || fail "B did not see the disconnection"
 timing disconnect "$t0"
-read -r sent received <<<"$(pv_voice_counts "$b")"
+read -r sent received <<<"$(pv_voice_counts "$bid")"
 log "voice with B over RFCOMM: sent ${sent:-?} packets, received ${received:-?}"
 (( ${received:-0} >= 1 )) || { pv_dump; fail "no voice packets from B over RFCOMM"; }
 
@@ -76,14 +79,14 @@ timing reregistered_after_restart "$t0"
 pv_mark
 t0=$(now)
 out=$(pv_connect "$b") || { pv_dump; fail "Connect($b) after the restart failed: $out"; }
-pv_wait PeerStateChanged "'$b', 'connected'" 10 || fail "B not connected after the restart"
+pv_wait PeerStateChanged "'$bid', 'connected'" 10 || fail "B not connected after the restart"
 timing reconnect_after_restart "$t0"
 barrier connected-2 || fail "B did not see the second connection"
 pv Send "$b" "after the restart" > /dev/null || fail "Send after the restart failed"
-pv_wait MessageReceived "'$b', '[0-9a-f]{32}', 'B got it'" 30 || { pv_dump; fail "no answer from B after the restart"; }
+pv_wait MessageReceived "'$bid', '[0-9a-f]{32}', 'B got it'" 30 || { pv_dump; fail "no answer from B after the restart"; }
 pv_mark
 pv Disconnect "$b" > /dev/null || fail "second Disconnect failed"
-pv_wait PeerStateChanged "'$b', 'disconnected'" 10 || fail "B not disconnected after the second Disconnect"
+pv_wait PeerStateChanged "'$bid', 'disconnected'" 10 || fail "B not disconnected after the second Disconnect"
 barrier disconnected-2 || fail "B did not see the second disconnection"
 
 # --- rejection: both forget the pairing, B's person says no

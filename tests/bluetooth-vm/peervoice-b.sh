@@ -20,29 +20,30 @@ barrier pv-ready || fail "A's peervoiced did not start"
 
 # --- A pairs and connects
 pv_wait PairingRequested "'$a'" 90 || { pv_dump; fail "no PairingRequested for A"; }
-pv_wait PeerStateChanged "'$a', 'connected'" 90 || { pv_dump; fail "A never connected"; }
+aid=$(pv_identified "$a" 90) || { pv_dump; fail "no PeerIdentified for $a"; }
+pv_wait PeerStateChanged "'$aid', 'connected'" 90 || { pv_dump; fail "A never connected"; }
 [[ $(device_prop "$a" Trusted) == true ]] || fail "A is not Trusted after the accepted pairing"
 barrier connected-1 || fail "A did not see the connection"
-pv_wait VoiceStateChanged "'$a', 'active'" 60 || { pv_dump; fail "voice with A did not become active"; }
+pv_wait VoiceStateChanged "'$aid', 'active'" 60 || { pv_dump; fail "voice with A did not become active"; }
 
-pv_wait MessageReceived "'$a', '[0-9a-f]{32}', 'hello from A'" 30 || { pv_dump; fail "no message from A"; }
+pv_wait MessageReceived "'$aid', '[0-9a-f]{32}', 'hello from A'" 30 || { pv_dump; fail "no message from A"; }
 pv Send "$a" "hello from B" > /dev/null || fail "Send to A failed"
-pv_wait MessageDelivered "'$a'" 30 || { pv_dump; fail "no MessageDelivered from A"; }
+pv_wait MessageDelivered "'$aid'" 30 || { pv_dump; fail "no MessageDelivered from A"; }
 
 pv_mark
-pv_wait PeerStateChanged "'$a', 'disconnected'" 30 || { pv_dump; fail "A's Disconnect not seen"; }
+pv_wait PeerStateChanged "'$aid', 'disconnected'" 30 || { pv_dump; fail "A's Disconnect not seen"; }
 barrier disconnected-1 || fail "A did not see the disconnection"
-read -r sent received <<<"$(pv_voice_counts "$a")"
+read -r sent received <<<"$(pv_voice_counts "$aid")"
 log "voice with A over RFCOMM: sent ${sent:-?} packets, received ${received:-?}"
 (( ${received:-0} >= 1 )) || { pv_dump; fail "no voice packets from A over RFCOMM"; }
 
 # --- A's bluetoothd restarts; A connects again (already paired: no prompt)
-pv_wait PeerStateChanged "'$a', 'connected'" 90 || { pv_dump; fail "A did not connect again"; }
+pv_wait PeerStateChanged "'$aid', 'connected'" 90 || { pv_dump; fail "A did not connect again"; }
 barrier connected-2 || fail "A did not see the second connection"
-pv_wait MessageReceived "'$a', '[0-9a-f]{32}', 'after the restart'" 30 || { pv_dump; fail "no message after A's restart"; }
+pv_wait MessageReceived "'$aid', '[0-9a-f]{32}', 'after the restart'" 30 || { pv_dump; fail "no message after A's restart"; }
 pv Send "$a" "B got it" > /dev/null || fail "Send after A's restart failed"
 pv_mark
-pv_wait PeerStateChanged "'$a', 'disconnected'" 30 || { pv_dump; fail "A's second Disconnect not seen"; }
+pv_wait PeerStateChanged "'$aid', 'disconnected'" 30 || { pv_dump; fail "A's second Disconnect not seen"; }
 barrier disconnected-2 || fail "A did not see the second disconnection"
 
 # --- forget A; its next pairing is refused

@@ -60,17 +60,27 @@ pv_wait() {
     poll "${3:-60}" "$1 $2" _pv_has_signal "org\\.example\\.PeerVoice\\.$1 .*$2"
 }
 
+# pv_identified ADDRESS [TIMEOUT]: prints the peer id that PeerIdentified(ADDRESS, id) gave
+# (the latest), waiting for one; signals name the device by that id from then on.
+pv_identified() {
+    poll "${2:-60}" "PeerIdentified $1" _pv_has_identified "$1" || return 1
+    grep -Eo "PeerVoice\.PeerIdentified \('$1', 'pv:[a-z2-7]{26}'\)" "$PV_SIGNALS" | tail -n 1 | grep -Eo 'pv:[a-z2-7]{26}'
+}
+
+_pv_has_identified() { grep -Eq "PeerVoice\.PeerIdentified \('$1', 'pv:" "$PV_SIGNALS"; }
+
 _pv_log_has() { grep -q "$1" "$PV_LOG"; }
 
 # pv_wait_log TEXT [TIMEOUT]: waits for a line of peervoiced's log containing TEXT.
 pv_wait_log() { poll "${2:-60}" "peervoiced log: $1" _pv_log_has "$1"; }
 
-# pv_auto_confirm: in the background, answers every PairingRequested with the answer in
-# $OUT/pairing-answer (true or false; true when absent), like a person who always says yes.
+# pv_auto_confirm: in the background, answers every PairingRequested (BlueZ's, naming an
+# address, and PeerVoice's, naming an id) with the answer in $OUT/pairing-answer (true or false;
+# true when absent), like a person who always says yes.
 pv_auto_confirm() {
     (
         tail -n +1 -F "$PV_SIGNALS" 2>/dev/null | while IFS= read -r line; do
-            [[ $line =~ PeerVoice\.PairingRequested\ \(\'([0-9A-F:]{17})\',.*\'([0-9]*)\'\) ]] || continue
+            [[ $line =~ PeerVoice\.PairingRequested\ \(\'([0-9A-F:]{17}|pv:[a-z2-7]{26})\',.*\'([0-9]*)\'\) ]] || continue
             peer=${BASH_REMATCH[1]}
             answer=$(cat "$OUT/pairing-answer" 2>/dev/null || echo true)
             if reply=$(pv ConfirmPairing "$peer" "$answer" 2>&1); then
@@ -82,14 +92,17 @@ pv_auto_confirm() {
     ) &
 }
 
-# pv_confirm_until_done PID PEER: like a person at this computer, answers yes to every
-# PairingRequested for PEER (since the last pv_mark) until process PID (a Connect) has ended: first
-# BlueZ's pairing, then, on first contact, the peer link's own code. Prints how many it answered.
+# pv_confirm_until_done PID ADDRESS: like a person at this computer, answers yes to every
+# PairingRequested (since the last pv_mark) for ADDRESS or for the id it turned out to have, until
+# process PID (a Connect) has ended: first BlueZ's pairing (named by the address), then, on first
+# contact, the peer link's own code (named by the id). Prints how many it answered.
 pv_confirm_until_done() {
-    local pid=$1 peer=$2 answered=0 asked
+    local pid=$1 address=$2 answered=0 prompts peer
     while _btvm_running "$pid"; do
-        asked=$(tail -n +"$((PV_MARK + 1))" "$PV_SIGNALS" | grep -c "PeerVoice\.PairingRequested ('$peer'")
-        while (( answered < asked )); do
+        mapfile -t prompts < <(tail -n +"$((PV_MARK + 1))" "$PV_SIGNALS" \
+            | grep -Eo "PeerVoice\.PairingRequested \('($address|pv:[a-z2-7]{26})'" | grep -Eo "'[^']*'" | tr -d "'")
+        while (( answered < ${#prompts[@]} )); do
+            peer=${prompts[$answered]}
             answered=$((answered + 1))
             if pv ConfirmPairing "$peer" true > /dev/null 2>&1; then
                 log "confirmed pairing prompt $answered for $peer" >&2
