@@ -19,7 +19,7 @@ def write(target, name, data):
 
 # --- frame-decoder ------------------------------------------------------------------------------
 
-PREAMBLE = b"PVLK" + struct.pack(">HH", 3, 0)
+PREAMBLE = b"PVLK" + struct.pack(">HH", 4, 0)
 
 
 def u16(v): return struct.pack(">H", v)
@@ -36,6 +36,8 @@ BODIES = {
     "keepalive": b"\x04",
     "goodbye": b"\x05\x00",
     "pairing": b"\x06\x01",
+    "pairing-asking": b"\x06\x02",
+    "pairing-known": b"\x06\x03",
     "voice-start": b"\x07" + ID + b"\x14",
     "voice-stop": b"\x08",
     "voice-report": b"\x09\x0a",
@@ -54,7 +56,7 @@ def frame_decoder():
     write(t, "stream-no-preamble", b"\x00" + u16(0x0007) + u16(0) + stream)
     write(t, "stream-bodies", b"\x0b" + u16(0x2211) + u16(0) + stream)
     write(t, "preamble-split", b"\x01" + u16(0x0003) + u16(0) + PREAMBLE + framed(BODIES["keepalive"]))
-    write(t, "preamble-bad-magic", b"\x01" + u16(2) + u16(0) + b"PVLX" + u16(3) + u16(0))
+    write(t, "preamble-bad-magic", b"\x01" + u16(2) + u16(0) + b"PVLX" + u16(4) + u16(0))
     write(t, "preamble-version-2", b"\x01" + u16(2) + u16(0) + b"PVLK" + u16(2) + u16(0))
     write(t, "handshake-limit", b"\x07" + u16(9) + u16(0) + framed(b"\x21" + bytes(1100)))
     write(t, "max-body-override", b"\x20" + u16(1) + u16(8) + stream)
