@@ -233,11 +233,7 @@ final class PeerVoiceService {
     }
 
     func disconnect(_ ref: PeerRef) throws(ServiceError) {
-        if case .address(let address) = ref, let contact = contacts[address] {
-            stopDialling(contact)
-            contactFailed(contact, .failed("Disconnect(\(address)) was called while connecting"))
-            return
-        }
+        if abandonContact(ref, because: "Disconnect") { return }
         let peer = try peer(ref)
         guard peer.isConnected || peer.dial != nil || peer.redialTimer != nil || hasPendingLink(peer) else {
             throw .notConnected("\(peer.id) is not connected")
@@ -252,12 +248,17 @@ final class PeerVoiceService {
         }
     }
 
+    /// Stops a dial to an address whose key is not known yet, if `ref` names one; its Connect
+    /// fails saying that `method` was called.
+    private func abandonContact(_ ref: PeerRef, because method: String) -> Bool {
+        guard case .address(let address) = ref, let contact = contacts[address] else { return false }
+        stopDialling(contact)
+        contactFailed(contact, .failed("\(method)(\(address)) was called while connecting"))
+        return true
+    }
+
     func removePeer(_ ref: PeerRef) throws(ServiceError) {
-        if case .address(let address) = ref, let contact = contacts[address] {
-            stopDialling(contact)
-            contactFailed(contact, .failed("RemovePeer(\(address)) was called while connecting"))
-            return
-        }
+        if abandonContact(ref, because: "RemovePeer") { return }
         let peer = try peer(ref)
         let id = peer.id
         peer.stayDisconnected = true

@@ -9,7 +9,7 @@ import XCTest
 /// dialling each other at once, migrating a protocol-version-3 state directory; and the peer
 /// objects that show it all.
 final class IdentityTests: XCTestCase {
-    private var peers: [TestPeer] = []
+    private let started = StartedPeers()
     private var startedAt = Date()
 
     override func setUp() {
@@ -17,19 +17,12 @@ final class IdentityTests: XCTestCase {
     }
 
     override func tearDown() {
-        let failedTest = (testRun?.totalFailureCount ?? 0) > 0
-        for peer in peers {
-            if failedTest { print("----- log of \(peer.name) (\(peer.id)) -----\n\(peer.log.suffix(6_000))") }
-            peer.shutdown()
-        }
-        peers = []
+        started.shutdown(printingLogs: (testRun?.totalFailureCount ?? 0) > 0)
         print("\(name) took \(String(format: "%.2f", Date().timeIntervalSince(startedAt))) s")
     }
 
     private func makePeer(_ name: String, port: UInt16 = 0, listens: Bool = true) throws -> TestPeer {
-        let peer = try TestPeer(name: name, port: port, listens: listens)
-        peers.append(peer)
-        return peer
+        try started.make(name, port: port, listens: listens)
     }
 
     /// First contact from `a` to `b`'s address: both people see one code and accept.

@@ -17,7 +17,7 @@ final class MessagingTests: XCTestCase {
     /// PVLK, version 4, reserved.
     private static let preamble: [UInt8] = [0x50, 0x56, 0x4C, 0x4B, 0x00, 0x04, 0x00, 0x00]
 
-    private var peers: [TestPeer] = []
+    private let started = StartedPeers()
     private var startedAt = Date()
 
     override func setUp() {
@@ -25,14 +25,7 @@ final class MessagingTests: XCTestCase {
     }
 
     override func tearDown() {
-        let failedTest = (testRun?.totalFailureCount ?? 0) > 0
-        for peer in peers {
-            if failedTest {
-                print("----- log of \(peer.name) (\(peer.id)) -----\n\(peer.log.suffix(6_000))")
-            }
-            peer.shutdown()
-        }
-        peers = []
+        started.shutdown(printingLogs: (testRun?.totalFailureCount ?? 0) > 0)
         print("\(name) took \(String(format: "%.2f", Date().timeIntervalSince(startedAt))) s")
     }
 
@@ -603,9 +596,7 @@ final class MessagingTests: XCTestCase {
     // MARK: Helpers
 
     private func makePeer(_ name: String, fixedPort: Bool = false) throws -> TestPeer {
-        let peer = try TestPeer(name: name, port: fixedPort ? freeTCPPort() : 0)
-        peers.append(peer)
-        return peer
+        try started.make(name, port: fixedPort ? freeTCPPort() : 0)
     }
 
     /// First contact: `a` dials `b`; both are asked to compare a code, the same 6 digits on both

@@ -7,24 +7,17 @@ import XCTest
 /// Faults that real links meet: a path that goes away for 10 s with messages in flight, a
 /// client that leaves in the middle of a call, and a burst of Sends as fast as one client can.
 final class ReliabilityTests: XCTestCase {
-    private var peers: [TestPeer] = []
+    private let started = StartedPeers()
     private var relays: [Relay] = []
 
     override func tearDown() {
         relays.forEach { $0.stop() }
-        let failed = (testRun?.totalFailureCount ?? 0) > 0
-        for peer in peers {
-            if failed { print("----- log of \(peer.name) -----\n\(peer.log.suffix(4_000))") }
-            peer.shutdown()
-        }
-        peers = []
+        started.shutdown(printingLogs: (testRun?.totalFailureCount ?? 0) > 0)
         relays = []
     }
 
     private func makePeer(_ name: String) throws -> TestPeer {
-        let peer = try TestPeer(name: name)
-        peers.append(peer)
-        return peer
+        try started.make(name)
     }
 
     /// A dials B through a relay; the relay goes away for 10 s while A keeps sending, then comes

@@ -14,7 +14,7 @@ import XCTest
 final class SecurityTests: XCTestCase {
     private static let rejected = "org.example.PeerVoice.Error.Rejected"
 
-    private var peers: [TestPeer] = []
+    private let started = StartedPeers()
     private var relays: [Relay] = []
     private var cleanups: [() -> Void] = []
     private var startedAt = Date()
@@ -29,15 +29,9 @@ final class SecurityTests: XCTestCase {
         for relay in relays where failedTest {
             print("----- relay \(relay.port) → \(relay.targetPort) -----\n" + relay.events.joined(separator: "\n"))
         }
-        for peer in peers {
-            if failedTest {
-                print("----- log of \(peer.name) (\(peer.id)) -----\n\(peer.log.suffix(6_000))")
-            }
-            peer.shutdown()
-        }
+        started.shutdown(printingLogs: failedTest)
         cleanups.reversed().forEach { $0() }
         relays = []
-        peers = []
         cleanups = []
         print("\(name) took \(String(format: "%.2f", Date().timeIntervalSince(startedAt))) s")
     }
@@ -601,9 +595,7 @@ final class SecurityTests: XCTestCase {
     // MARK: Helpers
 
     private func makePeer(_ name: String, fixedPort: Bool = false) throws -> TestPeer {
-        let peer = try TestPeer(name: name, port: fixedPort ? freeTCPPort() : 0)
-        peers.append(peer)
-        return peer
+        try started.make(name, port: fixedPort ? freeTCPPort() : 0)
     }
 
     private func makeRelay(target: TestPeer, rules: [Relay.Rule] = []) throws -> Relay {

@@ -389,3 +389,28 @@ extension TestPeer {
                        signalsBeforeReply: connect.signalsBefore)
     }
 }
+
+/// The peers one test started: made here and shut down at its end, with their logs printed when
+/// the test failed, so no suite keeps its own copy of that bookkeeping.
+public final class StartedPeers {
+    public private(set) var all: [TestPeer] = []
+
+    public init() {}
+
+    /// A `TestPeer` that `shutdown(printingLogs:)` will stop.
+    public func make(_ name: String, port: UInt16 = 0, listens: Bool = true,
+                     arguments: [String] = ["--verbose"]) throws -> TestPeer {
+        let peer = try TestPeer(name: name, port: port, listens: listens, arguments: arguments)
+        all.append(peer)
+        return peer
+    }
+
+    /// Stops every peer (and removes its directory), printing the end of each log first if asked.
+    public func shutdown(printingLogs: Bool) {
+        for peer in all {
+            if printingLogs { print("----- log of \(peer.name) (\(peer.id)) -----\n\(peer.log.suffix(6_000))") }
+            peer.shutdown()
+        }
+        all = []
+    }
+}
