@@ -401,7 +401,11 @@ extension PeerVoiceService: PeerLinkDelegate {
         peer.backoffMs = 0
         peer.stayDisconnected = false
         peer.delivery = LinkDelivery(now: .now)
-        stopDialling(peer)
+        // No new dial; a link still in its pairing exchange may open too and is then settled by
+        // the two-links rule above on both sides alike (dropping it here would not be mirrored).
+        peer.dial?.attempt?.cancel()
+        peer.dial = nil
+        peer.redialTimer = nil
         remember(peer)
         Log.info("\(peer.id) connected (\(link.isOutgoing ? "dialled" : "incoming") over \(link.transport), key \(peer.key))")
         setState(peer, .connected)
