@@ -52,6 +52,8 @@ let package = Package(
         .testTarget(name: "PipeWireTests", dependencies: ["PipeWire", "PeerVoiceCore", "TestHarness"]),
         .testTarget(name: "ServiceTests", dependencies: ["TestHarness", "GIO"]),
         .testTarget(name: "PeerVoiceAppModelTests", dependencies: ["PeerVoiceAppModel"]),
+        // The app in Xvfb, driven through AT-SPI against real daemons; needs the peervoice product.
+        .testTarget(name: "AppTests", dependencies: ["TestHarness", "GIO"]),
     ],
     swiftLanguageModes: [.v6]
 )

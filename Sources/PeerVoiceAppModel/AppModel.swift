@@ -104,6 +104,12 @@ public final class AppModel {
         }
         if state != .connected, let index = index(of: id) { peers[index].voiceActive = false }
         changed(.peers)
+        // Connected or not: the pairing is over, however it ended (a service without
+        // PairingSettled says so only this way; a code that was only shown has no other end).
+        if question?.peer == id && (state == .connected || state == .disconnected) {
+            question = nil
+            changed(.question)
+        }
     }
 
     /// `PeerIdentified(address, peer)`: the row (chat, selection, question) known by `address` is

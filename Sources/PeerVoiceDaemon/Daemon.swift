@@ -43,7 +43,8 @@ public func runDaemon(arguments: [String]) -> Int32 {
         Log.error("cannot serve on the session bus: \(error.message) (is DBUS_SESSION_BUS_ADDRESS set? `make run` starts a private bus when there is none)")
         return 1
     }
-    let notifications = options.notify ? DesktopNotifications(connection: connection, service: service) : nil
+    let notifications = options.notify
+        ? DesktopNotifications(connection: connection, service: service, promptHandlers: bus.promptHandlers) : nil
     service.emit = { [unowned bus] event in bus.emit(event); notifications?.handle(event) }
     Log.info("serving \(BusObject.busName) on the session bus as \(connection.uniqueName)")
     do {

@@ -102,10 +102,12 @@ extension PeerVoiceService: BluetoothTransportDelegate {
     func bluetoothPairingPrompt(_ id: PeerID, name: String, passkey: String, needsAnswer: Bool) {
         let peer = bluetoothPeer(id, name: name)
         if needsAnswer { setState(peer, .pairing) }
-        emit(.pairingRequested(id, name: name.isEmpty ? peer.name : name, passkey: passkey))
+        emit(.pairingRequested(id, name: name.isEmpty ? peer.name : name, passkey: passkey,
+                               kind: needsAnswer ? .confirm : .display))
     }
 
     func bluetoothPairingPromptEnded(_ id: PeerID, outcome: BluezAgent.Outcome) {
+        emit(.pairingSettled(id, accepted: outcome == .accepted))
         guard let peer = peers[id], !peer.isConnected else { return }
         if peer.dial != nil {
             // Our own Connect: its Pair call reports how the pairing ended.

@@ -83,6 +83,7 @@ extension PeerVoiceService {
         peer.redialTimer = nil
         if let prompt = pairingPrompts.removeValue(forKey: peer.id) {
             prompt.timeout.cancel()
+            emit(.pairingSettled(peer.id, accepted: false))
         }
         for (key, entry) in pendingLinks where entry.peer == peer.id {
             pendingLinks[key] = nil
@@ -127,6 +128,7 @@ extension PeerVoiceService {
     /// Answers a first-contact prompt: the link opens once the peer's person accepts too.
     func answer(_ prompt: PairingPrompt, for id: PeerID, accept: Bool, reason: String) {
         prompt.timeout.cancel()
+        emit(.pairingSettled(id, accepted: accept))
         if accept {
             Log.info("pairing with \(id) accepted here")
             prompt.link.accept()
@@ -386,6 +388,7 @@ extension PeerVoiceService: PeerLinkDelegate {
         if let prompt = pairingPrompts[peer.id], prompt.link === link {
             pairingPrompts[peer.id] = nil
             prompt.timeout.cancel()
+            emit(.pairingSettled(peer.id, accepted: false))
         }
         let error: ServiceError
         switch reason {

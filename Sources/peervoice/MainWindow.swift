@@ -367,6 +367,9 @@ final class MainWindow {
 
     private func renderNotice() {
         guard let notice = model.notice else {
+            // Emptied as well as hidden: AT-SPI still lists a hidden bar's children as visible.
+            noticeLabel.text = ""
+            remedyButton.isVisible = false
             noticeBar.isVisible = false
             return
         }

@@ -72,6 +72,13 @@ final class AppModelTests: XCTestCase {
         XCTAssertTrue(changes.contains(.question))
     }
 
+    func testAShownCodeIsWithdrawnWhenThePeerConnects() {
+        model.peerStateChanged("p", state: .pairing, transport: "bluetooth")
+        model.pairingRequested(peer: "p", name: "Phone", passkey: "123456", kind: .show)
+        model.peerStateChanged("p", state: .connected, transport: "bluetooth")
+        XCTAssertNil(model.question)
+    }
+
     func testSentMessagesGoFromQueuedToDeliveredOrFailed() {
         model.messageQueued(to: "p", id: "m1", text: "one", timeMs: 10)
         model.messageQueued(to: "p", id: "m2", text: "two", timeMs: 20)

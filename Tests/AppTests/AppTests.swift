@@ -1,0 +1,113 @@
+import Foundation
+import GIO
+import Glibc
+import TestHarness
+import XCTest
+
+/// The desktop app in a real window (GTK 4 in Xvfb) against real peervoiced on private buses,
+/// used through AT-SPI by role and accessible name, and xdotool for press-and-hold.
+final class AppTests: XCTestCase {
+    private var peers: [TestPeer] = []
+    private var sessions: [AppSession] = []
+    private var notifications: NotificationServer?
+
+    override func tearDown() {
+        sessions.forEach { $0.stop() }
+        notifications?.stop()
+        peers.forEach { $0.shutdown() }
+        sessions = []
+        peers = []
+        notifications = nil
+    }
+
+    private func peer(_ name: String) throws -> TestPeer {
+        let peer = try TestPeer(name: name)
+        peers.append(peer)
+        return peer
+    }
+
+    private func session(on peer: TestPeer, environment: [String: String] = [:]) throws -> AppSession {
+        let session = try AppSession(bus: peer.bus, client: peer.client, in: peer.directory, environment: environment)
+        sessions.append(session)
+        return session
+    }
+
+    private func muted(_ peer: TestPeer) -> Bool? { try? peer.client.property("Muted").bool }
+
+    func testAPersonPairsChatsAndMutesThroughTheWindow() throws {
+        let alpha = try peer("alpha"), bravo = try peer("bravo")
+        let notifications = try NotificationServer(bus: alpha.bus, client: alpha.client, in: alpha.directory)
+        self.notifications = notifications
+        let app = try session(on: alpha)
+
+        // A peer that cannot be discovered: typed in, dialled, paired.
+        app.ui("set-text", "Address", bravo.id)
+        let mark = bravo.mark
+        app.ui("click", "Connect to address")
+        let asked = try XCTUnwrap(bravo.pairingRequest(for: alpha.id, after: mark, timeout: 15), "bravo was never asked to pair")
+        let code = asked.string(2)
+        XCTAssertTrue(Pairing.isPasskey(code), code)
+        XCTAssertEqual(app.ui("text", "Pairing code"), String(code.prefix(3)) + " " + String(code.suffix(3)),
+                       "the dialog shows the code the other side got, in two groups")
+        try bravo.client.call("ConfirmPairing", [Variant(alpha.id), Variant(true)])
+        app.ui("click", "Accept")
+        XCTAssertNotNil(alpha.waitForState("connected", of: bravo.id, timeout: 15), alpha.log)
+        app.ui("wait-gone", "Pairing code")
+        app.ui("wait-row", "bravo")
+
+        // Chat both ways; the sent message shows its state.
+        app.ui("set-text", "Message", "hello from the window")
+        app.ui("click", "Send")
+        XCTAssertNotNil(bravo.client.waitForSignal("MessageReceived", timeout: 10) { $0.string(2) == "hello from the window" })
+        app.ui("wait-label", "Delivered")
+        try bravo.client.call("Send", [Variant(alpha.id), Variant("hello back")])
+        app.ui("wait-label", "hello back")
+        let entry = try XCTUnwrap(app.centre(of: "Message"))
+        app.xdotool("mousemove", "--window", "WINDOW", "\(entry.x)", "\(entry.y)", "click", "1")
+        app.xdotool("type", "--delay", "20", "sent with Enter")
+        app.xdotool("key", "Return")
+        XCTAssertNotNil(bravo.client.waitForSignal("MessageReceived", timeout: 10) { $0.string(2) == "sent with Enter" },
+                        "Enter in the Message field sends")
+
+        // Mute: the toggle sets the service's Muted, and mirrors a Mute from elsewhere.
+        app.ui("click", "Mute")
+        XCTAssertTrue(eventually(timeout: 5) { muted(alpha) == true }, "the Mute toggle did not mute the service")
+        try alpha.client.call("Mute", [Variant(false)])
+        app.ui("wait-pressed", "Mute", "false")
+        try alpha.client.call("Mute", [Variant(true)])
+        app.ui("wait-pressed", "Mute", "true")
+        try alpha.client.call("Mute", [Variant(false)])
+        app.ui("wait-pressed", "Mute", "false")
+
+        // Hold to mute: muted while the pointer is down on the button, open again once it is up.
+        let hold = try XCTUnwrap(app.centre(of: "Hold to mute"))
+        app.xdotool("mousemove", "--window", "WINDOW", "\(hold.x)", "\(hold.y)", "mousedown", "1")
+        XCTAssertTrue(eventually(timeout: 5) { muted(alpha) == true }, "pressing the hold button did not mute")
+        usleep(400_000)
+        XCTAssertEqual(muted(alpha), true, "still held, still muted")
+        app.ui("wait-pressed", "Mute", "true")
+        app.xdotool("mouseup", "1")
+        XCTAssertTrue(eventually(timeout: 5) { muted(alpha) == false }, "releasing the hold button did not unmute")
+
+        // Disconnect and Connect for the selected peer.
+        app.ui("click", "Disconnect")
+        XCTAssertNotNil(alpha.waitForState("disconnected", of: bravo.id, timeout: 10))
+        let reconnect = alpha.mark
+        app.ui("click", "Connect")
+        XCTAssertNotNil(alpha.waitForState("connected", of: bravo.id, after: reconnect, timeout: 15))
+
+        // A prompt answered elsewhere (here peervoicectl's way, ConfirmPairing) leaves the window.
+        let charlie = try peer("charlie")
+        let dial = charlie.client.callAsync("Connect", [Variant(alpha.id)])
+        XCTAssertNotNil(app.ui("text", "Pairing code"))
+        try alpha.client.call("ConfirmPairing", [Variant(charlie.id), Variant(false)])
+        app.ui("wait-gone", "Pairing code")
+        dispatch(timeout: 15) { dial.isDone }
+
+        // While the app shows prompts the service notifies none; other notifications still come.
+        XCTAssertTrue(eventually(timeout: 5) { notifications.summaries.contains { $0.hasPrefix("Message from") } },
+                      "the notification server saw nothing at all: \(notifications.summaries)")
+        XCTAssertEqual(notifications.summaries.filter { $0.hasPrefix("Pair") }, [],
+                       "a pairing notification while the app handles prompts")
+    }
+}
