@@ -96,13 +96,20 @@ final class AppTests: XCTestCase {
         app.ui("click", "Connect")
         XCTAssertNotNil(alpha.waitForState("connected", of: bravo.id, after: reconnect, timeout: 15))
 
-        // A prompt answered elsewhere (here peervoicectl's way, ConfirmPairing) leaves the window.
+        // A prompt answered elsewhere (peervoicectl's way, ConfirmPairing) leaves the window at
+        // once: PairingSettled, while the peer is still pairing (charlie has not answered yet).
         let charlie = try peer("charlie")
+        let charlieMark = charlie.mark
         let dial = charlie.client.callAsync("Connect", [Variant(alpha.id)])
         XCTAssertNotNil(app.ui("text", "Pairing code"))
-        try alpha.client.call("ConfirmPairing", [Variant(charlie.id), Variant(false)])
+        try alpha.client.call("ConfirmPairing", [Variant(charlie.id), Variant(true)])
         app.ui("wait-gone", "Pairing code")
+        alpha.client.drain(for: 0.2)
+        XCTAssertEqual(alpha.states(of: charlie.id).last, "pairing", "the dialog went before the pairing ended")
+        XCTAssertNotNil(charlie.pairingRequest(for: alpha.id, after: charlieMark))
+        try charlie.client.call("ConfirmPairing", [Variant(alpha.id), Variant(true)])
         dispatch(timeout: 15) { dial.isDone }
+        app.ui("wait-row", "charlie")
 
         // While the app shows prompts the service notifies none; other notifications still come.
         XCTAssertTrue(eventually(timeout: 5) { notifications.summaries.contains { $0.hasPrefix("Message from") } },
