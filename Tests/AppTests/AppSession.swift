@@ -96,9 +96,9 @@ final class AppSession {
         XCTAssertEqual(result.status, 0, "xdotool \(arguments): \(result.error)", file: file, line: line)
     }
 
-    /// Saves the screen as a PNG (ImageMagick's `import`).
+    /// Saves the screen as a PNG (ImageMagick's `import`), trimmed to the windows on it.
     func screenshot(to path: String) -> Bool {
-        Self.run("import", ["-window", "root", path], environment: environment).status == 0
+        Self.run("import", ["-window", "root", "-trim", "+repage", path], environment: environment).status == 0
     }
 
     /// Runs a helper to its end with `environment` added to the tests' own.

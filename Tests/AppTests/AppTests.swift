@@ -34,6 +34,16 @@ final class AppTests: XCTestCase {
 
     private func muted(_ peer: TestPeer) -> Bool? { try? peer.client.property("Muted").bool }
 
+    /// Saves the screen as NAME.png in the peer's directory, and in $PEERVOICE_SCREENSHOT_DIR
+    /// when set (`make screenshots` points it at docs/).
+    private func screenshot(_ app: AppSession, _ name: String, in peer: TestPeer, file: StaticString = #filePath, line: UInt = #line) {
+        usleep(300_000)  // the frame after the last change
+        let directories = [peer.directory.path] + (ProcessInfo.processInfo.environment["PEERVOICE_SCREENSHOT_DIR"].map { [$0] } ?? [])
+        for directory in directories {
+            XCTAssertTrue(app.screenshot(to: directory + "/\(name).png"), "screenshot \(name) in \(directory)", file: file, line: line)
+        }
+    }
+
     func testAPersonPairsChatsAndMutesThroughTheWindow() throws {
         let alpha = try peer("alpha"), bravo = try peer("bravo")
         let notifications = try NotificationServer(bus: alpha.bus, client: alpha.client, in: alpha.directory)
@@ -49,6 +59,7 @@ final class AppTests: XCTestCase {
         XCTAssertTrue(Pairing.isPasskey(code), code)
         XCTAssertEqual(app.ui("text", "Pairing code"), String(code.prefix(3)) + " " + String(code.suffix(3)),
                        "the dialog shows the code the other side got, in two groups")
+        screenshot(app, "app-pairing", in: alpha)
         try bravo.client.call("ConfirmPairing", [Variant(alpha.id), Variant(true)])
         app.ui("click", "Accept")
         XCTAssertNotNil(alpha.waitForState("connected", of: bravo.id, timeout: 15), alpha.log)
@@ -68,6 +79,8 @@ final class AppTests: XCTestCase {
         app.xdotool("key", "Return")
         XCTAssertNotNil(bravo.client.waitForSignal("MessageReceived", timeout: 10) { $0.string(2) == "sent with Enter" },
                         "Enter in the Message field sends")
+        app.ui("wait-label", "sent with Enter")
+        screenshot(app, "app-chat", in: alpha)
 
         // Mute: the toggle sets the service's Muted, and mirrors a Mute from elsewhere.
         app.ui("click", "Mute")
@@ -110,11 +123,69 @@ final class AppTests: XCTestCase {
         try charlie.client.call("ConfirmPairing", [Variant(alpha.id), Variant(true)])
         dispatch(timeout: 15) { dial.isDone }
         app.ui("wait-row", "charlie")
+        screenshot(app, "app-peers", in: alpha)
 
         // While the app shows prompts the service notifies none; other notifications still come.
         XCTAssertTrue(eventually(timeout: 5) { notifications.summaries.contains { $0.hasPrefix("Message from") } },
                       "the notification server saw nothing at all: \(notifications.summaries)")
         XCTAssertEqual(notifications.summaries.filter { $0.hasPrefix("Pair") }, [],
                        "a pairing notification while the app handles prompts")
+    }
+
+    /// In German (de_DE.UTF-8, the catalog compiled from po/de.po): with no PeerVoice service the
+    /// bus can start, the window says why and offers Retry; once the service is installed, Retry
+    /// starts it by bus activation (StartServiceByName) and the controls come alive.
+    func testInGermanAFailedActivationSaysWhyAndRetryStartsTheService() throws {
+        let directory = try TemporaryDirectory("peervoice-app-de")
+        defer { directory.remove() }
+        let services = directory.path + "/services"
+        try FileManager.default.createDirectory(atPath: services, withIntermediateDirectories: true)
+        // Only this directory and the system's (for AT-SPI's registry): an installed
+        // org.example.PeerVoice.service elsewhere must not be found.
+        let config = directory.path + "/bus.conf"
+        try """
+            <!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
+             "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
+            <busconfig>
+              <type>session</type>
+              <listen>unix:tmpdir=/tmp</listen>
+              <servicedir>\(services)</servicedir>
+              <servicedir>/usr/share/dbus-1/services</servicedir>
+              <policy context="default"><allow send_destination="*" eavesdrop="true"/><allow eavesdrop="true"/><allow own="*"/></policy>
+            </busconfig>
+            """.write(toFile: config, atomically: true, encoding: .utf8)
+        let bus = try PrivateBus(in: directory, configArguments: ["--config-file=" + config])
+        defer { bus.stop() }
+        let client = try APIClient(address: bus.address)
+        let locale = directory.path + "/locale"
+        try FileManager.default.createDirectory(atPath: locale + "/de/LC_MESSAGES", withIntermediateDirectories: true)
+        let msgfmt = try ChildProcess("msgfmt", ["-o", locale + "/de/LC_MESSAGES/peervoice.mo", AppSession.repository + "/po/de.po"],
+                                      logPath: directory.path + "/msgfmt.log")
+        XCTAssertEqual(msgfmt.wait(timeout: 10), 0, msgfmt.log)
+
+        let app = try AppSession(bus: bus, client: client, in: directory,
+                                 environment: ["LANG": "de_DE.UTF-8", "LANGUAGE": "", "PEERVOICE_LOCALEDIR": locale])
+        sessions.append(app)
+        app.ui("wait-label", "PeerVoice ist für diese Sitzung nicht installiert: Der Bus weiß nicht, wie er org.example.PeerVoice starten soll.")
+        XCTAssertEqual(app.ui("sensitive", "Stumm"), "false", "Mute while there is no service")
+
+        try """
+            [D-BUS Service]
+            Name=org.example.PeerVoice
+            Exec=\(Binaries.peervoiced) --state-dir \(directory.path)/state --name delta --listen 127.0.0.1:0 --no-notify
+            """.write(toFile: services + "/org.example.PeerVoice.service", atomically: true, encoding: .utf8)
+        app.ui("click", "Erneut versuchen")
+        XCTAssertTrue(client.waitForService(timeout: 15), "Retry did not start the service")
+        app.ui("wait-gone", "Erneut versuchen")
+        XCTAssertEqual(app.ui("sensitive", "Stumm"), "true")
+        app.ui("click", "Stumm")
+        XCTAssertTrue(eventually(timeout: 5) { (try? client.property("Muted").bool) == true })
+        app.ui("wait-label", "Noch keine Gegenstellen: in der Nähe suchen oder eine Adresse eingeben.")
+        // The activated daemon is not one of ours to reap: end it by its pid before the bus goes.
+        let pid = try client.connection.call(destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus",
+                                             interface: "org.freedesktop.DBus", method: "GetConnectionUnixProcessID",
+                                             arguments: Variant(tuple: [Variant(APIClient.name)]))[0].uint32
+        app.stop()
+        if let pid { kill(pid_t(pid), SIGTERM) }
     }
 }
