@@ -24,8 +24,6 @@ public final class Application {
         g_application_run(raw.assumingMemoryBound(to: GApplication.self), 0, nil)
     }
 
-    public func quit() { g_application_quit(raw.assumingMemoryBound(to: GApplication.self)) }
-
     /// Line-buffered stdout, so a test reading it through a pipe sees each line at once.
     public static func lineBufferStandardOutput() { cgtk_stdout_line_buffered() }
 }
@@ -112,7 +110,6 @@ public final class Window: Widget {
 public struct Key: Equatable, Sendable {
     public let keyval: UInt32
     public static let space = Key(keyval: UInt32(GDK_KEY_space))
-    public static let escape = Key(keyval: UInt32(GDK_KEY_Escape))
 }
 
 /// `AdwHeaderBar`: the window's title bar.
@@ -125,11 +122,6 @@ public final class HeaderBar: Widget {
 
     public func packStart(_ child: Widget) {
         adw_header_bar_pack_start(ptr(), child.widget)
-        items.append(child)
-    }
-
-    public func packEnd(_ child: Widget) {
-        adw_header_bar_pack_end(ptr(), child.widget)
         items.append(child)
     }
 }

@@ -28,10 +28,6 @@ public class Widget {
         cgtk_accessible_set_string(accessible, GTK_ACCESSIBLE_PROPERTY_LABEL, name)
     }
 
-    public func setAccessibleDescription(_ text: String) {
-        cgtk_accessible_set_string(accessible, GTK_ACCESSIBLE_PROPERTY_DESCRIPTION, text)
-    }
-
     public var isSensitive: Bool {
         get { gtk_widget_get_sensitive(widget) != 0 }
         set { gtk_widget_set_sensitive(widget, newValue ? 1 : 0) }
@@ -67,7 +63,6 @@ public class Widget {
 
     public func setTooltip(_ text: String) { gtk_widget_set_tooltip_text(widget, text) }
 
-    public func grabFocus() { _ = gtk_widget_grab_focus(widget) }
 }
 
 public enum Orientation {
@@ -239,8 +234,6 @@ public final class ListBox: Widget {
     }
 
     public func setName(_ name: String, at index: Int) { rows[index].row.setAccessibleName(name) }
-
-    public func child(at index: Int) -> Widget { rows[index].child }
 
     public func remove(at index: Int) {
         gtk_list_box_remove(ptr(), rows[index].row.widget)

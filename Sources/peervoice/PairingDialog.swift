@@ -54,7 +54,7 @@ final class PairingDialog {
 
     func update(_ question: PairingQuestion) {
         update(name: question.name)
-        code.setMarkup("<span size=\"xx-large\" weight=\"bold\" font_features=\"tnum\">"
+        code.setMarkup("<span font_desc=\"Bold 32\" font_features=\"tnum\">"
                        + Label.escape(question.groupedPasskey) + "</span>")
         // A label names itself after its text whenever the text is set: name it afterwards.
         code.setAccessibleName(tr("Pairing code"))

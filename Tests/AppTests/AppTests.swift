@@ -102,6 +102,14 @@ final class AppTests: XCTestCase {
         app.xdotool("mouseup", "1")
         XCTAssertTrue(eventually(timeout: 5) { muted(alpha) == false }, "releasing the hold button did not unmute")
 
+        // Space held in the window (not in a text field) does the same as the hold button.
+        let peers = try XCTUnwrap(app.centre(of: "bravo"))
+        app.xdotool("mousemove", "--window", "WINDOW", "\(peers.x)", "\(peers.y)", "click", "1")
+        app.xdotool("keydown", "space")
+        XCTAssertTrue(eventually(timeout: 5) { muted(alpha) == true }, "holding Space did not mute")
+        app.xdotool("keyup", "space")
+        XCTAssertTrue(eventually(timeout: 5) { muted(alpha) == false }, "releasing Space did not unmute")
+
         // Disconnect and Connect for the selected peer.
         app.ui("click", "Disconnect")
         XCTAssertNotNil(alpha.waitForState("disconnected", of: bravo.id, timeout: 10))
