@@ -236,6 +236,9 @@ final class MainWindow {
             renderActions()
         case .notice:
             renderNotice()
+            // A toggle whose call failed shows the service's state again.
+            muteButton.isActive = model.muted
+            searchButton.isActive = model.discovering
         case .hold:
             holdButton.label = model.holdLabel
             holdButton.setAccessibleName(model.holdLabel)
@@ -359,7 +362,7 @@ final class MainWindow {
         pairingDialog?.close()
         let dialog = PairingDialog(parent: window, question: question) { [unowned self] peer, accept in
             model.answeredPairing()
-            client.confirmPairing(peer, accept: accept)
+            if let accept { client.confirmPairing(peer, accept: accept) }
         }
         pairingDialog = dialog
         dialog.present()

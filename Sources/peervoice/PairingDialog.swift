@@ -11,9 +11,11 @@ final class PairingDialog {
     private let intro = Label()
     private let code = Label()
     private var answered = false
+    private var respond: (Bool?) -> Void = { _ in }
 
-    /// `answer(peer, accept)` runs once, when a person answers (closing the dialog rejects).
-    init(parent: Window, question: PairingQuestion, answer: @escaping (String, Bool) -> Void) {
+    /// `answer(peer, accept)` runs once, when a person answers: closing the dialog rejects a code
+    /// to confirm, and dismisses (nil) a code that was only shown.
+    init(parent: Window, question: PairingQuestion, answer: @escaping (String, Bool?) -> Void) {
         peer = question.peer
         kind = question.kind
         window = Window(dialogFor: parent)
@@ -38,16 +40,17 @@ final class PairingDialog {
             buttons.append(reject)
             buttons.append(accept)
             content.append(buttons)
-            let peer = peer
-            let respond = { [unowned self] (accepted: Bool) in
-                guard !answered else { return }
-                answered = true
-                answer(peer, accepted)
-            }
-            accept.onClicked { respond(true) }
-            reject.onClicked { respond(false) }
-            window.onCloseRequest { respond(false); return false }
+            accept.onClicked { [unowned self] in respond(true) }
+            reject.onClicked { [unowned self] in respond(false) }
         }
+        let peer = peer, asks = question.asks
+        respond = { [unowned self] accepted in
+            guard !answered else { return }
+            answered = true
+            answer(peer, accepted)
+        }
+        // The answer withdraws the question, and that closes the window (`close()`).
+        window.onCloseRequest { [unowned self] in respond(asks ? false : nil); return true }
         window.setContent(content)
         update(question)
     }

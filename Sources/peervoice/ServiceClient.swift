@@ -85,12 +85,15 @@ final class ServiceClient {
     /// Dials `target` (a peer id or an address). The reply comes once connected, which may wait for
     /// pairing; a newer service returns the peer's id, which replaces an address.
     func connect(_ target: String) {
-        call("Connect", [Variant(target)], timeoutMs: 90_000, action: "Connect", peer: target) { [unowned self] reply in
+        call("Connect", [Variant(target)], timeoutMs: 90_000, action: "Connect", peer: target, then: { [unowned self] reply in
             if reply.count > 0, let id = reply[0].string, !id.isEmpty, id != target {
                 model.peerIdentified(address: target, as: id)
             }
             refreshPeers()
-        }
+        }, otherwise: { [unowned self] in
+            // A typed address the service refused leaves no row behind.
+            refreshPeers()
+        })
     }
 
     func disconnect(_ peer: String) { call("Disconnect", [Variant(peer)], action: "Disconnect", peer: peer) }
@@ -122,7 +125,7 @@ final class ServiceClient {
     /// person did) or a line on stderr.
     private func call(_ method: String, interface: String = ServiceClient.interface, _ arguments: [Variant] = [],
                       timeoutMs: Int32 = 25_000, action: String?, peer: String? = nil,
-                      then: @escaping (Variant) -> Void = { _ in }) {
+                      then: @escaping (Variant) -> Void = { _ in }, otherwise: @escaping () -> Void = {}) {
         connection.callAsync(destination: Self.name, path: Self.path, interface: interface, method: method,
                              arguments: Variant(tuple: arguments), timeoutMs: timeoutMs) { [unowned self] result in
             switch result {
@@ -133,6 +136,7 @@ final class ServiceClient {
                 } else {
                     print("peervoice: \(method) failed: \(error)")
                 }
+                otherwise()
             }
         }
     }
