@@ -77,6 +77,10 @@ public final class AppModel {
         }
         peers = rows
         changed(.peers)
+        if let selected = selectedPeer, !rows.contains(where: { $0.id == selected }) {
+            selectedPeer = nil
+            changed(.selection)
+        }
     }
 
     public func peerFound(_ id: String, name: String, transport: String) {

@@ -50,6 +50,16 @@ final class AppTests: XCTestCase {
         self.notifications = notifications
         let app = try session(on: alpha)
 
+        // An address where nothing listens: the problem in the service's words, and no row left.
+        let nowhere = "ip:127.0.0.1:\(try freeTCPPort())"
+        app.ui("set-text", "Address", nowhere)
+        app.ui("click", "Connect to address")
+        let problem = app.ui("label-starting", "Connect: ")
+        XCTAssertEqual(problem?.contains("127.0.0.1"), true, problem ?? "")
+        app.ui("wait-gone", nowhere)
+        app.ui("click", "Dismiss")
+        if let problem { app.ui("wait-gone", problem) }
+
         // A peer that cannot be discovered: typed in, dialled, paired.
         app.ui("set-text", "Address", bravo.id)
         let mark = bravo.mark

@@ -28,6 +28,14 @@ final class AppModelTests: XCTestCase {
         XCTAssertEqual(Set(model.peers.map(\.id)), ["ip:10.0.0.2:47800", "AA:BB:CC:DD:EE:FF"])
     }
 
+    func testARelistWithoutTheSelectedPeerClearsTheSelection() {
+        model.peerStateChanged("ip:10.0.0.9:1", state: .connecting, transport: "")
+        model.select("ip:10.0.0.9:1")
+        model.peersListed([])
+        XCTAssertNil(model.selectedPeer)
+        XCTAssertTrue(model.peers.isEmpty)
+    }
+
     func testARowWithoutANameShowsItsID() {
         model.peerStateChanged("ip:10.0.0.9:1", state: .connecting, transport: "ip")
         XCTAssertEqual(model.peers.first?.displayName, "ip:10.0.0.9:1")

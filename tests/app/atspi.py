@@ -9,6 +9,7 @@ usage: atspi.py COMMAND ARG...   (one command per run; waits up to $ATSPI_TIMEOU
   pressed NAME            prints "true" or "false": is the toggle button NAME pressed
   wait-pressed NAME B     waits until pressed NAME is B ("true"/"false")
   wait-label TEXT         waits for a label showing TEXT
+  label-starting TEXT     waits for a label whose text starts with TEXT; prints that text
   wait-gone NAME          waits until no control is named NAME
   wait-row NAME           waits for a row named NAME in the list "Peers"
   select-row NAME         selects the row NAME in the list "Peers"
@@ -115,6 +116,19 @@ def main(command, *args):
         until(lambda: is_pressed(node) == (args[1] == "true"), "'%s' pressed=%s" % (args[0], args[1]))
     elif command == "wait-label":
         control(args[0], {"label"})
+    elif command == "label-starting":
+        def starting():
+            app = application()
+            for node in walk(app) if app else []:
+                try:
+                    name = node.get_name()
+                    if node.get_role_name() == "label" and name.startswith(args[0]) \
+                            and node.get_state_set().contains(Atspi.StateType.VISIBLE):
+                        return name
+                except GLib.Error:
+                    continue
+            return None
+        print(until(starting, "a label starting with '%s'" % args[0]))
     elif command == "wait-gone":
         until(lambda: find(args[0]) is None, "'%s' to go away" % args[0])
     elif command == "wait-row":
