@@ -96,6 +96,22 @@ final class AppSession {
         XCTAssertEqual(result.status, 0, "xdotool \(arguments): \(result.error)", file: file, line: line)
     }
 
+    /// Opens another window (ImageMagick's `display`) and gives it the keyboard focus, as a person
+    /// switching windows would; the window lasts until the returned process is stopped.
+    func focusAnotherWindow(file: StaticString = #filePath, line: UInt = #line) throws -> ChildProcess {
+        let other = try ChildProcess("display", ["-title", "other-window", "-size", "200x200", "xc:white"],
+                                     environment: environment, logPath: directory.path + "/display.log")
+        var window = ""
+        XCTAssertTrue(eventually(timeout: 10) {
+            window = Self.run("xdotool", ["search", "--onlyvisible", "--name", "^other-window$"], environment: environment)
+                .output.split(separator: "\n").first.map(String.init) ?? ""
+            return !window.isEmpty
+        }, "the other window did not appear: \(other.log)", file: file, line: line)
+        let focus = Self.run("xdotool", ["windowfocus", "--sync", window], environment: environment)
+        XCTAssertEqual(focus.status, 0, focus.error, file: file, line: line)
+        return other
+    }
+
     /// Saves the screen as a PNG (ImageMagick's `import`), trimmed to the windows on it.
     func screenshot(to path: String) -> Bool {
         Self.run("import", ["-window", "root", "-trim", "+repage", path], environment: environment).status == 0

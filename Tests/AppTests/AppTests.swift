@@ -119,6 +119,16 @@ final class AppTests: XCTestCase {
         XCTAssertTrue(eventually(timeout: 5) { muted(alpha) == true }, "holding Space did not mute")
         app.xdotool("keyup", "space")
         XCTAssertTrue(eventually(timeout: 5) { muted(alpha) == false }, "releasing Space did not unmute")
+        // Held while the focus goes to another window: that counts as a release. (Without a window
+        // manager nothing gave the window the focus back after the pairing dialog: give it here.)
+        app.xdotool("windowfocus", "--sync", "WINDOW")
+        app.xdotool("keydown", "space")
+        XCTAssertTrue(eventually(timeout: 5) { muted(alpha) == true }, "holding Space again did not mute")
+        let other = try app.focusAnotherWindow()
+        XCTAssertTrue(eventually(timeout: 5) { muted(alpha) == false }, "losing the focus while held did not unmute")
+        app.xdotool("keyup", "space")
+        other.kill()
+        app.xdotool("windowfocus", "--sync", "WINDOW")
 
         // Disconnect and Connect for the selected peer.
         app.ui("click", "Disconnect")
