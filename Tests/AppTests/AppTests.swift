@@ -50,6 +50,13 @@ final class AppTests: XCTestCase {
         self.notifications = notifications
         let app = try session(on: alpha)
 
+        // No BlueZ on these buses: Search nearby says so in the service's words and springs back.
+        app.ui("click", "Search nearby")
+        XCTAssertNotNil(app.ui("label-starting", "Search nearby: "))
+        app.ui("wait-pressed", "Search nearby", "false")
+        XCTAssertEqual(try alpha.client.property("Discovering").bool, false)
+        app.ui("click", "Dismiss")
+
         // An address where nothing listens: the problem in the service's words, and no row left.
         let nowhere = "ip:127.0.0.1:\(try freeTCPPort())"
         app.ui("set-text", "Address", nowhere)
@@ -152,6 +159,17 @@ final class AppTests: XCTestCase {
         dispatch(timeout: 15) { dial.isDone }
         app.ui("wait-row", "charlie")
         screenshot(app, "app-peers", in: alpha)
+
+        // Reject in the dialog refuses the pairing: the dialler's Connect fails with Rejected.
+        let delta = try peer("delta")
+        let refused = delta.client.callAsync("Connect", [Variant(alpha.id)])
+        XCTAssertNotNil(delta.pairingRequest(for: alpha.id))
+        try delta.client.call("ConfirmPairing", [Variant(alpha.id), Variant(true)])
+        app.ui("click", "Reject")
+        app.ui("wait-gone", "Pairing code")
+        dispatch(timeout: 15) { refused.isDone }
+        guard case .failure(let error)? = refused.result else { return XCTFail("Connect was not refused: \(String(describing: refused.result))") }
+        XCTAssertEqual(error.name, "org.example.PeerVoice.Error.Rejected")
 
         // While the app shows prompts the service notifies none; other notifications still come.
         XCTAssertTrue(eventually(timeout: 5) { notifications.summaries.contains { $0.hasPrefix("Message from") } },
