@@ -40,12 +40,18 @@ public final class AppModel {
         changed(.service)
     }
 
-    /// The service left the bus (it ended or crashed): what it told us is no longer true.
+    /// The service left the bus (it ended or crashed): what it told us is no longer true, and a
+    /// person is told so (with Retry) unless it was never there (activation is under way).
     public func serviceVanished() {
+        let wasRunning = service == .running
         service = .starting
         question = nil
         changed(.question)
         changed(.service)
+        if wasRunning {
+            notice = .serviceUnavailable(localize("The PeerVoice service is not running."))
+            changed(.notice)
+        }
     }
 
     /// Bus activation (`StartServiceByName`) failed with the D-Bus error `errorName`.

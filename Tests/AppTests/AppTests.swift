@@ -227,11 +227,25 @@ final class AppTests: XCTestCase {
         app.ui("click", "Stumm")
         XCTAssertTrue(eventually(timeout: 5) { (try? client.property("Muted").bool) == true })
         app.ui("wait-label", "Noch keine Gegenstellen: in der Nähe suchen oder eine Adresse eingeben.")
-        // The activated daemon is not one of ours to reap: end it by its pid before the bus goes.
+        // The service stops (the bus started it: it is ended by its pid): the window says so, and
+        // Retry starts it again.
+        try stopActivatedService(client)
+        app.ui("wait-label", "Der PeerVoice-Dienst läuft nicht.")
+        XCTAssertEqual(app.ui("sensitive", "Stumm"), "false")
+        app.ui("click", "Erneut versuchen")
+        XCTAssertTrue(client.waitForService(timeout: 15), "Retry did not start the service again")
+        app.ui("wait-gone", "Der PeerVoice-Dienst läuft nicht.")
+        XCTAssertEqual(app.ui("sensitive", "Stumm"), "true")
+        app.stop()
+        try stopActivatedService(client)
+    }
+
+    /// SIGTERM to the peervoiced the bus started, and waits until it has left the bus.
+    private func stopActivatedService(_ client: APIClient) throws {
         let pid = try client.connection.call(destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus",
                                              interface: "org.freedesktop.DBus", method: "GetConnectionUnixProcessID",
                                              arguments: Variant(tuple: [Variant(APIClient.name)]))[0].uint32
-        app.stop()
         if let pid { kill(pid_t(pid), SIGTERM) }
+        XCTAssertTrue(eventually(timeout: 10) { !client.nameHasOwner() }, "the activated peervoiced did not stop")
     }
 }

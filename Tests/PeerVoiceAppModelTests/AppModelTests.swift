@@ -175,6 +175,16 @@ final class AppModelTests: XCTestCase {
         XCTAssertNil(model.notice)
     }
 
+    func testAServiceThatStopsIsANoticeWithRetryButNotBeforeItFirstCame() {
+        model.serviceVanished()
+        XCTAssertNil(model.notice, "the name watch reports no owner while activation is under way")
+        model.serviceAppeared()
+        model.pairingRequested(peer: "p", name: "Ada", passkey: "123456", kind: .confirm)
+        model.serviceVanished()
+        XCTAssertEqual(model.notice?.remedy, .retryActivation)
+        XCTAssertNil(model.question, "a question the service can no longer take an answer for")
+    }
+
     func testStringsGoThroughTheLocalizer() {
         let german = AppModel(localize: { $0 == "Hold to mute" ? "Halten zum Stummschalten" : $0 })
         XCTAssertEqual(german.holdLabel, "Halten zum Stummschalten")
