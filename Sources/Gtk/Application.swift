@@ -72,11 +72,13 @@ public final class Window: Widget {
     /// Hides and drops the window (a dialog that has been answered).
     public func destroy() { gtk_window_destroy(window) }
 
-    /// The widget that has the keyboard focus is a text field.
-    public var focusIsInTextField: Bool {
-        guard let focus = gtk_window_get_focus(window) else { return false }
-        return g_type_check_instance_is_a(UnsafeMutableRawPointer(focus).assumingMemoryBound(to: GTypeInstance.self),
-                                          gtk_editable_get_type()) != 0
+    /// Whether the widget with the keyboard focus has its own use for Space: a text field types
+    /// it, a button, switch or check box is pressed by it. `except` is a widget to leave out.
+    public func focusUsesSpace(except: Widget) -> Bool {
+        guard let focus = gtk_window_get_focus(window), UnsafeMutableRawPointer(focus) != except.raw else { return false }
+        let instance = UnsafeMutableRawPointer(focus).assumingMemoryBound(to: GTypeInstance.self)
+        return [gtk_editable_get_type(), gtk_button_get_type(), gtk_switch_get_type(), gtk_check_button_get_type()]
+            .contains { g_type_check_instance_is_a(instance, $0) != 0 }
     }
 
     /// The window gained (true) or lost (false) the keyboard focus of the desktop.

@@ -47,7 +47,7 @@ final class MainWindow {
         window = Window(application: application)
         chatScroller = ScrolledWindow(chatBox)
         window.title = tr("PeerVoice")
-        // A fixed size: screenshots and the tests' pointer positions stay put.
+        // One default size, so the screenshots in docs/ stay alike.
         window.setDefaultSize(width: 760, height: 560)
         window.setContent(layout())
         wire()
@@ -184,7 +184,7 @@ final class MainWindow {
         muteButton.onToggled { [unowned self] muted in client.setMuted(muted) }
         holdButton.onHold(pressed: { [unowned self] in holdDown() }, released: { [unowned self] in holdUp() })
         window.onKey(pressed: { [unowned self] key in
-            guard key == .space, !window.focusIsInTextField else { return false }
+            guard key == .space, !window.focusUsesSpace(except: holdButton) else { return false }
             holdDown()
             return true
         }, released: { [unowned self] key in
