@@ -12,8 +12,7 @@ final class AppSession {
         .deletingLastPathComponent().deletingLastPathComponent().path
     static let driver = repository + "/tests/app/atspi.py"
 
-    let display: String
-    let busAddress: String
+    private let display: String
     private let xvfb: ChildProcess
     private let accessibilityBus: ChildProcess
     private(set) var app: ChildProcess
@@ -23,10 +22,11 @@ final class AppSession {
     /// Starts Xvfb, the AT-SPI bus launcher on `bus` and the app with `environment` added (e.g. LANG).
     init(bus: PrivateBus, client: APIClient, in directory: TemporaryDirectory, environment: [String: String] = [:]) throws {
         self.directory = directory
-        busAddress = bus.address
+        // A desktop session's accessibility bus would win over the one started here.
+        unsetenv("AT_SPI_BUS_ADDRESS")
         (xvfb, display) = try Self.startXvfb(in: directory)
         let desktop = ["DISPLAY": display, "DBUS_SESSION_BUS_ADDRESS": bus.address, "GDK_BACKEND": "x11",
-                       "GSK_RENDERER": "cairo", "GSETTINGS_BACKEND": "memory", "NO_AT_BRIDGE": "0"]
+                       "GSK_RENDERER": "cairo", "GSETTINGS_BACKEND": "memory"]
         self.environment = desktop.merging(environment) { $1 }
         accessibilityBus = try ChildProcess("/usr/libexec/at-spi-bus-launcher", ["--launch-immediately"],
                                             environment: desktop, logPath: directory.path + "/at-spi.log")
