@@ -6,6 +6,7 @@ let package = Package(
     products: [
         .executable(name: "peervoiced", targets: ["peervoiced"]),
         .executable(name: "peervoicectl", targets: ["peervoicectl"]),
+        .executable(name: "peervoice", targets: ["peervoice"]),
     ],
     targets: [
         // C libraries, each reached through one system-library target and wrapped by one Swift module.
@@ -13,10 +14,14 @@ let package = Package(
 
         .systemLibrary(name: "CSodium", pkgConfig: "libsodium", providers: [.apt(["libsodium-dev"])]),
         .systemLibrary(name: "COpus", pkgConfig: "opus", providers: [.apt(["libopus-dev"])]),
+        .systemLibrary(name: "CGtk", pkgConfig: "gtk4", providers: [.apt(["libgtk-4-dev"])]),
+        .systemLibrary(name: "CAdw", pkgConfig: "libadwaita-1", providers: [.apt(["libadwaita-1-dev"])]),
         .systemLibrary(name: "CPipeWire", pkgConfig: "libpipewire-0.3", providers: [.apt(["libpipewire-0.3-dev"])]),
 
         // GLib main loop, timers, fd watches and GDBus, in Swift. The only importer of CGio.
         .target(name: "GIO", dependencies: ["CGio"]),
+        // GTK 4 and libadwaita widgets for the desktop app. The only importer of CGtk and CAdw.
+        .target(name: "Gtk", dependencies: ["CGtk", "CAdw"]),
         // libsodium behind PeerVoiceCore's crypto protocol. The only importer of CSodium.
         .target(name: "Sodium", dependencies: ["CSodium", "PeerVoiceCore"]),
         // libopus behind PeerVoiceCore's codec protocol. The only importer of COpus.
@@ -40,6 +45,9 @@ let package = Package(
         .executableTarget(name: "peervoiced", dependencies: ["PeerVoiceDaemon"]),
         // A thin client of the public bus API, nothing more.
         .executableTarget(name: "peervoicectl", dependencies: ["GIO", "PeerVoiceBus"]),
+        // The desktop app: what to show for which bus state (pure Swift), and its GTK window.
+        .target(name: "PeerVoiceAppModel"),
+        .executableTarget(name: "peervoice", dependencies: ["PeerVoiceAppModel", "Gtk", "GIO"]),
 
         .target(name: "TestHarness", dependencies: ["GIO", "PeerVoiceBus", "PeerVoiceCore", "Sodium"], path: "Tests/TestHarness"),
         .testTarget(name: "PeerVoiceCoreTests", dependencies: ["PeerVoiceCore"]),
@@ -50,6 +58,9 @@ let package = Package(
         // PeerObjects in-process (the daemon module's component) against a real private dbus-daemon.
         .testTarget(name: "PeerObjectsTests", dependencies: ["PeerVoiceDaemon", "PeerVoiceCore", "TestHarness", "GIO"]),
         .testTarget(name: "GIOTests", dependencies: ["GIO", "TestHarness"]),
+        .testTarget(name: "PeerVoiceAppModelTests", dependencies: ["PeerVoiceAppModel"]),
+        // The app in Xvfb, driven through AT-SPI against real daemons; needs the peervoice product.
+        .testTarget(name: "AppTests", dependencies: ["TestHarness", "GIO"]),
     ],
     swiftLanguageModes: [.v6]
 )

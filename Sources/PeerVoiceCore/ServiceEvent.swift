@@ -8,6 +8,15 @@ public enum VoiceState: String, Sendable {
     case active, stopped
 }
 
+/// What a pairing prompt asks of a person, as `PairingPrompt` names it.
+public enum PairingKind: String, Sendable {
+    /// Compare the code with the other screen, then accept or reject (`ConfirmPairing`).
+    case confirm
+    /// Only show the code, to be typed or confirmed on the other device (BlueZ's DisplayPasskey):
+    /// there is nothing to answer here.
+    case display
+}
+
 /// The service's read-only bus properties.
 public enum ServiceProperty: String, CaseIterable, Sendable {
     case muted = "Muted"
@@ -30,7 +39,10 @@ public enum ServiceEvent: Equatable, Sendable {
     case peerLost(PeerRef)
     case peerIdentified(PeerAddress, PeerID)
     case peerStateChanged(PeerRef, PeerState)
-    case pairingRequested(PeerRef, name: String, passkey: String)
+    /// A pairing prompt (`PairingPrompt`, and `PairingRequested` for older clients).
+    case pairingRequested(PeerRef, name: String, passkey: String, kind: PairingKind = .confirm)
+    /// The peer's prompt was answered or abandoned, wherever that happened (`PairingSettled`).
+    case pairingSettled(PeerRef, accepted: Bool)
     case messageReceived(PeerID, messageID: String, text: String)
     case messageDelivered(PeerID, messageID: String)
     case messageFailed(PeerID, messageID: String, reason: String)

@@ -16,10 +16,13 @@ final class BusObject {
     private let connection: DBusConnection
     private let service: PeerVoiceService
     private var registration: ObjectRegistration?
+    /// Callers of `RegisterPromptHandler`, whose prompts are not notified.
+    let promptHandlers: PromptHandlers
 
     init(connection: DBusConnection, service: PeerVoiceService) throws(BusError) {
         self.connection = connection
         self.service = service
+        promptHandlers = PromptHandlers(connection: connection)
         registration = try connection.registerObject(
             path: Self.path, introspectionXML: Self.introspectionXML, interface: Self.interface,
             methods: { [unowned self] call in dispatch(call) },
@@ -76,6 +79,9 @@ final class BusObject {
             case "ConfirmPairing":
                 try service.confirmPairing(PeerRef(parsing: arguments[0].string!), accept: arguments[1].bool!)
                 call.reply()
+            case "RegisterPromptHandler":
+                promptHandlers.register(call.sender)
+                call.reply()
             case "StartVoice":
                 try service.startVoice(PeerRef(parsing: arguments[0].string!))
                 call.reply()
@@ -124,26 +130,35 @@ final class BusObject {
             emitPropertiesChanged(properties)
             return
         }
-        let (name, arguments): (String, [Variant]) = switch event {
-        case .peerFound(let peer, let peerName): ("PeerFound", [Variant(peer.description), Variant(peerName)])
-        case .peerLost(let peer): ("PeerLost", [Variant(peer.description)])
-        case .peerIdentified(let address, let peer): ("PeerIdentified", [Variant(address.description), Variant(peer.description)])
-        case .peerStateChanged(let peer, let state): ("PeerStateChanged", [Variant(peer.description), Variant(state.rawValue)])
-        case .pairingRequested(let peer, let peerName, let passkey):
-            ("PairingRequested", [Variant(peer.description), Variant(peerName), Variant(passkey)])
-        case .messageReceived(let peer, let id, let text):
-            ("MessageReceived", [Variant(peer.description), Variant(id), Variant(text)])
-        case .messageDelivered(let peer, let id): ("MessageDelivered", [Variant(peer.description), Variant(id)])
-        case .messageFailed(let peer, let id, let reason):
-            ("MessageFailed", [Variant(peer.description), Variant(id), Variant(reason)])
-        case .muteChanged(let muted): ("MuteChanged", [Variant(muted)])
-        case .voiceStateChanged(let peer, let state): ("VoiceStateChanged", [Variant(peer.description), Variant(state.rawValue)])
-        case .propertiesChanged: preconditionFailure("handled above")
+        for (name, arguments) in Self.signals(for: event) {
+            do {
+                try connection.emitSignal(path: Self.path, interface: Self.interface, name: name, arguments: Variant(tuple: arguments))
+            } catch {
+                Log.warning("could not emit \(name): \(error)")
+            }
         }
-        do {
-            try connection.emitSignal(path: Self.path, interface: Self.interface, name: name, arguments: Variant(tuple: arguments))
-        } catch {
-            Log.warning("could not emit \(name): \(error)")
+    }
+
+    /// The signals an event becomes, in order: a prompt is `PairingPrompt` first (which says what
+    /// is asked), then `PairingRequested` for clients that know only that one.
+    private static func signals(for event: ServiceEvent) -> [(String, [Variant])] {
+        switch event {
+        case .peerFound(let peer, let peerName): [("PeerFound", [Variant(peer.description), Variant(peerName)])]
+        case .peerLost(let peer): [("PeerLost", [Variant(peer.description)])]
+        case .peerIdentified(let address, let peer): [("PeerIdentified", [Variant(address.description), Variant(peer.description)])]
+        case .peerStateChanged(let peer, let state): [("PeerStateChanged", [Variant(peer.description), Variant(state.rawValue)])]
+        case .pairingRequested(let peer, let peerName, let passkey, let kind):
+            [("PairingPrompt", [Variant(peer.description), Variant(peerName), Variant(passkey), Variant(kind.rawValue)]),
+             ("PairingRequested", [Variant(peer.description), Variant(peerName), Variant(passkey)])]
+        case .pairingSettled(let peer, let accepted): [("PairingSettled", [Variant(peer.description), Variant(accepted)])]
+        case .messageReceived(let peer, let id, let text):
+            [("MessageReceived", [Variant(peer.description), Variant(id), Variant(text)])]
+        case .messageDelivered(let peer, let id): [("MessageDelivered", [Variant(peer.description), Variant(id)])]
+        case .messageFailed(let peer, let id, let reason):
+            [("MessageFailed", [Variant(peer.description), Variant(id), Variant(reason)])]
+        case .muteChanged(let muted): [("MuteChanged", [Variant(muted)])]
+        case .voiceStateChanged(let peer, let state): [("VoiceStateChanged", [Variant(peer.description), Variant(state.rawValue)])]
+        case .propertiesChanged: preconditionFailure("handled above")
         }
     }
 

@@ -46,7 +46,8 @@ public func runDaemon(arguments: [String]) -> Int32 {
         Log.error("cannot serve on the session bus: \(error.message) (is DBUS_SESSION_BUS_ADDRESS set? `make run` starts a private bus when there is none)")
         return 1
     }
-    let notifications = options.notify ? DesktopNotifications(connection: connection, service: service) : nil
+    let notifications = options.notify
+        ? DesktopNotifications(connection: connection, service: service, promptHandlers: bus.promptHandlers) : nil
     service.peersChanged = { [unowned service] in peerObjects.show(service.peerObjectSnapshots()) }
     service.emit = { [unowned bus, unowned service] event in
         bus.emit(event)

@@ -105,10 +105,12 @@ extension PeerVoiceService: BluetoothTransportDelegate {
         // BlueZ pairs devices, not keys: the prompt names the address.
         let contact = bluetoothContact(address, name: name)
         if needsAnswer { setState(contact, .pairing) }
-        emit(.pairingRequested(.address(address), name: name.isEmpty ? contact.name : name, passkey: passkey))
+        emit(.pairingRequested(.address(address), name: name.isEmpty ? contact.name : name, passkey: passkey,
+                               kind: needsAnswer ? .confirm : .display))
     }
 
     func bluetoothPairingPromptEnded(_ address: PeerAddress, outcome: BluezAgent.Outcome) {
+        emit(.pairingSettled(.address(address), accepted: outcome == .accepted))
         guard let contact = contacts[address] else { return }
         if contact.dial != nil {
             // Our own Connect: its Pair call reports how the pairing ended.

@@ -171,6 +171,7 @@ extension PeerVoiceService {
         peer.redialTimer = nil
         if let prompt = pairingPrompts.removeValue(forKey: peer.id) {
             prompt.timeout.cancel()
+            emit(.pairingSettled(.id(peer.id), accepted: false))
         }
         for (key, entry) in pendingLinks where entry.peer == peer.id || entry.dialled == .peer(peer.id) {
             pendingLinks[key] = nil
@@ -242,6 +243,7 @@ extension PeerVoiceService {
     /// Answers a pairing prompt: the link opens once the peer's person accepts too.
     func answer(_ prompt: PairingPrompt, for id: PeerID, accept: Bool, reason: String) {
         prompt.timeout.cancel()
+        emit(.pairingSettled(.id(id), accepted: accept))
         if accept {
             Log.info("pairing with \(id) accepted here")
             prompt.link.accept()
@@ -505,6 +507,7 @@ extension PeerVoiceService: PeerLinkDelegate {
         if let prompt = pairingPrompts[id], prompt.link === link {
             pairingPrompts[id] = nil
             prompt.timeout.cancel()
+            emit(.pairingSettled(.id(peer.id), accepted: false))
         }
         guard !hasPendingLink(peer) else { return }
         let error: ServiceError

@@ -132,6 +132,8 @@ extension Ctl {
         "PeerIdentified": ["address", "peer"],
         "PeerStateChanged": ["peer", "state"],
         "PairingRequested": ["peer", "name", "passkey"],
+        "PairingPrompt": ["peer", "name", "passkey", "kind"],
+        "PairingSettled": ["peer", "accepted"],
         "MessageReceived": ["peer", "message_id", "text"],
         "MessageDelivered": ["peer", "message_id"],
         "MessageFailed": ["peer", "message_id", "reason"],

@@ -39,8 +39,10 @@ final class BusAPITests: XCTestCase {
         XCTAssertEqual(live, try interfaceMembers(ofXML: documented, interface: APIClient.interface))
         XCTAssertTrue(live.contains("method Send(in s peer, in s text, out s message_id)"))
         XCTAssertTrue(live.contains("property Muted b read"))
-        XCTAssertEqual(live.filter { $0.hasPrefix("method ") }.count, 13)
-        XCTAssertEqual(live.filter { $0.hasPrefix("signal ") }.count, 10)
+        XCTAssertTrue(live.contains("signal PairingPrompt(s peer, s name, s passkey, s kind)"))
+        XCTAssertTrue(live.contains("signal PairingSettled(s peer, b accepted)"))
+        XCTAssertEqual(live.filter { $0.hasPrefix("method ") }.count, 14)
+        XCTAssertEqual(live.filter { $0.hasPrefix("signal ") }.count, 12)
         XCTAssertEqual(live.filter { $0.hasPrefix("property ") }.count, 7)
     }
 

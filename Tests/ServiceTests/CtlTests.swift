@@ -830,7 +830,10 @@ final class CtlTests: XCTestCase {
         print("make install took \(Int(Date().timeIntervalSince(started))) s")
 
         let files = [
-            "usr/bin/peervoiced", "usr/bin/peervoicectl",
+            "usr/bin/peervoiced", "usr/bin/peervoicectl", "usr/bin/peervoice",
+            "usr/share/applications/org.example.PeerVoice.App.desktop",
+            "usr/share/icons/hicolor/scalable/apps/org.example.PeerVoice.App.svg",
+            "usr/share/locale/de/LC_MESSAGES/peervoice.mo",
             "usr/share/dbus-1/interfaces/org.example.PeerVoice.xml",
             "usr/share/dbus-1/interfaces/org.example.PeerVoice.Peer.xml",
             "usr/share/dbus-1/services/org.example.PeerVoice.service",
@@ -842,7 +845,7 @@ final class CtlTests: XCTestCase {
         let installed = Set((FileManager.default.enumerator(atPath: root)?.allObjects as? [String] ?? [])
             .filter { !FileManager.default.isDirectory(root + "/" + $0) })
         XCTAssertEqual(installed, Set(files))
-        for binary in ["usr/bin/peervoiced", "usr/bin/peervoicectl"] {
+        for binary in ["usr/bin/peervoiced", "usr/bin/peervoicectl", "usr/bin/peervoice"] {
             XCTAssertTrue(FileManager.default.isExecutableFile(atPath: root + "/" + binary), binary)
         }
         func read(_ path: String) -> String { (try? String(contentsOfFile: root + "/" + path, encoding: .utf8)) ?? "" }
@@ -855,6 +858,9 @@ final class CtlTests: XCTestCase {
             XCTAssertTrue(text.contains("\nType=Application\n"), text)
             XCTAssertFalse(text.contains("@bindir@"), text)
         }
+        let app = read("usr/share/applications/org.example.PeerVoice.App.desktop")
+        XCTAssertTrue(app.contains("\nExec=/usr/bin/peervoice\n"), app)
+        XCTAssertTrue(app.contains("\nIcon=org.example.PeerVoice.App\n"), app)
         XCTAssertEqual(read("usr/share/bash-completion/completions/peervoicectl"),
                        try String(contentsOfFile: Self.packageDirectory + "/completion/peervoicectl.bash", encoding: .utf8))
         for interface in ["org.example.PeerVoice.xml", "org.example.PeerVoice.Peer.xml"] {

@@ -184,6 +184,58 @@ final class DesktopTests: XCTestCase {
         XCTAssertEqual(notifyA.calls("CloseNotification").count, 0)
     }
 
+    /// A client that registered with RegisterPromptHandler shows the prompts itself: no pairing
+    /// notification while it is on the bus, and again once it has left. Every prompt comes as
+    /// PairingPrompt (kind "confirm") just before PairingRequested, and ends, on both sides, with
+    /// PairingSettled: refused by the other side, then accepted by both.
+    func testAPromptHandlerSilencesPairingNotificationsUntilItLeavesTheBus() throws {
+        let a = try TestPeer(name: "alice")
+        peers.append(a)
+        let b = try TestPeer(name: "bob", arguments: ["--verbose", "--no-notify"])
+        peers.append(b)
+        let notifyA = try notificationDaemon(for: a)
+        let handler = try DBusConnection.connect(address: a.bus.address)
+        try handler.call(destination: APIClient.name, path: APIClient.path, interface: APIClient.interface,
+                         method: "RegisterPromptHandler", timeoutMs: 5_000)
+
+        var markA = a.mark, markB = b.mark
+        let refused = a.client.callAsync("Connect", [Variant(b.id)], timeout: 30)
+        let requested = try XCTUnwrap(a.client.waitForSignalIndex("PairingRequested", after: markA, timeout: 15), a.log)
+        let prompt = a.client.signals[requested - 1]
+        XCTAssertEqual(prompt.member, "PairingPrompt", "PairingPrompt comes right before PairingRequested")
+        XCTAssertEqual((0..<4).map(prompt.string), [b.id, "bob", a.client.signals[requested].string(2), "confirm"])
+        XCTAssertNotNil(b.pairingRequest(for: a.id, after: markB, timeout: 15), b.log)
+        try b.client.call("ConfirmPairing", [Variant(a.id), Variant(false)])
+        dispatch(timeout: 15) { refused.isDone }
+        XCTAssertNotNil(a.client.waitForSignalIndex("PairingSettled", after: markA, timeout: 10) {
+            $0.string(0) == b.id && $0.arguments[1].bool == false
+        }, "the other side's refusal settles A's prompt: \(a.log)")
+        XCTAssertNotNil(b.client.waitForSignalIndex("PairingSettled", after: markB, timeout: 10) {
+            $0.string(0) == a.id && $0.arguments[1].bool == false
+        }, "ConfirmPairing(false) settles B's prompt")
+        a.client.drain(for: 0.3)
+        XCTAssertEqual(notifyA.calls("Notify").count, 0, "a pairing notification while a prompt handler is on the bus")
+
+        // The handler leaves the bus: prompts are notified again.
+        handler.close()
+        XCTAssertTrue(eventually(timeout: 10) { a.log.contains("left the bus: pairing prompts are notified again") }, a.log)
+        markA = a.mark
+        markB = b.mark
+        let accepted = a.client.callAsync("Connect", [Variant(b.id)], timeout: 30)
+        XCTAssertNotNil(a.pairingRequest(for: b.id, after: markA, timeout: 15), a.log)
+        XCTAssertNotNil(b.pairingRequest(for: a.id, after: markB, timeout: 15), b.log)
+        XCTAssertEqual(waitForCalls(notifyA, "Notify", count: 1).first?[3].string, "Pair with bob?")
+        try a.client.call("ConfirmPairing", [Variant(b.id), Variant(true)])
+        try b.client.call("ConfirmPairing", [Variant(a.id), Variant(true)])
+        dispatch(timeout: 15) { accepted.isDone }
+        XCTAssertNoThrow(try XCTUnwrap(accepted.result).get(), a.log)
+        for (peer, other) in [(a, b), (b, a)] {
+            XCTAssertNotNil(peer.client.waitForSignalIndex("PairingSettled", after: peer === a ? markA : markB, timeout: 10) {
+                $0.string(0) == other.id && $0.arguments[1].bool == true
+            }, "\(peer.name): no PairingSettled(\(other.id), true)")
+        }
+    }
+
     // MARK: Global hotkeys
 
     /// With the portal: a session, three shortcuts bound (with --push-to-talk, which starts

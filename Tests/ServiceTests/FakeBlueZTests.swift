@@ -169,11 +169,13 @@ final class FakeBlueZTests: XCTestCase {
         let prompt = try XCTUnwrap(client.waitForSignal("PairingRequested"), daemon.process.log)
         XCTAssertEqual(prompt.arguments[0].string, Self.peer)
         XCTAssertEqual(prompt.arguments[2].string, "000042")
+        XCTAssertEqual(client.signals("PairingPrompt").first?.arguments[3].string, "confirm", "a code to confirm")
         XCTAssertNotNil(client.waitForSignal("PeerStateChanged") { $0.arguments[0].string == Self.peer && $0.arguments[1].string == "pairing" })
         XCTAssertNil(answer, "BlueZ got an answer before anyone confirmed")
         try client.call("ConfirmPairing", [Variant(Self.peer.lowercased()), Variant(true)])
         XCTAssertTrue(iterateMainContext(timeout: 10) { answer != nil })
         if case .failure(let error) = answer { XCTFail("accepted pairing answered \(error)") }
+        XCTAssertEqual(client.waitForSignal("PairingSettled")?.arguments[1].bool, true)
         // The prompt is gone.
         XCTAssertEqual(client.errorName("ConfirmPairing", [Variant(Self.peer), Variant(true)]),
                        "org.example.PeerVoice.Error.InvalidArgument")
@@ -190,6 +192,14 @@ final class FakeBlueZTests: XCTestCase {
         guard case .failure(let error) = answer else { return XCTFail("refused pairing answered with success") }
         XCTAssertEqual(error.name, "org.bluez.Error.Rejected")
         XCTAssertNotNil(client.waitForSignal("PeerStateChanged") { $0.arguments[0].string == Self.peer && $0.arguments[1].string == "disconnected" })
+        XCTAssertEqual(client.waitForSignal("PairingSettled")?.arguments[1].bool, false)
+
+        // A passkey only to show (DisplayPasskey, nothing typed yet): a prompt with nothing to answer.
+        client.clearSignals()
+        bluez.askAgent(daemonOnSystemBus, "DisplayPasskey", [Variant(objectPath: Self.devicePath), Variant(UInt32(654321)), Variant(parsing: "uint16 0")!]) { _ in }
+        let shown = try XCTUnwrap(client.waitForSignal("PairingPrompt"), daemon.process.log)
+        XCTAssertEqual(shown.arguments[2].string, "654321")
+        XCTAssertEqual(shown.arguments[3].string, "display")
     }
 
     func testOnlyBlueZMayTalkToTheAgent() throws {

@@ -10,7 +10,8 @@ import PeerVoiceCore
 /// can be activated) a notification is dropped with a debug line and the service carries on.
 /// Closing a pairing notification without choosing leaves the request open (`peervoicectl
 /// confirm` still answers it, and it times out as usual); one still showing when the peer stops
-/// pairing (answered elsewhere, timed out, connected) is withdrawn.
+/// pairing (answered elsewhere, timed out, connected: `PairingSettled`) is withdrawn. While a client
+/// shows prompts itself (`RegisterPromptHandler`), prompts are not notified.
 final class DesktopNotifications {
     static let service = "org.freedesktop.Notifications"
     static let path = "/org/freedesktop/Notifications"
@@ -23,6 +24,8 @@ final class DesktopNotifications {
 
     private let connection: DBusConnection
     private unowned let service: PeerVoiceService
+    /// While a client shows prompts itself, they are not notified.
+    private let promptHandlers: PromptHandlers
     private var subscriptions: [SignalSubscription] = []
     private var serverWatch: NameWatch?
     /// The server's unique name, while it has one.
@@ -38,9 +41,10 @@ final class DesktopNotifications {
     private var pairingNotificationsInFlight: Set<PeerRef> = []
     private var withdrawWhenShown: Set<PeerRef> = []
 
-    init(connection: DBusConnection, service: PeerVoiceService) {
+    init(connection: DBusConnection, service: PeerVoiceService, promptHandlers: PromptHandlers) {
         self.connection = connection
         self.service = service
+        self.promptHandlers = promptHandlers
         subscriptions = [
             connection.subscribe(sender: Self.service, interface: Self.interface, member: "ActionInvoked", path: Self.path) { [unowned self] signal in
                 guard let id = signal.arguments[0].uint32, let action = signal.arguments[1].string else { return }
@@ -61,9 +65,11 @@ final class DesktopNotifications {
         switch event {
         case .messageReceived(let peer, _, let text):
             notifyMessage(from: .id(peer), text: text)
-        case .pairingRequested(let peer, let name, let passkey):
+        case .pairingRequested(let peer, let name, let passkey, _) where promptHandlers.isEmpty:
             notifyPairing(with: peer, name: name, passkey: passkey)
         case .peerStateChanged(let peer, let state) where state != .pairing:
+            withdrawPairing(for: peer)
+        case .pairingSettled(let peer, _):
             withdrawPairing(for: peer)
         default:
             break

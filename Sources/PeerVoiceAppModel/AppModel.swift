@@ -1,0 +1,309 @@
+/// What the desktop app shows for what the service said: peers, the pairing question, chats, mute,
+/// and problems a person can act on. Pure Swift: the GTK layer renders it, the bus layer feeds it.
+///
+/// Peer ids are opaque strings (an address today, a `pv:` id once keys name peers); an address
+/// becomes an id through `peerIdentified`.
+public final class AppModel {
+    public private(set) var peers: [PeerRow] = []
+    public private(set) var selectedPeer: String?
+    /// The pairing question on screen, if any (at most one at a time: the newest).
+    public private(set) var question: PairingQuestion?
+    public private(set) var chats: [String: [ChatMessage]] = [:]
+    public private(set) var muted = false
+    public private(set) var discovering = false
+    public private(set) var service: ServiceStatus = .starting
+    /// The problem on screen, if any.
+    public private(set) var notice: Notice?
+    public var holdMode: HoldMode = .holdToMute { didSet { changed(.hold) } }
+    public private(set) var isHolding = false
+
+    /// Called after every change, with what changed.
+    public var onChange: (Change) -> Void = { _ in }
+    private let localize: (String) -> String
+
+    /// `localize` translates the English strings the model produces (gettext in the app).
+    public init(localize: @escaping (String) -> String = { $0 }) {
+        self.localize = localize
+    }
+
+    public enum Change: Equatable {
+        case peers, selection, question, chat(peer: String), mute, discovering, service, notice, hold
+    }
+
+    private func changed(_ change: Change) { onChange(change) }
+
+    // MARK: Service
+
+    public func serviceAppeared() {
+        service = .running
+        if notice?.remedy == .retryActivation { notice = nil; changed(.notice) }
+        changed(.service)
+    }
+
+    /// The service left the bus (it ended or crashed): what it told us is no longer true, and a
+    /// person is told so (with Retry) unless it was never there (activation is under way).
+    public func serviceVanished() {
+        let wasRunning = service == .running
+        service = .starting
+        question = nil
+        changed(.question)
+        changed(.service)
+        if wasRunning {
+            notice = .serviceUnavailable(localize("The PeerVoice service is not running."))
+            changed(.notice)
+        }
+    }
+
+    /// Bus activation (`StartServiceByName`) failed with the D-Bus error `errorName`.
+    /// A failure that crossed the service's start (it appeared meanwhile) is no longer true.
+    public func activationFailed(errorName: String, message: String) {
+        guard service != .running else { return }
+        let reason: String
+        switch errorName {
+        case "org.freedesktop.DBus.Error.ServiceUnknown":
+            reason = localize("PeerVoice is not installed for this session: the bus does not know how to start org.example.PeerVoice.")
+        case let name where name.hasPrefix("org.freedesktop.DBus.Error.Spawn."):
+            reason = localize("The PeerVoice service could not be started:") + " " + message
+        default:
+            reason = localize("The PeerVoice service could not be reached:") + " " + message
+        }
+        service = .unavailable(reason)
+        notice = .serviceUnavailable(reason)
+        changed(.service)
+        changed(.notice)
+    }
+
+    // MARK: Peers
+
+    /// The service's `ListPeers` answer: every known peer. Found-only rows stay.
+    public func peersListed(_ listed: [PeerRow]) {
+        var rows = listed
+        for row in peers where row.state == .nearby && !listed.contains(where: { $0.id == row.id }) {
+            rows.append(row)
+        }
+        peers = rows
+        changed(.peers)
+        if let selected = selectedPeer, !rows.contains(where: { $0.id == selected }) {
+            selectedPeer = nil
+            changed(.selection)
+        }
+    }
+
+    public func peerFound(_ id: String, name: String, transport: String) {
+        if let index = index(of: id) {
+            if !name.isEmpty && peers[index].name != name { peers[index].name = name; changed(.peers) }
+            return
+        }
+        peers.append(PeerRow(id: id, name: name, transport: transport, state: .nearby))
+        changed(.peers)
+    }
+
+    /// Out of range: a found-only peer leaves the list; a known one stays (it can be dialled).
+    public func peerLost(_ id: String) {
+        guard let index = index(of: id), peers[index].state == .nearby else { return }
+        peers.remove(at: index)
+        if selectedPeer == id { selectedPeer = nil; changed(.selection) }
+        changed(.peers)
+    }
+
+    public func peerStateChanged(_ id: String, state: PeerState, transport: String) {
+        if let index = index(of: id) {
+            peers[index].state = state
+        } else {
+            peers.append(PeerRow(id: id, name: "", transport: transport, state: state))
+        }
+        if state != .connected, let index = index(of: id) { peers[index].voiceActive = false }
+        changed(.peers)
+        // Connected or not: the pairing is over, however it ended (a service without
+        // PairingSettled says so only this way; a code that was only shown has no other end).
+        if question?.peer == id && (state == .connected || state == .disconnected) {
+            question = nil
+            changed(.question)
+        }
+    }
+
+    /// `PeerIdentified(address, peer)`: the row (chat, selection, question) known by `address` is
+    /// now known by `peer`; if `peer` already has a row, the two become one.
+    public func peerIdentified(address: String, as peer: String) {
+        guard address != peer, let from = index(of: address) else { return }
+        let row = peers.remove(at: from)
+        if let existing = index(of: peer) {
+            if peers[existing].name.isEmpty { peers[existing].name = row.name }
+            if row.state != .nearby { peers[existing].state = row.state }
+        } else {
+            var renamed = row
+            renamed.id = peer
+            peers.insert(renamed, at: from)
+        }
+        if let messages = chats.removeValue(forKey: address) {
+            chats[peer] = merge(chats[peer] ?? [], messages)
+            changed(.chat(peer: peer))
+        }
+        if selectedPeer == address { selectedPeer = peer; changed(.selection) }
+        if question?.peer == address { question?.peer = peer; changed(.question) }
+        changed(.peers)
+    }
+
+    public func voiceStateChanged(_ id: String, active: Bool) {
+        guard let index = index(of: id) else { return }
+        peers[index].voiceActive = active
+        changed(.peers)
+    }
+
+    public func select(_ id: String?) {
+        guard selectedPeer != id else { return }
+        selectedPeer = id
+        changed(.selection)
+    }
+
+    public var selectedRow: PeerRow? { selectedPeer.flatMap { id in peers.first { $0.id == id } } }
+
+    /// What Connect, Disconnect, the voice button and the chat may do for the selected peer.
+    public var actions: PeerActions {
+        guard service == .running, let row = selectedRow else { return PeerActions() }
+        return PeerActions(connect: row.state != .connected && row.state != .connecting && row.state != .pairing,
+                           disconnect: row.state == .connected || row.state == .connecting,
+                           voice: row.state == .connected, send: true,
+                           voiceLabel: row.voiceActive ? localize("Stop voice") : localize("Start voice"))
+    }
+
+    private func index(of id: String) -> Int? { peers.firstIndex { $0.id == id } }
+
+    // MARK: Pairing
+
+    /// `PairingPrompt(peer, name, passkey, kind)`, or the older `PairingRequested` (always a code to
+    /// confirm). A newer prompt replaces the one on screen.
+    public func pairingRequested(peer: String, name: String, passkey: String, kind: PairingQuestion.Kind) {
+        if !name.isEmpty, let index = index(of: peer), peers[index].name.isEmpty {
+            peers[index].name = name
+            changed(.peers)
+        }
+        let displayName = name.isEmpty ? (peers.first { $0.id == peer }?.displayName ?? peer) : name
+        let asked = PairingQuestion(peer: peer, name: displayName, passkey: passkey, kind: kind)
+        guard question != asked else { return }
+        question = asked
+        changed(.question)
+    }
+
+    /// `PairingSettled(peer, accepted)`: the question was answered (here, elsewhere, by the other
+    /// side or the timeout): withdraw it.
+    public func pairingSettled(peer: String, accepted: Bool) {
+        guard question?.peer == peer else { return }
+        question = nil
+        changed(.question)
+    }
+
+    /// This app answered; the service's `PairingSettled` will confirm it.
+    public func answeredPairing() {
+        guard question != nil else { return }
+        question = nil
+        changed(.question)
+    }
+
+    // MARK: Chat
+
+    public func history(of peer: String, _ messages: [ChatMessage]) {
+        chats[peer] = merge(messages, chats[peer] ?? [])
+        changed(.chat(peer: peer))
+    }
+
+    public func messageReceived(from peer: String, id: String, text: String, timeMs: UInt64) {
+        append(ChatMessage(id: id, incoming: true, text: text, state: .received, timeMs: timeMs), to: peer)
+    }
+
+    /// `Send` returned the message's id: it is queued until delivered or failed.
+    public func messageQueued(to peer: String, id: String, text: String, timeMs: UInt64) {
+        append(ChatMessage(id: id, incoming: false, text: text, state: .queued, timeMs: timeMs), to: peer)
+    }
+
+    public func messageDelivered(to peer: String, id: String) { update(id, of: peer, to: .delivered) }
+
+    public func messageFailed(to peer: String, id: String, reason: String) { update(id, of: peer, to: .failed(reason)) }
+
+    public func messages(with peer: String) -> [ChatMessage] { chats[peer] ?? [] }
+
+    private func append(_ message: ChatMessage, to peer: String) {
+        var messages = chats[peer] ?? []
+        if let index = messages.firstIndex(where: { $0.id == message.id }) {
+            // A Delivered that overtook the Send reply left a row without text: its state stays.
+            if messages[index].text.isEmpty { messages[index].text = message.text }
+        } else {
+            messages.append(message)
+        }
+        chats[peer] = messages
+        changed(.chat(peer: peer))
+    }
+
+    private func update(_ id: String, of peer: String, to state: MessageState) {
+        var messages = chats[peer] ?? []
+        if let index = messages.firstIndex(where: { $0.id == id }) {
+            messages[index].state = state
+        } else {
+            // Delivered before Send's reply arrived: remember the state; the text comes with the reply.
+            messages.append(ChatMessage(id: id, incoming: false, text: "", state: state, timeMs: 0))
+        }
+        chats[peer] = messages
+        changed(.chat(peer: peer))
+    }
+
+    /// `first` and then those of `second` it lacks, by id; a known text or state wins over a blank one.
+    private func merge(_ first: [ChatMessage], _ second: [ChatMessage]) -> [ChatMessage] {
+        var result = first
+        for message in second {
+            if let index = result.firstIndex(where: { $0.id == message.id }) {
+                if result[index].text.isEmpty { result[index].text = message.text }
+                if result[index].state == .queued { result[index].state = message.state }
+            } else {
+                result.append(message)
+            }
+        }
+        return result.sorted { $0.timeMs < $1.timeMs }
+    }
+
+    // MARK: Voice
+
+    public func muteChanged(_ muted: Bool) {
+        guard self.muted != muted else { return }
+        self.muted = muted
+        changed(.mute)
+    }
+
+    public func discoveringChanged(_ discovering: Bool) {
+        guard self.discovering != discovering else { return }
+        self.discovering = discovering
+        changed(.discovering)
+    }
+
+    /// The hold button (or Space) went down: the `Mute` value to ask for, nil if already held.
+    public func holdPressed() -> Bool? {
+        guard !isHolding else { return nil }
+        isHolding = true
+        changed(.hold)
+        return holdMode == .holdToMute
+    }
+
+    /// The hold button (or Space) came up, or the window lost focus while held: the `Mute` value
+    /// to ask for, nil if nothing was held. The microphone never stays open by accident.
+    public func holdReleased() -> Bool? {
+        guard isHolding else { return nil }
+        isHolding = false
+        changed(.hold)
+        return holdMode == .holdToTalk
+    }
+
+    public var holdLabel: String { holdMode == .holdToMute ? localize("Hold to mute") : localize("Hold to talk") }
+
+    // MARK: Problems
+
+    /// A call failed with the D-Bus error `errorName`: show it as something a person can act on.
+    public func callFailed(_ action: String, peer: String?, errorName: String, message: String) {
+        notice = Notice.from(action: action, peer: peer, errorName: errorName, message: message, localize: localize)
+        changed(.notice)
+    }
+
+    public func dismissNotice() {
+        guard notice != nil else { return }
+        notice = nil
+        changed(.notice)
+    }
+}

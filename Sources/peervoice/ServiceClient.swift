@@ -1,0 +1,192 @@
+import Foundation
+import GIO
+import PeerVoiceAppModel
+
+/// org.example.PeerVoice on the session bus, through its public API only: reaches the service by
+/// bus activation, feeds its answers and signals into the model, and carries out what a person
+/// asks for. Every call is asynchronous: the window never waits for the service.
+final class ServiceClient {
+    static let name = "org.example.PeerVoice"
+    static let path = "/org/example/PeerVoice"
+    static let interface = "org.example.PeerVoice"
+
+    private let connection: DBusConnection
+    private let model: AppModel
+    private var subscriptions: [SignalSubscription] = []
+    private var nameWatch: NameWatch?
+    /// Set once the service has sent a `PairingPrompt`: it then also sends `PairingRequested`
+    /// for every prompt, which carries less and is ignored.
+    private var serviceSendsPrompts = false
+
+    init(connection: DBusConnection, model: AppModel) {
+        self.connection = connection
+        self.model = model
+    }
+
+    /// Starts watching for the service and asks the bus to start it.
+    func start() {
+        subscriptions = [
+            connection.subscribe(sender: Self.name, interface: Self.interface, path: Self.path) { [unowned self] in handle($0) },
+            connection.subscribe(sender: Self.name, interface: "org.freedesktop.DBus.Properties",
+                                 member: "PropertiesChanged", path: Self.path) { [unowned self] in propertiesChanged($0.arguments[1]) },
+        ]
+        nameWatch = connection.watchName(Self.name, appeared: { [unowned self] _ in serviceAppeared() },
+                                         vanished: { [unowned self] in model.serviceVanished() })
+        activate()
+    }
+
+    /// `StartServiceByName`: the bus starts peervoiced from its .service file (or it already runs).
+    func activate() {
+        connection.callAsync(destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus",
+                             interface: "org.freedesktop.DBus", method: "StartServiceByName",
+                             arguments: Variant(tuple: [Variant(Self.name), Variant(UInt32(0))]), timeoutMs: 30_000) { [unowned self] result in
+            if case .failure(let error) = result {
+                model.activationFailed(errorName: error.name, message: error.message)
+            }
+        }
+    }
+
+    private func serviceAppeared() {
+        model.serviceAppeared()
+        refreshPeers()
+        call("GetAll", interface: "org.freedesktop.DBus.Properties", [Variant(Self.interface)], action: nil) { [unowned self] reply in
+            propertiesChanged(reply[0])
+        }
+        // An older service has no prompt handlers: it then keeps showing its notifications.
+        connection.callAsync(destination: Self.name, path: Self.path, interface: Self.interface,
+                             method: "RegisterPromptHandler", arguments: Variant(tuple: []), timeoutMs: 10_000) { result in
+            if case .failure(let error) = result { print("peervoice: prompts also go to notifications: \(error.message)") }
+        }
+        if let peer = model.selectedPeer { loadHistory(of: peer) }
+    }
+
+    func refreshPeers() {
+        call("ListPeers", action: nil) { [unowned self] reply in
+            model.peersListed(reply[0].children.map { row in
+                PeerRow(id: row[0].string ?? "", name: row[1].string ?? "", transport: row[2].string ?? "",
+                        state: PeerState(service: row[3].string ?? ""))
+            })
+        }
+    }
+
+    func loadHistory(of peer: String) {
+        call("History", [Variant(peer), Variant(UInt32(200))], action: nil) { [unowned self] reply in
+            model.history(of: peer, reply[0].children.map { row in
+                ChatMessage(historyID: row[0].string ?? "", status: row[1].string ?? "", timeMs: row[2].uint64 ?? 0,
+                            text: row[3].string ?? "")
+            })
+        }
+    }
+
+    // MARK: What a person asks for
+
+    func setDiscovery(_ on: Bool) { call(on ? "StartDiscovery" : "StopDiscovery", action: "Search nearby") }
+
+    /// Dials `target` (a peer id or an address). The reply comes once connected, which may wait for
+    /// pairing; a newer service returns the peer's id, which replaces an address.
+    func connect(_ target: String) {
+        call("Connect", [Variant(target)], timeoutMs: 90_000, action: "Connect", peer: target, then: { [unowned self] reply in
+            if reply.count > 0, let id = reply[0].string, !id.isEmpty, id != target {
+                model.peerIdentified(address: target, as: id)
+            }
+            refreshPeers()
+        }, otherwise: { [unowned self] in
+            // A typed address the service refused leaves no row behind.
+            refreshPeers()
+        })
+    }
+
+    func disconnect(_ peer: String) { call("Disconnect", [Variant(peer)], action: "Disconnect", peer: peer) }
+
+    /// Forgets a peer whose key changed, then dials it again to compare codes.
+    func forgetAndPairAgain(_ peer: String) {
+        call("RemovePeer", [Variant(peer)], action: "Forget and pair again", peer: peer) { [unowned self] _ in
+            connect(peer)
+        }
+    }
+
+    func send(_ text: String, to peer: String) {
+        call("Send", [Variant(peer), Variant(text)], action: "Send", peer: peer) { [unowned self] reply in
+            model.messageQueued(to: peer, id: reply[0].string ?? "", text: text, timeMs: Self.nowMs())
+        }
+    }
+
+    func setMuted(_ muted: Bool) { call("Mute", [Variant(muted)], action: "Mute") }
+
+    func setVoice(_ on: Bool, with peer: String) {
+        call(on ? "StartVoice" : "StopVoice", [Variant(peer)], action: on ? "Start voice" : "Stop voice", peer: peer)
+    }
+
+    func confirmPairing(_ peer: String, accept: Bool) {
+        call("ConfirmPairing", [Variant(peer), Variant(accept)], action: accept ? "Accept" : "Reject", peer: peer)
+    }
+
+    /// Calls a PeerVoice method; a failure becomes the model's notice (when `action` names what the
+    /// person did) or a line on stderr.
+    private func call(_ method: String, interface: String = ServiceClient.interface, _ arguments: [Variant] = [],
+                      timeoutMs: Int32 = 25_000, action: String?, peer: String? = nil,
+                      then: @escaping (Variant) -> Void = { _ in }, otherwise: @escaping () -> Void = {}) {
+        connection.callAsync(destination: Self.name, path: Self.path, interface: interface, method: method,
+                             arguments: Variant(tuple: arguments), timeoutMs: timeoutMs) { [unowned self] result in
+            switch result {
+            case .success(let reply): then(reply)
+            case .failure(let error):
+                if let action {
+                    model.callFailed(action, peer: peer, errorName: error.name, message: error.message)
+                } else {
+                    print("peervoice: \(method) failed: \(error)")
+                }
+                otherwise()
+            }
+        }
+    }
+
+    private static func nowMs() -> UInt64 { UInt64(Date().timeIntervalSince1970 * 1000) }
+
+    // MARK: What the service says
+
+    private func handle(_ signal: BusSignal) {
+        let arguments = signal.arguments
+        func string(_ index: Int) -> String { index < arguments.count ? arguments[index].string ?? "" : "" }
+        switch signal.member {
+        case "PeerFound":
+            model.peerFound(string(0), name: string(1), transport: "")
+            refreshPeers()
+        case "PeerLost":
+            model.peerLost(string(0))
+        case "PeerStateChanged":
+            let peer = string(0)
+            let known = model.peers.contains { $0.id == peer }
+            model.peerStateChanged(peer, state: PeerState(service: string(1)), transport: "")
+            if !known || string(1) == "connected" { refreshPeers() }
+        case "PeerIdentified":
+            model.peerIdentified(address: string(0), as: string(1))
+        case "PairingPrompt":
+            serviceSendsPrompts = true
+            model.pairingRequested(peer: string(0), name: string(1), passkey: string(2),
+                                   kind: string(3) == "display" ? .show : .confirm)
+        case "PairingRequested" where !serviceSendsPrompts:
+            model.pairingRequested(peer: string(0), name: string(1), passkey: string(2), kind: .confirm)
+        case "PairingSettled":
+            model.pairingSettled(peer: string(0), accepted: arguments.count > 1 && arguments[1].bool == true)
+        case "MessageReceived":
+            model.messageReceived(from: string(0), id: string(1), text: string(2), timeMs: Self.nowMs())
+        case "MessageDelivered":
+            model.messageDelivered(to: string(0), id: string(1))
+        case "MessageFailed":
+            model.messageFailed(to: string(0), id: string(1), reason: string(2))
+        case "MuteChanged":
+            model.muteChanged(arguments.count > 0 && arguments[0].bool == true)
+        case "VoiceStateChanged":
+            model.voiceStateChanged(string(0), active: string(1) == "active")
+        default:
+            break
+        }
+    }
+
+    /// An `a{sv}` of the service's properties (`GetAll`, `PropertiesChanged`).
+    private func propertiesChanged(_ properties: Variant) {
+        if let muted = properties.lookup("Muted")?.bool { model.muteChanged(muted) }
+        if let discovering = properties.lookup("Discovering")?.bool { model.discoveringChanged(discovering) }
+    }
+}

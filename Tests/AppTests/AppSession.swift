@@ -1,0 +1,167 @@
+import Foundation
+import GIO
+import Glibc
+import TestHarness
+import XCTest
+
+/// A headless desktop for the app under test: a private X server (Xvfb), the accessibility bus
+/// on the app's session bus, and the app itself (`peervoice` built next to the tests), driven
+/// through AT-SPI (tests/app/atspi.py) and synthetic X input (xdotool) as a person would.
+final class AppSession {
+    static let repository = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
+        .deletingLastPathComponent().deletingLastPathComponent().path
+    static let driver = repository + "/tests/app/atspi.py"
+
+    private let display: String
+    private let xvfb: ChildProcess
+    private let accessibilityBus: ChildProcess
+    private(set) var app: ChildProcess
+    private let directory: TemporaryDirectory
+    private let environment: [String: String]
+
+    /// Starts Xvfb, the AT-SPI bus launcher on `bus` and the app with `environment` added (e.g. LANG).
+    init(bus: PrivateBus, client: APIClient, in directory: TemporaryDirectory, environment: [String: String] = [:]) throws {
+        self.directory = directory
+        // A desktop session's accessibility bus would win over the one started here.
+        unsetenv("AT_SPI_BUS_ADDRESS")
+        (xvfb, display) = try Self.startXvfb(in: directory)
+        let desktop = ["DISPLAY": display, "DBUS_SESSION_BUS_ADDRESS": bus.address, "GDK_BACKEND": "x11",
+                       "GSK_RENDERER": "cairo", "GSETTINGS_BACKEND": "memory"]
+        self.environment = desktop.merging(environment) { $1 }
+        accessibilityBus = try ChildProcess("/usr/libexec/at-spi-bus-launcher", ["--launch-immediately"],
+                                            environment: desktop, logPath: directory.path + "/at-spi.log")
+        guard eventually(timeout: 10, { client.nameHasOwner("org.a11y.Bus") }) else {
+            xvfb.kill()
+            throw HarnessError("the AT-SPI bus launcher did not own org.a11y.Bus: \(accessibilityBus.log)")
+        }
+        app = try ChildProcess(Binaries.directory + "/peervoice", [], environment: self.environment,
+                               logPath: directory.path + "/peervoice.log")
+    }
+
+    /// Xvfb on the first free display from :140 (other tests and people may hold some).
+    private static func startXvfb(in directory: TemporaryDirectory) throws -> (ChildProcess, String) {
+        for number in 140..<200 where !FileManager.default.fileExists(atPath: "/tmp/.X11-unix/X\(number)")
+            && !FileManager.default.fileExists(atPath: "/tmp/.X\(number)-lock") {
+            let xvfb = try ChildProcess("Xvfb", [":\(number)", "-screen", "0", "1024x768x24", "-nolisten", "tcp"],
+                                        logPath: directory.path + "/xvfb.log")
+            // Ready once a client gets an answer (its socket appears before it serves).
+            if eventually(timeout: 10, { !xvfb.isRunning || run("xdotool", ["getdisplaygeometry"], environment: ["DISPLAY": ":\(number)"]).status == 0 }),
+               xvfb.isRunning {
+                return (xvfb, ":\(number)")
+            }
+        }
+        throw HarnessError("no X display could be started: \((try? String(contentsOfFile: directory.path + "/xvfb.log", encoding: .utf8)) ?? "")")
+    }
+
+    func stop() {
+        app.signal(SIGTERM)
+        if app.wait(timeout: 5) == nil { app.kill() }
+        accessibilityBus.signal(SIGTERM)
+        if accessibilityBus.wait(timeout: 5) == nil { accessibilityBus.kill() }
+        xvfb.signal(SIGTERM)
+        if xvfb.wait(timeout: 5) == nil { xvfb.kill() }
+    }
+
+    /// What the app printed (its stdout and stderr).
+    var log: String { app.log }
+
+    // MARK: Driving
+
+    /// Runs one AT-SPI command (see tests/app/atspi.py); its stdout without the newline, or a
+    /// test failure naming what the window lacked.
+    @discardableResult
+    func ui(_ arguments: String..., timeout: Double = 15, file: StaticString = #filePath, line: UInt = #line) -> String? {
+        let result = Self.run("/usr/bin/python3", [Self.driver] + arguments,
+                              environment: environment.merging(["ATSPI_TIMEOUT": "\(timeout)"]) { $1 })
+        guard result.status == 0 else {
+            XCTFail("atspi.py \(arguments.joined(separator: " ")): \(result.error)\napp log:\n\(log)", file: file, line: line)
+            return nil
+        }
+        return result.output.trimmingCharacters(in: .newlines)
+    }
+
+    /// The position of the control `name` within the window: its centre.
+    func centre(of name: String, file: StaticString = #filePath, line: UInt = #line) -> (x: Int, y: Int)? {
+        guard let extents = ui("extents", name, file: file, line: line)?.split(separator: " ").compactMap({ Int($0) }),
+              extents.count == 4 else { return nil }
+        return (extents[0] + extents[2] / 2, extents[1] + extents[3] / 2)
+    }
+
+    /// xdotool against the app's window (`WINDOW` in `arguments` is replaced by its id).
+    func xdotool(_ arguments: String..., file: StaticString = #filePath, line: UInt = #line) {
+        let window = Self.run("xdotool", ["search", "--onlyvisible", "--name", "^PeerVoice$"], environment: environment).output
+            .split(separator: "\n").first.map(String.init) ?? ""
+        XCTAssertFalse(window.isEmpty, "no visible PeerVoice window", file: file, line: line)
+        let result = Self.run("xdotool", arguments.map { $0 == "WINDOW" ? window : $0 }, environment: environment)
+        XCTAssertEqual(result.status, 0, "xdotool \(arguments): \(result.error)", file: file, line: line)
+    }
+
+    /// Opens another window (ImageMagick's `display`) and gives it the keyboard focus, as a person
+    /// switching windows would; the window lasts until the returned process is stopped.
+    func focusAnotherWindow(file: StaticString = #filePath, line: UInt = #line) throws -> ChildProcess {
+        let other = try ChildProcess("display", ["-title", "other-window", "-size", "200x200", "xc:white"],
+                                     environment: environment, logPath: directory.path + "/display.log")
+        var window = ""
+        XCTAssertTrue(eventually(timeout: 10) {
+            window = Self.run("xdotool", ["search", "--onlyvisible", "--name", "^other-window$"], environment: environment)
+                .output.split(separator: "\n").first.map(String.init) ?? ""
+            return !window.isEmpty
+        }, "the other window did not appear: \(other.log)", file: file, line: line)
+        let focus = Self.run("xdotool", ["windowfocus", "--sync", window], environment: environment)
+        XCTAssertEqual(focus.status, 0, focus.error, file: file, line: line)
+        return other
+    }
+
+    /// Saves the screen as a PNG (ImageMagick's `import`), trimmed to the windows on it.
+    func screenshot(to path: String) -> Bool {
+        Self.run("import", ["-window", "root", "-trim", "+repage", path], environment: environment).status == 0
+    }
+
+    /// Runs a helper to its end with `environment` added to the tests' own.
+    private static func run(_ executable: String, _ arguments: [String], environment: [String: String])
+        -> (status: Int32, output: String, error: String) {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: executable.hasPrefix("/") ? executable : "/usr/bin/" + executable)
+        process.arguments = arguments
+        process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
+        let output = Pipe(), error = Pipe()
+        process.standardOutput = output
+        process.standardError = error
+        do { try process.run() } catch { return (127, "", "cannot run \(executable): \(error)") }
+        let outputData = output.fileHandleForReading.readDataToEndOfFile()
+        let errorData = error.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        return (process.terminationStatus, String(decoding: outputData, as: UTF8.self), String(decoding: errorData, as: UTF8.self))
+    }
+}
+
+/// python-dbusmock's notification server on a private bus, asked which notifications it showed.
+final class NotificationServer {
+    private let process: ChildProcess
+    private let client: APIClient
+
+    init(bus: PrivateBus, client: APIClient, in directory: TemporaryDirectory) throws {
+        self.client = client
+        process = try ChildProcess("/usr/bin/python3", ["-m", "dbusmock", "--template", "notification_daemon"],
+                                   environment: ["DBUS_SESSION_BUS_ADDRESS": bus.address],
+                                   logPath: directory.path + "/notifications.log")
+        guard eventually(timeout: 15, { !process.isRunning || client.nameHasOwner("org.freedesktop.Notifications") }),
+              process.isRunning else {
+            throw HarnessError("the notification mock did not start: \(process.log)")
+        }
+    }
+
+    /// The summary of every notification shown so far.
+    var summaries: [String] {
+        guard let reply = try? client.connection.call(
+            destination: "org.freedesktop.Notifications", path: "/org/freedesktop/Notifications",
+            interface: "org.freedesktop.DBus.Mock", method: "GetMethodCalls",
+            arguments: Variant(tuple: [Variant("Notify")]), timeoutMs: 5_000) else { return [] }
+        return reply[0].children.map { call in call[1].children[3].unboxed?.string ?? "" }
+    }
+
+    func stop() {
+        process.signal(SIGTERM)
+        if process.wait(timeout: 5) == nil { process.kill() }
+    }
+}

@@ -1,0 +1,251 @@
+import Foundation
+import GIO
+import Glibc
+import TestHarness
+import XCTest
+
+/// The desktop app in a real window (GTK 4 in Xvfb) against real peervoiced on private buses,
+/// used through AT-SPI by role and accessible name, and xdotool for press-and-hold.
+final class AppTests: XCTestCase {
+    private var peers: [TestPeer] = []
+    private var sessions: [AppSession] = []
+    private var notifications: NotificationServer?
+
+    override func tearDown() {
+        sessions.forEach { $0.stop() }
+        notifications?.stop()
+        peers.forEach { $0.shutdown() }
+        sessions = []
+        peers = []
+        notifications = nil
+    }
+
+    private func peer(_ name: String) throws -> TestPeer {
+        let peer = try TestPeer(name: name)
+        peers.append(peer)
+        return peer
+    }
+
+    private func session(on peer: TestPeer, environment: [String: String] = [:]) throws -> AppSession {
+        let session = try AppSession(bus: peer.bus, client: peer.client, in: peer.directory, environment: environment)
+        sessions.append(session)
+        return session
+    }
+
+    private func muted(_ peer: TestPeer) -> Bool? { try? peer.client.property("Muted").bool }
+
+    /// Saves the screen as NAME.png in the peer's directory, and in $PEERVOICE_SCREENSHOT_DIR
+    /// when set (`make screenshots` points it at docs/).
+    private func screenshot(_ app: AppSession, _ name: String, in peer: TestPeer, file: StaticString = #filePath, line: UInt = #line) {
+        usleep(300_000)  // the frame after the last change
+        let directories = [peer.directory.path] + (ProcessInfo.processInfo.environment["PEERVOICE_SCREENSHOT_DIR"].map { [$0] } ?? [])
+        for directory in directories {
+            XCTAssertTrue(app.screenshot(to: directory + "/\(name).png"), "screenshot \(name) in \(directory)", file: file, line: line)
+        }
+    }
+
+    func testAPersonPairsChatsAndMutesThroughTheWindow() throws {
+        let alpha = try peer("alpha"), bravo = try peer("bravo")
+        let notifications = try NotificationServer(bus: alpha.bus, client: alpha.client, in: alpha.directory)
+        self.notifications = notifications
+        let app = try session(on: alpha)
+
+        // No BlueZ on these buses: Search nearby says so in the service's words and springs back.
+        app.ui("click", "Search nearby")
+        XCTAssertNotNil(app.ui("label-starting", "Search nearby: "))
+        app.ui("wait-pressed", "Search nearby", "false")
+        XCTAssertEqual(try alpha.client.property("Discovering").bool, false)
+        app.ui("click", "Dismiss")
+
+        // An address where nothing listens: the problem in the service's words, and no row left.
+        let nowhere = "ip:127.0.0.1:\(try freeTCPPort())"
+        app.ui("set-text", "Address", nowhere)
+        app.ui("click", "Connect to address")
+        let problem = app.ui("label-starting", "Connect: ")
+        XCTAssertEqual(problem?.contains("127.0.0.1"), true, problem ?? "")
+        app.ui("wait-gone", nowhere)
+        app.ui("click", "Dismiss")
+        if let problem { app.ui("wait-gone", problem) }
+
+        // A peer that cannot be discovered: typed in, dialled, paired.
+        app.ui("set-text", "Address", bravo.id)
+        let mark = bravo.mark
+        app.ui("click", "Connect to address")
+        let asked = try XCTUnwrap(bravo.pairingRequest(for: alpha.id, after: mark, timeout: 15), "bravo was never asked to pair")
+        let code = asked.string(2)
+        XCTAssertTrue(Pairing.isPasskey(code), code)
+        XCTAssertEqual(app.ui("text", "Pairing code"), String(code.prefix(3)) + " " + String(code.suffix(3)),
+                       "the dialog shows the code the other side got, in two groups")
+        screenshot(app, "app-pairing", in: alpha)
+        try bravo.client.call("ConfirmPairing", [Variant(alpha.id), Variant(true)])
+        app.ui("click", "Accept")
+        XCTAssertNotNil(alpha.waitForState("connected", of: bravo.id, timeout: 15), alpha.log)
+        app.ui("wait-gone", "Pairing code")
+        app.ui("wait-row", "bravo")
+
+        // Chat both ways; the sent message shows its state.
+        app.ui("set-text", "Message", "hello from the window")
+        app.ui("click", "Send")
+        XCTAssertNotNil(bravo.client.waitForSignal("MessageReceived", timeout: 10) { $0.string(2) == "hello from the window" })
+        app.ui("wait-label", "Delivered")
+        try bravo.client.call("Send", [Variant(alpha.id), Variant("hello back")])
+        app.ui("wait-label", "hello back")
+        let entry = try XCTUnwrap(app.centre(of: "Message"))
+        app.xdotool("mousemove", "--window", "WINDOW", "\(entry.x)", "\(entry.y)", "click", "1")
+        app.xdotool("type", "--delay", "20", "sent with Enter")
+        app.xdotool("key", "Return")
+        XCTAssertNotNil(bravo.client.waitForSignal("MessageReceived", timeout: 10) { $0.string(2) == "sent with Enter" },
+                        "Enter in the Message field sends")
+        app.ui("wait-label", "sent with Enter")
+        screenshot(app, "app-chat", in: alpha)
+
+        // Mute: the toggle sets the service's Muted, and mirrors a Mute from elsewhere.
+        app.ui("click", "Mute")
+        XCTAssertTrue(eventually(timeout: 5) { muted(alpha) == true }, "the Mute toggle did not mute the service")
+        try alpha.client.call("Mute", [Variant(false)])
+        app.ui("wait-pressed", "Mute", "false")
+        try alpha.client.call("Mute", [Variant(true)])
+        app.ui("wait-pressed", "Mute", "true")
+        try alpha.client.call("Mute", [Variant(false)])
+        app.ui("wait-pressed", "Mute", "false")
+
+        // Hold to mute: muted while the pointer is down on the button, open again once it is up.
+        let hold = try XCTUnwrap(app.centre(of: "Hold to mute"))
+        app.xdotool("mousemove", "--window", "WINDOW", "\(hold.x)", "\(hold.y)", "mousedown", "1")
+        XCTAssertTrue(eventually(timeout: 5) { muted(alpha) == true }, "pressing the hold button did not mute")
+        usleep(400_000)
+        XCTAssertEqual(muted(alpha), true, "still held, still muted")
+        app.ui("wait-pressed", "Mute", "true")
+        app.xdotool("mouseup", "1")
+        XCTAssertTrue(eventually(timeout: 5) { muted(alpha) == false }, "releasing the hold button did not unmute")
+
+        // Space held in the window (not in a text field) does the same as the hold button.
+        let peers = try XCTUnwrap(app.centre(of: "bravo"))
+        app.xdotool("mousemove", "--window", "WINDOW", "\(peers.x)", "\(peers.y)", "click", "1")
+        app.xdotool("keydown", "space")
+        XCTAssertTrue(eventually(timeout: 5) { muted(alpha) == true }, "holding Space did not mute")
+        app.xdotool("keyup", "space")
+        XCTAssertTrue(eventually(timeout: 5) { muted(alpha) == false }, "releasing Space did not unmute")
+        // Held while the focus goes to another window: that counts as a release. (Without a window
+        // manager nothing gave the window the focus back after the pairing dialog: give it here.)
+        app.xdotool("windowfocus", "--sync", "WINDOW")
+        app.xdotool("keydown", "space")
+        XCTAssertTrue(eventually(timeout: 5) { muted(alpha) == true }, "holding Space again did not mute")
+        let other = try app.focusAnotherWindow()
+        XCTAssertTrue(eventually(timeout: 5) { muted(alpha) == false }, "losing the focus while held did not unmute")
+        app.xdotool("keyup", "space")
+        other.kill()
+        app.xdotool("windowfocus", "--sync", "WINDOW")
+
+        // Disconnect and Connect for the selected peer.
+        app.ui("click", "Disconnect")
+        XCTAssertNotNil(alpha.waitForState("disconnected", of: bravo.id, timeout: 10))
+        let reconnect = alpha.mark
+        app.ui("click", "Connect")
+        XCTAssertNotNil(alpha.waitForState("connected", of: bravo.id, after: reconnect, timeout: 15))
+
+        // A prompt answered elsewhere (peervoicectl's way, ConfirmPairing) leaves the window at
+        // once: PairingSettled, while the peer is still pairing (charlie has not answered yet).
+        let charlie = try peer("charlie")
+        let charlieMark = charlie.mark
+        let dial = charlie.client.callAsync("Connect", [Variant(alpha.id)])
+        XCTAssertNotNil(app.ui("text", "Pairing code"))
+        try alpha.client.call("ConfirmPairing", [Variant(charlie.id), Variant(true)])
+        app.ui("wait-gone", "Pairing code")
+        alpha.client.drain(for: 0.2)
+        XCTAssertEqual(alpha.states(of: charlie.id).last, "pairing", "the dialog went before the pairing ended")
+        XCTAssertNotNil(charlie.pairingRequest(for: alpha.id, after: charlieMark))
+        try charlie.client.call("ConfirmPairing", [Variant(alpha.id), Variant(true)])
+        dispatch(timeout: 15) { dial.isDone }
+        app.ui("wait-row", "charlie")
+        screenshot(app, "app-peers", in: alpha)
+
+        // Reject in the dialog refuses the pairing: the dialler's Connect fails with Rejected.
+        let delta = try peer("delta")
+        let refused = delta.client.callAsync("Connect", [Variant(alpha.id)])
+        XCTAssertNotNil(delta.pairingRequest(for: alpha.id))
+        try delta.client.call("ConfirmPairing", [Variant(alpha.id), Variant(true)])
+        app.ui("click", "Reject")
+        app.ui("wait-gone", "Pairing code")
+        dispatch(timeout: 15) { refused.isDone }
+        guard case .failure(let error)? = refused.result else { return XCTFail("Connect was not refused: \(String(describing: refused.result))") }
+        XCTAssertEqual(error.name, "org.example.PeerVoice.Error.Rejected")
+
+        // While the app shows prompts the service notifies none; other notifications still come.
+        XCTAssertTrue(eventually(timeout: 5) { notifications.summaries.contains { $0.hasPrefix("Message from") } },
+                      "the notification server saw nothing at all: \(notifications.summaries)")
+        XCTAssertEqual(notifications.summaries.filter { $0.hasPrefix("Pair") }, [],
+                       "a pairing notification while the app handles prompts")
+    }
+
+    /// In German (de_DE.UTF-8, the catalog compiled from po/de.po): with no PeerVoice service the
+    /// bus can start, the window says why and offers Retry; once the service is installed, Retry
+    /// starts it by bus activation (StartServiceByName) and the controls come alive.
+    func testInGermanAFailedActivationSaysWhyAndRetryStartsTheService() throws {
+        let directory = try TemporaryDirectory("peervoice-app-de")
+        defer { directory.remove() }
+        let services = directory.path + "/services"
+        try FileManager.default.createDirectory(atPath: services, withIntermediateDirectories: true)
+        // Only this directory and the system's (for AT-SPI's registry): an installed
+        // org.example.PeerVoice.service elsewhere must not be found.
+        let config = directory.path + "/bus.conf"
+        try """
+            <!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
+             "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
+            <busconfig>
+              <type>session</type>
+              <listen>unix:tmpdir=/tmp</listen>
+              <servicedir>\(services)</servicedir>
+              <servicedir>/usr/share/dbus-1/services</servicedir>
+              <policy context="default"><allow send_destination="*" eavesdrop="true"/><allow eavesdrop="true"/><allow own="*"/></policy>
+            </busconfig>
+            """.write(toFile: config, atomically: true, encoding: .utf8)
+        let bus = try PrivateBus(in: directory, configArguments: ["--config-file=" + config])
+        defer { bus.stop() }
+        let client = try APIClient(address: bus.address)
+        let locale = directory.path + "/locale"
+        try FileManager.default.createDirectory(atPath: locale + "/de/LC_MESSAGES", withIntermediateDirectories: true)
+        let msgfmt = try ChildProcess("msgfmt", ["-o", locale + "/de/LC_MESSAGES/peervoice.mo", AppSession.repository + "/po/de.po"],
+                                      logPath: directory.path + "/msgfmt.log")
+        XCTAssertEqual(msgfmt.wait(timeout: 10), 0, msgfmt.log)
+
+        let app = try AppSession(bus: bus, client: client, in: directory,
+                                 environment: ["LANG": "de_DE.UTF-8", "LANGUAGE": "", "PEERVOICE_LOCALEDIR": locale])
+        sessions.append(app)
+        app.ui("wait-label", "PeerVoice ist für diese Sitzung nicht installiert: Der Bus weiß nicht, wie er org.example.PeerVoice starten soll.")
+        XCTAssertEqual(app.ui("sensitive", "Stumm"), "false", "Mute while there is no service")
+
+        try """
+            [D-BUS Service]
+            Name=org.example.PeerVoice
+            Exec=\(Binaries.peervoiced) --state-dir \(directory.path)/state --name delta --listen 127.0.0.1:0 --no-notify
+            """.write(toFile: services + "/org.example.PeerVoice.service", atomically: true, encoding: .utf8)
+        app.ui("click", "Erneut versuchen")
+        XCTAssertTrue(client.waitForService(timeout: 15), "Retry did not start the service")
+        app.ui("wait-gone", "Erneut versuchen")
+        XCTAssertEqual(app.ui("sensitive", "Stumm"), "true")
+        app.ui("click", "Stumm")
+        XCTAssertTrue(eventually(timeout: 5) { (try? client.property("Muted").bool) == true })
+        app.ui("wait-label", "Noch keine Gegenstellen: in der Nähe suchen oder eine Adresse eingeben.")
+        // The service stops (the bus started it: it is ended by its pid): the window says so, and
+        // Retry starts it again.
+        try stopActivatedService(client)
+        app.ui("wait-label", "Der PeerVoice-Dienst läuft nicht.")
+        XCTAssertEqual(app.ui("sensitive", "Stumm"), "false")
+        app.ui("click", "Erneut versuchen")
+        XCTAssertTrue(client.waitForService(timeout: 15), "Retry did not start the service again")
+        app.ui("wait-gone", "Der PeerVoice-Dienst läuft nicht.")
+        XCTAssertEqual(app.ui("sensitive", "Stumm"), "true")
+        app.stop()
+        try stopActivatedService(client)
+    }
+
+    /// SIGTERM to the peervoiced the bus started, and waits until it has left the bus.
+    private func stopActivatedService(_ client: APIClient) throws {
+        let pid = try client.connection.call(destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus",
+                                             interface: "org.freedesktop.DBus", method: "GetConnectionUnixProcessID",
+                                             arguments: Variant(tuple: [Variant(APIClient.name)]))[0].uint32
+        if let pid { kill(pid_t(pid), SIGTERM) }
+        XCTAssertTrue(eventually(timeout: 10) { !client.nameHasOwner() }, "the activated peervoiced did not stop")
+    }
+}

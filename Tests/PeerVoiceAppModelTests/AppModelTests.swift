@@ -1,0 +1,192 @@
+import PeerVoiceAppModel
+import XCTest
+
+final class AppModelTests: XCTestCase {
+    private var model: AppModel!
+    private var changes: [AppModel.Change] = []
+
+    override func setUp() {
+        model = AppModel()
+        changes = []
+        model.onChange = { [unowned self] in changes.append($0) }
+    }
+
+    func testFoundPeersJoinTheKnownOnesAndLeaveWhenLost() {
+        model.peersListed([PeerRow(id: "ip:10.0.0.2:47800", name: "Ada", transport: "ip", state: .disconnected)])
+        model.peerFound("AA:BB:CC:DD:EE:FF", name: "Phone", transport: "bluetooth")
+        XCTAssertEqual(model.peers.map(\.displayName), ["Ada", "Phone"])
+        XCTAssertEqual(model.peers[1].state, .nearby)
+
+        model.peerLost("ip:10.0.0.2:47800")
+        model.peerLost("AA:BB:CC:DD:EE:FF")
+        XCTAssertEqual(model.peers.map(\.id), ["ip:10.0.0.2:47800"], "a known peer stays when out of range")
+    }
+
+    func testARelistKeepsFoundOnlyRows() {
+        model.peerFound("AA:BB:CC:DD:EE:FF", name: "Phone", transport: "bluetooth")
+        model.peersListed([PeerRow(id: "ip:10.0.0.2:47800", name: "Ada", transport: "ip", state: .connected)])
+        XCTAssertEqual(Set(model.peers.map(\.id)), ["ip:10.0.0.2:47800", "AA:BB:CC:DD:EE:FF"])
+    }
+
+    func testARelistWithoutTheSelectedPeerClearsTheSelection() {
+        model.peerStateChanged("ip:10.0.0.9:1", state: .connecting, transport: "")
+        model.select("ip:10.0.0.9:1")
+        model.peersListed([])
+        XCTAssertNil(model.selectedPeer)
+        XCTAssertTrue(model.peers.isEmpty)
+    }
+
+    func testARowWithoutANameShowsItsID() {
+        model.peerStateChanged("ip:10.0.0.9:1", state: .connecting, transport: "ip")
+        XCTAssertEqual(model.peers.first?.displayName, "ip:10.0.0.9:1")
+    }
+
+    func testPeerIdentifiedRenamesTheRowItsChatSelectionAndQuestion() {
+        model.peerStateChanged("ip:10.0.0.2:47800", state: .pairing, transport: "ip")
+        model.select("ip:10.0.0.2:47800")
+        model.messageQueued(to: "ip:10.0.0.2:47800", id: "m1", text: "hi", timeMs: 1)
+        model.pairingRequested(peer: "ip:10.0.0.2:47800", name: "Ada", passkey: "123456", kind: .confirm)
+
+        model.peerIdentified(address: "ip:10.0.0.2:47800", as: "pv:abc")
+
+        XCTAssertEqual(model.peers.map(\.id), ["pv:abc"])
+        XCTAssertEqual(model.selectedPeer, "pv:abc")
+        XCTAssertEqual(model.messages(with: "pv:abc").map(\.text), ["hi"])
+        XCTAssertTrue(model.messages(with: "ip:10.0.0.2:47800").isEmpty)
+        XCTAssertEqual(model.question?.peer, "pv:abc")
+    }
+
+    func testPeerIdentifiedMergesIntoAnExistingRow() {
+        model.peersListed([PeerRow(id: "pv:abc", name: "Ada", transport: "ip", state: .disconnected)])
+        model.peerStateChanged("ip:10.0.0.2:47800", state: .connected, transport: "ip")
+        model.peerIdentified(address: "ip:10.0.0.2:47800", as: "pv:abc")
+        XCTAssertEqual(model.peers, [PeerRow(id: "pv:abc", name: "Ada", transport: "ip", state: .connected)])
+    }
+
+    func testThePairingCodeIsGroupedAndAShowOnlyCodeDoesNotAsk() {
+        model.pairingRequested(peer: "p", name: "Ada", passkey: "042917", kind: .confirm)
+        XCTAssertEqual(model.question?.groupedPasskey, "042 917")
+        XCTAssertEqual(model.question?.asks, true)
+        model.pairingRequested(peer: "p", name: "Ada", passkey: "042917", kind: .show)
+        XCTAssertEqual(model.question?.asks, false)
+    }
+
+    func testTheQuestionIsWithdrawnWhenSettledForItsPeerOnly() {
+        model.pairingRequested(peer: "p", name: "Ada", passkey: "042917", kind: .confirm)
+        model.pairingSettled(peer: "other", accepted: true)
+        XCTAssertNotNil(model.question)
+        model.pairingSettled(peer: "p", accepted: false)
+        XCTAssertNil(model.question)
+        XCTAssertTrue(changes.contains(.question))
+    }
+
+    func testAShownCodeIsWithdrawnWhenThePeerConnects() {
+        model.peerStateChanged("p", state: .pairing, transport: "bluetooth")
+        model.pairingRequested(peer: "p", name: "Phone", passkey: "123456", kind: .show)
+        model.peerStateChanged("p", state: .connected, transport: "bluetooth")
+        XCTAssertNil(model.question)
+    }
+
+    func testSentMessagesGoFromQueuedToDeliveredOrFailed() {
+        model.messageQueued(to: "p", id: "m1", text: "one", timeMs: 10)
+        model.messageQueued(to: "p", id: "m2", text: "two", timeMs: 20)
+        model.messageDelivered(to: "p", id: "m1")
+        model.messageFailed(to: "p", id: "m2", reason: "the peer was removed")
+        XCTAssertEqual(model.messages(with: "p").map(\.state), [.delivered, .failed("the peer was removed")])
+    }
+
+    func testADeliveryThatOvertakesTheSendReplyIsKept() {
+        model.messageDelivered(to: "p", id: "m1")
+        model.messageQueued(to: "p", id: "m1", text: "fast", timeMs: 10)
+        XCTAssertEqual(model.messages(with: "p"), [ChatMessage(id: "m1", incoming: false, text: "fast", state: .delivered, timeMs: 0)])
+    }
+
+    func testHistoryAndLiveMessagesMergeInTimeOrder() {
+        model.messageReceived(from: "p", id: "m3", text: "live", timeMs: 30)
+        model.history(of: "p", [ChatMessage(historyID: "m1", status: "delivered", timeMs: 10, text: "old"),
+                                ChatMessage(historyID: "m2", status: "received", timeMs: 20, text: "reply")])
+        XCTAssertEqual(model.messages(with: "p").map(\.text), ["old", "reply", "live"])
+        XCTAssertEqual(model.messages(with: "p").map(\.incoming), [false, true, true])
+    }
+
+    func testHoldToMuteMutesWhileHeldAndOnlyOnce() {
+        XCTAssertEqual(model.holdPressed(), true)
+        XCTAssertNil(model.holdPressed(), "key repeat is not a second press")
+        XCTAssertEqual(model.holdReleased(), false)
+        XCTAssertNil(model.holdReleased(), "focus loss after the release changes nothing")
+    }
+
+    func testHoldToTalkOpensTheMicrophoneOnlyWhileHeld() {
+        model.holdMode = .holdToTalk
+        XCTAssertEqual(model.holdLabel, "Hold to talk")
+        XCTAssertEqual(model.holdPressed(), false)
+        XCTAssertEqual(model.holdReleased(), true)
+    }
+
+    func testActionsFollowTheSelectedPeersState() {
+        model.serviceAppeared()
+        model.peerStateChanged("p", state: .disconnected, transport: "ip")
+        XCTAssertEqual(model.actions, PeerActions(), "nothing selected")
+        model.select("p")
+        XCTAssertTrue(model.actions.connect)
+        XCTAssertFalse(model.actions.voice)
+        model.peerStateChanged("p", state: .connected, transport: "ip")
+        XCTAssertEqual(model.actions.connect, false)
+        XCTAssertEqual(model.actions.disconnect, true)
+        XCTAssertEqual(model.actions.voiceLabel, "Start voice")
+        model.voiceStateChanged("p", active: true)
+        XCTAssertEqual(model.actions.voiceLabel, "Stop voice")
+    }
+
+    func testMuteMirrorsTheServiceAndReportsOnlyChanges() {
+        model.muteChanged(false)
+        XCTAssertFalse(changes.contains(.mute))
+        model.muteChanged(true)
+        XCTAssertTrue(model.muted)
+        XCTAssertEqual(changes, [.mute])
+    }
+
+    func testAChangedKeyOffersForgetAndPairAgain() {
+        model.callFailed("Connect", peer: "p", errorName: "org.example.PeerVoice.Error.Rejected",
+                         message: "p presented an identity key other than the pinned one: it may be an impostor.")
+        XCTAssertEqual(model.notice?.remedy, .forgetAndPairAgain(peer: "p"))
+    }
+
+    func testServiceErrorsKeepTheServicesWords() {
+        model.callFailed("Search nearby", peer: nil, errorName: "org.example.PeerVoice.Error.NotAvailable",
+                         message: "Bluetooth is off: turn it on in Settings")
+        XCTAssertEqual(model.notice, Notice(text: "Search nearby: Bluetooth is off: turn it on in Settings"))
+    }
+
+    func testAFailedActivationSaysWhyAndOffersRetryUntilTheServiceAppears() {
+        model.activationFailed(errorName: "org.freedesktop.DBus.Error.ServiceUnknown", message: "not provided by any .service files")
+        guard case .unavailable(let reason) = model.service else { return XCTFail("service is \(model.service)") }
+        XCTAssertTrue(reason.contains("not installed"), reason)
+        XCTAssertEqual(model.notice?.remedy, .retryActivation)
+        model.serviceAppeared()
+        XCTAssertEqual(model.service, .running)
+        XCTAssertNil(model.notice)
+    }
+
+    func testAnActivationFailureThatCrossedTheServicesStartIsIgnored() {
+        model.serviceAppeared()
+        model.activationFailed(errorName: "org.freedesktop.DBus.Error.ServiceUnknown", message: "no .service file")
+        XCTAssertEqual(model.service, .running)
+        XCTAssertNil(model.notice)
+    }
+
+    func testAServiceThatStopsIsANoticeWithRetryButNotBeforeItFirstCame() {
+        model.serviceVanished()
+        XCTAssertNil(model.notice, "the name watch reports no owner while activation is under way")
+        model.serviceAppeared()
+        model.pairingRequested(peer: "p", name: "Ada", passkey: "123456", kind: .confirm)
+        model.serviceVanished()
+        XCTAssertEqual(model.notice?.remedy, .retryActivation)
+        XCTAssertNil(model.question, "a question the service can no longer take an answer for")
+    }
+
+    func testStringsGoThroughTheLocalizer() {
+        let german = AppModel(localize: { $0 == "Hold to mute" ? "Halten zum Stummschalten" : $0 })
+        XCTAssertEqual(german.holdLabel, "Halten zum Stummschalten")
+    }
+}
