@@ -68,7 +68,7 @@ final class AppTests: XCTestCase {
         if let problem { app.ui("wait-gone", problem) }
 
         // A peer that cannot be discovered: typed in, dialled, paired.
-        app.ui("set-text", "Address", bravo.id)
+        app.ui("set-text", "Address", bravo.address)
         let mark = bravo.mark
         app.ui("click", "Connect to address")
         let asked = try XCTUnwrap(bravo.pairingRequest(for: alpha.id, after: mark, timeout: 15), "bravo was never asked to pair")
@@ -148,7 +148,7 @@ final class AppTests: XCTestCase {
         // once: PairingSettled, while the peer is still pairing (charlie has not answered yet).
         let charlie = try peer("charlie")
         let charlieMark = charlie.mark
-        let dial = charlie.client.callAsync("Connect", [Variant(alpha.id)])
+        let dial = charlie.client.callAsync("Connect", [Variant(alpha.address)])
         XCTAssertNotNil(app.ui("text", "Pairing code"))
         try alpha.client.call("ConfirmPairing", [Variant(charlie.id), Variant(true)])
         app.ui("wait-gone", "Pairing code")
@@ -162,7 +162,7 @@ final class AppTests: XCTestCase {
 
         // Reject in the dialog refuses the pairing: the dialler's Connect fails with Rejected.
         let delta = try peer("delta")
-        let refused = delta.client.callAsync("Connect", [Variant(alpha.id)])
+        let refused = delta.client.callAsync("Connect", [Variant(alpha.address)])
         XCTAssertNotNil(delta.pairingRequest(for: alpha.id))
         try delta.client.call("ConfirmPairing", [Variant(alpha.id), Variant(true)])
         app.ui("click", "Reject")

@@ -199,7 +199,7 @@ final class DesktopTests: XCTestCase {
                          method: "RegisterPromptHandler", timeoutMs: 5_000)
 
         var markA = a.mark, markB = b.mark
-        let refused = a.client.callAsync("Connect", [Variant(b.id)], timeout: 30)
+        let refused = a.client.callAsync("Connect", [Variant(b.address)], timeout: 30)
         let requested = try XCTUnwrap(a.client.waitForSignalIndex("PairingRequested", after: markA, timeout: 15), a.log)
         let prompt = a.client.signals[requested - 1]
         XCTAssertEqual(prompt.member, "PairingPrompt", "PairingPrompt comes right before PairingRequested")
@@ -221,7 +221,7 @@ final class DesktopTests: XCTestCase {
         XCTAssertTrue(eventually(timeout: 10) { a.log.contains("left the bus: pairing prompts are notified again") }, a.log)
         markA = a.mark
         markB = b.mark
-        let accepted = a.client.callAsync("Connect", [Variant(b.id)], timeout: 30)
+        let accepted = a.client.callAsync("Connect", [Variant(b.address)], timeout: 30)
         XCTAssertNotNil(a.pairingRequest(for: b.id, after: markA, timeout: 15), a.log)
         XCTAssertNotNil(b.pairingRequest(for: a.id, after: markB, timeout: 15), b.log)
         XCTAssertEqual(waitForCalls(notifyA, "Notify", count: 1).first?[3].string, "Pair with bob?")
