@@ -44,7 +44,8 @@ PACKAGES := \
 # buses, libglib2.0-bin for gdbus, python3-gi for the benchmarks (bench/); pipewire, pipewire-bin
 # (pw-cli, pw-link, pw-play, pw-record, pw-dump, pw-metadata) and wireplumber for the private
 # headless PipeWire of scripts/pipewire-session.sh; python3-dbusmock for the stand-in notification
-# server and desktop portal of DesktopTests.
+# server and desktop portal of DesktopTests; avahi-daemon, avahi-utils (avahi-browse) and iproute2
+# (ip netns, veth) for LANTests' two network namespaces, each with its own avahi-daemon (as root).
 TEST_PACKAGES := \
 	dbus-daemon \
 	libglib2.0-bin \
@@ -52,7 +53,10 @@ TEST_PACKAGES := \
 	pipewire \
 	pipewire-bin \
 	wireplumber \
-	python3-dbusmock
+	python3-dbusmock \
+	avahi-daemon \
+	avahi-utils \
+	iproute2
 
 # busctl comes from `systemd`, which is normally installed; pull it in only when busctl is missing.
 BUSCTL_PACKAGE = $(if $(shell command -v busctl 2>/dev/null),,systemd)

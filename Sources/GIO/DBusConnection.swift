@@ -49,7 +49,8 @@ public struct BusSignal {
 public final class DBusConnection: @unchecked Sendable {
     let pointer: OpaquePointer
 
-    private init(owning pointer: OpaquePointer) {
+    /// Takes over a new reference (from `g_bus_get_sync`, `g_bus_get_finish`, …).
+    fileprivate init(owning pointer: OpaquePointer) {
         self.pointer = pointer
         g_dbus_connection_set_exit_on_close(pointer, 0)
     }
@@ -64,6 +65,13 @@ public final class DBusConnection: @unchecked Sendable {
     /// The system bus, where BlueZ lives.
     public static func system() throws(BusError) -> DBusConnection {
         DBusConnection(owning: try throwingGError { g_bus_get_sync(G_BUS_TYPE_SYSTEM, nil, $0) })
+    }
+
+    /// The system bus, without blocking: `completion` runs on the main context with the shared
+    /// connection or why there is none.
+    public static func system(completion: @escaping (Result<DBusConnection, BusError>) -> Void) {
+        let box = ClosureBox<(Result<DBusConnection, BusError>) -> Void>(completion)
+        g_bus_get(G_BUS_TYPE_SYSTEM, nil, busGetTrampoline, box.retainedPointer())
     }
 
     /// A new, private connection to the message bus at `address` (e.g. `unix:path=/tmp/bus`).
@@ -321,6 +329,17 @@ private let signalTrampoline: GDBusSignalCallback = { _, sender, path, interface
                            interface: String(cString: interface!), member: String(cString: member!),
                            arguments: Variant(adopting: parameters!))
     ClosureBox<(BusSignal) -> Void>.from(userData).function(signal)
+}
+
+private let busGetTrampoline: GAsyncReadyCallback = { _, result, userData in
+    let box = Unmanaged<ClosureBox<(Result<DBusConnection, BusError>) -> Void>>.fromOpaque(userData!).takeRetainedValue()
+    var error: UnsafeMutablePointer<GError>?
+    if let connection = g_bus_get_finish(result, &error) {
+        box.function(.success(DBusConnection(owning: connection)))
+    } else {
+        box.function(.failure(error.map { BusError(consuming: $0) }
+            ?? BusError(name: "org.gtk.GDBus.Error.Local", message: "no system bus")))
+    }
 }
 
 private let asyncCallTrampoline: GAsyncReadyCallback = { source, result, userData in

@@ -237,6 +237,9 @@ extension PeerVoiceService: PeerLinkDelegate {
             // inside the key exchange, before we reveal who we are).
             Log.warning("\(peer.id) presented identity key \(key.prefix(16))… but \(pinned.prefix(16))… is pinned: refused. If it was reinstalled, RemovePeer \(peer.id) and connect again to compare codes")
             link.refuse(logReason: "identity key differs from the pinned one")
+        } else if refusesFirstContact(over: link) {
+            Log.info("first contact from \(link.remote) refused: not discoverable (StartDiscovery, or --listen, accepts them)")
+            link.refuse(logReason: "first contact while not discoverable")
         } else if pairingPrompts[peer.id] != nil {
             link.drop(reason: "a pairing prompt for \(peer.id) is already pending")
         } else {

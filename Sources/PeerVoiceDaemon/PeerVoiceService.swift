@@ -12,7 +12,7 @@ final class PeerVoiceService {
     var emit: (ServiceEvent) -> Void = { _ in }
 
     private(set) var isMuted = false
-    var isDiscovering: Bool { bluetooth?.isDiscovering ?? false }
+    var isDiscovering: Bool { (bluetooth?.isDiscovering ?? false) || isDiscoveringOnLAN }
     var adapterName: String { bluetooth?.adapterName ?? "" }
     var listenAddress: String { ip.listenAddress }
 
@@ -29,6 +29,8 @@ final class PeerVoiceService {
     var voicePort: UInt16 = 0
     /// BlueZ, once started (PeerVoiceService+Bluetooth.swift).
     var bluetooth: BluetoothTransport?
+    /// Avahi, unless `--no-lan` (PeerVoiceService+LAN.swift).
+    var lan: LANDiscovery?
     var peers: [PeerID: Peer] = [:]
     /// Links not yet open, and the peer each belongs to (known from the dial, or once authenticated).
     var pendingLinks: [ObjectIdentifier: (link: PeerLink, peer: PeerID?)] = [:]
@@ -83,21 +85,23 @@ final class PeerVoiceService {
 
     /// Starts accepting peers and delivering queued messages: called once the bus name is owned.
     func start() throws(ServiceError) {
+        // For --listen and for the default LAN listener alike.
+        ip.onIncoming = { [unowned self] connection, remote in
+            // A host that used up its key exchanges is turned away before any work.
+            if pairingLimiter.isExhausted(host: remote.host, nowMs: Self.nowMs()) {
+                Log.info("turned away \(remote): too many key exchanges from \(remote.host) within a minute")
+                connection.closeAfterFlushing()
+                return
+            }
+            startLink(PeerLink(connection: connection, remote: .ip(remote), isOutgoing: false), for: nil)
+        }
         if let address = options.listen {
             try ip.listen(on: address)
-            ip.onIncoming = { [unowned self] connection, remote in
-                // A host that used up its key exchanges is turned away before any work.
-                if pairingLimiter.isExhausted(host: remote.host, nowMs: Self.nowMs()) {
-                    Log.info("turned away \(remote): too many key exchanges from \(remote.host) within a minute")
-                    connection.closeAfterFlushing()
-                    return
-                }
-                startLink(PeerLink(connection: connection, remote: .ip(remote), isOutgoing: false), for: nil)
-            }
             emit(.propertiesChanged([.listenAddress]))
         }
         startVoiceEngine()
         startBluetooth()
+        startLAN()
         for peer in peers.values { scheduleRedial(peer, immediately: true) }
         expireMessages()
         timers = [
@@ -113,17 +117,31 @@ final class PeerVoiceService {
             peer.link?.close(goodbye: .shuttingDown, logReason: "shutting down")
         }
         stopBluetooth()
+        stopLAN()
         voice?.shutdown()
     }
 
     // MARK: Discovery
 
+    /// Starts every method that can run; fails only when none can, saying why for each.
     func startDiscovery() throws(ServiceError) {
-        try startBluetoothDiscovery()
+        let onLAN = startLANDiscovery()
+        do {
+            try startBluetoothDiscovery()
+        } catch {
+            guard case .failure(let lanError) = onLAN else { return Log.info("discovering on the LAN only: \(error.message)") }
+            guard case .notAvailable = error, case .notAvailable = lanError else { throw error }
+            throw .notAvailable("\(error.message); \(lanError.message)")
+        }
     }
 
     func stopDiscovery() throws(ServiceError) {
-        try stopBluetoothDiscovery()
+        let wasOnLAN = stopLANDiscovery()
+        do {
+            try stopBluetoothDiscovery()
+        } catch where wasOnLAN {
+            Log.debug("StopDiscovery: \(error.message)")
+        }
     }
 
     // MARK: Peers

@@ -1,0 +1,162 @@
+import Foundation
+import GIO
+import Glibc
+import TestHarness
+import XCTest
+
+/// Two computers on one LAN, for real: network namespaces joined by a veth pair, each with its own
+/// system bus, a real avahi-daemon and a peervoiced started with default options inside the
+/// namespace (tests/lan in LANNetwork.swift). Needs root, as CI runs.
+final class LANTests: XCTestCase {
+    private var lan: LANPair!
+    private var daemons: [Daemon] = []
+    private var extraBuses: [PrivateBus] = []
+    private var a: APIClient!
+    private var b: APIClient!
+
+    private static let addressA = "ip:10.77.0.1:47800"
+    private static let addressB = "ip:10.77.0.2:47800"
+
+    override func setUpWithError() throws {
+        guard getuid() == 0 else { throw XCTSkip("LANTests need root for network namespaces (CI runs make test as root)") }
+        lan = try LANPair()
+        a = try start(on: lan.a, name: "Alice laptop")
+        b = try start(on: lan.b, name: "Bob desktop")
+    }
+
+    override func tearDown() {
+        for daemon in daemons where daemon.terminate() == nil { daemon.process.kill() }
+        extraBuses.forEach { $0.stop() }
+        lan?.stop()
+    }
+
+    /// A default peervoiced (only a state directory and a name) on `host`, with its client;
+    /// returns once Avahi is among its discovery methods.
+    private func start(on host: LANHost, name: String, sessionBus: PrivateBus? = nil) throws -> APIClient {
+        let bus = sessionBus ?? host.sessionBus!
+        let daemon = try host.startDaemon(name: name, sessionBus: bus)
+        daemons.append(daemon)
+        let client = try APIClient(address: bus.address)
+        XCTAssertTrue(client.waitForService(), "peervoiced did not start: \(daemon.process.log)")
+        XCTAssertTrue(eventually(timeout: 10) { (try? client.property("DiscoveryMethods").strings)?.contains("lan") == true },
+                      "DiscoveryMethods never listed lan: \(daemon.process.log)")
+        return client
+    }
+
+    private func foundSignal(_ client: APIClient, _ peer: String, timeout: Double = 10) -> BusSignal? {
+        client.waitForSignal("PeerFound", timeout: timeout) { $0.string(0) == peer }
+    }
+
+    private func lostSignal(_ client: APIClient, _ peer: String, timeout: Double = 10) -> BusSignal? {
+        client.waitForSignal("PeerLost", timeout: timeout) { $0.string(0) == peer }
+    }
+
+    private var logs: String { daemons.map { "\($0.stateDirectory): \($0.process.log)" }.joined(separator: "\n---\n") }
+
+    // MARK: Finding each other
+
+    func testTwoDefaultPeersFindEachOtherPairMessageAndStopBeingFound() throws {
+        XCTAssertEqual(try a.property("ListenAddress").string, "", "listening before being discoverable, with no known peers")
+        let started = Date()
+        try a.call("StartDiscovery")
+        try b.call("StartDiscovery")
+        let foundB = foundSignal(a, Self.addressB)
+        let foundA = foundSignal(b, Self.addressA)
+        let seconds = Date().timeIntervalSince(started)
+        print("LANTests: StartDiscovery -> PeerFound on both sides in \(String(format: "%.2f", seconds)) s")
+        XCTAssertEqual(foundB?.string(1), "Bob desktop", logs)
+        XCTAssertEqual(foundA?.string(1), "Alice laptop", logs)
+        XCTAssertLessThan(seconds, 5)
+        XCTAssertEqual(try a.property("Discovering").bool, true)
+        XCTAssertEqual(try a.property("ListenAddress").string, "[::]:47800")
+        // Each saw only the other, never itself.
+        XCTAssertEqual(a.signals("PeerFound").map { $0.string(0) }, [Self.addressB])
+        XCTAssertEqual(b.signals("PeerFound").map { $0.string(0) }, [Self.addressA])
+
+        // Connect to the address found; both people confirm the code.
+        let connect = a.callAsync("Connect", [Variant(Self.addressB)])
+        let promptA = a.waitForSignal("PairingRequested") { $0.string(0) == Self.addressB }
+        let promptB = b.waitForSignal("PairingRequested") { $0.string(0) == Self.addressA }
+        XCTAssertNotNil(promptA, logs)
+        XCTAssertEqual(promptB?.string(1), "Alice laptop", logs)
+        XCTAssertEqual(promptA?.string(2), promptB?.string(2), "the two sides show different codes")
+        try a.call("ConfirmPairing", [Variant(Self.addressB), Variant(true)])
+        try b.call("ConfirmPairing", [Variant(Self.addressA), Variant(true)])
+        dispatch(timeout: 15) { connect.isDone }
+        if case .failure(let error) = connect.result ?? .failure(BusError(name: "no reply", message: "")) {
+            return XCTFail("Connect failed: \(error)\n\(logs)")
+        }
+
+        // Messages both ways.
+        try a.call("Send", [Variant(Self.addressB), Variant("hello from the LAN")])
+        try b.call("Send", [Variant(Self.addressA), Variant("hello back")])
+        XCTAssertNotNil(b.waitForSignal("MessageReceived") { $0.string(0) == Self.addressA && $0.string(2) == "hello from the LAN" }, logs)
+        XCTAssertNotNil(a.waitForSignal("MessageReceived") { $0.string(0) == Self.addressB && $0.string(2) == "hello back" }, logs)
+
+        // B stops discovery: A sees it go, and B's advertisement is gone from A's avahi-daemon.
+        XCTAssertTrue(try lan.a.browse("_peervoice._tcp").contains { $0.contains("Bob desktop") })
+        try b.call("StopDiscovery")
+        XCTAssertNotNil(lostSignal(a, Self.addressB), logs)
+        XCTAssertFalse(try lan.a.browse("_peervoice._tcp").contains { $0.contains("Bob desktop") })
+        XCTAssertEqual(try b.property("Discovering").bool, false)
+        // B knows a peer now, so it keeps listening (A may come back) ...
+        XCTAssertEqual(try b.property("ListenAddress").string, "[::]:47800")
+
+        // ... but a stranger's first contact on that default listener is refused while B is not
+        // discoverable, and B's person is never asked.
+        let strangerBus = try PrivateBus(in: lan.a.directory)
+        extraBuses.append(strangerBus)
+        let stranger = try start(on: lan.a, name: "Stranger", sessionBus: strangerBus)
+        b.clearSignals()
+        do {
+            try stranger.call("Connect", [Variant(Self.addressB)], timeoutMs: 30_000)
+            XCTFail("a first contact while not discoverable was accepted\n\(logs)")
+        } catch {
+            XCTAssertEqual(error.name, "org.example.PeerVoice.Error.Rejected", error.message)
+        }
+        b.drain(for: 0.3)
+        XCTAssertTrue(b.signals("PairingRequested").isEmpty, "B's person was asked about the stranger")
+        // The known peer is still welcome: A's messages still reach B.
+        try a.call("Send", [Variant(Self.addressB), Variant("still here")])
+        XCTAssertNotNil(b.waitForSignal("MessageReceived") { $0.string(2) == "still here" }, logs)
+    }
+
+    func testFirstContactIsAcceptedWhileDiscoverable() throws {
+        try b.call("StartDiscovery")
+        // A is not discovering (so not listening) but dials B's default listener by address: B is
+        // discoverable, so its person is asked about A (seen from A's outgoing port).
+        let connect = a.callAsync("Connect", [Variant(Self.addressB)])
+        let prompt = b.waitForSignal("PairingRequested") { $0.string(0).hasPrefix("ip:10.77.0.1:") }
+        XCTAssertEqual(prompt?.string(1), "Alice laptop", logs)
+        try b.call("ConfirmPairing", [Variant(prompt?.string(0) ?? ""), Variant(true)])
+        XCTAssertNotNil(a.waitForSignal("PairingRequested"), logs)
+        try a.call("ConfirmPairing", [Variant(Self.addressB), Variant(true)])
+        dispatch(timeout: 15) { connect.isDone }
+        guard case .success = connect.result else { return XCTFail("Connect: \(String(describing: connect.result))\n\(logs)") }
+    }
+
+    // MARK: Avahi coming and going
+
+    func testAdvertisingAndBrowsingResumeWhenAvahiRestarts() throws {
+        try a.call("StartDiscovery")
+        try b.call("StartDiscovery")
+        XCTAssertNotNil(foundSignal(a, Self.addressB), logs)
+        XCTAssertNotNil(foundSignal(b, Self.addressA), logs)
+        a.clearSignals()
+        b.clearSignals()
+
+        lan.a.stopAvahi()
+        XCTAssertNotNil(lostSignal(b, Self.addressA), "A's advertisement did not go with its avahi-daemon\n\(logs)")
+        XCTAssertNotNil(lostSignal(a, Self.addressB), "A kept reporting B without Avahi\n\(logs)")
+        XCTAssertTrue(eventually(timeout: 5) { (try? self.a.property("DiscoveryMethods").strings) == [] }, logs)
+        XCTAssertEqual(try a.property("Discovering").bool, true, "discovery stays wanted while Avahi is away")
+
+        try lan.a.startAvahi()
+        let restarted = Date()
+        XCTAssertNotNil(foundSignal(b, Self.addressA), "A did not advertise again\n\(logs)")
+        XCTAssertNotNil(foundSignal(a, Self.addressB), "A did not browse again\n\(logs)")
+        print("LANTests: avahi-daemon restart -> found again in \(String(format: "%.2f", Date().timeIntervalSince(restarted))) s")
+        XCTAssertEqual(try a.property("DiscoveryMethods").strings, ["lan"])
+        XCTAssertTrue(try lan.a.browse("_peervoice._tcp").contains { $0.contains("Alice laptop") })
+    }
+}
