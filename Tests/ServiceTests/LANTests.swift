@@ -20,8 +20,12 @@ final class LANTests: XCTestCase {
     override func setUpWithError() throws {
         guard getuid() == 0 else { throw XCTSkip("LANTests need root for network namespaces (CI runs make test as root)") }
         lan = try LANPair()
-        a = try start(on: lan.a, name: "Alice laptop")
-        b = try start(on: lan.b, name: "Bob desktop")
+    }
+
+    /// A default peervoiced on each host (B with `bArguments`).
+    private func startBoth(nameA: String = "Alice laptop", nameB: String = "Bob desktop", bArguments: [String] = []) throws {
+        a = try start(on: lan.a, name: nameA)
+        b = try start(on: lan.b, name: nameB, arguments: bArguments)
     }
 
     override func tearDown() {
@@ -32,9 +36,10 @@ final class LANTests: XCTestCase {
 
     /// A default peervoiced (only a state directory and a name) on `host`, with its client;
     /// returns once Avahi is among its discovery methods.
-    private func start(on host: LANHost, name: String, sessionBus: PrivateBus? = nil) throws -> APIClient {
+    private func start(on host: LANHost, name: String, arguments: [String] = [],
+                       sessionBus: PrivateBus? = nil) throws -> APIClient {
         let bus = sessionBus ?? host.sessionBus!
-        let daemon = try host.startDaemon(name: name, sessionBus: bus)
+        let daemon = try host.startDaemon(name: name, arguments: arguments, sessionBus: bus)
         daemons.append(daemon)
         let client = try APIClient(address: bus.address)
         XCTAssertTrue(client.waitForService(), "peervoiced did not start: \(daemon.process.log)")
@@ -51,11 +56,17 @@ final class LANTests: XCTestCase {
         client.waitForSignal("PeerLost", timeout: timeout) { $0.string(0) == peer }
     }
 
+    /// The instance names of the `_peervoice._tcp` services `host`'s avahi-daemon knows.
+    private func advertised(on host: LANHost) throws -> [String] {
+        try host.browse("_peervoice._tcp").map { String($0.split(separator: ";", omittingEmptySubsequences: false)[3]) }
+    }
+
     private var logs: String { daemons.map { "\($0.stateDirectory): \($0.process.log)" }.joined(separator: "\n---\n") }
 
     // MARK: Finding each other
 
     func testTwoDefaultPeersFindEachOtherPairMessageAndStopBeingFound() throws {
+        try startBoth()
         XCTAssertEqual(try a.property("ListenAddress").string, "", "listening before being discoverable, with no known peers")
         let started = Date()
         try a.call("StartDiscovery")
@@ -94,10 +105,10 @@ final class LANTests: XCTestCase {
         XCTAssertNotNil(a.waitForSignal("MessageReceived") { $0.string(0) == Self.addressB && $0.string(2) == "hello back" }, logs)
 
         // B stops discovery: A sees it go, and B's advertisement is gone from A's avahi-daemon.
-        XCTAssertTrue(try lan.a.browse("_peervoice._tcp").contains { $0.contains("Bob desktop") })
+        XCTAssertTrue(try advertised(on: lan.a).contains("Bob desktop"))
         try b.call("StopDiscovery")
         XCTAssertNotNil(lostSignal(a, Self.addressB), logs)
-        XCTAssertFalse(try lan.a.browse("_peervoice._tcp").contains { $0.contains("Bob desktop") })
+        XCTAssertFalse(try advertised(on: lan.a).contains("Bob desktop"))
         XCTAssertEqual(try b.property("Discovering").bool, false)
         // B knows a peer now, so it keeps listening (A may come back) ...
         XCTAssertEqual(try b.property("ListenAddress").string, "[::]:47800")
@@ -122,6 +133,7 @@ final class LANTests: XCTestCase {
     }
 
     func testFirstContactIsAcceptedWhileDiscoverable() throws {
+        try startBoth()
         try b.call("StartDiscovery")
         // A is not discovering (so not listening) but dials B's default listener by address: B is
         // discoverable, so its person is asked about A (seen from A's outgoing port).
@@ -135,9 +147,34 @@ final class LANTests: XCTestCase {
         guard case .success = connect.result else { return XCTFail("Connect: \(String(describing: connect.result))\n\(logs)") }
     }
 
+    /// Two people who chose the same name: Avahi reports a collision to one of them, which takes
+    /// the next name; the TXT record still carries the name they chose.
+    func testAnInstanceNameTakenOnTheLANBecomesTheNextOne() throws {
+        try startBoth(nameA: "Twin", nameB: "Twin")
+        try a.call("StartDiscovery")
+        try b.call("StartDiscovery")
+        XCTAssertEqual(foundSignal(a, Self.addressB)?.string(1), "Twin", logs)
+        XCTAssertEqual(foundSignal(b, Self.addressA)?.string(1), "Twin", logs)
+        let names = try advertised(on: lan.a)
+        XCTAssertEqual(Set(names), ["Twin", "Twin #2"], "\(names)\n\(logs)")
+    }
+
+    func testAnExcludedInterfaceIsNeitherAdvertisedOnNorBrowsed() throws {
+        try startBoth(bArguments: ["--lan-exclude", "lo," + lan.b.interface])
+        try a.call("StartDiscovery")
+        try b.call("StartDiscovery")
+        // Found within about a second when nothing is excluded (the first test).
+        XCTAssertNil(foundSignal(a, Self.addressB, timeout: 3), "B advertised on an excluded interface")
+        XCTAssertNil(foundSignal(b, Self.addressA, timeout: 0.5), "B browsed on an excluded interface")
+        XCTAssertFalse(try advertised(on: lan.a).contains("Bob desktop"))
+        XCTAssertTrue(try advertised(on: lan.b).contains("Alice laptop"),
+                      "A was not advertising: the test proves nothing")
+    }
+
     // MARK: Avahi coming and going
 
     func testAdvertisingAndBrowsingResumeWhenAvahiRestarts() throws {
+        try startBoth()
         try a.call("StartDiscovery")
         try b.call("StartDiscovery")
         XCTAssertNotNil(foundSignal(a, Self.addressB), logs)
@@ -157,6 +194,18 @@ final class LANTests: XCTestCase {
         XCTAssertNotNil(foundSignal(a, Self.addressB), "A did not browse again\n\(logs)")
         print("LANTests: avahi-daemon restart -> found again in \(String(format: "%.2f", Date().timeIntervalSince(restarted))) s")
         XCTAssertEqual(try a.property("DiscoveryMethods").strings, ["lan"])
-        XCTAssertTrue(try lan.a.browse("_peervoice._tcp").contains { $0.contains("Alice laptop") })
+        XCTAssertTrue(try advertised(on: lan.a).contains("Alice laptop"))
+
+        // Killed outright (no goodbye: B's cache keeps A), then started again: A publishes again
+        // (its own avahi-daemon lists it) and finds B again.
+        a.clearSignals()
+        lan.a.killAvahi()
+        XCTAssertNotNil(lostSignal(a, Self.addressB), logs)
+        XCTAssertTrue(eventually(timeout: 5) { (try? self.a.property("DiscoveryMethods").strings) == [] }, logs)
+        try lan.a.startAvahi()
+        XCTAssertNotNil(foundSignal(a, Self.addressB), "A did not browse again after a SIGKILL\n\(logs)")
+        XCTAssertTrue(eventually(timeout: 5) { (try? self.advertised(on: self.lan.a))?.contains("Alice laptop") == true },
+                      "A did not publish again after a SIGKILL\n\(logs)")
+        XCTAssertTrue(try advertised(on: lan.b).contains("Alice laptop"))
     }
 }

@@ -110,11 +110,34 @@ public final class LANHost {
         avahi = nil
     }
 
+    /// SIGKILL: avahi-daemon dies without a word to the LAN or the bus.
+    public func killAvahi() {
+        avahi?.kill()
+        avahi = nil
+    }
+
     /// The services avahi-browse lists on this host's avahi-daemon (`-t -p -r`: resolved, one
-    /// `=;…` line each, until the cache is exhausted).
+    /// `=;interface;protocol;name;type;domain;host;address;port;txt` line each, until the cache is
+    /// exhausted), with its `\DDD` escapes (`\032` for a space) decoded.
     public func browse(_ type: String) throws -> [String] {
         try runCommand("avahi-browse", ["-t", "-p", "-r", type], environment: ["DBUS_SYSTEM_BUS_ADDRESS": systemBus.address],
-                       in: directory).split(separator: "\n").map(String.init).filter { $0.hasPrefix("=") }
+                       in: directory).split(separator: "\n").filter { $0.hasPrefix("=") }.map { Self.unescaped(String($0)) }
+    }
+
+    private static func unescaped(_ line: String) -> String {
+        var bytes: [UInt8] = []
+        var rest = Array(line.utf8)[...]
+        while let byte = rest.popFirst() {
+            let digits = rest.prefix(3)
+            if byte == UInt8(ascii: "\\"), digits.count == 3, digits.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }),
+               let value = UInt8(String(decoding: digits, as: UTF8.self)) {
+                bytes.append(value)
+                rest = rest.dropFirst(3)
+            } else {
+                bytes.append(byte)
+            }
+        }
+        return String(decoding: bytes, as: UTF8.self)
     }
 
     /// Whether `name` has an owner on this host's system bus.

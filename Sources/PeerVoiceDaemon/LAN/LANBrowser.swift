@@ -120,15 +120,19 @@ final class LANBrowser {
         }
     }
 
-    private func resolve(_ sighting: Sighting) {
+    /// Asks for an IPv4 address first, whichever protocol the service was seen over: a peer is
+    /// reported once, and an IPv4 route needs no zone. An IPv6-only host resolves on the retry.
+    private func resolve(_ sighting: Sighting, addressProtocol: Int32 = LANRoute.protocolIPv4) {
         avahi.call(Avahi.serverPath, Avahi.serverInterface, "ResolveService",
                    [Variant(sighting.interface), Variant(sighting.addressProtocol), Variant(sighting.name),
                     Variant(LANAdvertisement.serviceType), Variant(sighting.domain),
-                    Variant(sighting.addressProtocol), Variant(UInt32(0))]) { [weak self] result in
+                    Variant(addressProtocol), Variant(UInt32(0))]) { [weak self] result in
             guard let self, !stopped, services[sighting.name]?.sightings.contains(sighting) == true else { return }
             switch result {
             case .success(let reply):
                 resolved(sighting, reply)
+            case .failure where addressProtocol == LANRoute.protocolIPv4:
+                resolve(sighting, addressProtocol: LANRoute.protocolIPv6)
             case .failure(let error):
                 Log.debug("LAN: could not resolve '\(sighting.name)': \(error.message)")
             }
