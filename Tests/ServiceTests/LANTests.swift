@@ -80,7 +80,7 @@ final class LANTests: XCTestCase {
         XCTAssertLessThan(seconds, 5)
         XCTAssertEqual(try a.property("Discovering").bool, true)
         XCTAssertEqual(try a.property("ListenAddress").string, "[::]:47800")
-        // Each saw only the other, never itself.
+        // Each saw only the other, never itself, once (IPv4 and IPv6 sightings are one peer).
         XCTAssertEqual(a.signals("PeerFound").map { $0.string(0) }, [Self.addressB])
         XCTAssertEqual(b.signals("PeerFound").map { $0.string(0) }, [Self.addressA])
 
@@ -169,6 +169,25 @@ final class LANTests: XCTestCase {
         XCTAssertFalse(try advertised(on: lan.a).contains("Bob desktop"))
         XCTAssertTrue(try advertised(on: lan.b).contains("Alice laptop"),
                       "A was not advertising: the test proves nothing")
+    }
+
+    /// An IPv6-only LAN: each finds the other at its link-local address, with the zone (the
+    /// interface it was seen on) kept in the route.
+    func testOnAnIPv6OnlyLANRoutesAreLinkLocalWithTheirZone() throws {
+        lan.stop()
+        lan = try LANPair(ipv6Only: true)
+        try startBoth()
+        let started = Date()
+        try a.call("StartDiscovery")
+        try b.call("StartDiscovery")
+        let foundB = a.waitForSignal("PeerFound", timeout: 15)
+        let foundA = b.waitForSignal("PeerFound", timeout: 15)
+        print("LANTests: IPv6 only: StartDiscovery -> PeerFound on both sides in \(String(format: "%.2f", Date().timeIntervalSince(started))) s")
+        for (found, name, interface) in [(foundB, "Bob desktop", lan.a.interface), (foundA, "Alice laptop", lan.b.interface)] {
+            XCTAssertEqual(found?.string(1), name, logs)
+            let route = found?.string(0) ?? ""
+            XCTAssertTrue(route.hasPrefix("ip:[fe80:") && route.hasSuffix("%\(interface)]:47800"), route)
+        }
     }
 
     // MARK: Avahi coming and going

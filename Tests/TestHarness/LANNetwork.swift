@@ -25,17 +25,20 @@ public final class LANHost {
     public let interface: String
     public let address: String
     public let hostName: String
+    /// IPv6 only: no IPv4 address, avahi-daemon on IPv6 (the veth's link-local address).
+    public let ipv6Only: Bool
     public let directory: TemporaryDirectory
     public private(set) var systemBus: PrivateBus!
     public private(set) var sessionBus: PrivateBus!
     public private(set) var avahi: ChildProcess?
     private var busDirectories: [TemporaryDirectory] = []
 
-    init(namespace: String, interface: String, address: String, hostName: String) throws {
+    init(namespace: String, interface: String, address: String, hostName: String, ipv6Only: Bool) throws {
         self.namespace = namespace
         self.interface = interface
         self.address = address
         self.hostName = hostName
+        self.ipv6Only = ipv6Only
         directory = try TemporaryDirectory("peervoice-\(namespace)")
     }
 
@@ -70,15 +73,15 @@ public final class LANHost {
     }
 
     /// Starts avahi-daemon inside the namespace on this host's system bus, on its veth only,
-    /// IPv4, no wide area; returns once it owns org.freedesktop.Avahi.
+    /// IPv4 and IPv6 (or IPv6 only), no wide area; returns once it owns org.freedesktop.Avahi.
     public func startAvahi() throws {
         let config = directory.path + "/avahi-daemon.conf"
         try Data("""
             [server]
             host-name=\(hostName)
             domain-name=local
-            use-ipv4=yes
-            use-ipv6=no
+            use-ipv4=\(ipv6Only ? "no" : "yes")
+            use-ipv6=yes
             allow-interfaces=\(interface)
             enable-dbus=yes
             ratelimit-interval-usec=1000000
@@ -165,17 +168,18 @@ public final class LANHost {
 }
 
 /// Two hosts on one LAN: namespaces `pvlan<pid>a` and `pvlan<pid>b` joined by a veth pair,
-/// 10.77.0.1 and 10.77.0.2, each with its buses and avahi-daemon running.
+/// 10.77.0.1 and 10.77.0.2 and their link-local IPv6 addresses (or, `ipv6Only`, only those),
+/// each with its buses and avahi-daemon running.
 public final class LANPair {
     public let a: LANHost
     public let b: LANHost
     private let scratch: TemporaryDirectory
 
-    public init() throws {
+    public init(ipv6Only: Bool = false) throws {
         let tag = "pvlan\(getpid())"
         scratch = try TemporaryDirectory("peervoice-\(tag)")
-        a = try LANHost(namespace: tag + "a", interface: "veth-\(getpid())a", address: "10.77.0.1", hostName: "pv-lan-a")
-        b = try LANHost(namespace: tag + "b", interface: "veth-\(getpid())b", address: "10.77.0.2", hostName: "pv-lan-b")
+        a = try LANHost(namespace: tag + "a", interface: "veth-\(getpid())a", address: "10.77.0.1", hostName: "pv-lan-a", ipv6Only: ipv6Only)
+        b = try LANHost(namespace: tag + "b", interface: "veth-\(getpid())b", address: "10.77.0.2", hostName: "pv-lan-b", ipv6Only: ipv6Only)
         do {
             try setUpNetwork()
             for host in [a, b] {
@@ -194,9 +198,19 @@ public final class LANPair {
         try ip(["link", "add", a.interface, "type", "veth", "peer", "name", b.interface])
         for host in [a, b] {
             try ip(["link", "set", host.interface, "netns", host.namespace])
-            try ip(["-n", host.namespace, "addr", "add", host.address + "/24", "dev", host.interface])
+            if !host.ipv6Only { try ip(["-n", host.namespace, "addr", "add", host.address + "/24", "dev", host.interface]) }
             try ip(["-n", host.namespace, "link", "set", "lo", "up"])
             try ip(["-n", host.namespace, "link", "set", host.interface, "up"])
+        }
+        // The kernel gives each veth a link-local IPv6 address once duplicate address detection
+        // has passed (about a second); avahi-daemon only uses addresses that are ready.
+        if a.ipv6Only {
+            for host in [a, b] {
+                guard eventually(timeout: 10, {
+                    let shown = (try? runCommand("ip", ["-n", host.namespace, "-6", "addr", "show", "dev", host.interface], in: self.scratch)) ?? ""
+                    return shown.contains("fe80:") && !shown.contains("tentative")
+                }) else { throw HarnessError("no link-local IPv6 address on \(host.interface)") }
+            }
         }
     }
 

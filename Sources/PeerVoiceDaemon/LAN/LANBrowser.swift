@@ -5,8 +5,9 @@ import PeerVoiceCore
 /// Browses `_peervoice._tcp` through Avahi and resolves what it finds: `Server2.ServiceBrowserPrepare`,
 /// subscribe to the browser's signals, then `Start` (a browser made with `ServiceBrowserNew` may
 /// report cached services before anyone listens, avahi issue #9); each service is resolved once
-/// with `Server.ResolveService`. A service seen on several interfaces or over IPv4 and IPv6 is one
-/// peer, reported with the first route that resolves and lost when its last sighting goes.
+/// with `Server.ResolveService`, for an IPv4 and an IPv6 address at once. A service seen on several
+/// interfaces or over IPv4 and IPv6 is one peer, reported once (IPv4 preferred: its route needs no
+/// zone) and lost when its last sighting goes.
 final class LANBrowser {
     /// A service instance as Avahi reports it (`ItemNew`/`ItemRemove`).
     private struct Sighting: Hashable {
@@ -19,7 +20,13 @@ final class LANBrowser {
     private struct Service {
         var sightings: Set<Sighting> = []
         var reported: (route: LANRoute, advertisement: LANAdvertisement)?
+        /// An IPv6 route waiting `ipv6GraceMs` for an IPv4 one.
+        var ipv6Candidate: EventSource?
     }
+
+    /// How long an IPv6 answer waits for an IPv4 one before it is reported: a dual-stack host's
+    /// A record usually answers from the cache within milliseconds, an IPv6-only host has none.
+    static let ipv6GraceMs: UInt32 = 300
 
     var onFound: (LANRoute, LANAdvertisement) -> Void = { _, _ in }
     var onLost: (LANRoute) -> Void = { _ in }
@@ -120,21 +127,20 @@ final class LANBrowser {
         }
     }
 
-    /// Asks for an IPv4 address first, whichever protocol the service was seen over: a peer is
-    /// reported once, and an IPv4 route needs no zone. An IPv6-only host resolves on the retry.
-    private func resolve(_ sighting: Sighting, addressProtocol: Int32 = LANRoute.protocolIPv4) {
-        avahi.call(Avahi.serverPath, Avahi.serverInterface, "ResolveService",
-                   [Variant(sighting.interface), Variant(sighting.addressProtocol), Variant(sighting.name),
-                    Variant(LANAdvertisement.serviceType), Variant(sighting.domain),
-                    Variant(addressProtocol), Variant(UInt32(0))]) { [weak self] result in
-            guard let self, !stopped, services[sighting.name]?.sightings.contains(sighting) == true else { return }
-            switch result {
-            case .success(let reply):
-                resolved(sighting, reply)
-            case .failure where addressProtocol == LANRoute.protocolIPv4:
-                resolve(sighting, addressProtocol: LANRoute.protocolIPv6)
-            case .failure(let error):
-                Log.debug("LAN: could not resolve '\(sighting.name)': \(error.message)")
+    private func resolve(_ sighting: Sighting) {
+        for addressProtocol in [LANRoute.protocolIPv4, LANRoute.protocolIPv6] {
+            avahi.call(Avahi.serverPath, Avahi.serverInterface, "ResolveService",
+                       [Variant(sighting.interface), Variant(sighting.addressProtocol), Variant(sighting.name),
+                        Variant(LANAdvertisement.serviceType), Variant(sighting.domain),
+                        Variant(addressProtocol), Variant(UInt32(0))]) { [weak self] result in
+                guard let self, !stopped, services[sighting.name]?.sightings.contains(sighting) == true else { return }
+                switch result {
+                case .success(let reply):
+                    resolved(sighting, reply)
+                case .failure(let error):
+                    // An IPv4-only host has no IPv6 address and the other way round: only the log hears of it.
+                    Log.debug("LAN: no address of protocol \(addressProtocol) for '\(sighting.name)': \(error.message)")
+                }
             }
         }
     }
@@ -155,8 +161,18 @@ final class LANBrowser {
         }
         // Without a name it is not meant to be found (a later version's presence-only advertisement).
         guard advertisement.name != nil, !isOwn(advertisement) else { return }
-        services[sighting.name]?.reported = (route, advertisement)
-        Log.debug("LAN: found '\(sighting.name)' at \(route)")
+        guard route.isIPv6 else { return report(sighting.name, route, advertisement) }
+        guard services[sighting.name]?.ipv6Candidate == nil else { return }
+        services[sighting.name]?.ipv6Candidate = Timer.after(milliseconds: Self.ipv6GraceMs) { [weak self] in
+            self?.report(sighting.name, route, advertisement)
+        }
+    }
+
+    private func report(_ name: String, _ route: LANRoute, _ advertisement: LANAdvertisement) {
+        guard !stopped, services[name] != nil, services[name]?.reported == nil else { return }
+        services[name]?.reported = (route, advertisement)
+        services[name]?.ipv6Candidate = nil
+        Log.debug("LAN: found '\(name)' at \(route)")
         onFound(route, advertisement)
     }
 
