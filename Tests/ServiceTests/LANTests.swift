@@ -157,6 +157,33 @@ final class LANTests: XCTestCase {
         XCTAssertEqual(foundSignal(b, Self.addressA)?.string(1), "Twin", logs)
         let names = try advertised(on: lan.a)
         XCTAssertEqual(Set(names), ["Twin", "Twin #2"], "\(names)\n\(logs)")
+
+        // An exit withdraws the advertisement too.
+        XCTAssertEqual(daemons[1].terminate(), 0)
+        XCTAssertNotNil(lostSignal(a, Self.addressB), logs)
+        XCTAssertEqual(Set(try advertised(on: lan.a)).count, 1, "B's advertisement outlived it")
+    }
+
+    /// Another user's PeerVoice on the same computer: the default port is taken, so the second
+    /// listens on another one and advertises that; the two find each other although their
+    /// advertisements come from one avahi-daemon (only a service's own key marks it as its own).
+    func testASecondPeerVoiceOnOneHostListensOnAnotherPortAndAdvertisesIt() throws {
+        try startBoth()
+        let secondBus = try PrivateBus(in: lan.b.directory)
+        extraBuses.append(secondBus)
+        let second = try start(on: lan.b, name: "Bob's guest", sessionBus: secondBus)
+        try a.call("StartDiscovery")
+        try b.call("StartDiscovery")
+        try second.call("StartDiscovery")
+        let listen = try XCTUnwrap(try second.property("ListenAddress").string)
+        XCTAssertTrue(listen.hasPrefix("[::]:") && listen != "[::]:47800", listen)
+        let port = listen.dropFirst("[::]:".count)
+        let secondAddress = "ip:10.77.0.2:\(port)"
+        XCTAssertEqual(foundSignal(a, secondAddress)?.string(1), "Bob's guest", logs)
+        XCTAssertEqual(foundSignal(b, secondAddress)?.string(1), "Bob's guest", logs)
+        XCTAssertEqual(foundSignal(second, Self.addressB)?.string(1), "Bob desktop", logs)
+        XCTAssertNotNil(foundSignal(second, Self.addressA), logs)
+        XCTAssertFalse(b.signals("PeerFound").contains { $0.string(0) == Self.addressB }, "B found itself")
     }
 
     func testAnExcludedInterfaceIsNeitherAdvertisedOnNorBrowsed() throws {
