@@ -4,7 +4,7 @@ import Foundation
 public struct Options: Sendable {
     public static let version = "0.1.0"
 
-    /// `HOST:PORT` for the IP transport's listener; nil = IP transport only dials.
+    /// `HOST:PORT` for the IP transport's listener; nil = the default LAN listener (PeerVoiceService+LAN.swift).
     public var listen: String?
     public var adapter: String?
     /// Discovery on the LAN through Avahi, and without `--listen` a default listener (`--no-lan`

@@ -33,10 +33,10 @@ extension PeerVoiceService {
 
     var isDiscoveringOnLAN: Bool { lan?.isDiscovering ?? false }
 
-    /// StartDiscovery's LAN half: false (with why) when the LAN cannot be used now.
+    /// StartDiscovery's LAN half: wants LAN discovery (it starts when Avahi is there) and says
+    /// why it cannot run now, if it cannot.
     func startLANDiscovery() -> Result<Void, ServiceError> {
         guard let lan else { return .failure(.notAvailable("LAN discovery is off (--no-lan)")) }
-        if let reason = lan.unavailableReason { return .failure(.notAvailable("LAN discovery is not available: \(reason)")) }
         openDefaultListener()
         guard ip.isListening else {
             return .failure(.failed("LAN discovery needs a listener, and none could be opened (see the log)"))
@@ -47,6 +47,7 @@ extension PeerVoiceService {
                                                   capabilities: capabilities, fingerprint: identity.fingerprint)
         lan.startDiscovery(LANServiceInfo(displayName: options.name, port: ip.listenPort, advertisement: advertisement))
         emit(.propertiesChanged([.discovering]))
+        if let reason = lan.unavailableReason { return .failure(.notAvailable("LAN discovery is not available: \(reason)")) }
         return .success(())
     }
 

@@ -123,13 +123,16 @@ final class PeerVoiceService {
 
     // MARK: Discovery
 
-    /// Starts every method that can run; fails only when none can, saying why for each.
+    /// Starts every method that can run, and the LAN's later if Avahi is not there yet; fails only
+    /// when none can run now, saying why for each.
     func startDiscovery() throws(ServiceError) {
         let onLAN = startLANDiscovery()
         do {
             try startBluetoothDiscovery()
         } catch {
             guard case .failure(let lanError) = onLAN else { return Log.info("discovering on the LAN only: \(error.message)") }
+            // Nothing runs: the call fails, so nothing is left wanted either.
+            _ = stopLANDiscovery()
             guard case .notAvailable = error, case .notAvailable = lanError else { throw error }
             throw .notAvailable("\(error.message); \(lanError.message)")
         }

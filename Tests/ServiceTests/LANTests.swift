@@ -147,16 +147,20 @@ final class LANTests: XCTestCase {
         guard case .success = connect.result else { return XCTFail("Connect: \(String(describing: connect.result))\n\(logs)") }
     }
 
-    /// Two people who chose the same name: Avahi reports a collision to one of them, which takes
-    /// the next name; the TXT record still carries the name they chose.
+    /// Two people who chose the same name: Avahi reports a collision, and the one told takes the
+    /// next name; the TXT record still carries the name they chose.
     func testAnInstanceNameTakenOnTheLANBecomesTheNextOne() throws {
         try startBoth(nameA: "Twin", nameB: "Twin")
         try a.call("StartDiscovery")
         try b.call("StartDiscovery")
-        XCTAssertEqual(foundSignal(a, Self.addressB)?.string(1), "Twin", logs)
-        XCTAssertEqual(foundSignal(b, Self.addressA)?.string(1), "Twin", logs)
-        let names = try advertised(on: lan.a)
-        XCTAssertEqual(Set(names), ["Twin", "Twin #2"], "\(names)\n\(logs)")
+        // About 1 s when one side hears of the collision; when both do at once (about one run in
+        // four), 10-15 s of renaming on both sides.
+        XCTAssertEqual(foundSignal(a, Self.addressB, timeout: 30)?.string(1), "Twin", logs)
+        XCTAssertEqual(foundSignal(b, Self.addressA, timeout: 30)?.string(1), "Twin", logs)
+        // Usually "Twin" and "Twin #2"; when both collide at once, both move on.
+        let names = Set(try advertised(on: lan.a))
+        XCTAssertEqual(names.count, 2, "\(names)\n\(logs)")
+        XCTAssertTrue(names.allSatisfy { $0 == "Twin" || $0.hasPrefix("Twin #") }, "\(names)")
 
         // An exit withdraws the advertisement too.
         XCTAssertEqual(daemons[1].terminate(), 0)

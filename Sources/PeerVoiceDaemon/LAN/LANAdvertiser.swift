@@ -11,11 +11,11 @@ struct LANServiceInfo: Equatable {
 
 /// One published `_peervoice._tcp` service: an Avahi entry group (`EntryGroupNew`, `AddService`,
 /// `Commit`) that lives until `withdraw()` or until avahi-daemon goes away. On a name collision
-/// (another host has the instance name) it takes the next name, `NAME #2`, `NAME #3`, …; the TXT
+/// (another host has the instance name) it takes the next name, `NAME #2`, then further on; the TXT
 /// record keeps the display name (`n=`), whatever the instance name became.
 final class LANAdvertiser {
     /// After this many collisions in a row something else is wrong (a reflector echoing us back).
-    static let maxAttempts = 32
+    static let maxCollisions = 32
 
     /// The instance name Avahi last confirmed (state established), nil until then.
     private(set) var publishedName: String?
@@ -26,7 +26,9 @@ final class LANAdvertiser {
     private let interfaces: [Int32]
     private var groupPath: String?
     private var stateSubscription: SignalSubscription?
+    /// Which name `LANServiceName.candidate` gives: 1 the display name, then `NAME #attempt`.
     private var attempt = 1
+    private var collisions = 0
     private var withdrawn = false
 
     /// `interfaces`: Avahi interface indexes to publish on (`[Avahi.anyInterface]`: all).
@@ -108,10 +110,14 @@ final class LANAdvertiser {
     private func nextName(after name: String) {
         guard name == instanceName, let groupPath else { return }
         publishedName = nil
-        guard attempt < Self.maxAttempts else {
-            return Log.warning("not advertising on the LAN: \(Self.maxAttempts) names in a row were taken")
+        collisions += 1
+        guard collisions < Self.maxCollisions else {
+            return Log.warning("not advertising on the LAN: \(Self.maxCollisions) names in a row were taken")
         }
-        attempt += 1
+        // Two computers that chose one name both hear of the collision at once when their probes
+        // overlapped, and would then take each next name in lockstep (seen here about one time in
+        // three): after the first collision, the number jumps ahead by a random step.
+        attempt += collisions == 1 ? 1 : Int.random(in: 1...9)
         Log.info("the LAN name '\(name)' is taken: trying '\(instanceName)'")
         avahi.call(groupPath, Avahi.entryGroupInterface, "Reset") { [weak self] _ in self?.addAndCommit() }
     }
