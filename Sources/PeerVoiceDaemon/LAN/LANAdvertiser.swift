@@ -42,8 +42,8 @@ final class LANAdvertiser {
     private var instanceName: String { LANServiceName.candidate(for: service.displayName, attempt: attempt) }
 
     func start() {
-        avahi.call(Avahi.serverPath, Avahi.serverInterface, "EntryGroupNew") { [weak self] result in
-            guard let self else { return }
+        // Holds on to self until the reply: a group withdrawn meanwhile must still be freed.
+        avahi.call(Avahi.serverPath, Avahi.serverInterface, "EntryGroupNew") { [self] result in
             switch result {
             case .success(let reply):
                 guard let path = reply[0].string else { return }

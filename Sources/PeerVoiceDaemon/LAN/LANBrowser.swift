@@ -55,8 +55,8 @@ final class LANBrowser {
     func start() {
         avahi.call(Avahi.serverPath, Avahi.server2Interface, "ServiceBrowserPrepare",
                    [Variant(Avahi.anyInterface), Variant(Avahi.anyProtocol), Variant(LANAdvertisement.serviceType),
-                    Variant(""), Variant(UInt32(0))]) { [weak self] result in
-            guard let self else { return }
+                    Variant(""), Variant(UInt32(0))]) { [self] result in
+            // Holds on to self until the reply: a browser stopped meanwhile must still be freed.
             switch result {
             case .success(let reply):
                 guard let path = reply[0].string else { return }
