@@ -5,7 +5,7 @@ import PeerVoiceCore
 /// peervoiced listens on the LAN (port 47800, else any free one) while discoverable or while it
 /// has known peers, and accepts first contacts there only while discoverable. PeerVoiceService.swift
 /// calls in here through one-line hooks (start, stop, discovery, properties); the first-contact
-/// rule is checked in linkDidAuthenticate.
+/// rule is checked in linkDidAuthenticate, and linkDidOpen keeps the listener open for known peers.
 extension PeerVoiceService {
     /// The default listener's port, when it is free.
     static let defaultLANPort: UInt16 = 47800
@@ -16,7 +16,7 @@ extension PeerVoiceService {
         discovery.delegate = self
         lan = discovery
         discovery.start()
-        if peers.values.contains(where: { $0.pinnedKey != nil }) { openDefaultListener() }
+        if hasPairedPeers { openDefaultListener() }
     }
 
     func stopLAN() {
@@ -32,6 +32,9 @@ extension PeerVoiceService {
     }
 
     var isDiscoveringOnLAN: Bool { lan?.isDiscovering ?? false }
+
+    /// Known peers, as far as the default listener cares: someone may dial back.
+    private var hasPairedPeers: Bool { peers.values.contains { $0.pinnedKey != nil } }
 
     /// StartDiscovery's LAN half: wants LAN discovery (it starts when Avahi is there) and says
     /// why it cannot run now, if it cannot.
@@ -55,9 +58,14 @@ extension PeerVoiceService {
     func stopLANDiscovery() -> Bool {
         guard let lan, lan.isDiscovering else { return false }
         lan.stopDiscovery()
-        if !peers.values.contains(where: { $0.pinnedKey != nil }) { closeDefaultListener() }
+        if !hasPairedPeers { closeDefaultListener() }
         emit(.propertiesChanged([.discovering]))
         return true
+    }
+
+    /// A peer became known (a link opened): the default listener stays open for it from now on.
+    func listenForKnownPeers() {
+        if lan != nil { openDefaultListener() }
     }
 
     /// Whether a first contact on `link` must be refused: it came to the default listener while

@@ -295,6 +295,7 @@ extension PeerVoiceService: PeerLinkDelegate {
         peer.resetDelivery()
         stopDialling(peer)
         remember(peer)
+        listenForKnownPeers()
         Log.info("\(peer.id) connected (\(link.isOutgoing ? "dialled" : "incoming"), key \(peer.pinnedKey!.prefix(16))…)")
         setState(peer, .connected)
         let waiters = peer.connectWaiters

@@ -145,6 +145,8 @@ final class LANTests: XCTestCase {
         try a.call("ConfirmPairing", [Variant(Self.addressB), Variant(true)])
         dispatch(timeout: 15) { connect.isDone }
         guard case .success = connect.result else { return XCTFail("Connect: \(String(describing: connect.result))\n\(logs)") }
+        // A knows a peer now: it listens on the LAN too, so B can dial it back.
+        XCTAssertTrue(eventually(timeout: 2) { (try? self.a.property("ListenAddress").string) == "[::]:47800" }, logs)
     }
 
     /// Two people who chose the same name: Avahi reports a collision, and the one told takes the
