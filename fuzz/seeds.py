@@ -175,7 +175,37 @@ def jitter_buffer():
     write(t, "odd-frame", jitter(flags=0x00, config=b"\x3f\x07" + bytes(8)) + (SEND + tick(3)) * 40)
 
 
+def txt(*entries):
+    out = b"\x00"
+    for e in entries:
+        e = e.encode() if isinstance(e, str) else e
+        out += bytes([min(len(e), 255)]) + (bytes([len(e) - 255]) if len(e) >= 255 else b"") + e
+    return out
+
+
+def resolved(proto, port, interface, address):
+    return b"\x01" + bytes([proto & 0xff]) + u16(port) + bytes([len(interface)]) + interface.encode() + address.encode()
+
+
+def lan_advertisement():
+    t = "lan-advertisement"
+    fp = "fp=" + "0123456789abcdef" * 4
+    write(t, "full", txt("pv=1", "n=Ana's laptop", "c=text,voice", fp))
+    write(t, "reordered", txt(fp, "c=voice", "n=Café ☕", "pv=1"))
+    write(t, "bare", txt("pv=1"))
+    write(t, "unknown-keys", txt("pv=1", "future=x", "flag", "C=text,video"))
+    write(t, "duplicate", txt("pv=1", "n=a", "N=b"))
+    write(t, "version-2", txt("pv=2", "n=x"))
+    write(t, "long-entry", txt("pv=1", "n=" + "x" * 300))
+    write(t, "bad-utf8", txt("pv=1", b"n=\xc3\x28"))
+    write(t, "ipv4", resolved(0, 47800, "eth0", "192.168.1.20"))
+    write(t, "ipv6-link-local", resolved(1, 47800, "eth0", "fe80::1"))
+    write(t, "ipv6-global", resolved(1, 47800, "", "2001:db8::7"))
+    write(t, "ipv6-no-zone", resolved(1, 47800, "", "fe80::1"))
+
+
 if __name__ == "__main__":
     frame_decoder()
     handshake()
     jitter_buffer()
+    lan_advertisement()

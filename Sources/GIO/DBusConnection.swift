@@ -61,6 +61,7 @@ public struct BusSignal {
 public final class DBusConnection: @unchecked Sendable {
     let pointer: OpaquePointer
 
+    /// Takes over a new reference (from `g_bus_get_sync`, `g_bus_get_finish`, …).
     fileprivate init(owning pointer: OpaquePointer) {
         self.pointer = pointer
         g_dbus_connection_set_exit_on_close(pointer, 0)

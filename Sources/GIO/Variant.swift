@@ -41,6 +41,13 @@ public final class Variant: @unchecked Sendable {
     public convenience init(_ value: UInt64) { self.init(adopting: g_variant_new_uint64(guint64(value))) }
     public convenience init(_ value: Int32) { self.init(adopting: g_variant_new_int32(value)) }
 
+    /// A byte array (`ay`), e.g. one DNS-SD TXT entry.
+    public convenience init(bytes: [UInt8]) {
+        self.init(adopting: bytes.withUnsafeBufferPointer {
+            g_variant_new_fixed_array(cgio_type_from_string("y"), $0.baseAddress, gsize($0.count), 1)
+        })
+    }
+
     /// A D-Bus object path (`o`).
     public convenience init(objectPath: String) { self.init(adopting: g_variant_new_object_path(objectPath)) }
 
@@ -92,6 +99,19 @@ public final class Variant: @unchecked Sendable {
     public var uint32: UInt32? {
         guard g_variant_is_of_type(pointer, cgio_type_from_string("u")) != 0 else { return nil }
         return g_variant_get_uint32(pointer)
+    }
+
+    public var int32: Int32? {
+        guard g_variant_is_of_type(pointer, cgio_type_from_string("i")) != 0 else { return nil }
+        return g_variant_get_int32(pointer)
+    }
+
+    /// The bytes of an `ay`.
+    public var bytes: [UInt8]? {
+        guard g_variant_is_of_type(pointer, cgio_type_from_string("ay")) != 0 else { return nil }
+        var count: gsize = 0
+        guard let base = g_variant_get_fixed_array(pointer, &count, 1), count > 0 else { return [] }
+        return Array(UnsafeBufferPointer(start: base.assumingMemoryBound(to: UInt8.self), count: Int(count)))
     }
 
     public var uint64: UInt64? {

@@ -27,6 +27,7 @@ public enum ServiceProperty: String, CaseIterable, Sendable {
     /// This service's own peer id and key fingerprint (what others see and compare).
     case id = "Id"
     case fingerprint = "Fingerprint"
+    case discoveryMethods = "DiscoveryMethods"
 }
 
 /// Something the service tells every client: each case is one bus signal.

@@ -122,6 +122,7 @@ final class BusObject {
         case .adapter: Variant(service.adapterName)
         case .id: Variant(service.ownID.description)
         case .fingerprint: Variant(service.ownKey.fingerprint)
+        case .discoveryMethods: Variant(array: service.discoveryMethods.map { Variant($0) }, elementType: "s")
         }
     }
 

@@ -4,9 +4,14 @@ import Foundation
 public struct Options: Sendable {
     public static let version = "0.1.0"
 
-    /// `HOST:PORT` for the IP transport's listener; nil = IP transport only dials.
+    /// `HOST:PORT` for the IP transport's listener; nil = the default LAN listener (PeerVoiceService+LAN.swift).
     public var listen: String?
     public var adapter: String?
+    /// Discovery on the LAN through Avahi, and without `--listen` a default listener (`--no-lan`
+    /// turns both off).
+    public var lan = true
+    /// Interfaces LAN discovery neither advertises on nor browses (`--lan-exclude`).
+    public var lanExcludedInterfaces: Set<String> = []
     /// Also ask BlueZ to make our pairing agent the default one, so pairings other computers
     /// start reach PeerVoice too (`AgentManager1.RequestDefaultAgent`).
     public var defaultAgent = false
@@ -25,7 +30,13 @@ public struct Options: Sendable {
         PeerVoice: find nearby computers, exchange text and talk, over Bluetooth or IP.
         Serves org.example.PeerVoice on the session bus.
 
-          --listen HOST:PORT  accept IP peers on this address (e.g. 0.0.0.0:47800); off by default
+          --listen HOST:PORT  accept IP peers on this address (e.g. 0.0.0.0:47800) at any time
+                              (without it: on the LAN, port 47800 or any free one, while
+                              discoverable or while known peers exist; first contacts only
+                              while discoverable)
+          --no-lan            no LAN discovery (Avahi) and no default listener
+          --lan-exclude IFACE do not advertise or browse on interface IFACE (repeatable,
+                              or IFACE,IFACE)
           --adapter hciN      Bluetooth adapter to use (default: the first powered one)
           --default-agent     answer Bluetooth pairing requests from other computers too
                               (PeerVoice's agent becomes BlueZ's default agent)
@@ -73,13 +84,16 @@ public struct Options: Sendable {
             case "--no-cue": options.voice.cue = false
             case "--voice-over-link": options.voice.overLink = true
             case "--no-notify": options.notify = false
+            case "--no-lan": options.lan = false
             case "--push-to-talk": options.pushToTalk = true
-            case "--listen", "--adapter", "--name", "--state-dir", "--source", "--sink", "--frame-ms":
+            case "--listen", "--lan-exclude", "--adapter", "--name", "--state-dir", "--source", "--sink", "--frame-ms":
                 guard let value = value(for: flag), !value.isEmpty else {
                     return .exit(message: "peervoiced: \(flag) needs a value\n\(usage)", status: 2)
                 }
                 switch flag {
                 case "--listen": options.listen = value
+                case "--lan-exclude":
+                    options.lanExcludedInterfaces.formUnion(value.split(separator: ",").map(String.init))
                 case "--adapter": options.adapter = value
                 case "--name": options.name = value
                 case "--source": options.voice.source = value

@@ -90,7 +90,8 @@ extension PeerVoiceService {
 
 extension PeerVoiceService: BluetoothTransportDelegate {
     func bluetoothStateChanged(_ properties: [ServiceProperty]) {
-        emit(.propertiesChanged(properties))
+        // An adapter appearing or going changes whether Bluetooth discovery can run.
+        emit(.propertiesChanged(properties.contains(.adapter) ? properties + [.discoveryMethods] : properties))
     }
 
     func bluetoothFound(_ address: PeerAddress, name: String) {

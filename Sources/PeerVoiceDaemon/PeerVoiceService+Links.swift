@@ -351,6 +351,9 @@ extension PeerVoiceService: PeerLinkDelegate {
         if peer.paired {
             if !link.isOutgoing { pairingLimiter.giveBack(host: Self.host(of: link.remote)) }
             link.declare(.known)
+        } else if refusesFirstContact(over: link) {
+            Log.info("first contact from \(link.remote) refused: not discoverable (StartDiscovery, or --listen, accepts them)")
+            link.refuse(logReason: "first contact while not discoverable")
         } else if pairingPrompts[id] != nil {
             link.drop(reason: "a pairing prompt for \(id) is already pending")
         } else {
@@ -409,6 +412,7 @@ extension PeerVoiceService: PeerLinkDelegate {
         peer.dial = nil
         peer.redialTimer = nil
         remember(peer)
+        listenForKnownPeers()
         Log.info("\(peer.id) connected (\(link.isOutgoing ? "dialled" : "incoming") over \(link.transport), key \(peer.key))")
         setState(peer, .connected)
         let waiters = peer.connectWaiters

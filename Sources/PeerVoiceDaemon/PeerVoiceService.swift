@@ -14,7 +14,7 @@ final class PeerVoiceService {
     var peersChanged: () -> Void = {}
 
     private(set) var isMuted = false
-    var isDiscovering: Bool { bluetooth?.isDiscovering ?? false }
+    var isDiscovering: Bool { (bluetooth?.isDiscovering ?? false) || isDiscoveringOnLAN }
     var adapterName: String { bluetooth?.adapterName ?? "" }
     var listenAddress: String { ip.listenAddress }
 
@@ -34,6 +34,10 @@ final class PeerVoiceService {
     var voicePort: UInt16 = 0
     /// BlueZ, once started (PeerVoiceService+Bluetooth.swift).
     var bluetooth: BluetoothTransport?
+    /// Avahi, unless `--no-lan` (PeerVoiceService+LAN.swift).
+    var lan: LANDiscovery?
+    /// How each LAN advertisement found was reported (`PeerLost` names it the same way).
+    var lanFoundRefs: [LANRoute: PeerRef] = [:]
     /// Peers by key: the paired ones, and those meeting us for the first time.
     var peers: [PeerID: Peer] = [:]
     /// Addresses being dialled whose key is not known yet.
@@ -104,21 +108,23 @@ final class PeerVoiceService {
 
     /// Starts accepting peers and delivering queued messages: called once the bus name is owned.
     func start() throws(ServiceError) {
+        // For --listen and for the default LAN listener alike.
+        ip.onIncoming = { [unowned self] connection, remote in
+            // A host that used up its key exchanges is turned away before any work.
+            if pairingLimiter.isExhausted(host: remote.host, nowMs: Self.nowMs()) {
+                Log.info("turned away \(remote): too many key exchanges from \(remote.host) within a minute")
+                connection.closeAfterFlushing()
+                return
+            }
+            startLink(PeerLink(connection: connection, remote: .ip(remote), isOutgoing: false), dialled: nil)
+        }
         if let address = options.listen {
             try ip.listen(on: address)
-            ip.onIncoming = { [unowned self] connection, remote in
-                // A host that used up its key exchanges is turned away before any work.
-                if pairingLimiter.isExhausted(host: remote.host, nowMs: Self.nowMs()) {
-                    Log.info("turned away \(remote): too many key exchanges from \(remote.host) within a minute")
-                    connection.closeAfterFlushing()
-                    return
-                }
-                startLink(PeerLink(connection: connection, remote: .ip(remote), isOutgoing: false), dialled: nil)
-            }
             emit(.propertiesChanged([.listenAddress]))
         }
         startVoiceEngine()
         startBluetooth()
+        startLAN()
         for peer in peers.values { scheduleRedial(peer, immediately: true) }
         expireMessages()
         timers = [
@@ -134,18 +140,40 @@ final class PeerVoiceService {
             peer.link?.close(goodbye: .shuttingDown, logReason: "shutting down")
         }
         stopBluetooth()
+        stopLAN()
         voice?.shutdown()
     }
 
     // MARK: Discovery
 
-    /// `completion` runs once BlueZ has answered (or failed to in time).
+    /// Starts every method that can run, and the LAN's later if Avahi is not there yet; fails only
+    /// when none can run now, saying why for each. `completion` runs once BlueZ has answered (or
+    /// failed to in time).
     func startDiscovery(completion: @escaping (Result<Void, ServiceError>) -> Void) {
-        startBluetoothDiscovery(completion: completion)
+        let onLAN = startLANDiscovery()
+        startBluetoothDiscovery { [unowned self] result in
+            guard case .failure(let error) = result else { return completion(.success(())) }
+            guard case .failure(let lanError) = onLAN else {
+                Log.info("discovering on the LAN only: \(error.message)")
+                return completion(.success(()))
+            }
+            // Nothing runs: the call fails, so nothing is left wanted either.
+            _ = stopLANDiscovery()
+            guard case .notAvailable = error, case .notAvailable = lanError else { return completion(.failure(error)) }
+            completion(.failure(.notAvailable("\(error.message); \(lanError.message)")))
+        }
     }
 
     func stopDiscovery(completion: @escaping (Result<Void, ServiceError>) -> Void) {
-        stopBluetoothDiscovery(completion: completion)
+        let wasOnLAN = stopLANDiscovery()
+        stopBluetoothDiscovery { [unowned self] result in
+            // Without Bluetooth there was nothing to stop there; a BlueZ that did not answer is reported.
+            if case .failure(let error) = result, wasOnLAN, bluetoothUnavailable(for: .bluetooth) != nil {
+                Log.debug("StopDiscovery: \(error.message)")
+                return completion(.success(()))
+            }
+            completion(result)
+        }
     }
 
     // MARK: Peers

@@ -199,14 +199,16 @@ enum Ctl {
         let peers = try service.peers()
         let listen = properties.lookup("ListenAddress")?.string ?? ""
         let adapter = properties.lookup("Adapter")?.string ?? ""
+        let methods = properties.lookup("DiscoveryMethods")?.strings ?? []
         var rows = [
             ["Version:", properties.lookup("Version")?.string ?? "?"],
             ["Id:", properties.lookup("Id")?.string ?? "?"],
             ["Fingerprint:", properties.lookup("Fingerprint")?.string ?? "?"],
             ["Muted:", yesNo(properties.lookup("Muted"))],
             ["Discovering:", yesNo(properties.lookup("Discovering"))],
-            ["ListenAddress:", listen.isEmpty ? "none (the IP transport is off)" : listen],
+            ["ListenAddress:", listen.isEmpty ? "none (not listening for IP peers)" : listen],
             ["Adapter:", adapter.isEmpty ? "none (no Bluetooth)" : adapter],
+            ["Discovery:", methods.isEmpty ? "none (neither BlueZ nor Avahi)" : methods.joined(separator: ", ")],
         ]
         rows.append(["Peers:", peers.isEmpty ? "none" : "\(peers.count)"])
         Output.line(Format.table(rows))

@@ -37,8 +37,8 @@ enum Usage {
 
     static let commands: [CommandSpec] = [
         CommandSpec("status", "", "the service's version, mute and transport state, and its peers", details: """
-            Prints the properties Version, Muted, Discovering, ListenAddress and Adapter, then the
-            known peers as `peervoicectl peers` does.
+            Prints the properties Version, Muted, Discovering, ListenAddress, Adapter and
+            DiscoveryMethods (as Discovery), then the known peers as `peervoicectl peers` does.
             """),
         CommandSpec("peers", "[--ids]", "list known peers: id, name, transport, state", options: ["--ids": false], details: """
               --ids   print only the peer ids, one per line (for scripts and completion)

@@ -59,6 +59,7 @@ final class BluetoothUnavailableTests: XCTestCase {
         assertBlueZNotRunning("Connect", [Variant("aa:bb:cc:dd:ee:01")])
         XCTAssertEqual(try client.property("Adapter").string, "")
         XCTAssertEqual(try client.property("Discovering").bool, false)
+        XCTAssertEqual(try client.property("DiscoveryMethods").strings, [])
         XCTAssertEqual(try client.call("ListPeers")[0].count, 0)
         // An unknown Bluetooth peer is still unknown first; nothing is pending for it.
         XCTAssertEqual(client.errorName("StartVoice", [Variant("AA:BB:CC:DD:EE:FF")]), "org.example.PeerVoice.Error.UnknownPeer")
@@ -84,6 +85,34 @@ final class BluetoothUnavailableTests: XCTestCase {
         assertBlueZNotRunning("StartVoice", [Variant(id)])
         assertBlueZNotRunning("StartVoice", [Variant("AA:BB:CC:DD:EE:FF")])
         assertBlueZNotRunning("Connect", [Variant("AA:BB:CC:DD:EE:FF")])
+    }
+
+    /// Nothing owns org.freedesktop.Avahi either: StartDiscovery says why for both methods, and
+    /// no default listener opens (nothing to be discoverable on).
+    func testStartDiscoveryWithoutBlueZOrAvahiSaysWhyForBoth() throws {
+        try startDaemon()
+        do {
+            try client.call("StartDiscovery")
+            XCTFail("StartDiscovery succeeded without BlueZ and Avahi")
+        } catch {
+            XCTAssertEqual(error.name, Self.notAvailable)
+            XCTAssertTrue(error.message.contains("BlueZ is not running"), error.message)
+            XCTAssertTrue(error.message.contains("Avahi is not running"), error.message)
+        }
+        XCTAssertEqual(try client.property("ListenAddress").string, "")
+        XCTAssertEqual(try client.property("Discovering").bool, false)
+        XCTAssertTrue(daemon.process.isRunning)
+    }
+
+    func testNoLANLeavesOnlyBluetoothInTheMessage() throws {
+        try startDaemon(arguments: ["--no-lan"])
+        XCTAssertEqual(try client.property("DiscoveryMethods").strings, [])
+        do {
+            try client.call("StartDiscovery")
+            XCTFail("StartDiscovery succeeded without BlueZ")
+        } catch {
+            XCTAssertTrue(error.message.contains("LAN discovery is off (--no-lan)"), error.message)
+        }
     }
 
     func testIPWorksWithoutBlueZ() throws {

@@ -43,7 +43,7 @@ final class BusAPITests: XCTestCase {
         XCTAssertTrue(live.contains("signal PairingSettled(s peer, b accepted)"))
         XCTAssertEqual(live.filter { $0.hasPrefix("method ") }.count, 14)
         XCTAssertEqual(live.filter { $0.hasPrefix("signal ") }.count, 12)
-        XCTAssertEqual(live.filter { $0.hasPrefix("property ") }.count, 7)
+        XCTAssertEqual(live.filter { $0.hasPrefix("property ") }.count, 8)
     }
 
     func testTheServiceObjectIsAlsoTheObjectManagerOfPeerObjects() throws {
@@ -195,12 +195,12 @@ final class BusAPITests: XCTestCase {
     func testPropertiesDescribeTheService() throws {
         let version = try XCTUnwrap(try client.property("Version").string)
         XCTAssertTrue(version.first?.isNumber == true, "Version '\(version)'")
-        XCTAssertEqual(try client.property("ListenAddress").string, "", "no --listen: IP transport off")
+        XCTAssertEqual(try client.property("ListenAddress").string, "", "no --listen, not discoverable, no known peers: no listener")
         let all = try client.connection.call(destination: APIClient.name, path: APIClient.path,
                                              interface: "org.freedesktop.DBus.Properties", method: "GetAll",
                                              arguments: Variant(tuple: [Variant(APIClient.interface)]))
         XCTAssertEqual(Set(all[0].children.map { $0[0].string! }),
-                       ["Muted", "Discovering", "Version", "ListenAddress", "Adapter", "Id", "Fingerprint"])
+                       ["Muted", "Discovering", "Version", "ListenAddress", "Adapter", "Id", "Fingerprint", "DiscoveryMethods"])
         let id = try XCTUnwrap(try client.property("Id").string)
         XCTAssertTrue(id.hasPrefix("pv:") && id.count == 29, "Id '\(id)'")
         let fingerprint = try XCTUnwrap(try client.property("Fingerprint").string)

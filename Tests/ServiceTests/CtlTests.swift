@@ -288,6 +288,7 @@ final class CtlTests: XCTestCase {
         XCTAssertEqual(fields["Discovering"], "no", status.output)
         XCTAssertEqual(fields["ListenAddress"], "127.0.0.1:\(a.port)", status.output)
         XCTAssertEqual(fields["Adapter"], "none (no Bluetooth)", status.output)
+        XCTAssertEqual(fields["Discovery"], "none (neither BlueZ nor Avahi)", status.output)
         XCTAssertEqual(fields["Peers"], "none", status.output)
         XCTAssertTrue(status.output.contains("\nListenAddress:  127.0.0.1:\(a.port)\n"), status.output)
 
@@ -298,10 +299,10 @@ final class CtlTests: XCTestCase {
         XCTAssertEqual(ids.status, 0, "\(ids)")
         XCTAssertEqual(ids.output, "")
 
-        // Without --listen the IP transport is off.
+        // Without --listen, not discoverable and with no known peers, nothing listens.
         let b = try node("bravo", listen: false)
         let off = try ctl(["status"], bus: b.bus.address)
-        XCTAssertEqual(Self.fields(off.output)["ListenAddress"], "none (the IP transport is off)", off.output)
+        XCTAssertEqual(Self.fields(off.output)["ListenAddress"], "none (not listening for IP peers)", off.output)
     }
 
     func testMuteOnOffToggleChangeMuted() throws {

@@ -114,9 +114,12 @@ final class FakeBlueZTests: XCTestCase {
 
     func testRegistersWithBlueZAndAgainWhenItComesBack() throws {
         XCTAssertEqual(try client.property("Adapter").string, "")
+        XCTAssertEqual(try client.property("DiscoveryMethods").strings, [])
         try bluez.start()
         XCTAssertTrue(waitForAdapter("hci0"), daemon.process.log)
         XCTAssertEqual(try client.property("Adapter").string, "hci0")
+        // Bluetooth only: nothing owns org.freedesktop.Avahi on this system bus.
+        XCTAssertEqual(try client.property("DiscoveryMethods").strings, ["bluetooth"])
         XCTAssertTrue(waitForRegistrations(1), daemon.process.log)
 
         let profile = try XCTUnwrap(bluez.calls("RegisterProfile").first).arguments

@@ -42,10 +42,12 @@ public final class Daemon {
     public let process: ChildProcess
     public let stateDirectory: String
 
+    /// `launcher`: a command that runs peervoiced in its place (e.g. `ip netns exec NS`).
     public init(bus: PrivateBus, in directory: TemporaryDirectory, name: String = "daemon",
-                arguments: [String] = [], environment: [String: String] = [:]) throws {
+                arguments: [String] = [], environment: [String: String] = [:], launcher: [String] = []) throws {
         stateDirectory = directory.path + "/\(name)-state"
-        process = try ChildProcess(Binaries.peervoiced, ["--state-dir", stateDirectory, "--name", name] + arguments,
+        let command = launcher + [Binaries.peervoiced, "--state-dir", stateDirectory, "--name", name] + arguments
+        process = try ChildProcess(command[0], Array(command.dropFirst()),
                                    environment: ["DBUS_SESSION_BUS_ADDRESS": bus.address].merging(environment) { $1 },
                                    logPath: directory.path + "/\(name).log")
     }

@@ -2,7 +2,7 @@ import GIO
 import Glibc
 import PeerVoiceCore
 
-/// TCP for peer links: a listener (with `--listen`) and outgoing dials.
+/// TCP for peer links: a listener (`--listen`, or the default LAN one) and outgoing dials.
 final class IPTransport {
     /// How long a dial may take before it counts as failed.
     static let dialTimeoutMs: UInt32 = 5_000
@@ -38,6 +38,20 @@ final class IPTransport {
             return true
         }
         Log.info("listening for IP peers on \(listenAddress)")
+    }
+
+    var isListening: Bool { listener != nil }
+
+    /// Closes the listener; links it accepted stay open.
+    func stopListening() {
+        guard let listener else { return }
+        acceptWatch?.cancel()
+        acceptWatch = nil
+        listener.close()
+        self.listener = nil
+        Log.info("no longer listening for IP peers on \(listenAddress)")
+        listenAddress = ""
+        listenPort = 0
     }
 
     private func acceptWaiting() {

@@ -1,0 +1,266 @@
+import Foundation
+import GIO
+import Glibc
+import TestHarness
+import XCTest
+
+/// Two computers on one LAN, for real: network namespaces joined by a veth pair, each with its own
+/// system bus, a real avahi-daemon and a peervoiced started with default options inside the
+/// namespace (tests/lan in LANNetwork.swift). Needs root, as CI runs.
+final class LANTests: XCTestCase {
+    private var lan: LANPair!
+    private var daemons: [Daemon] = []
+    private var extraBuses: [PrivateBus] = []
+    private var a: APIClient!
+    private var b: APIClient!
+
+    private static let addressA = "ip:10.77.0.1:47800"
+    private static let addressB = "ip:10.77.0.2:47800"
+
+    override func setUpWithError() throws {
+        guard getuid() == 0 else { throw XCTSkip("LANTests need root for network namespaces (CI runs make test as root)") }
+        lan = try LANPair()
+    }
+
+    /// A default peervoiced on each host (B with `bArguments`).
+    private func startBoth(nameA: String = "Alice laptop", nameB: String = "Bob desktop", bArguments: [String] = []) throws {
+        a = try start(on: lan.a, name: nameA)
+        b = try start(on: lan.b, name: nameB, arguments: bArguments)
+    }
+
+    override func tearDown() {
+        for daemon in daemons where daemon.terminate() == nil { daemon.process.kill() }
+        extraBuses.forEach { $0.stop() }
+        lan?.stop()
+    }
+
+    /// A default peervoiced (only a state directory and a name) on `host`, with its client;
+    /// returns once Avahi is among its discovery methods.
+    private func start(on host: LANHost, name: String, arguments: [String] = [],
+                       sessionBus: PrivateBus? = nil) throws -> APIClient {
+        let bus = sessionBus ?? host.sessionBus!
+        let daemon = try host.startDaemon(name: name, arguments: arguments, sessionBus: bus)
+        daemons.append(daemon)
+        let client = try APIClient(address: bus.address)
+        XCTAssertTrue(client.waitForService(), "peervoiced did not start: \(daemon.process.log)")
+        XCTAssertTrue(eventually(timeout: 10) { (try? client.property("DiscoveryMethods").strings)?.contains("lan") == true },
+                      "DiscoveryMethods never listed lan: \(daemon.process.log)")
+        return client
+    }
+
+    private func foundSignal(_ client: APIClient, _ peer: String, timeout: Double = 10) -> BusSignal? {
+        client.waitForSignal("PeerFound", timeout: timeout) { $0.string(0) == peer }
+    }
+
+    private func lostSignal(_ client: APIClient, _ peer: String, timeout: Double = 10) -> BusSignal? {
+        client.waitForSignal("PeerLost", timeout: timeout) { $0.string(0) == peer }
+    }
+
+    /// The instance names of the `_peervoice._tcp` services `host`'s avahi-daemon knows.
+    private func advertised(on host: LANHost) throws -> [String] {
+        try host.browse("_peervoice._tcp").map { String($0.split(separator: ";", omittingEmptySubsequences: false)[3]) }
+    }
+
+    private var logs: String { daemons.map { "\($0.stateDirectory): \($0.process.log)" }.joined(separator: "\n---\n") }
+
+    // MARK: Finding each other
+
+    func testTwoDefaultPeersFindEachOtherPairMessageAndStopBeingFound() throws {
+        try startBoth()
+        XCTAssertEqual(try a.property("ListenAddress").string, "", "listening before being discoverable, with no known peers")
+        let started = Date()
+        try a.call("StartDiscovery")
+        try b.call("StartDiscovery")
+        let foundB = foundSignal(a, Self.addressB)
+        let foundA = foundSignal(b, Self.addressA)
+        let seconds = Date().timeIntervalSince(started)
+        print("LANTests: StartDiscovery -> PeerFound on both sides in \(String(format: "%.2f", seconds)) s")
+        XCTAssertEqual(foundB?.string(1), "Bob desktop", logs)
+        XCTAssertEqual(foundA?.string(1), "Alice laptop", logs)
+        XCTAssertLessThan(seconds, 5)
+        XCTAssertEqual(try a.property("Discovering").bool, true)
+        XCTAssertEqual(try a.property("ListenAddress").string, "[::]:47800")
+        // Each saw only the other, never itself, once (IPv4 and IPv6 sightings are one peer).
+        XCTAssertEqual(a.signals("PeerFound").map { $0.string(0) }, [Self.addressB])
+        XCTAssertEqual(b.signals("PeerFound").map { $0.string(0) }, [Self.addressA])
+
+        // Connect to the address found; both people confirm the code, each asked about the
+        // other's key (its id), whatever address it came from.
+        let idA = try XCTUnwrap(try a.property("Id").string), idB = try XCTUnwrap(try b.property("Id").string)
+        let connect = a.callAsync("Connect", [Variant(Self.addressB)])
+        let promptA = a.waitForSignal("PairingRequested") { $0.string(0) == idB }
+        let promptB = b.waitForSignal("PairingRequested") { $0.string(0) == idA }
+        XCTAssertNotNil(promptA, logs)
+        XCTAssertEqual(promptB?.string(1), "Alice laptop", logs)
+        XCTAssertEqual(promptA?.string(2), promptB?.string(2), "the two sides show different codes")
+        try a.call("ConfirmPairing", [Variant(idB), Variant(true)])
+        try b.call("ConfirmPairing", [Variant(idA), Variant(true)])
+        dispatch(timeout: 15) { connect.isDone }
+        if case .failure(let error) = connect.result ?? .failure(BusError(name: "no reply", message: "")) {
+            return XCTFail("Connect failed: \(error)\n\(logs)")
+        }
+
+        // Messages both ways.
+        try a.call("Send", [Variant(Self.addressB), Variant("hello from the LAN")])
+        try b.call("Send", [Variant(Self.addressA), Variant("hello back")])
+        XCTAssertNotNil(b.waitForSignal("MessageReceived") { $0.string(0) == idA && $0.string(2) == "hello from the LAN" }, logs)
+        XCTAssertNotNil(a.waitForSignal("MessageReceived") { $0.string(0) == idB && $0.string(2) == "hello back" }, logs)
+
+        // B stops discovery: A sees it go, and B's advertisement is gone from A's avahi-daemon.
+        XCTAssertTrue(try advertised(on: lan.a).contains("Bob desktop"))
+        try b.call("StopDiscovery")
+        XCTAssertNotNil(lostSignal(a, Self.addressB), logs)
+        XCTAssertFalse(try advertised(on: lan.a).contains("Bob desktop"))
+        XCTAssertEqual(try b.property("Discovering").bool, false)
+        // B knows a peer now, so it keeps listening (A may come back) ...
+        XCTAssertEqual(try b.property("ListenAddress").string, "[::]:47800")
+
+        // ... but a stranger's first contact on that default listener is refused while B is not
+        // discoverable, and B's person is never asked.
+        let strangerBus = try PrivateBus(in: lan.a.directory)
+        extraBuses.append(strangerBus)
+        let stranger = try start(on: lan.a, name: "Stranger", sessionBus: strangerBus)
+        b.clearSignals()
+        do {
+            try stranger.call("Connect", [Variant(Self.addressB)], timeoutMs: 30_000)
+            XCTFail("a first contact while not discoverable was accepted\n\(logs)")
+        } catch {
+            XCTAssertEqual(error.name, "org.example.PeerVoice.Error.Rejected", error.message)
+        }
+        b.drain(for: 0.3)
+        XCTAssertTrue(b.signals("PairingRequested").isEmpty, "B's person was asked about the stranger")
+        // The known peer is still welcome: A's messages still reach B.
+        try a.call("Send", [Variant(Self.addressB), Variant("still here")])
+        XCTAssertNotNil(b.waitForSignal("MessageReceived") { $0.string(2) == "still here" }, logs)
+    }
+
+    func testFirstContactIsAcceptedWhileDiscoverable() throws {
+        try startBoth()
+        try b.call("StartDiscovery")
+        // A is not discovering (so not listening) but dials B's default listener by address: B is
+        // discoverable, so its person is asked about A (by A's id, though it came from an outgoing port).
+        let idA = try XCTUnwrap(try a.property("Id").string), idB = try XCTUnwrap(try b.property("Id").string)
+        let connect = a.callAsync("Connect", [Variant(Self.addressB)])
+        let prompt = b.waitForSignal("PairingRequested") { $0.string(0) == idA }
+        XCTAssertEqual(prompt?.string(1), "Alice laptop", logs)
+        try b.call("ConfirmPairing", [Variant(idA), Variant(true)])
+        XCTAssertNotNil(a.waitForSignal("PairingRequested") { $0.string(0) == idB }, logs)
+        try a.call("ConfirmPairing", [Variant(idB), Variant(true)])
+        dispatch(timeout: 15) { connect.isDone }
+        guard case .success = connect.result else { return XCTFail("Connect: \(String(describing: connect.result))\n\(logs)") }
+        // A knows a peer now: it listens on the LAN too, so B can dial it back.
+        XCTAssertTrue(eventually(timeout: 2) { (try? self.a.property("ListenAddress").string) == "[::]:47800" }, logs)
+    }
+
+    /// Two people who chose the same name: Avahi reports a collision, and the one told takes the
+    /// next name; the TXT record still carries the name they chose.
+    func testAnInstanceNameTakenOnTheLANBecomesTheNextOne() throws {
+        try startBoth(nameA: "Twin", nameB: "Twin")
+        try a.call("StartDiscovery")
+        try b.call("StartDiscovery")
+        // About 1 s when one side hears of the collision; when both do at once (about one run in
+        // four), 10-15 s of renaming on both sides.
+        XCTAssertEqual(foundSignal(a, Self.addressB, timeout: 30)?.string(1), "Twin", logs)
+        XCTAssertEqual(foundSignal(b, Self.addressA, timeout: 30)?.string(1), "Twin", logs)
+        // Usually "Twin" and "Twin #2"; when both collide at once, both move on.
+        let names = Set(try advertised(on: lan.a))
+        XCTAssertEqual(names.count, 2, "\(names)\n\(logs)")
+        XCTAssertTrue(names.allSatisfy { $0 == "Twin" || $0.hasPrefix("Twin #") }, "\(names)")
+
+        // An exit withdraws the advertisement too.
+        XCTAssertEqual(daemons[1].terminate(), 0)
+        XCTAssertNotNil(lostSignal(a, Self.addressB), logs)
+        XCTAssertEqual(Set(try advertised(on: lan.a)).count, 1, "B's advertisement outlived it")
+    }
+
+    /// Another user's PeerVoice on the same computer: the default port is taken, so the second
+    /// listens on another one and advertises that; the two find each other although their
+    /// advertisements come from one avahi-daemon (only a service's own key marks it as its own).
+    func testASecondPeerVoiceOnOneHostListensOnAnotherPortAndAdvertisesIt() throws {
+        try startBoth()
+        let secondBus = try PrivateBus(in: lan.b.directory)
+        extraBuses.append(secondBus)
+        let second = try start(on: lan.b, name: "Bob's guest", sessionBus: secondBus)
+        try a.call("StartDiscovery")
+        try b.call("StartDiscovery")
+        try second.call("StartDiscovery")
+        let listen = try XCTUnwrap(try second.property("ListenAddress").string)
+        XCTAssertTrue(listen.hasPrefix("[::]:") && listen != "[::]:47800", listen)
+        let port = listen.dropFirst("[::]:".count)
+        let secondAddress = "ip:10.77.0.2:\(port)"
+        XCTAssertEqual(foundSignal(a, secondAddress)?.string(1), "Bob's guest", logs)
+        XCTAssertEqual(foundSignal(b, secondAddress)?.string(1), "Bob's guest", logs)
+        XCTAssertEqual(foundSignal(second, Self.addressB)?.string(1), "Bob desktop", logs)
+        XCTAssertNotNil(foundSignal(second, Self.addressA), logs)
+        XCTAssertFalse(b.signals("PeerFound").contains { $0.string(0) == Self.addressB }, "B found itself")
+    }
+
+    func testAnExcludedInterfaceIsNeitherAdvertisedOnNorBrowsed() throws {
+        try startBoth(bArguments: ["--lan-exclude", "lo," + lan.b.interface])
+        try a.call("StartDiscovery")
+        try b.call("StartDiscovery")
+        // Found within about a second when nothing is excluded (the first test).
+        XCTAssertNil(foundSignal(a, Self.addressB, timeout: 3), "B advertised on an excluded interface")
+        XCTAssertNil(foundSignal(b, Self.addressA, timeout: 0.5), "B browsed on an excluded interface")
+        XCTAssertFalse(try advertised(on: lan.a).contains("Bob desktop"))
+        XCTAssertTrue(try advertised(on: lan.b).contains("Alice laptop"),
+                      "A was not advertising: the test proves nothing")
+    }
+
+    /// An IPv6-only LAN: each finds the other at its link-local address, with the zone (the
+    /// interface it was seen on) kept in the route.
+    func testOnAnIPv6OnlyLANRoutesAreLinkLocalWithTheirZone() throws {
+        lan.stop()
+        lan = try LANPair(ipv6Only: true)
+        try startBoth()
+        let started = Date()
+        try a.call("StartDiscovery")
+        try b.call("StartDiscovery")
+        let foundB = a.waitForSignal("PeerFound", timeout: 15)
+        let foundA = b.waitForSignal("PeerFound", timeout: 15)
+        print("LANTests: IPv6 only: StartDiscovery -> PeerFound on both sides in \(String(format: "%.2f", Date().timeIntervalSince(started))) s")
+        for (found, name, interface) in [(foundB, "Bob desktop", lan.a.interface), (foundA, "Alice laptop", lan.b.interface)] {
+            XCTAssertEqual(found?.string(1), name, logs)
+            let route = found?.string(0) ?? ""
+            XCTAssertTrue(route.hasPrefix("ip:[fe80:") && route.hasSuffix("%\(interface)]:47800"), route)
+        }
+    }
+
+    // MARK: Avahi coming and going
+
+    func testAdvertisingAndBrowsingResumeWhenAvahiRestarts() throws {
+        try startBoth()
+        try a.call("StartDiscovery")
+        try b.call("StartDiscovery")
+        XCTAssertNotNil(foundSignal(a, Self.addressB), logs)
+        XCTAssertNotNil(foundSignal(b, Self.addressA), logs)
+        a.clearSignals()
+        b.clearSignals()
+
+        lan.a.stopAvahi()
+        XCTAssertNotNil(lostSignal(b, Self.addressA), "A's advertisement did not go with its avahi-daemon\n\(logs)")
+        XCTAssertNotNil(lostSignal(a, Self.addressB), "A kept reporting B without Avahi\n\(logs)")
+        XCTAssertTrue(eventually(timeout: 5) { (try? self.a.property("DiscoveryMethods").strings) == [] }, logs)
+        XCTAssertEqual(try a.property("Discovering").bool, true, "discovery stays wanted while Avahi is away")
+
+        try lan.a.startAvahi()
+        let restarted = Date()
+        XCTAssertNotNil(foundSignal(b, Self.addressA), "A did not advertise again\n\(logs)")
+        XCTAssertNotNil(foundSignal(a, Self.addressB), "A did not browse again\n\(logs)")
+        print("LANTests: avahi-daemon restart -> found again in \(String(format: "%.2f", Date().timeIntervalSince(restarted))) s")
+        XCTAssertEqual(try a.property("DiscoveryMethods").strings, ["lan"])
+        XCTAssertTrue(try advertised(on: lan.a).contains("Alice laptop"))
+
+        // Killed outright (no goodbye: B's cache keeps A), then started again: A publishes again
+        // (its own avahi-daemon lists it) and finds B again.
+        a.clearSignals()
+        lan.a.killAvahi()
+        XCTAssertNotNil(lostSignal(a, Self.addressB), logs)
+        XCTAssertTrue(eventually(timeout: 5) { (try? self.a.property("DiscoveryMethods").strings) == [] }, logs)
+        try lan.a.startAvahi()
+        XCTAssertNotNil(foundSignal(a, Self.addressB), "A did not browse again after a SIGKILL\n\(logs)")
+        XCTAssertTrue(eventually(timeout: 5) { (try? self.advertised(on: self.lan.a))?.contains("Alice laptop") == true },
+                      "A did not publish again after a SIGKILL\n\(logs)")
+        XCTAssertTrue(try advertised(on: lan.b).contains("Alice laptop"))
+    }
+}
