@@ -50,7 +50,9 @@ public enum Decibels {
         precondition(y.isFinite, "exp2 of \(y)")
         if y < -1075 { return 0 }
         if y > 1024 { return .infinity }
-        let whole = y.rounded(.down)
+        // floor(y) without libm's floor (|y| ≤ 1075 here, so Int holds it).
+        var whole = Double(Int(y))
+        if whole > y { whole -= 1 }
         // e^t, t = frac × ln 2 in [0, 0.694): the Taylor series is below 1e-17 after 20 terms.
         let t = (y - whole) * ln2
         var term = 1.0
