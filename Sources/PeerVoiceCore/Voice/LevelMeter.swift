@@ -1,4 +1,4 @@
-/// The level of one voice (the microphone, or one remote voice as played), as `Levels` reports it:
+/// The level of one voice (the microphone, or one remote voice as decoded), as `Levels` reports it:
 /// RMS in dBFS over the blocks added since the last ``restart()``.
 ///
 /// dBFS here is `20 × log10(rms / 32768)`: a full-scale square wave reads 0.0, a full-scale sine

@@ -1,5 +1,5 @@
 /// One reading of every level `Levels(d input_dbfs, a{sd} peers_dbfs)` carries: the microphone
-/// and each remote voice as played (by peer id), in dBFS (``LevelMeter``).
+/// and each remote voice as decoded, before the local volume (by peer id), in dBFS (``LevelMeter``).
 public struct VoiceLevels: Sendable, Equatable {
     public var inputDBFS: Double
     public var peersDBFS: [String: Double]
