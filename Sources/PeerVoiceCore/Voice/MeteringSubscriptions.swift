@@ -49,8 +49,8 @@ public struct MeteringSubscriptions: Sendable {
     /// No client is metering: the voice engine need not measure levels.
     public var isEmpty: Bool { subscriptions.isEmpty }
 
-    /// The clients metering, in no particular order.
-    public var clients: [String] { Array(subscriptions.keys) }
+    /// The clients metering, sorted.
+    public var clients: [String] { subscriptions.keys.sorted() }
 
     /// Starts (or, for a client already metering, changes the interval of) `client`'s
     /// subscription; its first `Levels` is due at once. Refuses a too-short interval
