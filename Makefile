@@ -250,6 +250,11 @@ bench-jitter:
 	scripts/deps.sh libspeexdsp-dev
 	bench/jitter/run.sh
 
+# VoiceMixer's cost per frame for 1-8 voices next to a plain clamped sum (docs/GROUP.md).
+.PHONY: bench-mixer
+bench-mixer:
+	bench/mixer/run.sh
+
 # Voice benchmark, not a test (bench/voice/README.md): PeerVoice (two release peervoiced) against a
 # GStreamer Opus/RTP baseline, both in one private headless PipeWire, on a clean loopback and
 # through a relay adding 30±10 ms jitter and 0/5/10 % loss, at 20 and 10 ms frames. Prints a table
