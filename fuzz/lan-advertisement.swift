@@ -103,8 +103,7 @@ func resolverAnswer(_ input: inout Input) {
     let first = address.lowercased().split(separator: ":", omittingEmptySubsequences: false).first ?? ""
     let linkLocal = proto == 1 && first.count == 4 && (UInt16(first, radix: 16).map { $0 & 0xFFC0 == 0xFE80 } ?? false)
     check(zoned == linkLocal, "zone \(zoned) for link-local \(linkLocal): \(text)")
-    if !zoned {
-        guard let peer = try? PeerID(parsing: text) else { return check(false, "PeerID refuses \(text)") }
-        check(peer.description == text, "PeerID reads \(text) as \(peer)")
-    }
+    // Connect takes every route the resolver gives, link-local ones with their zone too.
+    guard let parsed = try? PeerAddress(parsing: text) else { return check(false, "PeerAddress refuses \(text)") }
+    check(parsed.description == text, "PeerAddress reads \(text) as \(parsed)")
 }

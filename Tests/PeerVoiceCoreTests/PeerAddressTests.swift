@@ -21,6 +21,15 @@ final class PeerAddressTests: XCTestCase {
         XCTAssertEqual(PeerAddress(ipHost: "::1", port: 47800).description, "ip:[::1]:47800")
     }
 
+    func testLinkLocalAddressesKeepTheirZoneAsWritten() throws {
+        let zoned = try PeerAddress(parsing: "ip:[FE80::1%enP1s0]:47800")
+        XCTAssertEqual(zoned.host, "fe80::1%enP1s0", "the address is normalised, the interface name is not")
+        XCTAssertEqual(zoned.description, "ip:[fe80::1%enP1s0]:47800")
+        for bad in ["ip:[fe80::1%]:1", "ip:[fe80::1%eth 0]:1", "ip:[fe80::1%abcdefghijklmnop]:1", "ip:[fe80::1%eth0%x]:1"] {
+            XCTAssertThrowsError(try PeerAddress(parsing: bad), bad)
+        }
+    }
+
     func testMalformedIDsSayWhatIsWrong() {
         let cases: [(String, String)] = [
             ("bogus", "is not a peer id"),

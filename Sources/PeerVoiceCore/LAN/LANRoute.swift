@@ -21,7 +21,8 @@ public struct LANRoute: Equatable, Hashable, Sendable, CustomStringConvertible {
             guard PeerAddress.isIPv4Literal(literal) else { throw .malformedAddress }
             host = String(literal)
         case Self.protocolIPv6:
-            guard PeerAddress.isIPv6Literal(literal) else { throw .malformedAddress }
+            // Avahi's text form never carries a zone; the interface it was seen on gives it.
+            guard !literal.contains("%"), PeerAddress.isIPv6Literal(literal) else { throw .malformedAddress }
             if Self.isLinkLocal(literal) {
                 guard let interfaceName, Self.isInterfaceName(interfaceName) else { throw .missingZone }
                 host = "\(literal)%\(interfaceName)"

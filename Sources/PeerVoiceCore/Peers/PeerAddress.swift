@@ -44,7 +44,9 @@ public struct PeerAddress: Hashable, Sendable, Codable, CustomStringConvertible 
 
     /// An IP address from an address literal (IPv6 without brackets) and a port.
     public init(ipHost host: String, port: UInt16) {
-        let host = host.lowercased()
+        // The address is case-insensitive, a link-local zone (an interface name) is not.
+        let zone = host.firstIndex(of: "%")
+        let host = host[..<(zone ?? host.endIndex)].lowercased() + (zone.map { String(host[$0...]) } ?? "")
         self.init(transport: .ip, description: host.contains(":") ? "ip:[\(host)]:\(port)" : "ip:\(host):\(port)",
                   host: host, port: port)
     }
@@ -103,9 +105,16 @@ public struct PeerAddress: Hashable, Sendable, Codable, CustomStringConvertible 
     }
 
     static func isIPv6Literal(_ text: Substring) -> Bool {
-        // Shape check only; the transport's inet_pton has the last word.
-        text.count >= 2 && text.count <= 45 && text.contains(":")
-            && text.allSatisfy { $0.isHexDigit || $0 == ":" || $0 == "." }
+        // Shape check only; the transport's inet_pton has the last word. A link-local address
+        // may carry its zone, the interface it is reached on: fe80::1%eth0.
+        let parts = text.split(separator: "%", maxSplits: 1, omittingEmptySubsequences: false)
+        let address = parts[0]
+        guard address.count >= 2, address.count <= 45, address.contains(":"),
+              address.allSatisfy({ $0.isHexDigit || $0 == ":" || $0 == "." }) else { return false }
+        guard parts.count == 2 else { return true }
+        let zone = parts[1]
+        return (1...15).contains(zone.count)
+            && zone.allSatisfy { $0.isASCII && ($0.isLetter || $0.isNumber || $0 == "-" || $0 == "_" || $0 == ".") }
     }
 }
 

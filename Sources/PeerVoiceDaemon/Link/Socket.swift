@@ -34,7 +34,13 @@ struct IPEndpoint: CustomStringConvertible {
             var address = sockaddr_in6()
             address.sin6_family = sa_family_t(AF_INET6)
             address.sin6_port = port.bigEndian
-            guard inet_pton(AF_INET6, host, &address.sin6_addr) == 1 else { return nil }
+            let parts = host.split(separator: "%", maxSplits: 1)
+            guard let literal = parts.first, inet_pton(AF_INET6, String(literal), &address.sin6_addr) == 1 else { return nil }
+            if parts.count == 2 {
+                // A link-local address is reached through the interface its zone names.
+                address.sin6_scope_id = if_nametoindex(String(parts[1]))
+                guard address.sin6_scope_id != 0 else { return nil }
+            }
             withUnsafeMutableBytes(of: &storage) { $0.storeBytes(of: address, as: sockaddr_in6.self) }
             return (storage, socklen_t(MemoryLayout<sockaddr_in6>.size))
         }
@@ -62,7 +68,15 @@ struct IPEndpoint: CustomStringConvertible {
         default:
             return nil
         }
-        let numeric = text.withUnsafeBufferPointer { String(cString: $0.baseAddress!) }
+        var numeric = text.withUnsafeBufferPointer { String(decoding: $0.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self) }
+        if storage.ss_family == sa_family_t(AF_INET6) {
+            // Keep a link-local peer's zone, so its address can be dialled back.
+            let scope = withUnsafeBytes(of: storage) { $0.load(as: sockaddr_in6.self) }.sin6_scope_id
+            var name = [CChar](repeating: 0, count: Int(IF_NAMESIZE) + 1)
+            if scope != 0, if_indextoname(scope, &name) != nil {
+                numeric += "%" + name.withUnsafeBufferPointer { String(decoding: $0.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self) }
+            }
+        }
         host = numeric.hasPrefix("::ffff:") && numeric.contains(".") ? String(numeric.dropFirst(7)) : numeric
     }
 
