@@ -38,7 +38,8 @@ PACKAGES := \
 	dbus-daemon \
 	libsodium-dev \
 	libopus-dev \
-	libpipewire-0.3-dev
+	libpipewire-0.3-dev \
+	libwebrtc-audio-processing-dev
 
 # Debian packages the tests (and `make run`) need besides PACKAGES: dbus-daemon for the private
 # buses, libglib2.0-bin for gdbus, python3-gi for the benchmarks (bench/); pipewire, pipewire-bin

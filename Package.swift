@@ -14,6 +14,14 @@ let package = Package(
         .systemLibrary(name: "CSodium", pkgConfig: "libsodium", providers: [.apt(["libsodium-dev"])]),
         .systemLibrary(name: "COpus", pkgConfig: "opus", providers: [.apt(["libopus-dev"])]),
         .systemLibrary(name: "CPipeWire", pkgConfig: "libpipewire-0.3", providers: [.apt(["libpipewire-0.3-dev"])]),
+        // webrtc-audio-processing 0.3 is C++: a tiny shim gives it a C API (Debian
+        // libwebrtc-audio-processing-dev; the flags are its pkg-config --cflags).
+        .target(
+            name: "CWebRTCAudio",
+            cxxSettings: [.define("WEBRTC_POSIX"), .define("WEBRTC_AUDIO_PROCESSING_ONLY_BUILD"),
+                          .unsafeFlags(["-I/usr/include/webrtc_audio_processing"])],
+            linkerSettings: [.linkedLibrary("webrtc_audio_processing")]
+        ),
 
         // GLib main loop, timers, fd watches and GDBus, in Swift. The only importer of CGio.
         .target(name: "GIO", dependencies: ["CGio"]),
@@ -23,6 +31,9 @@ let package = Package(
         .target(name: "Opus", dependencies: ["COpus", "PeerVoiceCore"]),
         // PipeWire capture and playback streams. The only importer of CPipeWire.
         .target(name: "PipeWire", dependencies: ["CPipeWire", "PeerVoiceCore"]),
+        // Echo cancellation, noise suppression, voice activity behind PeerVoiceCore's
+        // VoiceProcessor. The only importer of CWebRTCAudio.
+        .target(name: "AudioProcessing", dependencies: ["CWebRTCAudio", "PeerVoiceCore"]),
 
         // Wire protocol, message store, state machines: pure Swift, no C module.
         .target(name: "PeerVoiceCore"),
@@ -30,7 +41,7 @@ let package = Package(
         // The service: bus API, peer links, transports.
         .target(
             name: "PeerVoiceDaemon",
-            dependencies: ["PeerVoiceCore", "GIO", "Sodium", "Opus", "PipeWire"],
+            dependencies: ["PeerVoiceCore", "GIO", "Sodium", "Opus", "PipeWire", "AudioProcessing"],
             resources: [.embedInCode("org.example.PeerVoice.xml")]
         ),
         .executableTarget(name: "peervoiced", dependencies: ["PeerVoiceDaemon"]),
@@ -41,6 +52,7 @@ let package = Package(
         .testTarget(name: "PeerVoiceCoreTests", dependencies: ["PeerVoiceCore"]),
         .testTarget(name: "SodiumTests", dependencies: ["Sodium", "PeerVoiceCore"]),
         .testTarget(name: "OpusTests", dependencies: ["Opus", "PeerVoiceCore"]),
+        .testTarget(name: "AudioProcessingTests", dependencies: ["AudioProcessing", "PeerVoiceCore"]),
         .testTarget(name: "PipeWireTests", dependencies: ["PipeWire", "PeerVoiceCore", "TestHarness"]),
         .testTarget(name: "ServiceTests", dependencies: ["TestHarness", "GIO"]),
     ],
