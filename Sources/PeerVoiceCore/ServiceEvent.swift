@@ -15,6 +15,7 @@ public enum ServiceProperty: String, CaseIterable, Sendable {
     case version = "Version"
     case listenAddress = "ListenAddress"
     case adapter = "Adapter"
+    case audioProcessing = "AudioProcessing"
 }
 
 /// Something the service tells every client: each case is one bus signal.

@@ -110,6 +110,7 @@ final class BusObject {
         case .version: Variant(Options.version)
         case .listenAddress: Variant(service.listenAddress)
         case .adapter: Variant(service.adapterName)
+        case .audioProcessing: Variant(array: service.audioProcessing.map { Variant($0) }, elementType: "s")
         }
     }
 

@@ -207,7 +207,9 @@ final class BusAPITests: XCTestCase {
                                              interface: "org.freedesktop.DBus.Properties", method: "GetAll",
                                              arguments: Variant(tuple: [Variant(APIClient.interface)]))
         XCTAssertEqual(Set(all[0].children.map { $0[0].string! }),
-                       ["Muted", "Discovering", "Version", "ListenAddress", "Adapter"])
+                       ["Muted", "Discovering", "Version", "ListenAddress", "Adapter", "AudioProcessing"])
+        XCTAssertEqual(try client.property("AudioProcessing").children.map { $0.string! },
+                       ["echo-cancel", "noise-suppression", "high-pass"], "all processing is on by default")
     }
 
     // MARK: Life cycle
