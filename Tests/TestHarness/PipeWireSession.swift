@@ -386,6 +386,9 @@ public enum AudioAnalysis {
     /// The lag L (0...maxLag) at which `signal[i + L]` best matches `reference[i]`, and the
     /// normalized correlation there (1 = identical up to gain; > 0.9 = clearly the same audio).
     /// Coarse search on 8x decimated signals, then exact search around the best coarse lag.
+    /// Audio paths keep polarity, so the largest positive correlation wins: with the low
+    /// frequencies gone (a high-pass filter in the path), a negative lobe half a pitch period
+    /// away can be nearly as strong, and picking by magnitude locked onto it.
     public static func bestLag(reference: [Int16], signal: [Int16], maxLag: Int) -> (lag: Int, correlation: Double) {
         let maxLag = max(0, min(maxLag, signal.count - 1))
         let factor = 8
@@ -393,15 +396,15 @@ public enum AudioAnalysis {
         let coarseSignal = decimate(signal, by: factor)
         var best = (lag: 0, value: 0.0)
         for lag in 0...(maxLag / factor) {
-            let value = abs(normalizedCorrelation(coarseReference, coarseSignal, lag: lag))
+            let value = normalizedCorrelation(coarseReference, coarseSignal, lag: lag)
             if value > best.value { best = (lag, value) }
         }
         let reference = reference.map(Double.init)
         let signal = signal.map(Double.init)
-        var fine = (lag: 0, value: 0.0)
+        var fine = (lag: 0, value: -Double.infinity)
         for lag in max(0, best.lag * factor - 2 * factor)...min(maxLag, best.lag * factor + 2 * factor) {
             let value = normalizedCorrelation(reference, signal, lag: lag)
-            if abs(value) > abs(fine.value) { fine = (lag, value) }
+            if value > fine.value { fine = (lag, value) }
         }
         return (fine.lag, fine.value)
     }
