@@ -217,14 +217,17 @@ public final class PipeWireSession {
             player.kill()
             throw HarnessError("cannot inject \(wavPath): \(error); pw-play said: \(player.log)")
         }
-        return Injection(process: player)
+        return Injection(process: player, node: name)
     }
 
     /// Records into a 2-channel 16-bit WAV with ONE pw-record: channel 0 = the mic's capture_MONO
     /// (what apps capture; silent unless `micCapture`), channel 1 = the speaker's monitor_MONO (what
     /// apps played). Both channels are sampled in the same graph cycle, so the lag between them is
-    /// the mouth-to-ear latency, free of start-time offsets and clock skew. Returns once linked.
-    public func record(to path: String, micCapture: Bool = true, speakerMonitor: Bool = true) throws -> Recording {
+    /// the mouth-to-ear latency, free of start-time offsets and clock skew. `channel0` ("node:port")
+    /// records that output port instead of the mic (e.g. an injection's, for what was said before
+    /// the room mixed anything in). Returns once linked.
+    public func record(to path: String, micCapture: Bool = true, speakerMonitor: Bool = true,
+                       channel0: String? = nil) throws -> Recording {
         serial += 1
         let name = "peervoice-tap-\(serial)"
         let recorder = try spawn("pw-record", ["--target", "0", "--latency", "256", "--rate", "48000", "--channels", "2",
@@ -232,7 +235,11 @@ public final class PipeWireSession {
                                                "-P", "{ node.name = \"\(name)\" }", path], logName: name)
         do {
             try waitForPorts(["\(name):input_FL", "\(name):input_FR"])
-            if micCapture { try link("\(Self.micName):capture_MONO", "\(name):input_FL") }
+            if let channel0 {
+                try link(channel0, "\(name):input_FL")
+            } else if micCapture {
+                try link("\(Self.micName):capture_MONO", "\(name):input_FL")
+            }
             if speakerMonitor { try link("\(Self.speakerName):monitor_MONO", "\(name):input_FR") }
         } catch {
             recorder.kill()
@@ -258,7 +265,12 @@ public final class PipeWireSession {
 /// A running `pw-play` linked into a node.
 public final class Injection {
     public let process: ChildProcess
-    init(process: ChildProcess) { self.process = process }
+    /// The player's node name (its port is NODE:output_MONO).
+    public let node: String
+    init(process: ChildProcess, node: String) {
+        self.process = process
+        self.node = node
+    }
     deinit { process.kill() }
 
     /// Waits until the whole file has played; false on timeout.
