@@ -42,7 +42,7 @@ final class BusAPITests: XCTestCase {
         XCTAssertTrue(live.contains("property Muted b read"))
         XCTAssertEqual(live.filter { $0.hasPrefix("method ") }.count, 13)
         XCTAssertEqual(live.filter { $0.hasPrefix("signal ") }.count, 9)
-        XCTAssertEqual(live.filter { $0.hasPrefix("property ") }.count, 5)
+        XCTAssertEqual(live.filter { $0.hasPrefix("property ") }.count, 6)
     }
 
     /// Every method, signal and property of org.example.PeerVoice as one readable line each.
