@@ -99,8 +99,9 @@ final class VoiceSession {
         if case .error(let message) = capture.state { return "microphone stream failed: \(message)" }
         if case .error(let message) = playback.state { return "speaker stream failed: \(message)" }
         if let due = nextSourceCheck, now >= due, capture.state == .streaming { checkSourceForEchoCanceller(now: now) }
-        sendCaptured(muted: muted, socket: socket)
+        // The speaker first: its ring holds only a few ms beyond a quantum, the microphone's a second.
         feedPlayback(now: now)
+        sendCaptured(muted: muted, socket: socket)
         return nil
     }
 
@@ -202,6 +203,7 @@ final class VoiceSession {
         }
         guard !sources.isEmpty else { return }
         nextSourceCheck = nil
+        Log.debug("voice with \(peer): the microphone stream records from \(sources.map { $0.properties["node.name"] ?? "node \($0.id)" })")
         if processing.processing.contains(.echoCancel), let canceller = sources.first(where: Self.isEchoCanceller) {
             let name = canceller.properties["node.name"] ?? "node \(canceller.id)"
             do {
