@@ -44,8 +44,9 @@ PACKAGES := \
 # Debian packages the tests (and `make run`) need besides PACKAGES: dbus-daemon for the private
 # buses, libglib2.0-bin for gdbus, python3-gi for the benchmarks (bench/); pipewire, pipewire-bin
 # (pw-cli, pw-link, pw-play, pw-record, pw-dump, pw-metadata) and wireplumber for the private
-# headless PipeWire of scripts/pipewire-session.sh; python3-dbusmock for the stand-in notification
-# server and desktop portal of DesktopTests.
+# headless PipeWire of scripts/pipewire-session.sh (pw-loopback builds the tests' acoustic path);
+# libspa-0.2-modules for module-echo-cancel's webrtc backend (AudioProcessing tests and bench-echo);
+# python3-dbusmock for the stand-in notification server and desktop portal of DesktopTests.
 TEST_PACKAGES := \
 	dbus-daemon \
 	libglib2.0-bin \
@@ -53,6 +54,7 @@ TEST_PACKAGES := \
 	pipewire \
 	pipewire-bin \
 	wireplumber \
+	libspa-0.2-modules \
 	python3-dbusmock
 
 # busctl comes from `systemd`, which is normally installed; pull it in only when busctl is missing.
