@@ -201,6 +201,16 @@ bench-voice: deps bench-venv
 	$(BENCH_VENV)/bin/python bench/voice/run.py \
 	    --bin "$$($(SWIFT) build -c release $(SWIFT_FLAGS) --show-bin-path)/peervoiced" $(BENCH_ARGS)
 
+# Echo cancellation benchmark, not a test (bench/echo/README.md): PeerVoice's processing against
+# PipeWire's libpipewire-module-echo-cancel on the same acoustic path, each in its own PipeWire:
+# ERLE over time, double-talk PESQ-WB, added latency, CPU; medians of 5 runs, about 8 minutes.
+# Prints a table, writes bench/results/echo.json and echo.png. BENCH_ARGS go to bench/echo/run.py.
+.PHONY: bench-echo
+bench-echo: deps bench-venv
+	$(SWIFT) build -c release --product peervoiced $(SWIFT_FLAGS)
+	$(BENCH_VENV)/bin/python bench/echo/run.py \
+	    --bin "$$($(SWIFT) build -c release $(SWIFT_FLAGS) --show-bin-path)/peervoiced" $(BENCH_ARGS)
+
 # The packages and the Python venv the voice benchmarks score with (PESQ, STOI).
 bench-venv: deps
 	scripts/deps.sh $(BENCH_PACKAGES)
