@@ -3,7 +3,7 @@ import PeerVoiceCore
 
 /// webrtc-audio-processing 0.3 (the engine of PipeWire's echo-cancel module) behind
 /// PeerVoiceCore's ``VoiceProcessor``: the acoustic echo canceller with extended filter and
-/// delay-agnostic mode, noise suppression at its high level, its high-pass filter and voice
+/// delay-agnostic mode, noise suppression at its moderate level, its high-pass filter and voice
 /// activity detection. The only importer of `CWebRTCAudio`.
 ///
 /// Not thread-safe: one thread (the voice thread) uses it. `Sendable` only so that it can be

@@ -15,7 +15,7 @@ typedef struct peervoice_webrtc_audio peervoice_webrtc_audio;
 
 /// A processor with the given parts on (non-zero), or NULL when the library refuses the setup
 /// (`error`, if not NULL, receives its code). Echo cancellation uses the extended filter and
-/// delay-agnostic mode; noise suppression is at the library's high level.
+/// delay-agnostic mode, moderate suppression; noise suppression is at the moderate level.
 peervoice_webrtc_audio *peervoice_webrtc_audio_create(int echo_cancel, int noise_suppression, int high_pass,
                                                       int *error);
 void peervoice_webrtc_audio_destroy(peervoice_webrtc_audio *processor);
