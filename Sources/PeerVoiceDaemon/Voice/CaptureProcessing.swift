@@ -10,10 +10,8 @@ final class CaptureProcessing {
     /// What the playback callback handed PipeWire, silence included (`PlaybackRingSource` writes
     /// it on the real-time thread); about 340 ms, far more than one voice-thread pass drains.
     let playedRing = AudioRing(minimumCapacity: 16_384)
-    private(set) var processor: any VoiceProcessor
+    private var processor: any VoiceProcessor
     private var farBlock = [Int16](repeating: 0, count: voiceProcessingBlockSamples)
-    /// Whether the last frame processed held voice (any of its blocks), as the processor judged.
-    private(set) var voiceDetected = false
     private var blocks = 0
     private var voicedBlocks = 0
     private var cpuNs: Int64 = 0
@@ -42,7 +40,6 @@ final class CaptureProcessing {
                     try processor.analyzeFarEnd(UnsafeBufferPointer(buffer))
                 }
             }
-            var voiced = false
             let count = frame.count / block
             for index in 0..<count {
                 // An echo reaches this block after both devices' delays and the samples captured
@@ -50,13 +47,10 @@ final class CaptureProcessing {
                 let behind = (count - 1 - index) * block + pendingCaptureSamples
                 let delayMs = (deviceDelayFrames + behind) * 1000 / voiceSampleRate
                 let part = UnsafeMutableBufferPointer(rebasing: frame[index * block..<(index + 1) * block])
-                if try processor.processCapture(part, streamDelayMs: delayMs) {
-                    voiced = true
-                    voicedBlocks += 1
-                }
+                // Counted for the log; group voice's `Speaking` is to follow this verdict.
+                if try processor.processCapture(part, streamDelayMs: delayMs) { voicedBlocks += 1 }
                 blocks += 1
             }
-            voiceDetected = voiced
         } catch {
             // The frame goes out as it is (partly processed at worst); say so once.
             if !reportedFailure { Log.warning("voice: audio processing failed, sending the microphone unprocessed: \(error)") }
