@@ -44,7 +44,7 @@ enum VoiceEvent: Sendable {
     case lossChanged(peer: String, generation: Int, percent: Int)
     /// The capture processing this session runs (known once its microphone was checked for an
     /// echo canceller of its own).
-    case processingChanged(peer: String, processing: Set<VoiceProcessing>)
+    case processingChanged(Set<VoiceProcessing>)
 }
 
 /// Settings of the audio side, from the command line.
@@ -174,7 +174,7 @@ final class VoiceEngine: @unchecked Sendable {
                         onEvent(.lossChanged(peer: peer, generation: session.generation, percent: loss))
                     }
                     if let processing = session.processingChanged() {
-                        onEvent(.processingChanged(peer: peer, processing: processing))
+                        onEvent(.processingChanged(processing))
                     }
                 }
             }
