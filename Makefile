@@ -44,12 +44,15 @@ PACKAGES := \
 	libpipewire-0.3-dev \
 	libgtk-4-dev \
 	libadwaita-1-dev \
-	gettext
+	gettext \
+	libwebrtc-audio-processing-dev
 
 # Debian packages the tests (and `make run`) need besides PACKAGES: dbus-daemon for the private
 # buses, libglib2.0-bin for gdbus, python3-gi for the benchmarks (bench/); pipewire, pipewire-bin
 # (pw-cli, pw-link, pw-play, pw-record, pw-dump, pw-metadata) and wireplumber for the private
-# headless PipeWire of scripts/pipewire-session.sh; python3-dbusmock for the stand-in notification
+# headless PipeWire of scripts/pipewire-session.sh (pw-loopback builds the tests' acoustic path);
+# libspa-0.2-modules for module-echo-cancel's webrtc backend (AudioProcessing tests and bench-echo);
+# python3-dbusmock for the stand-in notification
 # server and desktop portal of DesktopTests; avahi-daemon, avahi-utils (avahi-browse) and iproute2
 # (ip netns, veth) for LANTests' two network namespaces, each with its own avahi-daemon (as root).
 # The desktop app's tests (AppTests): xvfb (the X
@@ -63,6 +66,7 @@ TEST_PACKAGES := \
 	pipewire \
 	pipewire-bin \
 	wireplumber \
+	libspa-0.2-modules \
 	python3-dbusmock \
 	avahi-daemon \
 	avahi-utils \
@@ -276,6 +280,16 @@ BENCH_VENV := .build/bench-voice-venv
 bench-voice: deps bench-venv
 	$(SWIFT) build -c release --product peervoiced $(SWIFT_FLAGS)
 	$(BENCH_VENV)/bin/python bench/voice/run.py \
+	    --bin "$$($(SWIFT) build -c release $(SWIFT_FLAGS) --show-bin-path)/peervoiced" $(BENCH_ARGS)
+
+# Echo cancellation benchmark, not a test (bench/echo/README.md): PeerVoice's processing against
+# PipeWire's libpipewire-module-echo-cancel on the same acoustic path, each in its own PipeWire:
+# ERLE over time, double-talk PESQ-WB, added latency, CPU; medians of 5 runs, about 8 minutes.
+# Prints a table, writes bench/results/echo.json and echo.png. BENCH_ARGS go to bench/echo/run.py.
+.PHONY: bench-echo
+bench-echo: deps bench-venv
+	$(SWIFT) build -c release --product peervoiced $(SWIFT_FLAGS)
+	$(BENCH_VENV)/bin/python bench/echo/run.py \
 	    --bin "$$($(SWIFT) build -c release $(SWIFT_FLAGS) --show-bin-path)/peervoiced" $(BENCH_ARGS)
 
 # The packages and the Python venv the voice benchmarks score with (PESQ, STOI).

@@ -17,6 +17,14 @@ let package = Package(
         .systemLibrary(name: "CGtk", pkgConfig: "gtk4", providers: [.apt(["libgtk-4-dev"])]),
         .systemLibrary(name: "CAdw", pkgConfig: "libadwaita-1", providers: [.apt(["libadwaita-1-dev"])]),
         .systemLibrary(name: "CPipeWire", pkgConfig: "libpipewire-0.3", providers: [.apt(["libpipewire-0.3-dev"])]),
+        // webrtc-audio-processing 0.3 is C++: a tiny shim gives it a C API (Debian
+        // libwebrtc-audio-processing-dev; the flags are its pkg-config --cflags).
+        .target(
+            name: "CWebRTCAudio",
+            cxxSettings: [.define("WEBRTC_POSIX"), .define("WEBRTC_AUDIO_PROCESSING_ONLY_BUILD"),
+                          .unsafeFlags(["-I/usr/include/webrtc_audio_processing"])],
+            linkerSettings: [.linkedLibrary("webrtc_audio_processing")]
+        ),
 
         // GLib main loop, timers, fd watches and GDBus, in Swift. The only importer of CGio.
         .target(name: "GIO", dependencies: ["CGio"]),
@@ -28,6 +36,9 @@ let package = Package(
         .target(name: "Opus", dependencies: ["COpus", "PeerVoiceCore"]),
         // PipeWire capture and playback streams. The only importer of CPipeWire.
         .target(name: "PipeWire", dependencies: ["CPipeWire", "PeerVoiceCore"]),
+        // Echo cancellation, noise suppression, voice activity behind PeerVoiceCore's
+        // VoiceProcessor. The only importer of CWebRTCAudio.
+        .target(name: "AudioProcessing", dependencies: ["CWebRTCAudio", "PeerVoiceCore"]),
 
         // Wire protocol, message store, state machines: pure Swift, no C module.
         .target(name: "PeerVoiceCore"),
@@ -39,7 +50,7 @@ let package = Package(
         // The service: bus API, peer links, transports.
         .target(
             name: "PeerVoiceDaemon",
-            dependencies: ["PeerVoiceCore", "PeerVoiceBus", "GIO", "Sodium", "Opus", "PipeWire"],
+            dependencies: ["PeerVoiceCore", "PeerVoiceBus", "GIO", "Sodium", "Opus", "PipeWire", "AudioProcessing"],
             resources: [.embedInCode("org.example.PeerVoice.xml"), .embedInCode("org.example.PeerVoice.Peer.xml")]
         ),
         .executableTarget(name: "peervoiced", dependencies: ["PeerVoiceDaemon"]),
@@ -53,6 +64,7 @@ let package = Package(
         .testTarget(name: "PeerVoiceCoreTests", dependencies: ["PeerVoiceCore"]),
         .testTarget(name: "SodiumTests", dependencies: ["Sodium", "PeerVoiceCore"]),
         .testTarget(name: "OpusTests", dependencies: ["Opus", "PeerVoiceCore"]),
+        .testTarget(name: "AudioProcessingTests", dependencies: ["AudioProcessing", "PeerVoiceCore"]),
         .testTarget(name: "PipeWireTests", dependencies: ["PipeWire", "PeerVoiceCore", "TestHarness"]),
         .testTarget(name: "ServiceTests", dependencies: ["TestHarness", "GIO"]),
         // PeerObjects in-process (the daemon module's component) against a real private dbus-daemon.

@@ -6,4 +6,5 @@
 // Swift cannot call these macros (spa_interface method calls); one-line wrappers.
 static inline int peervoice_core_add_listener(struct pw_core *core, struct spa_hook *listener, const struct pw_core_events *events, void *data) { return pw_core_add_listener(core, listener, events, data); }
 static inline int peervoice_core_sync(struct pw_core *core, uint32_t id, int seq) { return pw_core_sync(core, id, seq); }
+static inline int peervoice_registry_add_listener(struct pw_registry *registry, struct spa_hook *listener, const struct pw_registry_events *events, void *data) { return pw_registry_add_listener(registry, listener, events, data); }
 #endif

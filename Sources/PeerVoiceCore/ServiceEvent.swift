@@ -28,6 +28,7 @@ public enum ServiceProperty: String, CaseIterable, Sendable {
     case id = "Id"
     case fingerprint = "Fingerprint"
     case discoveryMethods = "DiscoveryMethods"
+    case audioProcessing = "AudioProcessing"
 }
 
 /// Something the service tells every client: each case is one bus signal.

@@ -123,6 +123,7 @@ final class BusObject {
         case .id: Variant(service.ownID.description)
         case .fingerprint: Variant(service.ownKey.fingerprint)
         case .discoveryMethods: Variant(array: service.discoveryMethods.map { Variant($0) }, elementType: "s")
+        case .audioProcessing: Variant(array: service.audioProcessing.map { Variant($0) }, elementType: "s")
         }
     }
 

@@ -47,6 +47,9 @@ public struct Options: Sendable {
           --frame-ms 10|20    Opus frame length; 10 lowers latency, 20 (default) saves bandwidth
           --no-auto-voice     do not start voice when a peer connects (StartVoice does)
           --no-cue            no chime when voice with a peer starts and stops
+          --no-echo-cancel    do not cancel the speaker's echo in the microphone (turns itself
+                              off anyway when the microphone is PipeWire's echo canceller)
+          --no-noise-suppression  do not suppress steady noise in the microphone
           --voice-over-link   send voice to IP peers inside the encrypted TCP link rather than
                               over UDP, for networks that drop UDP (Bluetooth peers always do)
           --no-notify         no desktop notifications for messages and pairing requests
@@ -82,6 +85,8 @@ public struct Options: Sendable {
             case "--default-agent": options.defaultAgent = true
             case "--no-auto-voice": options.voice.autoStart = false
             case "--no-cue": options.voice.cue = false
+            case "--no-echo-cancel": options.voice.processing.remove(.echoCancel)
+            case "--no-noise-suppression": options.voice.processing.remove(.noiseSuppression)
             case "--voice-over-link": options.voice.overLink = true
             case "--no-notify": options.notify = false
             case "--no-lan": options.lan = false

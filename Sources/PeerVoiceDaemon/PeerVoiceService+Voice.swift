@@ -171,6 +171,11 @@ extension PeerVoiceService {
         case .lossChanged(let id, let generation, let percent):
             guard let peer = peer(describedAs: id), peer.voice.running, peer.voice.generation == generation else { return }
             peer.link?.send(.voiceReport(lossPercent: UInt8(min(100, percent))))
+        case .processingChanged(let processing):
+            let names = CaptureProcessing.names(processing)
+            guard names != audioProcessing else { return }
+            audioProcessing = names
+            emit(.propertiesChanged([.audioProcessing]))
         }
     }
 

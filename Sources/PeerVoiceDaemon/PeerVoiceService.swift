@@ -17,6 +17,8 @@ final class PeerVoiceService {
     var isDiscovering: Bool { (bluetooth?.isDiscovering ?? false) || isDiscoveringOnLAN }
     var adapterName: String { bluetooth?.adapterName ?? "" }
     var listenAddress: String { ip.listenAddress }
+    /// The capture processing of the latest voice session (before one: what the options allow).
+    var audioProcessing: [String]
 
     let options: Options
     let instance: InstanceID
@@ -58,6 +60,7 @@ final class PeerVoiceService {
     /// migrating one of protocol version 3. Nothing is sent or accepted until `start()`.
     init(options: Options) throws(ServiceError) {
         self.options = options
+        audioProcessing = CaptureProcessing.names(options.voice.processing)
         let state = options.stateDirectory
         do {
             try FileManager.default.createDirectory(atPath: state, withIntermediateDirectories: true)

@@ -61,6 +61,9 @@ public final class CaptureStream: Sendable {
     public var droppedSamples: UInt64 { native.shortfalls.load(ordering: .relaxed) }
     /// The node's id in the PipeWire graph, once connected.
     public var nodeID: UInt32? { native.nodeID }
+    /// How long ago (in 48 kHz frames) the device took the samples a callback delivers now, as
+    /// the stream's last time report says (`pw_time.delay`); 0 before the first. Any thread.
+    public var deviceDelayFrames: Int { native.deviceDelayFrames }
 }
 
 /// Plays 48 kHz mono samples taken from a `SampleSource`, silence when it runs dry.
@@ -87,6 +90,9 @@ public final class PlaybackStream: Sendable {
     /// Cycles in which the source had fewer samples than PipeWire asked for (the rest was silence).
     public var underruns: UInt64 { native.shortfalls.load(ordering: .relaxed) }
     public var nodeID: UInt32? { native.nodeID }
+    /// How long (in 48 kHz frames) the samples a callback hands over now take to reach the
+    /// device, as the stream's last time report says (`pw_time.delay`); 0 before the first. Any thread.
+    public var deviceDelayFrames: Int { native.deviceDelayFrames }
 }
 
 /// One pw_stream and its real-time callback. Everything but `process` runs on PipeWire's loop
@@ -180,6 +186,14 @@ final class NativeStream: @unchecked Sendable {
     var nodeID: UInt32? {
         let id = context.locked { pw_stream_get_node_id(stream) }
         return id == SPA_ID_INVALID ? nil : id
+    }
+
+    /// `pw_stream_get_time_n` reads a snapshot the data thread publishes under a sequence
+    /// counter: no lock needed.
+    var deviceDelayFrames: Int {
+        var time = pw_time()
+        guard pw_stream_get_time_n(stream, &time, MemoryLayout<pw_time>.size) == 0, time.rate.denom > 0 else { return 0 }
+        return max(0, Int(time.delay) * Int(time.rate.num) * VoiceAudio.sampleRate / Int(time.rate.denom))
     }
 
     func start() throws(PipeWireError) {

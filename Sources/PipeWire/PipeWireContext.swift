@@ -55,6 +55,8 @@ public final class PipeWireContext: @unchecked Sendable {
         var onDisconnect: DisconnectHandler?
         var pendingSync: Int32 = -1
         var synced = false
+        /// The seq of the core's latest `done` (a roundtrip ``roundtrip(timeout:)`` waits for).
+        var lastDone: Int32 = -1
         var connectError: String?
     }
     private let shared: Mutex<Shared>
@@ -168,16 +170,29 @@ public final class PipeWireContext: @unchecked Sendable {
         return try body()
     }
 
+    /// Asks the daemon for a `done` and waits for it, lock held (the wait releases it): every
+    /// event the daemon sent before has been handled then.
+    func roundtrip(timeout: Double) throws(PipeWireError) {
+        let seq = peervoice_core_sync(core, UInt32(PW_ID_CORE), 0)
+        var deadline = timespec()
+        pw_thread_loop_get_time(loop, &deadline, Int64(max(0, timeout) * 1e9))
+        while shared.withLock({ $0.lastDone != seq }) {
+            if case .disconnected(let reason) = connectionState { throw .connectionFailed(reason) }
+            if pw_thread_loop_timed_wait_full(loop, &deadline) != 0, shared.withLock({ $0.lastDone != seq }) {
+                throw .connectionFailed("PipeWire at \(socketPath) did not answer within \(timeout) s")
+            }
+        }
+    }
+
     // MARK: Core events (PipeWire's thread, lock held)
 
     fileprivate func coreDone(id: UInt32, seq: Int32) {
         guard id == UInt32(PW_ID_CORE) else { return }
-        let signal = shared.withLock { state -> Bool in
-            guard state.pendingSync == seq, !state.synced else { return false }
-            state.synced = true
-            return true
+        shared.withLock { state in
+            state.lastDone = seq
+            if state.pendingSync == seq { state.synced = true }
         }
-        if signal { pw_thread_loop_signal(loop, false) }
+        pw_thread_loop_signal(loop, false)
     }
 
     fileprivate func coreError(id: UInt32, seq: Int32, result: Int32, message: String) {

@@ -100,6 +100,13 @@ final class PipeWireTests: XCTestCase {
         XCTAssertEqual(node["node.latency"], "256/48000")
         XCTAssertEqual(node["object.id"], capture.nodeID.map(String.init))
         try session.waitForLink(from: PipeWireSession.micName, to: CaptureStream.defaultNodeName)
+        // What the stream records from, as the registry tells it (how the daemon recognizes
+        // PipeWire's echo canceller as its source), and the delay its time reports give.
+        let sources = try context.nodesLinked(into: try XCTUnwrap(capture.nodeID))
+        XCTAssertEqual(sources.map { $0.properties["node.name"] }, [PipeWireSession.micName])
+        XCTAssertEqual(sources.first?.properties["media.class"], "Audio/Source/Virtual")
+        print("capture: device delay \(capture.deviceDelayFrames) frames")
+        XCTAssertTrue((0...4 * VoiceAudio.defaultLatencyFrames).contains(capture.deviceDelayFrames), "\(capture.deviceDelayFrames)")
 
         let chirp = AudioAnalysis.chirp(seconds: 0.5)
         let wav = directory.path + "/chirp.wav"
@@ -156,6 +163,8 @@ final class PipeWireTests: XCTestCase {
         try session.waitForLink(from: PlaybackStream.defaultNodeName, to: PipeWireSession.speakerName)
         print("playback: start() to linked to the speaker \(ms(Date().timeIntervalSince(started))) ms")
         XCTAssertEqual(playback.state, .streaming)
+        print("playback: device delay \(playback.deviceDelayFrames) frames")
+        XCTAssertTrue((0...4 * VoiceAudio.defaultLatencyFrames).contains(playback.deviceDelayFrames), "\(playback.deviceDelayFrames)")
 
         let node = try XCTUnwrap(try session.nodeProperties(named: PlaybackStream.defaultNodeName))
         XCTAssertEqual(node["media.role"], "Communication")

@@ -43,7 +43,7 @@ final class BusAPITests: XCTestCase {
         XCTAssertTrue(live.contains("signal PairingSettled(s peer, b accepted)"))
         XCTAssertEqual(live.filter { $0.hasPrefix("method ") }.count, 14)
         XCTAssertEqual(live.filter { $0.hasPrefix("signal ") }.count, 12)
-        XCTAssertEqual(live.filter { $0.hasPrefix("property ") }.count, 8)
+        XCTAssertEqual(live.filter { $0.hasPrefix("property ") }.count, 9)
     }
 
     func testTheServiceObjectIsAlsoTheObjectManagerOfPeerObjects() throws {
@@ -200,11 +200,13 @@ final class BusAPITests: XCTestCase {
                                              interface: "org.freedesktop.DBus.Properties", method: "GetAll",
                                              arguments: Variant(tuple: [Variant(APIClient.interface)]))
         XCTAssertEqual(Set(all[0].children.map { $0[0].string! }),
-                       ["Muted", "Discovering", "Version", "ListenAddress", "Adapter", "Id", "Fingerprint", "DiscoveryMethods"])
+                       ["Muted", "Discovering", "Version", "ListenAddress", "Adapter", "Id", "Fingerprint", "DiscoveryMethods", "AudioProcessing"])
         let id = try XCTUnwrap(try client.property("Id").string)
         XCTAssertTrue(id.hasPrefix("pv:") && id.count == 29, "Id '\(id)'")
         let fingerprint = try XCTUnwrap(try client.property("Fingerprint").string)
         XCTAssertEqual(fingerprint.split(separator: " ").count, 16, "Fingerprint '\(fingerprint)'")
+        XCTAssertEqual(try client.property("AudioProcessing").children.map { $0.string! },
+                       ["echo-cancel", "noise-suppression", "high-pass"], "all processing is on by default")
     }
 
     // MARK: Life cycle

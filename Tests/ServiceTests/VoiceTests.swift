@@ -204,12 +204,19 @@ final class VoiceTests: XCTestCase {
     /// speech after it then lines up at another lag than the speech before, so one lag over the
     /// whole 2.5 s would undersell it (seen here: windows of 0.96 at 43 ms, then 0.96 at 58 ms,
     /// 0.46 as a whole).
+    ///
+    /// B says the speech backwards: the same words said on both sides at once would make B's mic
+    /// sound like the echo of what B's speaker plays (A's words, 40 ms later), and B's echo
+    /// canceller would rightly take them out.
     func checkSpeechBothWays(_ rig: Rig) throws {
+        var backwards = try WAVAudio(contentsOf: Self.speech)
+        backwards.samples.reverse()
+        try backwards.write(to: rig.directory + "/backwards.wav")
         let recordA = try TimedRecording(rig.pwA, to: rig.directory + "/a.wav")
         let recordB = try TimedRecording(rig.pwB, to: rig.directory + "/b.wav")
         let start = VoiceRig.monotonicSeconds()
         let intoA = try rig.pwA.inject(Self.speech)
-        let intoB = try rig.pwB.inject(Self.speech)
+        let intoB = try rig.pwB.inject(rig.directory + "/backwards.wav")
         pause(3.2)
         intoA.stop()
         intoB.stop()

@@ -217,14 +217,17 @@ public final class PipeWireSession {
             player.kill()
             throw HarnessError("cannot inject \(wavPath): \(error); pw-play said: \(player.log)")
         }
-        return Injection(process: player)
+        return Injection(process: player, node: name)
     }
 
     /// Records into a 2-channel 16-bit WAV with ONE pw-record: channel 0 = the mic's capture_MONO
     /// (what apps capture; silent unless `micCapture`), channel 1 = the speaker's monitor_MONO (what
     /// apps played). Both channels are sampled in the same graph cycle, so the lag between them is
-    /// the mouth-to-ear latency, free of start-time offsets and clock skew. Returns once linked.
-    public func record(to path: String, micCapture: Bool = true, speakerMonitor: Bool = true) throws -> Recording {
+    /// the mouth-to-ear latency, free of start-time offsets and clock skew. `channel0` ("node:port")
+    /// records that output port instead of the mic (e.g. an injection's, for what was said before
+    /// the room mixed anything in). Returns once linked.
+    public func record(to path: String, micCapture: Bool = true, speakerMonitor: Bool = true,
+                       channel0: String? = nil) throws -> Recording {
         serial += 1
         let name = "peervoice-tap-\(serial)"
         let recorder = try spawn("pw-record", ["--target", "0", "--latency", "256", "--rate", "48000", "--channels", "2",
@@ -232,7 +235,11 @@ public final class PipeWireSession {
                                                "-P", "{ node.name = \"\(name)\" }", path], logName: name)
         do {
             try waitForPorts(["\(name):input_FL", "\(name):input_FR"])
-            if micCapture { try link("\(Self.micName):capture_MONO", "\(name):input_FL") }
+            if let channel0 {
+                try link(channel0, "\(name):input_FL")
+            } else if micCapture {
+                try link("\(Self.micName):capture_MONO", "\(name):input_FL")
+            }
             if speakerMonitor { try link("\(Self.speakerName):monitor_MONO", "\(name):input_FR") }
         } catch {
             recorder.kill()
@@ -258,7 +265,12 @@ public final class PipeWireSession {
 /// A running `pw-play` linked into a node.
 public final class Injection {
     public let process: ChildProcess
-    init(process: ChildProcess) { self.process = process }
+    /// The player's node name (its port is NODE:output_MONO).
+    public let node: String
+    init(process: ChildProcess, node: String) {
+        self.process = process
+        self.node = node
+    }
     deinit { process.kill() }
 
     /// Waits until the whole file has played; false on timeout.
@@ -386,6 +398,9 @@ public enum AudioAnalysis {
     /// The lag L (0...maxLag) at which `signal[i + L]` best matches `reference[i]`, and the
     /// normalized correlation there (1 = identical up to gain; > 0.9 = clearly the same audio).
     /// Coarse search on 8x decimated signals, then exact search around the best coarse lag.
+    /// Audio paths keep polarity, so the largest positive correlation wins: with the low
+    /// frequencies gone (a high-pass filter in the path), a negative lobe half a pitch period
+    /// away can be nearly as strong, and picking by magnitude locked onto it.
     public static func bestLag(reference: [Int16], signal: [Int16], maxLag: Int) -> (lag: Int, correlation: Double) {
         let maxLag = max(0, min(maxLag, signal.count - 1))
         let factor = 8
@@ -393,15 +408,15 @@ public enum AudioAnalysis {
         let coarseSignal = decimate(signal, by: factor)
         var best = (lag: 0, value: 0.0)
         for lag in 0...(maxLag / factor) {
-            let value = abs(normalizedCorrelation(coarseReference, coarseSignal, lag: lag))
+            let value = normalizedCorrelation(coarseReference, coarseSignal, lag: lag)
             if value > best.value { best = (lag, value) }
         }
         let reference = reference.map(Double.init)
         let signal = signal.map(Double.init)
-        var fine = (lag: 0, value: 0.0)
+        var fine = (lag: 0, value: -Double.infinity)
         for lag in max(0, best.lag * factor - 2 * factor)...min(maxLag, best.lag * factor + 2 * factor) {
             let value = normalizedCorrelation(reference, signal, lag: lag)
-            if abs(value) > abs(fine.value) { fine = (lag, value) }
+            if value > fine.value { fine = (lag, value) }
         }
         return (fine.lag, fine.value)
     }

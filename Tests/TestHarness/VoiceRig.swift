@@ -165,9 +165,10 @@ public final class TimedRecording: @unchecked Sendable {
     private var running = true
     private let finished = DispatchSemaphore(value: 0)
 
-    public init(_ session: PipeWireSession, to path: String) throws {
+    /// `channel0`: as in ``PipeWireSession/record(to:micCapture:speakerMonitor:channel0:)``.
+    public init(_ session: PipeWireSession, to path: String, channel0: String? = nil) throws {
         self.path = path
-        recording = try session.record(to: path)
+        recording = try session.record(to: path, channel0: channel0)
         let thread = Thread { [self] in poll() }
         thread.start()
     }

@@ -294,11 +294,14 @@ def stop_relay(p, logdir, label):
 class PeerVoice:
     kind = "peervoice"
 
-    def __init__(self, pw, binary, frame_ms, impair, workdir, label):
+    def __init__(self, pw, binary, frame_ms, impair, workdir, label, devices=None, extra_args=None):
+        """`devices`: {side: (source, sink)} instead of A mic → B speaker; `extra_args`: {side: [options]}
+        (bench/echo uses both)."""
         self.pw, self.workdir, self.label = pw, workdir, label
         self.daemons, self.buses, self.monitors, self.relay, self.relay_stats = {}, {}, {}, None, None
         self.env = {}
-        for side, source, sink in (("a", MIC, SPEAKER_A), ("b", MIC_B, SPEAKER)):
+        devices = devices or {"a": (MIC, SPEAKER_A), "b": (MIC_B, SPEAKER)}
+        for side, (source, sink) in sorted(devices.items()):
             sock = os.path.join(workdir, f"{label}-{side}.bus")
             address = f"unix:path={sock}"
             self.buses[side] = CHILDREN.start(["dbus-daemon", "--session", "--nofork", "--nopidfile", f"--address={address}"],
@@ -317,7 +320,7 @@ class PeerVoice:
             self.daemons[side] = CHILDREN.start(
                 [binary, "--state-dir", os.path.join(workdir, f"{label}-{side}-state"), "--name", f"bench-{side}",
                  "--listen", "127.0.0.1:0", "--source", source, "--sink", sink, "--frame-ms", str(frame_ms),
-                 "--no-cue", "--verbose"],
+                 "--no-cue", "--verbose"] + (extra_args or {}).get(side, []),
                 env=env, log_path=os.path.join(workdir, f"{label}-{side}.log"), name=f"peervoiced-{side}")
         self.ports = {side: self.listen_port(side) for side in ("a", "b")}
         dial = self.ports["b"]

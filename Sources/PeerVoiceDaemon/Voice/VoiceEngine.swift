@@ -42,6 +42,9 @@ enum VoiceEvent: Sendable {
     case stopped(peer: String, generation: Int, reason: String)
     /// The share of the peer's voice we lose changed: tell the peer (VOICE_REPORT).
     case lossChanged(peer: String, generation: Int, percent: Int)
+    /// The capture processing this session runs (known once its microphone was checked for an
+    /// echo canceller of its own).
+    case processingChanged(Set<VoiceProcessing>)
 }
 
 /// Settings of the audio side, from the command line.
@@ -54,6 +57,8 @@ struct VoiceAudioOptions: Sendable {
     var autoStart = true
     /// Send voice to IP peers on the link rather than over UDP (for networks that drop UDP).
     var overLink = false
+    /// Capture processing (`--no-echo-cancel`, `--no-noise-suppression` take parts away).
+    var processing = Set(VoiceProcessing.allCases)
 }
 
 /// The voice thread: it owns the UDP socket, the PipeWire connection, each session's streams,
@@ -171,6 +176,9 @@ final class VoiceEngine: @unchecked Sendable {
                     if session.becameActive() { onEvent(.active(peer: peer, generation: session.generation)) }
                     if let loss = session.lossToReport() {
                         onEvent(.lossChanged(peer: peer, generation: session.generation, percent: loss))
+                    }
+                    if let processing = session.processingChanged() {
+                        onEvent(.processingChanged(processing))
                     }
                 }
             }

@@ -1,3 +1,4 @@
+import AudioProcessing
 import Foundation
 import Opus
 import PeerVoiceCore
@@ -32,6 +33,12 @@ final class VoiceSession {
     private let capture: CaptureStream
     private let playback: PlaybackStream
     private let playbackSource: PlaybackRingSource
+    private let context: PipeWireContext
+    private let processing: CaptureProcessing
+    /// When to look (again) at what the microphone stream is linked to; nil once done.
+    private var nextSourceCheck: Int64? = 0
+    /// The processing that runs, once the source was checked and it was not reported yet.
+    private var processingToReport: Set<VoiceProcessing>?
     private let encoder: OpusVoiceEncoder
     private let decoder: OpusVoiceDecoder
     private var jitter: JitterBuffer
@@ -73,9 +80,12 @@ final class VoiceSession {
         frame = [Int16](repeating: 0, count: localDuration.samples)
         silenceHangoverFrames = Self.silenceHangoverMs / setup.localFrameMs
         restKeepaliveFrames = Self.restKeepaliveMs / setup.localFrameMs
+        self.context = context
+        processing = CaptureProcessing(processor: try WebRTCVoiceProcessor(processing: options.processing))
         // The streams reach the rings through these, which wake the voice thread when there is work.
         let captureSink = CaptureRingSink(ring: captureRing, frameSamples: frame.count, wakeup: wakeup)
-        playbackSource = PlaybackRingSource(ring: playbackRing, refillBelowSamples: Self.playbackFillSamples, wakeup: wakeup)
+        playbackSource = PlaybackRingSource(ring: playbackRing, refillBelowSamples: Self.playbackFillSamples, wakeup: wakeup,
+                                            played: processing.playedRing)
         capture = try CaptureStream(context: context, sink: captureSink, target: options.source)
         playback = try PlaybackStream(context: context, source: playbackSource, target: options.sink)
         if options.cue { Self.writeCue(into: playbackRing, rising: true) }
@@ -88,8 +98,10 @@ final class VoiceSession {
     func pump(now: Int64, muted: Bool, socket: Socket) -> String? {
         if case .error(let message) = capture.state { return "microphone stream failed: \(message)" }
         if case .error(let message) = playback.state { return "speaker stream failed: \(message)" }
-        sendCaptured(muted: muted, socket: socket)
+        if let due = nextSourceCheck, now >= due, capture.state == .streaming { checkSourceForEchoCanceller(now: now) }
+        // The speaker first: its ring holds only a few ms beyond a quantum, the microphone's a second.
         feedPlayback(now: now)
+        sendCaptured(muted: muted, socket: socket)
         return nil
     }
 
@@ -97,9 +109,14 @@ final class VoiceSession {
         while captureRing.availableToRead >= frame.count {
             frame.withUnsafeMutableBufferPointer { buffer in
                 _ = captureRing.read(into: buffer)
+                let digitalSilence = !buffer.contains { $0 != 0 }
+                // Processed even when muted or silent, so the canceller keeps pace with the far end.
+                processing.process(buffer, pendingCaptureSamples: captureRing.availableToRead,
+                                   deviceDelayFrames: capture.deviceDelayFrames + playback.deviceDelayFrames)
                 // Muting happens here, within one frame: the encoder hears silence, then rests
-                // (WirePlumber would remember a muted node).
-                if muted { buffer.update(repeating: 0) }
+                // (WirePlumber would remember a muted node). Digital silence stays digital
+                // silence (no comfort noise), so the encoder can rest on it.
+                if muted || digitalSilence { buffer.update(repeating: 0) }
             }
             // Every frame moves the timestamp, sent or not: the receiver tells silence from loss.
             defer { timestamp &+= UInt32(frame.count) }
@@ -161,6 +178,47 @@ final class VoiceSession {
         guard loss != reportedLossPercent else { return nil }
         reportedLossPercent = loss
         return loss
+    }
+
+    /// The capture processing that runs, once, after the microphone was checked for an echo
+    /// canceller of its own (the control plane shows it as `AudioProcessing`), or nil.
+    func processingChanged() -> Set<VoiceProcessing>? {
+        defer { processingToReport = nil }
+        return processingToReport
+    }
+
+    /// Never two cancellers in series: when the microphone stream records from PipeWire's own
+    /// echo canceller (module-echo-cancel's source), ours turns off. Looked at once the stream
+    /// runs (then it is linked), again every 500 ms until its link shows; one registry
+    /// roundtrip each time, on this thread.
+    private func checkSourceForEchoCanceller(now: Int64) {
+        nextSourceCheck = now + 500_000_000
+        guard let node = capture.nodeID else { return }
+        let sources: [GraphObject]
+        do {
+            sources = try context.nodesLinked(into: node)
+        } catch {
+            Log.debug("voice with \(peer): cannot see what the microphone stream records from: \(error)")
+            return
+        }
+        guard !sources.isEmpty else { return }
+        nextSourceCheck = nil
+        Log.debug("voice with \(peer): the microphone stream records from \(sources.map { $0.properties["node.name"] ?? "node \($0.id)" })")
+        if processing.processing.contains(.echoCancel), let canceller = sources.first(where: Self.isEchoCanceller) {
+            let name = canceller.properties["node.name"] ?? "node \(canceller.id)"
+            do {
+                processing.replace(with: try WebRTCVoiceProcessor(processing: processing.processing.subtracting([.echoCancel])))
+                Log.info("voice with \(peer): the microphone (\(name)) is PipeWire's echo canceller already: PeerVoice's echo cancellation is off")
+            } catch {
+                Log.warning("voice with \(peer): cannot turn echo cancellation off (\(error)); two cancellers run in series")
+            }
+        }
+        processingToReport = processing.processing
+    }
+
+    /// A node of libpipewire-module-echo-cancel: it names its nodes' group "echo-cancel-…".
+    static func isEchoCanceller(_ node: GraphObject) -> Bool {
+        ["node.link-group", "node.group", "node.name"].contains { node.properties[$0]?.hasPrefix("echo-cancel") == true }
     }
 
     /// The peer's VOICE_REPORT: our encoder's in-band FEC follows what the peer loses.
@@ -239,7 +297,7 @@ final class VoiceSession {
 
     var statisticsSummary: String {
         let stats = jitter.statistics
-        return "sent \(sent) packets, received \(received), late \(stats.late), lost \(stats.lost), concealed \(stats.concealed), FEC-recovered \(stats.fecRecovered), rejected \(opener.rejections.total), peer-reported loss \(peerLossPercent) %, FEC hint \(encoder.packetLossPercent) %, delay \(Int(stats.currentDelayMs)) ms, speaker underruns \(playback.underruns)"
+        return "sent \(sent) packets, received \(received), late \(stats.late), lost \(stats.lost), concealed \(stats.concealed), FEC-recovered \(stats.fecRecovered), rejected \(opener.rejections.total), peer-reported loss \(peerLossPercent) %, FEC hint \(encoder.packetLossPercent) %, delay \(Int(stats.currentDelayMs)) ms, speaker underruns \(playback.underruns), \(processing.summary)"
     }
 
     /// A two-note chime (up on start, down on stop), 150 ms at -20 dBFS: the cue people hear

@@ -79,19 +79,25 @@ final class PlaybackRingSource: SampleSource {
     private let ring: AudioRing
     private let refillBelowSamples: Int
     private let wakeup: VoiceWakeup
+    /// Gets a copy of everything played, silence included: the echo canceller's far end.
+    private let played: AudioRing
 
-    init(ring: AudioRing, refillBelowSamples: Int, wakeup: VoiceWakeup) {
-        (self.ring, self.refillBelowSamples, self.wakeup) = (ring, refillBelowSamples, wakeup)
+    init(ring: AudioRing, refillBelowSamples: Int, wakeup: VoiceWakeup, played: AudioRing) {
+        (self.ring, self.refillBelowSamples, self.wakeup, self.played) = (ring, refillBelowSamples, wakeup, played)
     }
 
     /// PipeWire's real-time thread.
     func read(into buffer: UnsafeMutableBufferPointer<Int16>) -> Int {
         if isDormant.load(ordering: .acquiring) {
             _ = ring.read(into: buffer, fillingWith: 0)
+            played.write(UnsafeBufferPointer(buffer))
             return buffer.count
         }
         let count = ring.read(into: buffer)
         if ring.availableToRead < refillBelowSamples { wakeup.signal() }
+        // The stream plays silence for the rest: so does the copy.
+        UnsafeMutableBufferPointer(rebasing: buffer[count...]).update(repeating: 0)
+        played.write(UnsafeBufferPointer(buffer))
         return count
     }
 }

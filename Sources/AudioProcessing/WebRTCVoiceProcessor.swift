@@ -1,0 +1,48 @@
+import CWebRTCAudio
+import PeerVoiceCore
+
+/// webrtc-audio-processing 0.3 (the engine of PipeWire's echo-cancel module) behind
+/// PeerVoiceCore's ``VoiceProcessor``: the acoustic echo canceller with extended filter and
+/// delay-agnostic mode, noise suppression at its moderate level, its high-pass filter and voice
+/// activity detection. The only importer of `CWebRTCAudio`.
+///
+/// Not thread-safe: one thread (the voice thread) uses it. `Sendable` only so that it can be
+/// handed to that thread.
+public final class WebRTCVoiceProcessor: VoiceProcessor, @unchecked Sendable {
+    public let processing: Set<VoiceProcessing>
+    private let native: OpaquePointer
+
+    /// A processor running `processing` (which may be empty: then only voice activity is judged).
+    public init(processing: Set<VoiceProcessing>) throws(VoiceCodecError) {
+        var error: Int32 = 0
+        guard let native = peervoice_webrtc_audio_create(processing.contains(.echoCancel) ? 1 : 0,
+                                                         processing.contains(.noiseSuppression) ? 1 : 0,
+                                                         processing.contains(.highPass) ? 1 : 0, &error) else {
+            throw VoiceCodecError("webrtc-audio-processing refused its setup (error \(error))", code: error)
+        }
+        self.native = native
+        self.processing = processing
+    }
+
+    deinit { peervoice_webrtc_audio_destroy(native) }
+
+    public func analyzeFarEnd(_ block: UnsafeBufferPointer<Int16>) throws(VoiceCodecError) {
+        try Self.checkSize(block.count)
+        let result = peervoice_webrtc_audio_far_end(native, block.baseAddress!)
+        if result != 0 { throw VoiceCodecError("webrtc-audio-processing: far-end block failed (error \(result))", code: result) }
+    }
+
+    public func processCapture(_ block: UnsafeMutableBufferPointer<Int16>, streamDelayMs: Int) throws(VoiceCodecError) -> Bool {
+        try Self.checkSize(block.count)
+        var hasVoice: Int32 = 0
+        let result = peervoice_webrtc_audio_capture(native, block.baseAddress!, Int32(clamping: streamDelayMs), &hasVoice)
+        if result != 0 { throw VoiceCodecError("webrtc-audio-processing: capture block failed (error \(result))", code: result) }
+        return hasVoice != 0
+    }
+
+    private static func checkSize(_ count: Int) throws(VoiceCodecError) {
+        guard count == voiceProcessingBlockSamples else {
+            throw VoiceCodecError("webrtc-audio-processing takes blocks of \(voiceProcessingBlockSamples) samples, not \(count)")
+        }
+    }
+}

@@ -1,0 +1,80 @@
+import Glibc
+import PeerVoiceCore
+
+/// One session's capture processing, on the voice thread (docs/VOICE.md, "Capture processing"):
+/// the processor hears what the speaker played, taken from ``playedRing`` 10 ms at a time, then
+/// cleans each microphone frame in 10 ms blocks before it is encoded, told the delay between the
+/// two from the streams' own timing. It adds no buffering: a frame is processed as soon as it
+/// is read.
+final class CaptureProcessing {
+    /// What the playback callback handed PipeWire, silence included (`PlaybackRingSource` writes
+    /// it on the real-time thread); about 340 ms, far more than one voice-thread pass drains.
+    let playedRing = AudioRing(minimumCapacity: 16_384)
+    private var processor: any VoiceProcessor
+    private var farBlock = [Int16](repeating: 0, count: voiceProcessingBlockSamples)
+    private var blocks = 0
+    private var voicedBlocks = 0
+    private var cpuNs: Int64 = 0
+    private var reportedFailure = false
+
+    init(processor: any VoiceProcessor) {
+        self.processor = processor
+    }
+
+    var processing: Set<VoiceProcessing> { processor.processing }
+
+    /// Swaps in another processor (the far end it had heard is lost; it starts afresh).
+    func replace(with processor: any VoiceProcessor) { self.processor = processor }
+
+    /// Feeds the processor everything played since the last call, then processes `frame` (a
+    /// whole number of blocks) in place. `pendingCaptureSamples`: what the capture ring still
+    /// holds behind this frame; `deviceDelayFrames`: the two streams' device delays together.
+    func process(_ frame: UnsafeMutableBufferPointer<Int16>, pendingCaptureSamples: Int, deviceDelayFrames: Int) {
+        let started = Self.threadCPUNs()
+        defer { cpuNs += Self.threadCPUNs() - started }
+        let block = voiceProcessingBlockSamples
+        do {
+            while playedRing.availableToRead >= block {
+                try farBlock.withUnsafeMutableBufferPointer { buffer throws(VoiceCodecError) in
+                    _ = playedRing.read(into: buffer)
+                    try processor.analyzeFarEnd(UnsafeBufferPointer(buffer))
+                }
+            }
+            let count = frame.count / block
+            for index in 0..<count {
+                // An echo reaches this block after both devices' delays and the samples captured
+                // since (those queued behind it); the far end was given just now.
+                let behind = (count - 1 - index) * block + pendingCaptureSamples
+                let delayMs = (deviceDelayFrames + behind) * 1000 / voiceSampleRate
+                let part = UnsafeMutableBufferPointer(rebasing: frame[index * block..<(index + 1) * block])
+                // Counted for the log; group voice's `Speaking` is to follow this verdict.
+                if try processor.processCapture(part, streamDelayMs: delayMs) { voicedBlocks += 1 }
+                blocks += 1
+            }
+        } catch {
+            // The frame goes out as it is (partly processed at worst); say so once.
+            if !reportedFailure { Log.warning("voice: audio processing failed, sending the microphone unprocessed: \(error)") }
+            reportedFailure = true
+        }
+    }
+
+    /// For the session's closing log line.
+    var summary: String {
+        let names = Self.names(processing).joined(separator: " + ")
+        guard blocks > 0 else { return "audio processing \(names): nothing processed" }
+        let audioNs = Int64(blocks) * 10_000_000
+        return "audio processing \(names): voice in \(voicedBlocks * 100 / blocks) % of 10 ms blocks, "
+            + "\(String(format: "%.2f", Double(cpuNs) * 100 / Double(audioNs))) % of a core"
+    }
+
+    /// The names the bus API uses, in its order (`AudioProcessing`).
+    static func names(_ processing: Set<VoiceProcessing>) -> [String] {
+        VoiceProcessing.allCases.filter(processing.contains).map(\.rawValue)
+    }
+
+    private static func threadCPUNs() -> Int64 {
+        var now = timespec()
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &now)
+        return Int64(now.tv_sec) * 1_000_000_000 + Int64(now.tv_nsec)
+    }
+}
