@@ -202,6 +202,8 @@ def lan_advertisement():
     write(t, "ipv6-link-local", resolved(1, 47800, "eth0", "fe80::1"))
     write(t, "ipv6-global", resolved(1, 47800, "", "2001:db8::7"))
     write(t, "ipv6-no-zone", resolved(1, 47800, "", "fe80::1"))
+    # An interface name Linux allows that is not letters and digits: the route must still parse.
+    write(t, "ipv6-odd-interface", resolved(1, 47800, "e=h0", "fe80::1"))
 
 
 if __name__ == "__main__":

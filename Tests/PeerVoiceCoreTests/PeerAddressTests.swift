@@ -25,7 +25,9 @@ final class PeerAddressTests: XCTestCase {
         let zoned = try PeerAddress(parsing: "ip:[FE80::1%enP1s0]:47800")
         XCTAssertEqual(zoned.host, "fe80::1%enP1s0", "the address is normalised, the interface name is not")
         XCTAssertEqual(zoned.description, "ip:[fe80::1%enP1s0]:47800")
-        for bad in ["ip:[fe80::1%]:1", "ip:[fe80::1%eth 0]:1", "ip:[fe80::1%abcdefghijklmnop]:1", "ip:[fe80::1%eth0%x]:1"] {
+        XCTAssertEqual(try PeerAddress(parsing: "ip:[fe80::1%e=h0]:1").host, "fe80::1%e=h0", "Linux allows such interface names")
+        for bad in ["ip:[fe80::1%]:1", "ip:[fe80::1%eth 0]:1", "ip:[fe80::1%abcdefghijklmnop]:1", "ip:[fe80::1%eth0%x]:1",
+                    "ip:[fe80::1%a/b]:1"] {
             XCTAssertThrowsError(try PeerAddress(parsing: bad), bad)
         }
     }

@@ -24,7 +24,7 @@ public struct LANRoute: Equatable, Hashable, Sendable, CustomStringConvertible {
             // Avahi's text form never carries a zone; the interface it was seen on gives it.
             guard !literal.contains("%"), PeerAddress.isIPv6Literal(literal) else { throw .malformedAddress }
             if Self.isLinkLocal(literal) {
-                guard let interfaceName, Self.isInterfaceName(interfaceName) else { throw .missingZone }
+                guard let interfaceName, PeerAddress.isZone(interfaceName) else { throw .missingZone }
                 host = "\(literal)%\(interfaceName)"
             } else {
                 host = String(literal)
@@ -47,12 +47,6 @@ public struct LANRoute: Equatable, Hashable, Sendable, CustomStringConvertible {
         return group & 0xFFC0 == 0xFE80
     }
 
-    /// A Linux interface name: 1 to 15 bytes, none of them `/`, `%`, `:` or whitespace.
-    static func isInterfaceName(_ name: String) -> Bool {
-        let bytes = Array(name.utf8)
-        return !bytes.isEmpty && bytes.count <= 15
-            && bytes.allSatisfy { $0 > 0x20 && $0 < 0x7F && $0 != UInt8(ascii: "/") && $0 != UInt8(ascii: "%") && $0 != UInt8(ascii: ":") }
-    }
 }
 
 /// Why a resolver answer is not a route.

@@ -111,10 +111,16 @@ public struct PeerAddress: Hashable, Sendable, Codable, CustomStringConvertible 
         let address = parts[0]
         guard address.count >= 2, address.count <= 45, address.contains(":"),
               address.allSatisfy({ $0.isHexDigit || $0 == ":" || $0 == "." }) else { return false }
-        guard parts.count == 2 else { return true }
-        let zone = parts[1]
-        return (1...15).contains(zone.count)
-            && zone.allSatisfy { $0.isASCII && ($0.isLetter || $0.isNumber || $0 == "-" || $0 == "_" || $0 == ".") }
+        return parts.count == 1 || isZone(parts[1])
+    }
+
+    /// A link-local zone: an interface name as Linux allows it (1–15 bytes of printable ASCII
+    /// without `/`), less what would make an address ambiguous (`%`, `:`, `[`, `]`).
+    public static func isZone(_ name: some StringProtocol) -> Bool {
+        let bytes = Array(name.utf8)
+        return (1...15).contains(bytes.count) && bytes.allSatisfy { byte in
+            byte > 0x20 && byte < 0x7F && !"/%:[]".utf8.contains(byte)
+        }
     }
 }
 
