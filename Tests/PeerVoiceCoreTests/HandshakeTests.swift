@@ -253,7 +253,7 @@ final class HandshakeTests: XCTestCase {
             let effectiveSize = UInt64((windowSize + 63) / 64 * 64)
             var seen = Set<UInt64>()
             var newest: UInt64?
-            var generator = HandshakeTestRandom(seed: UInt64(windowSize))
+            var generator = SplitMix64(seed: UInt64(windowSize))
             var position = 0
             for _ in 0..<6000 {
                 position = max(0, min(records.count - 1, position + Int(generator.next() % 41) - 18))
@@ -304,7 +304,7 @@ private final class FakeCrypto: CryptoPrimitives, @unchecked Sendable {
     func randomBytes(_ count: Int) -> [UInt8] {
         lock.lock()
         defer { lock.unlock() }
-        var generator = HandshakeTestRandom(seed: state)
+        var generator = SplitMix64(seed: state)
         state &+= 0x9E37_79B9_7F4A_7C15
         return (0..<count).map { _ in UInt8(truncatingIfNeeded: generator.next()) }
     }
@@ -361,28 +361,16 @@ private final class FakeCrypto: CryptoPrimitives, @unchecked Sendable {
         return Array(toyHash(Array("tag".utf8) + key + nonce + lengths + associatedData + ciphertext).prefix(16))
     }
 
-    /// 32 bytes from four differently seeded FNV-1a-64 passes, each finished with HandshakeTestRandom.
+    /// 32 bytes from four differently seeded FNV-1a-64 passes, each finished with SplitMix64.
     private func toyHash(_ data: [UInt8]) -> [UInt8] {
         var out: [UInt8] = []
         for lane in 0..<4 as Range<UInt64> {
             var value: UInt64 = 0xCBF2_9CE4_8422_2325 ^ (lane &* 0x1000_0000_01B3)
             for byte in data { value = (value ^ UInt64(byte)) &* 0x0000_0100_0000_01B3 }
-            var mixer = HandshakeTestRandom(seed: value ^ UInt64(data.count))
+            var mixer = SplitMix64(seed: value ^ UInt64(data.count))
             let word = mixer.next()
             for shift in stride(from: 56, through: 0, by: -8) { out.append(UInt8(truncatingIfNeeded: word >> UInt64(shift))) }
         }
         return out
-    }
-}
-
-private struct HandshakeTestRandom {
-    private var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
     }
 }

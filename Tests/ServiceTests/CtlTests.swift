@@ -10,6 +10,7 @@ final class CtlTests: XCTestCase {
     private var directory: TemporaryDirectory!
     /// Run in reverse order by tearDown: daemons, then buses, then directories.
     private var cleanups: [() -> Void] = []
+    private let started = StartedPeers()
     private var runCount = 0
 
     override func setUpWithError() throws {
@@ -19,6 +20,7 @@ final class CtlTests: XCTestCase {
     override func tearDown() {
         cleanups.reversed().forEach { $0() }
         cleanups = []
+        started.shutdown(printingLogs: (testRun?.totalFailureCount ?? 0) > 0)
         directory?.remove()
     }
 
@@ -30,54 +32,9 @@ final class CtlTests: XCTestCase {
 
     // MARK: Helpers
 
-    /// One peervoiced on its own private bus (each bus needs a directory of its own).
-    private final class Node {
-        let name: String
-        let directory: TemporaryDirectory
-        let bus: PrivateBus
-        let daemon: Daemon
-        let client: APIClient
-        /// The IP listener's port (from ListenAddress), 0 without `--listen`.
-        private(set) var port: UInt16 = 0
-        var address: String { "ip:127.0.0.1:\(port)" }
-        /// Its peer id, what other services name it by once they know its key.
-        private(set) var id = ""
-
-        init(name: String, listen: Bool) throws {
-            self.name = name
-            directory = try TemporaryDirectory("peervoice-ctl-\(name)")
-            bus = try PrivateBus(in: directory)
-            daemon = try Daemon(bus: bus, in: directory, name: name,
-                                arguments: listen ? ["--listen", "127.0.0.1:0", "--verbose"] : ["--verbose"])
-            client = try APIClient(address: bus.address)
-            guard client.waitForService(timeout: 15) else {
-                throw HarnessError("\(name): peervoiced did not own its name: \(daemon.process.log)")
-            }
-            id = try client.property("Id").string ?? ""
-            if listen {
-                var address = ""
-                _ = eventually(timeout: 10) {
-                    address = (try? client.property("ListenAddress").string) ?? ""
-                    return !address.isEmpty
-                }
-                guard address.hasPrefix("127.0.0.1:"), let port = UInt16(address.dropFirst("127.0.0.1:".count)) else {
-                    throw HarnessError("\(name): ListenAddress is '\(address)': \(daemon.process.log)")
-                }
-                self.port = port
-            }
-        }
-
-        func shutdown() {
-            daemon.process.kill()
-            bus.stop()
-            directory.remove()
-        }
-    }
-
-    private func node(_ name: String, listen: Bool = true) throws -> Node {
-        let node = try Node(name: name, listen: listen)
-        cleanups.append { node.shutdown() }
-        return node
+    /// One peervoiced on its own private bus, listening on 127.0.0.1 unless `listen` is false.
+    private func node(_ name: String, listen: Bool = true) throws -> TestPeer {
+        try started.make(name, listens: listen)
     }
 
     private struct Run: CustomStringConvertible {
@@ -177,7 +134,7 @@ final class CtlTests: XCTestCase {
     /// First contact through the API: `a` connects to `b` and both people accept the code.
     /// Returns the code both were shown.
     @discardableResult
-    private func pair(_ a: Node, _ b: Node, file: StaticString = #filePath, line: UInt = #line) throws -> String {
+    private func pair(_ a: TestPeer, _ b: TestPeer, file: StaticString = #filePath, line: UInt = #line) throws -> String {
         var reply: Result<Variant, BusError>?
         a.client.connection.callAsync(destination: APIClient.name, path: APIClient.path, interface: APIClient.interface,
                                       method: "Connect", arguments: Variant(tuple: [Variant(b.address)]), timeoutMs: 90_000) {
