@@ -51,8 +51,12 @@ extension PeerVoiceService {
     private func dialRoute(_ peer: Peer, _ dial: PeerDial) {
         peer.dial = dial
         Log.debug("dialling \(peer.id) at \(dial.address)")
-        let failed = { [unowned self, weak peer] (error: ServiceError) in
-            guard let peer, peers[peer.id] === peer, peer.dial === dial else { return }
+        dial.attempt = dialAddress(
+            dial.address, for: .peer(peer.id), mayPair: !peer.connectWaiters.isEmpty,
+            isCurrent: { [unowned self, weak peer] in peer.map { peers[$0.id] === $0 && $0.dial === dial } ?? false },
+            opened: { [weak peer] in peer?.dial = nil }
+        ) { [unowned self, weak peer] error in
+            guard let peer else { return }
             peer.dial = nil
             if let next = dial.remaining.first {
                 Log.info("\(dial.address) of \(peer.id): \(error.message); trying \(next)")
@@ -62,25 +66,6 @@ extension PeerVoiceService {
                 connectFailed(peer, error)
             }
         }
-        switch dial.address.transport {
-        case .ip:
-            let endpoint = IPEndpoint(host: dial.address.host, port: dial.address.port)
-            dial.attempt = ip.dial(endpoint) { [unowned self, weak peer] result in
-                guard let peer, peers[peer.id] === peer, peer.dial === dial else { return }
-                switch result {
-                case .success(let connection):
-                    peer.dial = nil
-                    startLink(PeerLink(connection: connection, remote: .ip(endpoint), isOutgoing: true), dialled: .peer(peer.id))
-                case .failure(let error):
-                    failed(error)
-                }
-            }
-        case .bluetooth:
-            dialBluetooth(dial.address, mayPair: !peer.connectWaiters.isEmpty) { [weak peer] error in
-                guard let peer, peer.dial === dial else { return }
-                failed(error)
-            }
-        }
     }
 
     /// Dials an address whose key is not known yet.
@@ -88,34 +73,48 @@ extension PeerVoiceService {
         setState(contact, .connecting)
         Log.debug("dialling \(contact.address)")
         let address = contact.address
-        let failed = { [unowned self, weak contact] (error: ServiceError) in
-            guard let contact, contacts[address] === contact else { return }
+        if address.transport == .bluetooth, contact.name.isEmpty, let device = bluetooth?.device(address.description) {
+            contact.name = device.name
+        }
+        // Every outcome arrives on a later main-loop turn, once `attempt` is set.
+        var attempt: DialAttempt?
+        attempt = dialAddress(
+            address, for: .contact(address), mayPair: !contact.connectWaiters.isEmpty,
+            isCurrent: { [unowned self, weak contact] in contact.map { contacts[address] === $0 && $0.dial === attempt } ?? false },
+            opened: { [weak contact] in contact?.dial = nil }
+        ) { [unowned self, weak contact] error in
+            guard let contact else { return }
             contact.dial = nil
             Log.info("\(error.message)")
             contactFailed(contact, error)
         }
+        contact.dial = attempt
+    }
+
+    /// Dials one address for `target`. Over IP the connection becomes a link here; over Bluetooth
+    /// BlueZ hands the channel to `bluetoothChannelOpened`. An outcome counts only while
+    /// `isCurrent()` holds; `opened` runs just before the link starts.
+    private func dialAddress(_ address: PeerAddress, for target: DialTarget, mayPair: Bool,
+                             isCurrent: @escaping () -> Bool, opened: @escaping () -> Void,
+                             failed: @escaping (ServiceError) -> Void) -> DialAttempt {
         switch address.transport {
         case .ip:
             let endpoint = IPEndpoint(host: address.host, port: address.port)
-            let attempt = ip.dial(endpoint) { [unowned self, weak contact] result in
-                guard let contact, contacts[address] === contact else { return }
+            return ip.dial(endpoint) { [unowned self] result in
+                guard isCurrent() else { return }
                 switch result {
                 case .success(let connection):
-                    contact.dial = nil
-                    startLink(PeerLink(connection: connection, remote: .ip(endpoint), isOutgoing: true), dialled: .contact(address))
+                    opened()
+                    startLink(PeerLink(connection: connection, remote: .ip(endpoint), isOutgoing: true), dialled: target)
                 case .failure(let error):
                     failed(error)
                 }
             }
-            contact.dial = attempt
         case .bluetooth:
-            let attempt = DialAttempt()
-            contact.dial = attempt
-            if contact.name.isEmpty, let device = bluetooth?.device(address.description) { contact.name = device.name }
-            dialBluetooth(address, mayPair: !contact.connectWaiters.isEmpty) { [weak contact] error in
-                guard let contact, contact.dial === attempt else { return }
-                failed(error)
+            dialBluetooth(address, mayPair: mayPair) { error in
+                if isCurrent() { failed(error) }
             }
+            return DialAttempt()
         }
     }
 
