@@ -19,7 +19,7 @@ _peervoicectl() {
         words+=("")
     fi
     local cur=${words[${#words[@]}-1]}
-    local commands="status peers discover connect disconnect send history remove mute confirm voice monitor help"
+    local commands="status peers peer discover connect disconnect send history remove mute confirm voice monitor help"
 
     # The command: the first word after the program that is not an option.
     local command= i word
@@ -59,7 +59,7 @@ _peervoicectl() {
             candidates=$options
         else
             case $command:${#positionals[@]} in
-                connect:0 | disconnect:0 | remove:0 | send:0 | history:0 | confirm:0)
+                peer:0 | connect:0 | disconnect:0 | remove:0 | send:0 | history:0 | confirm:0)
                     candidates=$(_peervoicectl_peer_ids) ;;
                 confirm:1) candidates="yes no" ;;
                 mute:0) candidates="on off toggle" ;;

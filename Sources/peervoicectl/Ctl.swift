@@ -125,6 +125,8 @@ enum Ctl {
             try status(Service())
         case "peers":
             try peers(Service(), idsOnly: invocation.has("--ids"))
+        case "peer":
+            try peer(Service(), named: arguments[0])
         case "discover":
             var timeout: Double?
             if let text = invocation.options["--timeout"] {
@@ -213,6 +215,38 @@ enum Ctl {
         rows.append(["Peers:", peers.isEmpty ? "none" : "\(peers.count)"])
         Output.line(Format.table(rows))
         if !peers.isEmpty { Output.line(peerTable(peers, indent: "  ")) }
+    }
+
+    /// One peer object's properties, found by its id or one of its routes.
+    private static func peer(_ service: Service, named name: String) throws(Exit) {
+        let wanted = name.uppercased()
+        let found = try service.peerObjects().first { object in
+            let id = object.lookup("Id")?.string ?? ""
+            let addresses: [String] = (object.lookup("Routes")?.children ?? []).compactMap { $0[1].string }
+            return id.uppercased() == wanted || addresses.contains { $0.uppercased() == wanted }
+        }
+        guard let object = found else {
+            throw Exit(status: 1, message: "peervoicectl: UnknownPeer: \(name) is neither the id nor an address of a known or found peer (peervoicectl peers lists them)")
+        }
+        func text(_ property: String) -> String { object.lookup(property)?.string ?? "" }
+        var routes: [String] = []
+        for route in object.lookup("Routes")?.children ?? [] {
+            let seenMs = route[2].uint64 ?? 0
+            let seen = seenMs == 0 ? "" : " (last seen \(Format.localTime(milliseconds: seenMs, withMilliseconds: false)))"
+            routes.append((route[1].string ?? "?") + seen)
+        }
+        let id = text("Id"), fingerprint = text("Fingerprint")
+        var rows: [[String]] = [
+            ["Id:", id.isEmpty ? "none yet (its key is not known)" : id],
+            ["Name:", text("Name").isEmpty ? "-" : Format.escaped(text("Name"))],
+            ["State:", text("State")],
+            ["Transport:", text("Transport")],
+            ["Paired:", yesNo(object.lookup("Paired"))],
+            ["Voice:", text("Voice")],
+            ["Fingerprint:", fingerprint.isEmpty ? "none yet" : fingerprint],
+        ]
+        for (index, route) in routes.enumerated() { rows.append([index == 0 ? "Routes:" : "", route]) }
+        Output.line(Format.table(rows))
     }
 
     private static func peerTable(_ peers: [Service.Peer], indent: String = "") -> String {

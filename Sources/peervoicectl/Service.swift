@@ -81,6 +81,17 @@ final class Service {
         }
     }
 
+    /// The properties (`a{sv}`) of every peer object the ObjectManager publishes.
+    func peerObjects() throws(Exit) -> [Variant] {
+        do {
+            let reply = try connection.call(destination: Self.name, path: Self.path,
+                                            interface: "org.freedesktop.DBus.ObjectManager", method: "GetManagedObjects")
+            return reply[0].children.compactMap { $0[1].lookup("org.example.PeerVoice.Peer") }
+        } catch {
+            throw Exit.from(error)
+        }
+    }
+
     /// Every property, as an `a{sv}`.
     func properties() throws(Exit) -> Variant {
         do {

@@ -43,6 +43,11 @@ enum Usage {
         CommandSpec("peers", "[--ids]", "list known peers: id, name, transport, state", options: ["--ids": false], details: """
               --ids   print only the peer ids, one per line (for scripts and completion)
             """),
+        CommandSpec("peer", "PEER", "show one peer: its id, name, state, routes and key fingerprint", positionals: 1...1, details: """
+            Reads the peer's object (org.example.PeerVoice.Peer, through the ObjectManager): PEER is
+            its id or one of its addresses. The fingerprint is the key to compare, read aloud, with
+            `peervoicectl status` on the other computer.
+            """),
         CommandSpec("discover", "[--timeout S]", "search for nearby peers and print each one found or lost",
                     options: ["--timeout": true], details: """
             Starts discovery, prints a line for every PeerFound and PeerLost signal, and stops
@@ -121,8 +126,9 @@ enum Usage {
             Commands:
             \(list)
 
-            PEER is a Bluetooth address (AA:BB:CC:DD:EE:FF) or ip:HOST:PORT (ip:192.168.1.20:47800,
-            ip:[::1]:47800); `peervoicectl peers` lists the known ones.
+            PEER is a peer id (pv:3k7qh2x4mzbv6tnwyc5rjd2lae) or an address: Bluetooth
+            (AA:BB:CC:DD:EE:FF) or ip:HOST:PORT (ip:192.168.1.20:47800, ip:[::1]:47800);
+            `peervoicectl peers` lists the known ones.
             `peervoicectl COMMAND --help` describes a command.
 
             Exit status: 0 done; 1 the service answered with an error (printed as NAME: message);

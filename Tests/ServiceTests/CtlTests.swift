@@ -354,6 +354,22 @@ final class CtlTests: XCTestCase {
         }, "bravo does not see alpha connected")
 
         // peers and status
+        // peer: one peer's id, state, routes and key, by its address or by its id.
+        let shown = try ctl(["peer", b.address], bus: busA)
+        XCTAssertEqual(shown.status, 0, "\(shown)")
+        let shownFields = Self.fields(shown.output)
+        XCTAssertEqual(shownFields["Id"], b.id, shown.output)
+        XCTAssertEqual(shownFields["Name"], "bravo", shown.output)
+        XCTAssertEqual(shownFields["State"], "connected", shown.output)
+        XCTAssertEqual(shownFields["Paired"], "yes", shown.output)
+        XCTAssertEqual(shownFields["Fingerprint"], try b.client.property("Fingerprint").string,
+                       "A shows the key B's own service shows")
+        XCTAssertEqual(shownFields["Routes"]?.hasPrefix(b.address + " (last seen "), true, shown.output)
+        XCTAssertEqual(try ctl(["peer", b.id], bus: busA).output, shown.output)
+        let nobody = try ctl(["peer", "ip:127.0.0.1:1"], bus: busA)
+        XCTAssertEqual(nobody.status, 1, "\(nobody)")
+        XCTAssertTrue(nobody.output.hasPrefix("peervoicectl: UnknownPeer: ip:127.0.0.1:1 "), "\(nobody)")
+
         let peers = try ctl(["peers"], bus: busA)
         XCTAssertEqual(peers.status, 0, "\(peers)")
         XCTAssertEqual(Self.rows(peers.output), [["ID", "NAME", "TRANSPORT", "STATE"], [b.id, "bravo", "ip", "connected"]])
@@ -747,7 +763,7 @@ final class CtlTests: XCTestCase {
         let output = process.log
         XCTAssertTrue(output.hasPrefix("complete -F _peervoicectl peervoicectl\n"), output)
         let expected = [
-            "[peervoicectl ] status peers discover connect disconnect send history remove mute confirm voice monitor help --help --version",
+            "[peervoicectl ] status peers peer discover connect disconnect send history remove mute confirm voice monitor help --help --version",
             "[peervoicectl mu] mute",
             "[peervoicectl mute ] on off toggle",
             "[peervoicectl voice ] start stop",
