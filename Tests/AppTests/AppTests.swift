@@ -188,19 +188,7 @@ final class AppTests: XCTestCase {
         try FileManager.default.createDirectory(atPath: services, withIntermediateDirectories: true)
         // Only this directory and the system's (for AT-SPI's registry): an installed
         // org.example.PeerVoice.service elsewhere must not be found.
-        let config = directory.path + "/bus.conf"
-        try """
-            <!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
-             "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
-            <busconfig>
-              <type>session</type>
-              <listen>unix:tmpdir=/tmp</listen>
-              <servicedir>\(services)</servicedir>
-              <servicedir>/usr/share/dbus-1/services</servicedir>
-              <policy context="default"><allow send_destination="*" eavesdrop="true"/><allow eavesdrop="true"/><allow own="*"/></policy>
-            </busconfig>
-            """.write(toFile: config, atomically: true, encoding: .utf8)
-        let bus = try PrivateBus(in: directory, configArguments: ["--config-file=" + config])
+        let bus = try PrivateBus(in: directory, activatingFrom: [services, "/usr/share/dbus-1/services"])
         defer { bus.stop() }
         let client = try APIClient(address: bus.address)
         let locale = directory.path + "/locale"

@@ -866,24 +866,7 @@ final class CtlTests: XCTestCase {
 
                 """.write(toFile: services + "/org.example.PeerVoice.service", atomically: true, encoding: .utf8)
         }
-        let config = directory.path + "/session.conf"
-        try """
-            <!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
-             "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
-            <busconfig>
-              <type>session</type>
-              <listen>unix:tmpdir=\(directory.path)</listen>
-              <auth>EXTERNAL</auth>
-              <servicedir>\(services)</servicedir>
-              <policy context="default">
-                <allow send_destination="*" eavesdrop="true"/>
-                <allow eavesdrop="true"/>
-                <allow own="*"/>
-              </policy>
-            </busconfig>
-
-            """.write(toFile: config, atomically: true, encoding: .utf8)
-        let bus = try PrivateBus(in: directory, configArguments: ["--config-file=\(config)"])
+        let bus = try PrivateBus(in: directory, activatingFrom: [services])
         cleanups.append { bus.stop() }
         return bus
     }

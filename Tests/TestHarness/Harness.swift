@@ -22,6 +22,29 @@ public final class PrivateBus {
         }
     }
 
+    /// A private session bus that starts services by bus activation from `serviceDirectories`
+    /// only (so a PeerVoice installed on this machine is not found unless a directory is listed).
+    public convenience init(in directory: TemporaryDirectory, activatingFrom serviceDirectories: [String]) throws {
+        let config = directory.path + "/session.conf"
+        try """
+            <!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
+             "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
+            <busconfig>
+              <type>session</type>
+              <listen>unix:tmpdir=\(directory.path)</listen>
+              <auth>EXTERNAL</auth>
+            \(serviceDirectories.map { "  <servicedir>\($0)</servicedir>" }.joined(separator: "\n"))
+              <policy context="default">
+                <allow send_destination="*" eavesdrop="true"/>
+                <allow eavesdrop="true"/>
+                <allow own="*"/>
+              </policy>
+            </busconfig>
+
+            """.write(toFile: config, atomically: true, encoding: .utf8)
+        try self.init(in: directory, configArguments: ["--config-file=" + config])
+    }
+
     public func stop() {
         process.signal(SIGTERM)
         if process.wait(timeout: 5) == nil { process.kill() }
