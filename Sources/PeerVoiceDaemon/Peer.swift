@@ -9,8 +9,8 @@ struct PeerSummary {
     let state: PeerState
 }
 
-/// A peer the service knows: a device, named by its key. Its addresses are routes; its link,
-/// dial and voice are what it is doing now.
+/// A peer the service knows: a device, named by its key. Its addresses are routes; its link and
+/// voice are what it is doing now (its dials are `PeerConnections`', its delivery `MessageDelivery`'s).
 final class Peer {
     let id: PeerID
     let key: PublicKey
@@ -26,9 +26,6 @@ final class Peer {
     var link: PeerLink?
     /// The transport of the current or last link.
     var lastTransport: Transport?
-    var dial: PeerDial?
-    var redialTimer: EventSource?
-    var backoffMs: UInt32 = 0
     /// Set by our `Disconnect` (kept across restarts), the peer's user-disconnect goodbye, or a
     /// refused pairing: do not redial until the next `Connect`.
     var stayDisconnected = false
@@ -36,8 +33,6 @@ final class Peer {
     var voice = PeerVoice()
     /// `Connect` calls waiting for the link.
     var connectWaiters: [ConnectWaiter] = []
-    /// Text delivery on the current link.
-    var delivery = LinkDelivery(now: .now)
 
     init(id: PeerID, key: PublicKey, name: String, routes: [PeerRoute], paired: Bool) {
         self.id = id

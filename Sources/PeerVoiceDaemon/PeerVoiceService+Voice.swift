@@ -59,8 +59,8 @@ extension PeerVoiceService {
     }
 
     func startVoice(_ ref: PeerRef) throws(ServiceError) {
-        let peer = try peer(ref)
-        if !peer.isConnected, let unavailable = bluetoothUnavailable(for: peer.transport) { throw unavailable }
+        let peer = try registry.resolve(ref)
+        if !peer.isConnected, let unavailable = bluetooth.unavailable(for: peer.transport) { throw unavailable }
         guard peer.isConnected else { throw .notConnected("\(peer.id) is not connected: Connect to it first") }
         peer.voice.wanted = true
         if let reason = voiceUnavailableReason(for: peer) { throw .notAvailable(reason) }
@@ -68,7 +68,7 @@ extension PeerVoiceService {
     }
 
     func stopVoice(_ ref: PeerRef) throws(ServiceError) {
-        let peer = try peer(ref)
+        let peer = try registry.resolve(ref)
         guard peer.isConnected else { throw .notConnected("\(peer.id) is not connected") }
         if peer.voice.localSession != nil { peer.link?.send(.voiceStop) }
         endVoice(peer, reason: "StopVoice was called")
@@ -125,11 +125,11 @@ extension PeerVoiceService {
 
     /// The peer the voice thread names `id` (it knows peers by their ids' text).
     private func peer(describedAs id: String) -> Peer? {
-        PeerID(id).flatMap { peers[$0] }
+        PeerID(id).flatMap { registry[$0] }
     }
 
     /// VOICE_START, VOICE_STOP, VOICE_REPORT and (on the link) VOICE from the peer.
-    func peerSentVoiceFrame(_ frame: Frame, peer: Peer) {
+    func received(_ frame: Frame, from peer: Peer) {
         switch frame {
         case .voiceStart(let start):
             if peer.voice.remote != nil && peer.voice.remote?.sessionID != start.sessionID {
@@ -181,9 +181,30 @@ extension PeerVoiceService {
 
     /// Brings up voice that is wanted but not running, e.g. once PipeWire has appeared.
     func retryWantedVoice() {
-        for peer in peers.values where peer.isConnected && peer.voice.wanted && !peer.voice.running {
+        for peer in registry.all where peer.isConnected && peer.voice.wanted && !peer.voice.running {
             beginVoice(peer)
         }
+    }
+}
+
+extension PeerVoiceService: LinkVoice {
+    func linkOpened(_ link: PeerLink, to peer: Peer) {
+        guard let hello = link.peerHello else { return }
+        peer.voice.destination = Self.voiceDestination(link: link, hello: hello)
+        if options.voice.autoStart { peer.voice.wanted = true }
+        beginVoice(peer)
+    }
+
+    func linkEnded(for peer: Peer, reason: String) {
+        endVoice(peer, reason: reason)
+    }
+
+    /// Voice goes to the voice port the peer announced, else to the address we dialled (a relay
+    /// in between carries voice too), else to the peer's listen port.
+    private static func voiceDestination(link: PeerLink, hello: Hello) -> IPEndpoint? {
+        guard case .ip(let remote) = link.remote else { return nil }
+        if link.isOutgoing && hello.voicePort == 0 { return remote }
+        return hello.voiceDestinationPort.map { IPEndpoint(host: remote.host, port: $0) }
     }
 }
 

@@ -3,58 +3,47 @@ import GIO
 import PeerVoiceCore
 import Sodium
 
-/// The control plane: peers, links, pairing, messages, mute. Lives on the GLib main loop thread;
-/// every method is called there, and it reports what happens through `emit`.
+/// The control plane, as the bus sees it: each bus method becomes calls on the components below,
+/// which own their state; they report through `emit`. Lives on the GLib main loop thread, where
+/// every method is called.
 ///
-/// A peer is a device, named by its key (`PeerID`); addresses are routes to it. This file holds
-/// the bus-facing methods; PeerVoiceService+Links.swift the links, pairing and delivery.
+/// A peer is a device, named by its key (`PeerID`); addresses are routes to it. docs/ARCHITECTURE.md
+/// maps the components and who owns what.
 final class PeerVoiceService {
     var emit: (ServiceEvent) -> Void = { _ in }
     /// Called when the set of peers (or what one shows) changed without an event of its own.
     var peersChanged: () -> Void = {}
 
     private(set) var isMuted = false
-    var isDiscovering: Bool { (bluetooth?.isDiscovering ?? false) || isDiscoveringOnLAN }
-    var adapterName: String { bluetooth?.adapterName ?? "" }
+    var isDiscovering: Bool { bluetooth.isDiscovering || lan.isDiscovering }
+    var adapterName: String { bluetooth.adapterName }
     var listenAddress: String { ip.listenAddress }
+    /// What DiscoveryMethods says: the methods StartDiscovery can use now.
+    var discoveryMethods: [String] {
+        (bluetooth.canDiscover ? ["bluetooth"] : []) + (lan.canDiscover ? ["lan"] : [])
+    }
     /// The capture processing of the latest voice session (before one: what the options allow).
     var audioProcessing: [String]
 
     let options: Options
-    let instance: InstanceID
-    let identity: StaticIdentity
-    let crypto = LibSodium()
-    let store: MessageStore
-    let directory: PeerDirectory
-    let ip = IPTransport()
     /// This service's own id and key, as peers see them.
     let ownID: PeerID
     let ownKey: PublicKey
+    private let instance: InstanceID
+    private let identity: StaticIdentity
+    let crypto = LibSodium()
+    let ip = IPTransport()
+    let registry: PeerRegistry
+    private let pairing: PairingPrompts
+    private let delivery: MessageDelivery
+    let bluetooth: BluetoothPeers
+    private let lan: LANPeers
+    private let connections: PeerConnections
     /// The voice thread, once its UDP socket is bound (PeerVoiceService+Voice.swift).
     var voice: VoiceEngine?
     /// The UDP port HELLO announces for voice when we do not listen (0: the listen port).
     var voicePort: UInt16 = 0
-    /// BlueZ, once started (PeerVoiceService+Bluetooth.swift).
-    var bluetooth: BluetoothTransport?
-    /// Avahi, unless `--no-lan` (PeerVoiceService+LAN.swift).
-    var lan: LANDiscovery?
-    /// How each LAN advertisement found was reported (`PeerLost` names it the same way).
-    var lanFoundRefs: [LANRoute: PeerRef] = [:]
-    /// Peers by key: the paired ones, and those meeting us for the first time.
-    var peers: [PeerID: Peer] = [:]
-    /// Addresses being dialled whose key is not known yet.
-    var contacts: [PeerAddress: Contact] = [:]
-    /// Links not yet open.
-    var pendingLinks: [ObjectIdentifier: PendingLink] = [:]
-    /// The peer each open link belongs to.
-    var linkOwners: [ObjectIdentifier: Peer] = [:]
-    /// Pairing prompts waiting for `ConfirmPairing`, at most one per peer.
-    var pairingPrompts: [PeerID: PairingPrompt] = [:]
-    var pairingLimiter = PairingRateLimiter()
-    private var timers: [EventSource] = []
-
-    /// How often undeliverable messages are checked for expiry.
-    static let expiryCheckMs: UInt32 = 60_000
+    private var voiceRetryTimer: EventSource?
 
     /// Opens the state directory (identity key, instance id, known peers, message store),
     /// migrating one of protocol version 3. Nothing is sent or accepted until `start()`.
@@ -77,6 +66,8 @@ final class PeerVoiceService {
         ownKey = PublicKey(bytes: identity.publicKey)!
         let crypto = crypto
         ownID = PeerID(key: ownKey, using: crypto)
+        let store: MessageStore
+        let directory: PeerDirectory
         do {
             instance = try Self.loadInstanceID(in: state)
             store = try MessageStore(directory: state + "/messages", onWarning: { Log.warning("message store: \($0)") })
@@ -85,12 +76,21 @@ final class PeerVoiceService {
         } catch {
             throw .failed("cannot use the state directory \(state): \(error)")
         }
-        for known in directory.all {
-            let peer = Peer(id: known.id, key: known.key, name: known.name, routes: known.routes, paired: true)
-            peer.instance = known.instance.flatMap { InstanceID(hex: $0) }
-            peer.stayDisconnected = known.stayDisconnected
-            peers[known.id] = peer
-        }
+        // The components report through `emit`, which the daemon sets after this.
+        weak var service: PeerVoiceService?
+        let emit: (ServiceEvent) -> Void = { service?.emit($0) }
+        registry = PeerRegistry(directory: directory, emit: emit)
+        pairing = PairingPrompts(emit: emit)
+        delivery = MessageDelivery(store: store, emit: emit)
+        bluetooth = BluetoothPeers(adapter: options.adapter, defaultAgent: options.defaultAgent, registry: registry, emit: emit)
+        lan = LANPeers(options: options, fingerprint: identity.fingerprint, crypto: crypto, ip: ip, registry: registry,
+                       offersVoice: { service?.voice != nil }, emit: emit)
+        connections = PeerConnections(instance: instance, identity: identity, crypto: crypto, ip: ip, registry: registry,
+                                      pairing: pairing, delivery: delivery, bluetooth: bluetooth, lan: lan,
+                                      hello: { service!.localHello }, emit: emit)
+        bluetooth.connections = connections
+        service = self
+        connections.voice = self
         Log.info("identity \(ownID) (key \(ownKey))")
     }
 
@@ -112,39 +112,34 @@ final class PeerVoiceService {
     /// Starts accepting peers and delivering queued messages: called once the bus name is owned.
     func start() throws(ServiceError) {
         // For --listen and for the default LAN listener alike.
-        ip.onIncoming = { [unowned self] connection, remote in
-            // A host that used up its key exchanges is turned away before any work.
-            if pairingLimiter.isExhausted(host: remote.host, nowMs: Self.nowMs()) {
-                Log.info("turned away \(remote): too many key exchanges from \(remote.host) within a minute")
-                connection.closeAfterFlushing()
-                return
-            }
-            startLink(PeerLink(connection: connection, remote: .ip(remote), isOutgoing: false), dialled: nil)
-        }
+        connections.start()
         if let address = options.listen {
             try ip.listen(on: address)
             emit(.propertiesChanged([.listenAddress]))
         }
         startVoiceEngine()
-        startBluetooth()
-        startLAN()
-        for peer in peers.values { scheduleRedial(peer, immediately: true) }
-        expireMessages()
-        timers = [
-            Timer.every(milliseconds: Self.expiryCheckMs) { [unowned self] in expireMessages(); return true },
-            Timer.every(milliseconds: 500) { [unowned self] in resendStalledRuns(); return true },
-            Timer.every(milliseconds: Self.voiceRetryMs) { [unowned self] in retryWantedVoice(); return true },
-        ]
+        bluetooth.start()
+        lan.start()
+        for peer in registry.all { connections.scheduleRedial(peer, immediately: true) }
+        delivery.start()
+        voiceRetryTimer = Timer.every(milliseconds: Self.voiceRetryMs) { [unowned self] in retryWantedVoice(); return true }
     }
 
     /// Says goodbye to every connected peer.
     func shutdown() {
-        for peer in peers.values {
+        for peer in registry.all {
             peer.link?.close(goodbye: .shuttingDown, logReason: "shutting down")
         }
-        stopBluetooth()
-        stopLAN()
+        bluetooth.stop()
+        lan.stop()
         voice?.shutdown()
+    }
+
+    private var localHello: Hello {
+        // Every field is in range by construction; a HELLO that cannot be built is a bug.
+        try! Hello(instanceID: instance, capabilities: voice == nil ? [.text] : [.text, .voice],
+                   listenPort: ip.listenPort, voicePort: voicePort,
+                   name: Hello.truncatedName(options.name))
     }
 
     // MARK: Discovery
@@ -153,25 +148,25 @@ final class PeerVoiceService {
     /// when none can run now, saying why for each. `completion` runs once BlueZ has answered (or
     /// failed to in time).
     func startDiscovery(completion: @escaping (Result<Void, ServiceError>) -> Void) {
-        let onLAN = startLANDiscovery()
-        startBluetoothDiscovery { [unowned self] result in
+        let onLAN = lan.startDiscovery()
+        bluetooth.startDiscovery { [unowned self] result in
             guard case .failure(let error) = result else { return completion(.success(())) }
             guard case .failure(let lanError) = onLAN else {
                 Log.info("discovering on the LAN only: \(error.message)")
                 return completion(.success(()))
             }
             // Nothing runs: the call fails, so nothing is left wanted either.
-            _ = stopLANDiscovery()
+            _ = lan.stopDiscovery()
             guard case .notAvailable = error, case .notAvailable = lanError else { return completion(.failure(error)) }
             completion(.failure(.notAvailable("\(error.message); \(lanError.message)")))
         }
     }
 
     func stopDiscovery(completion: @escaping (Result<Void, ServiceError>) -> Void) {
-        let wasOnLAN = stopLANDiscovery()
-        stopBluetoothDiscovery { [unowned self] result in
+        let wasOnLAN = lan.stopDiscovery()
+        bluetooth.stopDiscovery { [unowned self] result in
             // Without Bluetooth there was nothing to stop there; a BlueZ that did not answer is reported.
-            if case .failure(let error) = result, wasOnLAN, bluetoothUnavailable(for: .bluetooth) != nil {
+            if case .failure(let error) = result, wasOnLAN, bluetooth.unavailable(for: .bluetooth) != nil {
                 Log.debug("StopDiscovery: \(error.message)")
                 return completion(.success(()))
             }
@@ -182,10 +177,10 @@ final class PeerVoiceService {
     // MARK: Peers
 
     func peerList() -> [PeerSummary] {
-        let known = peers.values.map(\.summary)
-        let dialling = contacts.values.map(\.summary)
-        let taken = Set(peers.values.flatMap { $0.routes.map(\.address) } + contacts.keys)
-        let found = bluetoothPeerSummaries(excluding: taken)
+        let known = registry.all.map(\.summary)
+        let dialling = registry.allContacts.map(\.summary)
+        let taken = Set(registry.all.flatMap { $0.routes.map(\.address) } + registry.allContacts.map(\.address))
+        let found = bluetooth.summaries(excluding: taken)
         return (known + dialling + found).sorted { $0.ref.description < $1.ref.description }
     }
 
@@ -195,7 +190,7 @@ final class PeerVoiceService {
         peerList().map { row in
             switch row.ref {
             case .id(let id):
-                let peer = peers[id]!
+                let peer = registry[id]!
                 return PeerObjectSnapshot(
                     path: PeerObjects.peerPath(id), id: id.description, name: peer.name, state: peer.state,
                     transport: peer.transport,
@@ -211,103 +206,33 @@ final class PeerVoiceService {
         }
     }
 
-    /// The peer `ref` names: its id, or an address that is a route of exactly one known peer.
-    func peer(_ ref: PeerRef) throws(ServiceError) -> Peer {
-        switch ref {
-        case .id(let id):
-            guard let peer = peers[id] else {
-                throw .unknownPeer("\(id) is not a known peer: Connect to its address first (ListPeers shows known peers)")
-            }
-            return peer
-        case .address(let address):
-            let matches = peers.values.filter { $0.hasRoute(address) }
-            guard matches.count <= 1 else {
-                throw .invalidArgument("\(address) is a route of several peers (\(matches.map(\.id.description).sorted().joined(separator: ", "))): name the peer by its id")
-            }
-            guard let peer = matches.first else {
-                throw .unknownPeer("\(address) is not the address of a known peer: Connect to it first (ListPeers shows known peers)")
-            }
-            return peer
-        }
-    }
-
     /// Connects to `target`: a known peer (by id or route), or a new address. Completes with the
     /// peer's id once the link is open.
     func connect(_ target: PeerRef, completion: @escaping ConnectWaiter) {
-        if case .address(let address) = target, let unavailable = bluetoothUnavailable(for: address.transport) {
-            return completion(.failure(unavailable))
-        }
-        let peer: Peer
-        switch target {
-        case .id:
-            do throws(ServiceError) { peer = try self.peer(target) } catch { return completion(.failure(error)) }
-        case .address(let address):
-            let owners = peers.values.filter { $0.hasRoute(address) }
-            guard owners.count == 1 else {
-                // A new address (or one several peers used): whoever answers is identified by its key.
-                let contact = contacts[address] ?? Contact(address: address)
-                contacts[address] = contact
-                contact.connectWaiters.append(completion)
-                if contact.dial == nil && !pendingLinks.values.contains(where: { $0.dialled == .contact(address) }) {
-                    dial(contact)
-                }
-                return
-            }
-            peer = owners[0]
-        }
-        if peer.isConnected { return completion(.success(peer.id)) }
-        setStayDisconnected(peer, false)
-        peer.connectWaiters.append(completion)
-        if peer.dial == nil && !hasPendingLink(peer) {
-            if case .address(let address) = target { dial(peer, preferring: address) } else { dial(peer) }
-        }
+        connections.connect(target, completion: completion)
     }
 
     func disconnect(_ ref: PeerRef) throws(ServiceError) {
-        if abandonContact(ref, because: "Disconnect") { return }
-        let peer = try peer(ref)
-        guard peer.isConnected || peer.dial != nil || peer.redialTimer != nil || hasPendingLink(peer) else {
-            throw .notConnected("\(peer.id) is not connected")
-        }
-        setStayDisconnected(peer, true)
-        stopDialling(peer)
-        failConnectWaiters(peer, .failed("Disconnect(\(ref)) was called while connecting"))
-        if let link = peer.link {
-            link.close(goodbye: .userDisconnected, logReason: "Disconnect was called")
-        } else {
-            setState(peer, .disconnected)
-        }
-    }
-
-    /// Stops a dial to an address whose key is not known yet, if `ref` names one; its Connect
-    /// fails saying that `method` was called.
-    private func abandonContact(_ ref: PeerRef, because method: String) -> Bool {
-        guard case .address(let address) = ref, let contact = contacts[address] else { return false }
-        stopDialling(contact)
-        contactFailed(contact, .failed("\(method)(\(address)) was called while connecting"))
-        return true
+        if connections.abandonContact(ref, because: "Disconnect") { return }
+        let peer = try registry.resolve(ref)
+        guard connections.isBusy(peer) else { throw .notConnected("\(peer.id) is not connected") }
+        connections.disconnect(peer, by: "Disconnect", ref: ref)
     }
 
     func removePeer(_ ref: PeerRef) throws(ServiceError) {
-        if abandonContact(ref, because: "RemovePeer") { return }
-        let peer = try peer(ref)
+        if connections.abandonContact(ref, because: "RemovePeer") { return }
+        let peer = try registry.resolve(ref)
         let id = peer.id
-        peer.stayDisconnected = true
-        stopDialling(peer)
-        failConnectWaiters(peer, .failed("RemovePeer(\(ref)) was called while connecting"))
-        peer.link?.close(goodbye: .userDisconnected, logReason: "RemovePeer was called")
-        let failed: [String]
+        connections.disconnect(peer, by: "RemovePeer", ref: ref)
+        connections.forget(id)
+        let failed: Int
         do {
-            failed = try store.forget(peer: id.description)
-            try directory.remove(id: id)
+            failed = try delivery.forget(id)
+            try registry.remove(id)
         } catch {
             throw .failed("could not forget \(id) in the state directory: \(error)")
         }
-        peers[id] = nil
-        for messageID in failed {
-            emit(.messageFailed(id, messageID: messageID, reason: "the peer was removed"))
-        }
-        Log.info("removed \(id): key unpinned, \(failed.count) queued messages failed")
+        Log.info("removed \(id): key unpinned, \(failed) queued messages failed")
         peersChanged()
     }
 
@@ -318,40 +243,23 @@ final class PeerVoiceService {
         try MessageText.validate(text)
         let targets: [Peer]
         if let ref {
-            targets = [try peer(ref)]
+            targets = [try registry.resolve(ref)]
         } else {
-            targets = peers.values.filter(\.isConnected).sorted { $0.id < $1.id }
+            targets = registry.connected
             guard !targets.isEmpty else { throw .notConnected("no peer is connected: Connect to one first") }
         }
         let messageID = MessageID.random().hex
         let now = Self.nowMs()
         for peer in targets {
-            do {
-                _ = try store.enqueue(peer: peer.id.description, id: messageID, text: text, nowMs: now)
-            } catch MessageStoreError.outboxFull {
-                throw .failed("the outbox for \(peer.id) is full (\(store.limits.maxQueuedPerPeer) messages or \(store.limits.maxQueuedBytesPerPeer >> 20) MiB): wait until the peer is back, or RemovePeer")
-            } catch {
-                throw .failed("could not store the message: \(error)")
-            }
-            if peer.isConnected {
-                sendQueuedMessages(to: peer)
-            } else {
-                scheduleRedial(peer, immediately: true)
-            }
+            try delivery.enqueue(text, id: messageID, for: peer.id, nowMs: now)
+            if !peer.isConnected { connections.scheduleRedial(peer, immediately: true) }
         }
         return messageID
     }
 
     func history(of ref: PeerRef, max: Int) throws(ServiceError) -> (PeerID, [StoredMessage]) {
-        let peer = try peer(ref)
-        return (peer.id, store.history(peer: peer.id.description, max: max))
-    }
-
-    private func expireMessages() {
-        for (peer, messageID) in store.expire(nowMs: Self.nowMs()) {
-            guard let id = PeerID(peer) else { continue }
-            emit(.messageFailed(id, messageID: messageID, reason: "not delivered within \(store.limits.expiryMs / 86_400_000) days"))
-        }
+        let peer = try registry.resolve(ref)
+        return (peer.id, delivery.history(of: peer.id, max: max))
     }
 
     // MARK: Mute
@@ -370,21 +278,18 @@ final class PeerVoiceService {
         return isMuted
     }
 
-    // MARK: Pairing and voice
+    // MARK: Pairing
 
     /// Answers the prompt whose `PairingRequested` carried exactly `ref`: BlueZ's question for
     /// an address, the peer link's for an id.
     func confirmPairing(_ ref: PeerRef, accept: Bool) throws(ServiceError) {
         switch ref {
         case .address(let address):
-            guard answerBluetoothPairing(address, accept: accept) else {
+            guard bluetooth.answerPairing(address, accept: accept) else {
                 throw .invalidArgument("no pairing request is pending for \(address)")
             }
         case .id(let id):
-            guard let prompt = pairingPrompts.removeValue(forKey: id) else {
-                throw .invalidArgument("no pairing request is pending for \(id)")
-            }
-            answer(prompt, for: id, accept: accept, reason: "refused here with ConfirmPairing")
+            try pairing.answer(id, accept: accept)
         }
     }
 

@@ -1,85 +1,99 @@
-import GIO
 import PeerVoiceCore
+import Sodium
 
-/// LAN peers: the service's side of `LANDiscovery`, and the default listener. Without `--listen`
+/// The service's side of `LANDiscovery`, and the default listener. Without `--listen`
 /// peervoiced listens on the LAN (port 47800, else any free one) while discoverable or while it
-/// has known peers, and accepts first contacts there only while discoverable. PeerVoiceService.swift
-/// calls in here through one-line hooks (start, stop, discovery, properties); the first-contact
-/// rule is checked in linkDidAuthenticate, and linkDidOpen keeps the listener open for known peers.
-extension PeerVoiceService {
+/// has known peers, and accepts first contacts there only while discoverable (`refusesFirstContact`).
+final class LANPeers {
     /// The default listener's port, when it is free.
-    static let defaultLANPort: UInt16 = 47800
+    static let defaultPort: UInt16 = 47800
 
-    func startLAN() {
+    private let options: Options
+    private let fingerprint: String
+    private let crypto: LibSodium
+    private let ip: IPTransport
+    private let registry: PeerRegistry
+    /// Whether we offer voice (the advertisement says so).
+    private let offersVoice: () -> Bool
+    private let emit: (ServiceEvent) -> Void
+    /// Avahi, unless `--no-lan`.
+    private var discovery: LANDiscovery?
+    /// How each advertisement found was reported (`PeerLost` names it the same way).
+    private var foundRefs: [LANRoute: PeerRef] = [:]
+
+    init(options: Options, fingerprint: String, crypto: LibSodium, ip: IPTransport, registry: PeerRegistry,
+         offersVoice: @escaping () -> Bool, emit: @escaping (ServiceEvent) -> Void) {
+        self.options = options
+        self.fingerprint = fingerprint
+        self.crypto = crypto
+        self.ip = ip
+        self.registry = registry
+        self.offersVoice = offersVoice
+        self.emit = emit
+    }
+
+    func start() {
         guard options.lan else { return }
-        let discovery = LANDiscovery(excludedInterfaces: options.lanExcludedInterfaces, ownFingerprint: identity.fingerprint)
+        let discovery = LANDiscovery(excludedInterfaces: options.lanExcludedInterfaces, ownFingerprint: fingerprint)
         discovery.delegate = self
-        lan = discovery
+        self.discovery = discovery
         discovery.start()
-        if hasPairedPeers { openDefaultListener() }
+        if registry.hasPairedPeers { openDefaultListener() }
     }
 
-    func stopLAN() {
-        lan?.stop()
+    func stop() {
+        discovery?.stop()
     }
 
-    /// What DiscoveryMethods says: the methods StartDiscovery can use now.
-    var discoveryMethods: [String] {
-        var methods: [String] = []
-        if let bluetooth, bluetooth.unavailableReason == nil { methods.append("bluetooth") }
-        if lan?.isAvailable == true { methods.append("lan") }
-        return methods
-    }
+    /// Whether StartDiscovery can use the LAN now (DiscoveryMethods).
+    var canDiscover: Bool { discovery?.isAvailable == true }
 
-    var isDiscoveringOnLAN: Bool { lan?.isDiscovering ?? false }
-
-    /// Known peers, as far as the default listener cares: someone may dial back.
-    private var hasPairedPeers: Bool { peers.values.contains(where: \.paired) }
+    var isDiscovering: Bool { discovery?.isDiscovering ?? false }
 
     /// StartDiscovery's LAN half: wants LAN discovery (it starts when Avahi is there) and says
     /// why it cannot run now, if it cannot.
-    func startLANDiscovery() -> Result<Void, ServiceError> {
-        guard let lan else { return .failure(.notAvailable("LAN discovery is off (--no-lan)")) }
+    func startDiscovery() -> Result<Void, ServiceError> {
+        guard let discovery else { return .failure(.notAvailable("LAN discovery is off (--no-lan)")) }
         openDefaultListener()
         guard ip.isListening else {
             return .failure(.failed("LAN discovery needs a listener, and none could be opened (see the log)"))
         }
-        let capabilities: Set<LANAdvertisement.Capability> = voice == nil ? [.text] : [.text, .voice]
+        let capabilities: Set<LANAdvertisement.Capability> = offersVoice() ? [.text, .voice] : [.text]
         // Every field is in range by construction (advertisableName, the identity's own fingerprint).
         let advertisement = try! LANAdvertisement(name: LANAdvertisement.advertisableName(options.name),
-                                                  capabilities: capabilities, fingerprint: identity.fingerprint)
-        lan.startDiscovery(LANServiceInfo(displayName: options.name, port: ip.listenPort, advertisement: advertisement))
+                                                  capabilities: capabilities, fingerprint: fingerprint)
+        discovery.startDiscovery(LANServiceInfo(displayName: options.name, port: ip.listenPort, advertisement: advertisement))
         emit(.propertiesChanged([.discovering]))
-        if let reason = lan.unavailableReason { return .failure(.notAvailable("LAN discovery is not available: \(reason)")) }
+        if let reason = discovery.unavailableReason { return .failure(.notAvailable("LAN discovery is not available: \(reason)")) }
         return .success(())
     }
 
     /// StopDiscovery's LAN half: withdraws the advertisement; false when the LAN was not discovering.
-    func stopLANDiscovery() -> Bool {
-        guard let lan, lan.isDiscovering else { return false }
-        lan.stopDiscovery()
-        if !hasPairedPeers { closeDefaultListener() }
+    func stopDiscovery() -> Bool {
+        guard let discovery, discovery.isDiscovering else { return false }
+        discovery.stopDiscovery()
+        if !registry.hasPairedPeers { closeDefaultListener() }
         emit(.propertiesChanged([.discovering]))
         return true
     }
 
     /// A peer became known (a link opened): the default listener stays open for it from now on.
     func listenForKnownPeers() {
-        if lan != nil { openDefaultListener() }
+        if discovery != nil { openDefaultListener() }
     }
 
     /// Whether a first contact on `link` must be refused: it came to the default listener while
     /// we are not discoverable (an explicit `--listen` accepts first contacts at any time).
     func refusesFirstContact(over link: PeerLink) -> Bool {
         guard !link.isOutgoing, options.listen == nil, case .ip = link.remote else { return false }
-        return !isDiscoveringOnLAN
+        return !isDiscovering
     }
 
     /// Listens on the LAN unless `--listen` chose the address or the listener is open: port 47800
     /// on every address (IPv6 and IPv4), else any free port, else IPv4 only.
     private func openDefaultListener() {
         guard options.listen == nil, !ip.isListening else { return }
-        for address in ["[::]:\(Self.defaultLANPort)", "[::]:0", "0.0.0.0:\(Self.defaultLANPort)", "0.0.0.0:0"] {
+        for address in ["[::]:\(Self.defaultPort)", "[::]:0", "0.0.0.0:\(Self.defaultPort)", "0.0.0.0:0"] {
             do {
                 try ip.listen(on: address)
                 emit(.propertiesChanged([.listenAddress]))
@@ -98,7 +112,7 @@ extension PeerVoiceService {
     }
 }
 
-extension PeerVoiceService: LANDiscoveryDelegate {
+extension LANPeers: LANDiscoveryDelegate {
     func lanAvailabilityChanged() {
         emit(.propertiesChanged([.discoveryMethods]))
     }
@@ -108,13 +122,13 @@ extension PeerVoiceService: LANDiscoveryDelegate {
     func lanFound(_ route: LANRoute, advertisement: LANAdvertisement) {
         let address = PeerAddress(ipHost: route.host, port: route.port)
         let claimed = advertisement.fingerprint.flatMap { PublicKey(hex: $0) }.map { PeerID(key: $0, using: crypto) }
-        let ref: PeerRef = claimed.flatMap { peers[$0]?.paired == true ? .id($0) : nil } ?? .address(address)
-        lanFoundRefs[route] = ref
+        let ref: PeerRef = claimed.flatMap { registry[$0]?.paired == true ? .id($0) : nil } ?? .address(address)
+        foundRefs[route] = ref
         emit(.peerFound(ref, name: advertisement.name ?? ""))
     }
 
     func lanLost(_ route: LANRoute) {
-        let ref = lanFoundRefs.removeValue(forKey: route) ?? .address(PeerAddress(ipHost: route.host, port: route.port))
+        let ref = foundRefs.removeValue(forKey: route) ?? .address(PeerAddress(ipHost: route.host, port: route.port))
         emit(.peerLost(ref))
     }
 }

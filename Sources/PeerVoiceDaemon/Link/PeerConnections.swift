@@ -1,0 +1,593 @@
+import GIO
+import PeerVoiceCore
+import Sodium
+
+/// Who a link was dialled for: a known peer (by one of its routes), or an address whose key is
+/// not known yet.
+enum DialTarget: Equatable {
+    case peer(PeerID)
+    case contact(PeerAddress)
+}
+
+/// What voice needs to hear from the links (PeerVoiceService+Voice.swift).
+protocol LinkVoice: AnyObject {
+    /// `peer`'s link opened: voice may start on it.
+    func linkOpened(_ link: PeerLink, to peer: Peer)
+    /// `peer`'s link closed or was replaced: its voice ends.
+    func linkEnded(for peer: Peer, reason: String)
+    /// A voice frame on `peer`'s link (VOICE_START, VOICE_STOP, VOICE_REPORT, VOICE).
+    func received(_ frame: Frame, from peer: Peer)
+}
+
+/// Every connection to a peer, from the dial to its close: dialling routes in turn and redialling
+/// peers with queued messages; links in their key exchange and pairing, and which peer each open
+/// link belongs to; which of two links to one peer stays. It is every link's delegate and hands
+/// what arrives to delivery, pairing and voice.
+final class PeerConnections {
+    /// First and longest wait between redials of a dropped peer with pending messages.
+    static let firstRedialMs: UInt32 = 250
+    static let maxRedialMs: UInt32 = 5_000
+
+    /// A link not yet open: who it was dialled for (nil: incoming), and once authenticated, the
+    /// peer its key names and the route it came by (nil when it cannot be dialled back).
+    private struct PendingLink {
+        let link: PeerLink
+        let dialled: DialTarget?
+        var peer: PeerID?
+        var route: PeerAddress?
+    }
+
+    /// How a known peer is being redialled: the wait, growing while dials fail, and its timer.
+    private struct Redial {
+        var backoffMs: UInt32 = 0
+        var timer: EventSource?
+    }
+
+    private let instance: InstanceID
+    private let identity: StaticIdentity
+    private let crypto: LibSodium
+    private let ip: IPTransport
+    private let registry: PeerRegistry
+    private let pairing: PairingPrompts
+    private let delivery: MessageDelivery
+    private let bluetooth: BluetoothPeers
+    private let lan: LANPeers
+    /// What our HELLO says (it changes when voice or the listener comes or goes).
+    private let hello: () -> Hello
+    private let emit: (ServiceEvent) -> Void
+    weak var voice: LinkVoice?
+
+    private var pendingLinks: [ObjectIdentifier: PendingLink] = [:]
+    /// The peer each open link belongs to.
+    private var linkOwners: [ObjectIdentifier: Peer] = [:]
+    /// Known peers being dialled now, by the route tried.
+    private var dials: [PeerID: PeerDial] = [:]
+    private var redials: [PeerID: Redial] = [:]
+
+    init(instance: InstanceID, identity: StaticIdentity, crypto: LibSodium, ip: IPTransport, registry: PeerRegistry,
+         pairing: PairingPrompts, delivery: MessageDelivery, bluetooth: BluetoothPeers, lan: LANPeers,
+         hello: @escaping () -> Hello, emit: @escaping (ServiceEvent) -> Void) {
+        self.instance = instance
+        self.identity = identity
+        self.crypto = crypto
+        self.ip = ip
+        self.registry = registry
+        self.pairing = pairing
+        self.delivery = delivery
+        self.bluetooth = bluetooth
+        self.lan = lan
+        self.hello = hello
+        self.emit = emit
+        pairing.onRefused = { [unowned self] id, error in
+            guard let peer = registry[id] else { return }
+            registry.setStayDisconnected(peer, true)
+            failConnectWaiters(peer, error)
+        }
+    }
+
+    /// Accepts links on the IP listener (`--listen`, or the default LAN listener).
+    func start() {
+        ip.onIncoming = { [unowned self] connection, remote in
+            // A host that used up its key exchanges is turned away before any work.
+            if pairing.turnsAway(host: remote.host) {
+                Log.info("turned away \(remote): too many key exchanges from \(remote.host) within a minute")
+                connection.closeAfterFlushing()
+                return
+            }
+            startLink(PeerLink(connection: connection, remote: .ip(remote), isOutgoing: false), dialled: nil)
+        }
+    }
+
+    /// Whether `peer` is connected or on its way there (dialling, waiting to redial, in a key
+    /// exchange or pairing).
+    func isBusy(_ peer: Peer) -> Bool {
+        peer.isConnected || dials[peer.id] != nil || redials[peer.id]?.timer != nil || hasPendingLink(peer)
+    }
+
+    // MARK: Connect and Disconnect
+
+    /// Connects to `target`: a known peer (by id or route), or a new address. Completes with the
+    /// peer's id once the link is open.
+    func connect(_ target: PeerRef, completion: @escaping ConnectWaiter) {
+        if case .address(let address) = target, let unavailable = bluetooth.unavailable(for: address.transport) {
+            return completion(.failure(unavailable))
+        }
+        let peer: Peer
+        switch target {
+        case .id:
+            do throws(ServiceError) { peer = try registry.resolve(target) } catch { return completion(.failure(error)) }
+        case .address(let address):
+            let owners = registry.owners(of: address)
+            guard owners.count == 1 else {
+                // A new address (or one several peers used): whoever answers is identified by its key.
+                let contact = registry.addContact(at: address)
+                contact.connectWaiters.append(completion)
+                if contact.dial == nil && !pendingLinks.values.contains(where: { $0.dialled == .contact(address) }) {
+                    dial(contact)
+                }
+                return
+            }
+            peer = owners[0]
+        }
+        if peer.isConnected { return completion(.success(peer.id)) }
+        registry.setStayDisconnected(peer, false)
+        peer.connectWaiters.append(completion)
+        if dials[peer.id] == nil && !hasPendingLink(peer) {
+            if case .address(let address) = target { dial(peer, preferring: address) } else { dial(peer) }
+        }
+    }
+
+    /// Ends `peer`'s link and every dial of it; it stays disconnected until the next `Connect`.
+    /// Its waiting `Connect`s are told that `method` (Disconnect, RemovePeer) was called on `ref`.
+    func disconnect(_ peer: Peer, by method: String, ref: PeerRef) {
+        registry.setStayDisconnected(peer, true)
+        stopDialling(peer)
+        failConnectWaiters(peer, .failed("\(method)(\(ref)) was called while connecting"))
+        if let link = peer.link {
+            link.close(goodbye: .userDisconnected, logReason: "\(method) was called")
+        } else {
+            registry.setState(peer, .disconnected)
+        }
+    }
+
+    /// Stops a dial to an address whose key is not known yet, if `ref` names one; its Connect
+    /// fails saying that `method` was called.
+    func abandonContact(_ ref: PeerRef, because method: String) -> Bool {
+        guard case .address(let address) = ref, let contact = registry.contact(at: address) else { return false }
+        stopDialling(contact)
+        contactFailed(contact, .failed("\(method)(\(address)) was called while connecting"))
+        return true
+    }
+
+    /// `peer` was removed: nothing of its dials is left.
+    func forget(_ peer: PeerID) {
+        redials[peer] = nil
+    }
+
+    // MARK: Dialling
+
+    /// Dials `peer` on its routes, best first (IP before Bluetooth, then the most recent);
+    /// `preferred` first when the caller named a route.
+    private func dial(_ peer: Peer, preferring preferred: PeerAddress? = nil) {
+        redials[peer.id]?.timer = nil
+        var order = peer.routes.sorted(by: PeerRoute.dialOrder).map(\.address)
+        if let preferred {
+            order.removeAll { $0 == preferred }
+            order.insert(preferred, at: 0)
+        }
+        if bluetooth.unavailable(for: .bluetooth) != nil { order.removeAll { $0.transport == .bluetooth } }
+        guard let first = order.first else {
+            return connectFailed(peer, .notAvailable("no route to \(peer.id) can be used now: Connect to one of its addresses"))
+        }
+        registry.setState(peer, .connecting)
+        dialRoute(peer, PeerDial(address: first, remaining: Array(order.dropFirst())))
+    }
+
+    private func dialRoute(_ peer: Peer, _ dial: PeerDial) {
+        dials[peer.id] = dial
+        Log.debug("dialling \(peer.id) at \(dial.address)")
+        let id = peer.id
+        dial.attempt = dialAddress(
+            dial.address, for: .peer(id), mayPair: !peer.connectWaiters.isEmpty,
+            isCurrent: { [unowned self, weak peer] in peer.map { registry.isCurrent($0) && dials[id] === dial } ?? false },
+            opened: { [unowned self] in dials[id] = nil }
+        ) { [unowned self, weak peer] error in
+            guard let peer else { return }
+            dials[id] = nil
+            if let next = dial.remaining.first {
+                Log.info("\(dial.address) of \(id): \(error.message); trying \(next)")
+                dialRoute(peer, PeerDial(address: next, remaining: Array(dial.remaining.dropFirst())))
+            } else {
+                Log.info("\(error.message)")
+                connectFailed(peer, error)
+            }
+        }
+    }
+
+    /// Dials an address whose key is not known yet.
+    private func dial(_ contact: Contact) {
+        registry.setState(contact, .connecting)
+        Log.debug("dialling \(contact.address)")
+        let address = contact.address
+        if contact.name.isEmpty, let name = bluetooth.deviceName(address) { contact.name = name }
+        // Every outcome arrives on a later main-loop turn, once `attempt` is set.
+        var attempt: DialAttempt?
+        attempt = dialAddress(
+            address, for: .contact(address), mayPair: !contact.connectWaiters.isEmpty,
+            isCurrent: { [unowned self, weak contact] in contact.map { registry.isCurrent($0) && $0.dial === attempt } ?? false },
+            opened: { [weak contact] in contact?.dial = nil }
+        ) { [unowned self, weak contact] error in
+            guard let contact else { return }
+            contact.dial = nil
+            Log.info("\(error.message)")
+            contactFailed(contact, error)
+        }
+        contact.dial = attempt
+    }
+
+    /// Dials one address for `target`. Over IP the connection becomes a link here; over Bluetooth
+    /// BlueZ hands the channel to `bluetoothChannelOpened`. An outcome counts only while
+    /// `isCurrent()` holds; `opened` runs just before the link starts.
+    private func dialAddress(_ address: PeerAddress, for target: DialTarget, mayPair: Bool,
+                             isCurrent: @escaping () -> Bool, opened: @escaping () -> Void,
+                             failed: @escaping (ServiceError) -> Void) -> DialAttempt {
+        switch address.transport {
+        case .ip:
+            let endpoint = IPEndpoint(host: address.host, port: address.port)
+            return ip.dial(endpoint) { [unowned self] result in
+                guard isCurrent() else { return }
+                switch result {
+                case .success(let connection):
+                    opened()
+                    startLink(PeerLink(connection: connection, remote: .ip(endpoint), isOutgoing: true), dialled: target)
+                case .failure(let error):
+                    failed(error)
+                }
+            }
+        case .bluetooth:
+            bluetooth.dial(address, mayPair: mayPair) { error in
+                if isCurrent() { failed(error) }
+            }
+            return DialAttempt()
+        }
+    }
+
+    /// Starts the key exchange on a new connection (`dialled` nil: incoming).
+    private func startLink(_ link: PeerLink, dialled: DialTarget?) {
+        pendingLinks[ObjectIdentifier(link)] = PendingLink(link: link, dialled: dialled)
+        link.delegate = self
+        var pinned: PublicKey?
+        if case .peer(let id) = dialled, let peer = registry[id], peer.paired { pinned = peer.key }
+        link.start(hello: hello(), identity: identity, pinnedKey: pinned?.bytes, crypto: crypto)
+    }
+
+    private func connectFailed(_ peer: Peer, _ error: ServiceError) {
+        failConnectWaiters(peer, error)
+        registry.setState(peer, .disconnected)
+        if !peer.paired && !peer.isConnected && delivery.history(of: peer.id, max: 1).isEmpty {
+            // Never paired and nothing queued: not worth remembering.
+            registry.drop(peer)
+        } else {
+            scheduleRedial(peer)
+        }
+    }
+
+    private func contactFailed(_ contact: Contact, _ error: ServiceError) {
+        let waiters = contact.connectWaiters
+        contact.connectWaiters = []
+        registry.setState(contact, .disconnected)
+        registry.remove(contact)
+        waiters.forEach { $0(.failure(error)) }
+    }
+
+    /// Dials `peer` again later if it has messages waiting and may be dialled.
+    func scheduleRedial(_ peer: Peer, immediately: Bool = false) {
+        var redial = redials[peer.id] ?? Redial()
+        guard peer.paired, !peer.routes.isEmpty, !peer.stayDisconnected, !peer.isConnected, dials[peer.id] == nil,
+              redial.timer == nil, !hasPendingLink(peer), delivery.hasPending(for: peer.id) else { return }
+        redial.backoffMs = immediately ? 0 : min(Self.maxRedialMs, max(Self.firstRedialMs, redial.backoffMs * 2))
+        redial.timer = Timer.after(milliseconds: redial.backoffMs) { [unowned self, weak peer] in
+            guard let peer, registry.isCurrent(peer) else { return }
+            dial(peer)
+        }
+        redials[peer.id] = redial
+    }
+
+    private func stopDialling(_ peer: Peer) {
+        dials.removeValue(forKey: peer.id)?.attempt?.cancel()
+        redials[peer.id]?.timer = nil
+        pairing.withdraw(peer.id)
+        for (key, entry) in pendingLinks where entry.peer == peer.id || entry.dialled == .peer(peer.id) {
+            pendingLinks[key] = nil
+            entry.link.drop(reason: "no longer wanted")
+        }
+    }
+
+    private func stopDialling(_ contact: Contact) {
+        contact.dial?.cancel()
+        contact.dial = nil
+        for (key, entry) in pendingLinks where entry.dialled == .contact(contact.address) && entry.peer == nil {
+            pendingLinks[key] = nil
+            entry.link.drop(reason: "no longer wanted")
+        }
+    }
+
+    private func hasPendingLink(_ peer: Peer) -> Bool {
+        pendingLinks.values.contains { $0.peer == peer.id || $0.dialled == .peer(peer.id) }
+    }
+
+    private func failConnectWaiters(_ peer: Peer, _ error: ServiceError) {
+        let waiters = peer.connectWaiters
+        peer.connectWaiters = []
+        waiters.forEach { $0(.failure(error)) }
+    }
+
+    /// The address an authenticated link came by, for `PeerIdentified`, and whether it is a route
+    /// to dial back: what we dialled; an incoming IP link's source host at the listen port its
+    /// HELLO announced (its source port, not dialable, when it announced none); a Bluetooth address.
+    private static func address(of link: PeerLink, hello: Hello) -> (address: PeerAddress, dialable: Bool)? {
+        switch link.remote {
+        case .ip(let endpoint):
+            if link.isOutgoing { return (PeerAddress(ipHost: endpoint.host, port: endpoint.port), true) }
+            let announced = hello.listenPort != 0
+            return (PeerAddress(ipHost: endpoint.host, port: announced ? hello.listenPort : endpoint.port), announced)
+        case .bluetooth(let address):
+            return PeerAddress(bluetoothAddress: address).map { ($0, true) }
+        }
+    }
+
+    private static func host(of remote: RemoteEndpoint) -> String {
+        switch remote {
+        case .ip(let endpoint): endpoint.host
+        case .bluetooth(let address): address
+        }
+    }
+
+    // MARK: Bluetooth channels
+
+    /// An RFCOMM channel BlueZ handed over becomes a link: for the dial of that address, if any.
+    func bluetoothChannelOpened(_ address: PeerAddress, name: String, fd: Int32, outgoing: Bool) -> Bool {
+        let dialled: DialTarget?
+        if let (id, _) = dials.first(where: { $0.value.address == address }) {
+            dials[id] = nil
+            dialled = .peer(id)
+        } else if let contact = registry.contact(at: address) {
+            if contact.name.isEmpty { contact.name = name }
+            contact.dial = nil
+            dialled = .contact(address)
+        } else if outgoing {
+            // Disconnect was called while BlueZ was still connecting.
+            return false
+        } else {
+            dialled = nil
+        }
+        let link = PeerLink(connection: StreamConnection(socket: Socket(adopting: fd)),
+                            remote: .bluetooth(address: address.description), isOutgoing: outgoing)
+        bluetooth.linkStarted(link, peer: address)
+        startLink(link, dialled: dialled)
+        return true
+    }
+
+    /// Someone other than us asked BlueZ to close the channel to `address`.
+    func bluetoothChannelCloseRequested(_ address: PeerAddress) {
+        let remote = address.description
+        if let peer = registry.all.first(where: { $0.link.map { $0.remote.description == remote && $0.transport == .bluetooth } ?? false }) {
+            Log.info("BlueZ asked to close the channel to \(address)")
+            disconnect(peer, by: "Disconnect", ref: .id(peer.id))
+        } else if let entry = pendingLinks.values.first(where: { $0.link.transport == .bluetooth && $0.link.remote.description == remote }) {
+            Log.info("BlueZ asked to close the channel to \(address)")
+            entry.link.drop(reason: "BlueZ asked to close the channel")
+        }
+    }
+
+    /// BlueZ's pairing of `address` ended: our own dial goes on, or the other computer that paired
+    /// with us should open its channel now.
+    func bluetoothPairingEnded(_ address: PeerAddress, accepted: Bool) {
+        guard let contact = registry.contact(at: address) else { return }
+        if contact.dial != nil {
+            // Our own Connect: its Pair call reports how the pairing ended.
+            if accepted { registry.setState(contact, .connecting) }
+            return
+        }
+        guard !pendingLinks.values.contains(where: { $0.dialled == .contact(address) }) else { return }
+        guard accepted else {
+            return contactFailed(contact, .rejected("Bluetooth pairing with \(address) was not accepted"))
+        }
+        registry.setState(contact, .connecting)
+        bluetooth.expectChannel(from: address) { [weak self, weak contact] in
+            guard let self, let contact, registry.isCurrent(contact), contact.dial == nil,
+                  !pendingLinks.values.contains(where: { $0.dialled == .contact(address) }) else { return }
+            contactFailed(contact, .failed("\(address) paired but did not connect"))
+        }
+    }
+}
+
+extension PeerConnections: PeerLinkDelegate {
+    func linkDidAuthenticate(_ link: PeerLink) {
+        guard var entry = pendingLinks[ObjectIdentifier(link)], let hello = link.peerHello,
+              let result = link.result, let key = PublicKey(bytes: result.remoteStaticKey),
+              let (address, dialable) = Self.address(of: link, hello: hello) else { return }
+        if hello.instanceID == instance || key.bytes == identity.publicKey {
+            link.drop(reason: "connected to itself")
+            let error = ServiceError.failed("\(address) is this peervoiced itself")
+            switch entry.dialled {
+            case .peer(let id): if let peer = registry[id] { connectFailed(peer, error) }
+            case .contact(let address): if let contact = registry.contact(at: address) { contactFailed(contact, error) }
+            case nil: break
+            }
+            return
+        }
+        let id = PeerID(key: key, using: crypto)
+        if case .peer(let dialledID) = entry.dialled, dialledID != id {
+            // Only an unpaired peer is dialled without its key: another device answers at its route.
+            link.drop(reason: "\(address) answered with the key of \(id), not of \(dialledID)")
+            if let peer = registry[dialledID] { connectFailed(peer, .rejected("another device (\(id)) answered at \(address), not \(dialledID)")) }
+            return
+        }
+        let peer = registry.peer(withKey: key, id: id, name: hello.name)
+        if peer.name.isEmpty || !peer.paired { peer.name = hello.name }
+        if case .contact(let dialledAddress) = entry.dialled, let contact = registry.contact(at: dialledAddress) {
+            // The address turned out to be this peer: its Connect waits for the peer now.
+            registry.remove(contact)
+            peer.connectWaiters += contact.connectWaiters
+            contact.connectWaiters = []
+        }
+        entry.peer = id
+        entry.route = dialable ? address : nil
+        // The key is proven: the address is this peer's route (kept across restarts once paired).
+        if dialable { peer.noteRoute(address, seenAtMs: PeerVoiceService.nowMs()) }
+        pendingLinks[ObjectIdentifier(link)] = entry
+        // Before any signal under the id; the found object (a contact) gives way to the peer's.
+        emit(.peerIdentified(address, id))
+        if peer.paired {
+            if !link.isOutgoing { pairing.giveBack(host: Self.host(of: link.remote)) }
+            link.declare(.known)
+        } else if lan.refusesFirstContact(over: link) {
+            Log.info("first contact from \(link.remote) refused: not discoverable (StartDiscovery, or --listen, accepts them)")
+            link.refuse(logReason: "first contact while not discoverable")
+        } else if pairing.isPending(for: id) {
+            link.drop(reason: "a pairing prompt for \(id) is already pending")
+        } else {
+            link.declare(.asking)
+            ask(about: peer, over: link)
+        }
+    }
+
+    func linkPeerIsAsking(_ link: PeerLink) {
+        guard let id = pendingLinks[ObjectIdentifier(link)]?.peer, let peer = registry[id] else { return }
+        guard !pairing.isPending(for: id) else {
+            return link.drop(reason: "a pairing prompt for \(id) is already pending")
+        }
+        // The peer lost our key (RemovePeer there, or its state): both people compare again.
+        ask(about: peer, over: link)
+    }
+
+    private func ask(about peer: Peer, over link: PeerLink) {
+        registry.setState(peer, .pairing)
+        pairing.ask(about: peer, over: link)
+    }
+
+    func linkMayContinueAfterCommitment(_ link: PeerLink) -> Bool {
+        guard pairing.allowsKeyExchange(by: Self.host(of: link.remote)) else {
+            Log.warning("too many key exchanges from \(Self.host(of: link.remote)) within a minute: closing \(link.remote) without going on (each one could be a guess at a pairing code)")
+            return false
+        }
+        return true
+    }
+
+    func linkDidOpen(_ link: PeerLink) {
+        guard let entry = pendingLinks.removeValue(forKey: ObjectIdentifier(link)), let id = entry.peer,
+              let peer = registry[id], let hello = link.peerHello else {
+            link.drop(reason: "opened for no known peer")
+            return
+        }
+        if let existing = peer.link, existing !== link {
+            guard keepsNewLink(existing: existing, new: link, peerInstance: hello.instanceID) else {
+                link.drop(reason: "\(peer.id) already has a better link")
+                return
+            }
+            existing.delegate = nil
+            linkOwners[ObjectIdentifier(existing)] = nil
+            bluetooth.linkClosed(existing)
+            existing.drop(reason: "replaced by a better link")
+            voice?.linkEnded(for: peer, reason: "the link was replaced")
+        }
+        peer.link = link
+        peer.lastTransport = link.transport
+        linkOwners[ObjectIdentifier(link)] = peer
+        peer.name = hello.name
+        peer.instance = hello.instanceID
+        peer.paired = true
+        if let route = entry.route { peer.noteRoute(route, seenAtMs: PeerVoiceService.nowMs()) }
+        peer.stayDisconnected = false
+        // No new dial; a link still in its pairing exchange may open too and is then settled by
+        // the two-links rule above on both sides alike (dropping it here would not be mirrored).
+        dials.removeValue(forKey: id)?.attempt?.cancel()
+        redials[id] = nil
+        registry.remember(peer)
+        lan.listenForKnownPeers()
+        Log.info("\(peer.id) connected (\(link.isOutgoing ? "dialled" : "incoming") over \(link.transport), key \(peer.key))")
+        registry.setState(peer, .connected)
+        let waiters = peer.connectWaiters
+        peer.connectWaiters = []
+        waiters.forEach { $0(.success(peer.id)) }
+        delivery.linkOpened(link, to: id)
+        voice?.linkOpened(link, to: peer)
+    }
+
+    /// When two links to one peer are open at once, both sides keep the better transport (TCP
+    /// over RFCOMM), then the link dialled by the smaller instance id, so they agree without
+    /// talking; of two links dialled by the same side the newer wins (the peer restarted before
+    /// we noticed the old one die).
+    private func keepsNewLink(existing: PeerLink, new: PeerLink, peerInstance: InstanceID) -> Bool {
+        if existing.transport != new.transport {
+            return new.transport.linkPreference > existing.transport.linkPreference
+        }
+        guard existing.isOutgoing != new.isOutgoing else { return true }
+        let newDialler = new.isOutgoing ? instance : peerInstance
+        let otherDialler = new.isOutgoing ? peerInstance : instance
+        return newDialler.hex < otherDialler.hex
+    }
+
+    func link(_ link: PeerLink, received frame: Frame) {
+        guard let peer = linkOwners[ObjectIdentifier(link)], let hello = link.peerHello else { return }
+        switch frame {
+        case .text(let text):
+            delivery.received(text, from: peer.id, senderInstance: hello.instanceID)
+        case .ack(let seq):
+            delivery.acknowledged(upTo: seq, by: peer.id)
+        case .voiceStart, .voiceStop, .voiceReport, .voice:
+            voice?.received(frame, from: peer)
+        case .hello, .keepalive, .goodbye, .pairing:
+            break
+        }
+    }
+
+    func linkDidDrainInput(_ link: PeerLink) {
+        guard let peer = linkOwners[ObjectIdentifier(link)] else { return }
+        delivery.inputDrained(from: peer.id)
+    }
+
+    func linkDidClose(_ link: PeerLink, reason: LinkCloseReason) {
+        bluetooth.linkClosed(link)
+        if let entry = pendingLinks.removeValue(forKey: ObjectIdentifier(link)) {
+            pendingLinkClosed(link, entry: entry, reason: reason)
+            return
+        }
+        guard let peer = linkOwners.removeValue(forKey: ObjectIdentifier(link)) else { return }
+        voice?.linkEnded(for: peer, reason: "the link closed")
+        delivery.linkClosed(to: peer.id)
+        peer.link = nil
+        Log.info("\(peer.id) disconnected: \(reason)")
+        if case .goodbye(.userDisconnected) = reason { registry.setStayDisconnected(peer, true) }
+        registry.setState(peer, .disconnected)
+        scheduleRedial(peer)
+    }
+
+    /// A link that never opened: the key exchange or the pairing failed, or it was dropped.
+    private func pendingLinkClosed(_ link: PeerLink, entry: PendingLink, reason: LinkCloseReason) {
+        Log.info("link with \(entry.peer?.description ?? link.remote.description) closed before opening: \(reason)")
+        if entry.peer == nil, case .contact(let address) = entry.dialled, let contact = registry.contact(at: address) {
+            // The key exchange never finished: the address is still only an address.
+            return contactFailed(contact, .failed("\(address): \(reason)"))
+        }
+        guard let id = entry.peer ?? { if case .peer(let id) = entry.dialled { id } else { nil } }(),
+              let peer = registry[id], !peer.isConnected else { return }
+        pairing.withdraw(id, askingAbout: link)
+        guard !hasPendingLink(peer) else { return }
+        let error: ServiceError
+        switch reason {
+        case .refusedByPeer:
+            registry.setStayDisconnected(peer, true)
+            error = .rejected("\(id) refused the pairing")
+        case .handshakeFailed(.unexpectedRemoteKey):
+            registry.setStayDisconnected(peer, true)
+            Log.warning("\(link.remote) presented an identity key other than the pinned one of \(id): refused. If \(id) was reinstalled, RemovePeer \(id) and connect to its address again to compare codes")
+            error = .rejected("\(link.remote) presented an identity key other than the pinned one of \(id): it may be an impostor. If \(id) was reinstalled, RemovePeer \(id) and Connect to its address again to compare codes")
+        default:
+            // A first contact that failed is not retried on its own: each try would ask a person.
+            error = .failed("\(id): \(reason)")
+        }
+        connectFailed(peer, error)
+    }
+}
