@@ -19,6 +19,9 @@ final class Peer {
     var instance: InstanceID?
     /// Where it was reached and can be dialled, best first when dialling.
     var routes: [PeerRoute]
+    /// Where a LAN advertisement says it is, not proven yet: dialled like a route (with the key
+    /// pinned), kept only in memory, dropped when it fails or another key answers there.
+    private(set) var candidateRoutes: [PeerRoute] = []
     /// Its key is pinned: both people confirmed the code once. A peer met on an incoming link
     /// is known (by key) but unpaired until then.
     var paired: Bool
@@ -51,8 +54,25 @@ final class Peer {
 
     func hasRoute(_ address: PeerAddress) -> Bool { routes.contains { $0.address == address } }
 
-    /// Adds `address` as a route, or refreshes its last-seen time.
+    /// Every route and candidate, in the order they are dialled.
+    var dialOrder: [PeerAddress] { (routes + candidateRoutes).sorted(by: PeerRoute.dialOrder).map(\.address) }
+
+    func isCandidate(_ address: PeerAddress) -> Bool { candidateRoutes.contains { $0.address == address } }
+
+    /// An advertisement claims the peer is at `address` (nothing changes if it is a route already).
+    func noteCandidate(_ address: PeerAddress, seenAtMs: UInt64) {
+        guard !hasRoute(address) else { return }
+        dropCandidate(address)
+        candidateRoutes.append(PeerRoute(address: address, lastSeenMs: seenAtMs))
+    }
+
+    func dropCandidate(_ address: PeerAddress) {
+        candidateRoutes.removeAll { $0.address == address }
+    }
+
+    /// Adds `address` as a route (a handshake proved the key there), or refreshes its last-seen time.
     func noteRoute(_ address: PeerAddress, seenAtMs: UInt64) {
+        dropCandidate(address)
         if let index = routes.firstIndex(where: { $0.address == address }) {
             routes[index].lastSeenMs = max(routes[index].lastSeenMs, seenAtMs)
         } else {

@@ -89,6 +89,7 @@ final class PeerVoiceService {
                                       pairing: pairing, delivery: delivery, bluetooth: bluetooth, lan: lan,
                                       hello: { service!.localHello }, emit: emit)
         bluetooth.connections = connections
+        lan.knownPeerAppeared = { [unowned connections] in connections.scheduleRedial($0, immediately: true) }
         service = self
         connections.voice = self
         Log.info("identity \(ownID) (key \(ownKey))")

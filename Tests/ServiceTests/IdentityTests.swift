@@ -238,22 +238,12 @@ final class IdentityTests: XCTestCase {
 
     // MARK: Peer objects
 
-    private func managedObjects(_ peer: TestPeer) throws -> [String: Variant] {
-        let reply = try peer.client.connection.call(destination: APIClient.name, path: APIClient.path,
-                                                    interface: "org.freedesktop.DBus.ObjectManager", method: "GetManagedObjects")
-        var objects: [String: Variant] = [:]
-        for entry in reply[0].children {
-            objects[entry[0].string!] = entry[1].lookup("org.example.PeerVoice.Peer")
-        }
-        return objects
-    }
-
     /// The tree has one object per ListPeers row and follows every change: a device being dialled
     /// under its address, the peer under its id once the key is known, its state as it changes.
     func testThePeerObjectsMatchListPeersAndFollowEveryChange() throws {
         let a = try makePeer("alice")
         let b = try makePeer("bob")
-        XCTAssertEqual(try managedObjects(a).count, 0)
+        XCTAssertEqual(try a.client.peerObjects().count, 0)
         let markA = a.mark
         let connect = a.client.callAsync("Connect", [Variant(b.address)])
         // While the key is unknown, the device is a found object under its address.
@@ -278,9 +268,9 @@ final class IdentityTests: XCTestCase {
         let fingerprint = try XCTUnwrap(try b.client.property("Fingerprint").string)
         XCTAssertTrue(eventually(timeout: 5) {
             a.client.drain(for: 0.05)
-            return (try? self.managedObjects(a)[peerPath]?.lookup("State")?.string) == "connected"
+            return (try? a.client.peerObjects()[peerPath]?.lookup("State")?.string) == "connected"
         })
-        let objects = try managedObjects(a)
+        let objects = try a.client.peerObjects()
         XCTAssertEqual(Array(objects.keys), [peerPath], "one object per ListPeers row")
         let object = try XCTUnwrap(objects[peerPath])
         XCTAssertEqual(object.lookup("Id")?.string, b.id)
@@ -304,7 +294,7 @@ final class IdentityTests: XCTestCase {
         // RemovePeer removes the object.
         try a.client.call("RemovePeer", [Variant(b.id)])
         XCTAssertNotNil(a.client.waitForSignalIndex("InterfacesRemoved", after: markChange) { $0.arguments[0].string == peerPath })
-        XCTAssertEqual(try managedObjects(a).count, 0)
+        XCTAssertEqual(try a.client.peerObjects().count, 0)
     }
 
     // MARK: Migration

@@ -226,6 +226,57 @@ final class LANTests: XCTestCase {
         }
     }
 
+    // MARK: Spoofing
+
+    /// Advertisements are only claims: one carrying B's key at another address (where another
+    /// PeerVoice answers) is dialled with B's key pinned, fails, and only that route is dropped;
+    /// A's Connect goes on to B's real route, and the message queued meanwhile arrives once.
+    func testAnAdvertisementWithAKnownPeersKeyAtAnotherAddressLosesOnlyThatRoute() throws {
+        try startBoth()
+        try b.call("StartDiscovery")
+        let idA = try XCTUnwrap(try a.property("Id").string), idB = try XCTUnwrap(try b.property("Id").string)
+        let pairing = a.callAsync("Connect", [Variant(Self.addressB)])
+        XCTAssertNotNil(b.waitForSignal("PairingRequested") { $0.string(0) == idA }, logs)
+        try b.call("ConfirmPairing", [Variant(idA), Variant(true)])
+        XCTAssertNotNil(a.waitForSignal("PairingRequested") { $0.string(0) == idB }, logs)
+        try a.call("ConfirmPairing", [Variant(idB), Variant(true)])
+        dispatch(timeout: 15) { pairing.isDone }
+        guard case .success = pairing.result else { return XCTFail("Connect: \(String(describing: pairing.result))\n\(logs)") }
+        try b.call("StopDiscovery")
+        try a.call("Disconnect", [Variant(idB)])
+        try a.call("Send", [Variant(idB), Variant("past the impostor")])
+
+        // Another PeerVoice on A's host, and an advertisement putting B there.
+        let impostorBus = try PrivateBus(in: lan.a.directory)
+        extraBuses.append(impostorBus)
+        _ = try start(on: lan.a, name: "Impostor", arguments: ["--listen", "10.77.0.1:47900"], sessionBus: impostorBus)
+        let keyB = try XCTUnwrap(try b.property("Fingerprint").string).replacingOccurrences(of: " ", with: "")
+        let fake = try ChildProcess("avahi-publish", ["-s", "Bob desktop (fake)", "_peervoice._tcp", "47900",
+                                                      "pv=1", "n=Bob desktop", "c=text,voice", "fp=\(keyB)"],
+                                    environment: ["DBUS_SYSTEM_BUS_ADDRESS": lan.a.systemBus.address],
+                                    logPath: lan.a.directory.path + "/avahi-publish.log")
+        defer { fake.kill() }
+        a.clearSignals()
+        try a.call("StartDiscovery")
+        // Reported under B's id: the advertisement carries B's key.
+        XCTAssertNotNil(foundSignal(a, idB), logs)
+        a.drain(for: 1)
+
+        // The claimed route is the most recent, so it is dialled first; another key answers.
+        let connect = a.callAsync("Connect", [Variant(idB)])
+        dispatch(timeout: 25) { connect.isDone }
+        guard case .success(let reply) = connect.result else {
+            return XCTFail("Connect failed past the fake route: \(String(describing: connect.result))\n\(logs)")
+        }
+        XCTAssertEqual(reply[0].string, idB)
+        XCTAssertTrue(daemons[0].process.log.contains("another key answered there"), "the fake route was never dialled: the test proves nothing\n\(logs)")
+        XCTAssertNotNil(b.waitForSignal("MessageReceived") { $0.string(2) == "past the impostor" }, logs)
+        b.drain(for: 0.5)
+        XCTAssertEqual(b.signals("MessageReceived").filter { $0.string(2) == "past the impostor" }.count, 1)
+        let routes = try XCTUnwrap(try a.peerObjects().values.first { $0.lookup("Id")?.string == idB }?.lookup("Routes"))
+        XCTAssertEqual(routes.children.map { $0[1].string! }, [Self.addressB], "a claimed route was kept")
+    }
+
     // MARK: Avahi coming and going
 
     func testAdvertisingAndBrowsingResumeWhenAvahiRestarts() throws {

@@ -146,4 +146,16 @@ public final class APIClient {
     public func signals(_ member: String) -> [BusSignal] { signals.filter { $0.member == member } }
 
     public func clearSignals() { signals.removeAll() }
+
+    /// The peer objects (ObjectManager on the service's path): each path with its
+    /// `org.example.PeerVoice.Peer` properties.
+    public func peerObjects() throws -> [String: Variant] {
+        let reply = try connection.call(destination: Self.name, path: Self.path,
+                                        interface: "org.freedesktop.DBus.ObjectManager", method: "GetManagedObjects")
+        var objects: [String: Variant] = [:]
+        for entry in reply[0].children {
+            objects[entry[0].string!] = entry[1].lookup("org.example.PeerVoice.Peer")
+        }
+        return objects
+    }
 }

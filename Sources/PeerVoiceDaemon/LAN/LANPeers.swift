@@ -20,6 +20,8 @@ final class LANPeers {
     private var discovery: LANDiscovery?
     /// How each advertisement found was reported (`PeerLost` names it the same way).
     private var foundRefs: [LANRoute: PeerRef] = [:]
+    /// An advertisement gave a known peer a candidate route: dial it if messages wait.
+    var knownPeerAppeared: (Peer) -> Void = { _ in }
 
     init(options: Options, fingerprint: String, crypto: LibSodium, ip: IPTransport, registry: PeerRegistry,
          offersVoice: @escaping () -> Bool, emit: @escaping (ServiceEvent) -> Void) {
@@ -118,17 +120,25 @@ extension LANPeers: LANDiscoveryDelegate {
     }
 
     /// A known peer's advertisement (its fingerprint is the key of a peer we know) is found under
-    /// its id; any other under its address. Only a claim: a dial proves the key.
+    /// its id, and its address becomes a candidate route; any other is found under its address.
+    /// Only a claim: a dial, with the key pinned, proves it.
     func lanFound(_ route: LANRoute, advertisement: LANAdvertisement) {
         let address = PeerAddress(ipHost: route.host, port: route.port)
         let claimed = advertisement.fingerprint.flatMap { PublicKey(hex: $0) }.map { PeerID(key: $0, using: crypto) }
-        let ref: PeerRef = claimed.flatMap { registry[$0]?.paired == true ? .id($0) : nil } ?? .address(address)
-        foundRefs[route] = ref
-        emit(.peerFound(ref, name: advertisement.name ?? ""))
+        guard let id = claimed, let peer = registry[id], peer.paired else {
+            foundRefs[route] = .address(address)
+            return emit(.peerFound(.address(address), name: advertisement.name ?? ""))
+        }
+        foundRefs[route] = .id(id)
+        peer.noteCandidate(address, seenAtMs: PeerVoiceService.nowMs())
+        emit(.peerFound(.id(id), name: advertisement.name ?? ""))
+        knownPeerAppeared(peer)
     }
 
     func lanLost(_ route: LANRoute) {
-        let ref = foundRefs.removeValue(forKey: route) ?? .address(PeerAddress(ipHost: route.host, port: route.port))
+        let address = PeerAddress(ipHost: route.host, port: route.port)
+        let ref = foundRefs.removeValue(forKey: route) ?? .address(address)
+        if case .id(let id) = ref { registry[id]?.dropCandidate(address) }
         emit(.peerLost(ref))
     }
 }

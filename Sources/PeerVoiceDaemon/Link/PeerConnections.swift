@@ -28,11 +28,13 @@ final class PeerConnections {
     static let firstRedialMs: UInt32 = 250
     static let maxRedialMs: UInt32 = 5_000
 
-    /// A link not yet open: who it was dialled for (nil: incoming), and once authenticated, the
-    /// peer its key names and the route it came by (nil when it cannot be dialled back).
+    /// A link not yet open: who it was dialled for (nil: incoming) and, for a known peer, the dial
+    /// that made it; once authenticated, the peer its key names and the route it came by (nil when
+    /// it cannot be dialled back).
     private struct PendingLink {
         let link: PeerLink
         let dialled: DialTarget?
+        var dial: PeerDial?
         var peer: PeerID?
         var route: PeerAddress?
     }
@@ -170,7 +172,7 @@ final class PeerConnections {
     /// `preferred` first when the caller named a route.
     private func dial(_ peer: Peer, preferring preferred: PeerAddress? = nil) {
         redials[peer.id]?.timer = nil
-        var order = peer.routes.sorted(by: PeerRoute.dialOrder).map(\.address)
+        var order = peer.dialOrder
         if let preferred {
             order.removeAll { $0 == preferred }
             order.insert(preferred, at: 0)
@@ -194,13 +196,20 @@ final class PeerConnections {
         ) { [unowned self, weak peer] error in
             guard let peer else { return }
             dials[id] = nil
-            if let next = dial.remaining.first {
-                Log.info("\(dial.address) of \(id): \(error.message); trying \(next)")
-                dialRoute(peer, PeerDial(address: next, remaining: Array(dial.remaining.dropFirst())))
-            } else {
-                Log.info("\(error.message)")
-                connectFailed(peer, error)
-            }
+            // An advertisement's claim that did not hold: forget it (it comes back if re-announced).
+            peer.dropCandidate(dial.address)
+            dialNextRoute(peer, after: dial, error)
+        }
+    }
+
+    /// Tries the route after `dial`'s, or fails the dial with `error` when none is left.
+    private func dialNextRoute(_ peer: Peer, after dial: PeerDial, _ error: ServiceError) {
+        if let next = dial.remaining.first {
+            Log.info("\(dial.address) of \(peer.id): \(error.message); trying \(next)")
+            dialRoute(peer, PeerDial(address: next, remaining: Array(dial.remaining.dropFirst())))
+        } else {
+            Log.info("\(error.message)")
+            connectFailed(peer, error)
         }
     }
 
@@ -238,8 +247,9 @@ final class PeerConnections {
                 guard isCurrent() else { return }
                 switch result {
                 case .success(let connection):
+                    let dial: PeerDial? = if case .peer(let id) = target { dials[id] } else { nil }
                     opened()
-                    startLink(PeerLink(connection: connection, remote: .ip(endpoint), isOutgoing: true), dialled: target)
+                    startLink(PeerLink(connection: connection, remote: .ip(endpoint), isOutgoing: true), dialled: target, by: dial)
                 case .failure(let error):
                     failed(error)
                 }
@@ -253,8 +263,8 @@ final class PeerConnections {
     }
 
     /// Starts the key exchange on a new connection (`dialled` nil: incoming).
-    private func startLink(_ link: PeerLink, dialled: DialTarget?) {
-        pendingLinks[ObjectIdentifier(link)] = PendingLink(link: link, dialled: dialled)
+    private func startLink(_ link: PeerLink, dialled: DialTarget?, by dial: PeerDial? = nil) {
+        pendingLinks[ObjectIdentifier(link)] = PendingLink(link: link, dialled: dialled, dial: dial)
         link.delegate = self
         var pinned: PublicKey?
         if case .peer(let id) = dialled, let peer = registry[id], peer.paired { pinned = peer.key }
@@ -348,9 +358,11 @@ final class PeerConnections {
     /// An RFCOMM channel BlueZ handed over becomes a link: for the dial of that address, if any.
     func bluetoothChannelOpened(_ address: PeerAddress, name: String, fd: Int32, outgoing: Bool) -> Bool {
         let dialled: DialTarget?
-        if let (id, _) = dials.first(where: { $0.value.address == address }) {
+        var dial: PeerDial?
+        if let (id, peerDial) = dials.first(where: { $0.value.address == address }) {
             dials[id] = nil
             dialled = .peer(id)
+            dial = peerDial
         } else if let contact = registry.contact(at: address) {
             if contact.name.isEmpty { contact.name = name }
             contact.dial = nil
@@ -364,7 +376,7 @@ final class PeerConnections {
         let link = PeerLink(connection: StreamConnection(socket: Socket(adopting: fd)),
                             remote: .bluetooth(address: address.description), isOutgoing: outgoing)
         bluetooth.linkStarted(link, peer: address)
-        startLink(link, dialled: dialled)
+        startLink(link, dialled: dialled, by: dial)
         return true
     }
 
@@ -577,6 +589,12 @@ extension PeerConnections: PeerLinkDelegate {
         guard !hasPendingLink(peer) else { return }
         let error: ServiceError
         switch reason {
+        case .handshakeFailed(.unexpectedRemoteKey) where entry.dial.map({ peer.isCandidate($0.address) }) == true:
+            // Advertisements are untrusted: only that route goes, the peer stays wanted.
+            let dial = entry.dial!
+            peer.dropCandidate(dial.address)
+            Log.warning("an advertisement on the LAN put \(id) at \(dial.address), but another key answered there: that route is dropped")
+            return dialNextRoute(peer, after: dial, .failed("another device answered at \(dial.address), where an advertisement put \(id)"))
         case .refusedByPeer:
             registry.setStayDisconnected(peer, true)
             error = .rejected("\(id) refused the pairing")
