@@ -29,6 +29,8 @@ final class Peer {
     var link: PeerLink?
     /// The transport of the current or last link.
     var lastTransport: Transport?
+    /// What its presence advertisements are recognised by (its PRESENCE frame).
+    var presenceSecret: PresenceSecret?
     /// Set by our `Disconnect` (kept across restarts), the peer's user-disconnect goodbye, or a
     /// refused pairing: do not redial until the next `Connect`.
     var stayDisconnected = false
@@ -81,7 +83,8 @@ final class Peer {
     }
 
     var known: KnownPeer {
-        KnownPeer(id: id, key: key, name: name, instance: instance?.hex, routes: routes, stayDisconnected: stayDisconnected)
+        KnownPeer(id: id, key: key, name: name, instance: instance?.hex, routes: routes, stayDisconnected: stayDisconnected,
+                  presenceSecret: presenceSecret)
     }
 }
 

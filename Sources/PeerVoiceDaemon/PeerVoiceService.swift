@@ -83,8 +83,12 @@ final class PeerVoiceService {
         pairing = PairingPrompts(emit: emit)
         delivery = MessageDelivery(store: store, emit: emit)
         bluetooth = BluetoothPeers(adapter: options.adapter, defaultAgent: options.defaultAgent, registry: registry, emit: emit)
-        lan = LANPeers(options: options, fingerprint: identity.fingerprint, crypto: crypto, ip: ip, registry: registry,
-                       offersVoice: { service?.voice != nil }, emit: emit)
+        do {
+            lan = try LANPeers(options: options, fingerprint: identity.fingerprint, crypto: crypto, ip: ip, registry: registry,
+                               offersVoice: { service?.voice != nil }, emit: emit)
+        } catch {
+            throw .failed("cannot use the state directory \(state): \(error)")
+        }
         connections = PeerConnections(instance: instance, identity: identity, crypto: crypto, ip: ip, registry: registry,
                                       pairing: pairing, delivery: delivery, bluetooth: bluetooth, lan: lan,
                                       hello: { service!.localHello }, emit: emit)
@@ -233,6 +237,7 @@ final class PeerVoiceService {
         } catch {
             throw .failed("could not forget \(id) in the state directory: \(error)")
         }
+        lan.rotatePresenceSecret()
         Log.info("removed \(id): key unpinned, \(failed) queued messages failed")
         peersChanged()
     }

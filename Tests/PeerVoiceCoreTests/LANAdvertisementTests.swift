@@ -13,6 +13,17 @@ final class LANAdvertisementTests: XCTestCase {
         XCTAssertEqual(try LANAdvertisement(name: nil, capabilities: [], fingerprint: nil).txtEntries, entries("pv=1"))
     }
 
+    /// A presence record carries the version and the tag, nothing else.
+    func testAPresenceRecordHoldsOnlyTheTag() throws {
+        let ad = try LANAdvertisement(presenceTag: "0123456789abcdef")
+        XCTAssertEqual(ad.txtEntries.map { String(decoding: $0, as: UTF8.self) }, ["pv=1", "t=0123456789abcdef"])
+        let decoded = try LANAdvertisement(txtEntries: ad.txtEntries)
+        XCTAssertEqual(decoded, ad)
+        XCTAssertNil(decoded.name)
+        XCTAssertNil(decoded.fingerprint)
+        XCTAssertThrowsError(try LANAdvertisement(presenceTag: "xyz"))
+    }
+
     func testRoundTripsInAnyOrder() throws {
         let ad = try LANAdvertisement(name: "Café ☕", capabilities: [.text], fingerprint: Self.fingerprint)
         XCTAssertEqual(try LANAdvertisement(txtEntries: ad.txtEntries.reversed()), ad)
@@ -63,6 +74,10 @@ final class LANAdvertisementTests: XCTestCase {
             (entries("pv=1", "c=text voice"), .malformedValue(key: "c")),
             (entries("pv=1", "fp=abc"), .malformedValue(key: "fp")),
             (entries("pv=1", "fp=" + Self.fingerprint.uppercased()), .malformedValue(key: "fp")),
+            (entries("pv=1", "t=0123"), .malformedValue(key: "t")),
+            (entries("pv=1", "t=0123456789ABCDEF"), .malformedValue(key: "t")),
+            (entries("pv=1", "n=x", "t=0123456789abcdef"), .malformedValue(key: "t")),
+            (entries("pv=1", "fp=\(Self.fingerprint)", "t=0123456789abcdef"), .malformedValue(key: "t")),
             (Array(repeating: Array("x=1".utf8), count: 33), .tooManyEntries(33)),
         ]
         for (record, expected) in cases {

@@ -7,15 +7,17 @@ final class WireTests: XCTestCase {
     // MARK: - Preamble
 
     func testPreambleBytes() {
-        XCTAssertEqual(Preamble.bytes, [0x50, 0x56, 0x4C, 0x4B, 0x00, 0x04, 0x00, 0x00])
+        XCTAssertEqual(Preamble.bytes, [0x50, 0x56, 0x4C, 0x4B, 0x00, 0x05, 0x00, 0x00])
         XCTAssertEqual(Preamble.byteCount, 8)
     }
 
     func testPreambleCheck() throws {
         XCTAssertNoThrow(try Preamble.check(Preamble.bytes))
         // The reserved field is ignored on receipt.
-        XCTAssertNoThrow(try Preamble.check([0x50, 0x56, 0x4C, 0x4B, 0x00, 0x04, 0xAB, 0xCD]))
-        // Version 2 lacks VOICE_REPORT: it would close the link on one, so it is refused up front.
+        XCTAssertNoThrow(try Preamble.check([0x50, 0x56, 0x4C, 0x4B, 0x00, 0x05, 0xAB, 0xCD]))
+        // Version 4 lacks PRESENCE, version 2 VOICE_REPORT: each would close the link on one, so
+        // they are refused up front.
+        assertThrows(.unsupportedVersion(4)) { try Preamble.check([0x50, 0x56, 0x4C, 0x4B, 0x00, 0x04, 0x00, 0x00]) }
         assertThrows(.unsupportedVersion(2)) { try Preamble.check([0x50, 0x56, 0x4C, 0x4B, 0x00, 0x02, 0x00, 0x00]) }
         assertThrows(.notPeerVoice) { try Preamble.check(Array("GET / HT".utf8)) }
         assertThrows(.notPeerVoice) { try Preamble.check(Array(Preamble.bytes.prefix(7))) }
@@ -307,7 +309,7 @@ final class WireTests: XCTestCase {
     // MARK: - Malformed bodies
 
     func testUnknownFrameTypes() {
-        for type: UInt8 in [0x00, 0x0A, 0x0F, 0x11, 0xFF] {
+        for type: UInt8 in [0x00, 0x0B, 0x0F, 0x11, 0xFF] {
             assertDecodeFails([type], .unknownFrameType(type))
         }
     }
@@ -476,7 +478,7 @@ final class WireTests: XCTestCase {
                        "frame of 1000000 bytes is over the limit (70000 bytes; 1024 during the handshake)")
         XCTAssertEqual(WireError.unknownFrameType(0x0A).description, "unknown frame type 0x0a")
         XCTAssertEqual(WireError.unsupportedVersion(1).description,
-                       "peer speaks protocol version 1; this side speaks version 4")
+                       "peer speaks protocol version 1; this side speaks version 5")
         XCTAssertEqual(WireError.trailingBytes(.ack, count: 1).description, "ACK frame has 1 unexpected trailing byte")
         XCTAssertEqual(WireError.frameTooShort(.text, bodyBytes: 9, requiredBytes: 33).description,
                        "TEXT frame of 9 bytes is too short (needs 33)")
@@ -583,6 +585,7 @@ final class WireTests: XCTestCase {
             .voiceStop,
             .voiceReport(lossPercent: 0),
             .voiceReport(lossPercent: 100),
+            .presence(secret: (0..<32).map { UInt8($0) }),
             .goodbye(.shuttingDown),
             .goodbye(.protocolError),
             .goodbye(GoodbyeReason(rawValue: 77)),
@@ -688,6 +691,12 @@ extension WireTests {
     }
 
     func testVoiceReportLayoutAndLimits() throws {
+        XCTAssertEqual(Frame.presence(secret: Array(repeating: 0xAB, count: 32)).encodedBody(), [0x0A] + Array(repeating: 0xAB, count: 32))
+        XCTAssertThrowsError(try Frame(body: [0x0A] + Array(repeating: 0, count: 31))) {
+            XCTAssertEqual($0 as? WireError, .frameTooShort(.presence, bodyBytes: 32, requiredBytes: 33))
+        }
+        XCTAssertThrowsError(try Frame(body: [0x0A] + Array(repeating: 0, count: 33))) { XCTAssertEqual($0 as? WireError, .trailingBytes(.presence, count: 1)) }
+        XCTAssertEqual(Frame.presence(secret: Array(repeating: 1, count: 32)).description, "PRESENCE", "a secret in a log line")
         XCTAssertEqual(Frame.voiceReport(lossPercent: 7).encodedBody(), [0x09, 7])
         XCTAssertEqual(try Frame(body: [0x09, 100]), .voiceReport(lossPercent: 100))
         for bad: UInt8 in [101, 0xFF] {

@@ -226,12 +226,9 @@ final class LANTests: XCTestCase {
         }
     }
 
-    // MARK: Spoofing
-
-    /// Advertisements are only claims: one carrying B's key at another address (where another
-    /// PeerVoice answers) is dialled with B's key pinned, fails, and only that route is dropped;
-    /// A's Connect goes on to B's real route, and the message queued meanwhile arrives once.
-    func testAnAdvertisementWithAKnownPeersKeyAtAnotherAddressLosesOnlyThatRoute() throws {
+    /// Default peers on both hosts, paired: B discoverable, A dials B's address, both confirm;
+    /// then B stops being discoverable. Returns their ids.
+    private func pairWhileBIsDiscoverable() throws -> (a: String, b: String) {
         try startBoth()
         try b.call("StartDiscovery")
         let idA = try XCTUnwrap(try a.property("Id").string), idB = try XCTUnwrap(try b.property("Id").string)
@@ -241,8 +238,54 @@ final class LANTests: XCTestCase {
         XCTAssertNotNil(a.waitForSignal("PairingRequested") { $0.string(0) == idB }, logs)
         try a.call("ConfirmPairing", [Variant(idB), Variant(true)])
         dispatch(timeout: 15) { pairing.isDone }
-        guard case .success = pairing.result else { return XCTFail("Connect: \(String(describing: pairing.result))\n\(logs)") }
+        guard case .success = pairing.result else { throw HarnessError("Connect: \(String(describing: pairing.result))\n\(logs)") }
         try b.call("StopDiscovery")
+        return (idA, idB)
+    }
+
+    // MARK: Not trackable
+
+    /// While neither is discoverable, what each puts on the LAN names nobody: a random instance
+    /// name and a presence tag. Yet A recognises B's tag: B restarted at a new address is found
+    /// again (silently: no PeerFound) and the message A queued meanwhile arrives once.
+    func testAKnownPeerAtANewAddressIsFoundByItsPresenceTagAndNobodyElseCanTellWhoItIs() throws {
+        let (_, idB) = try pairWhileBIsDiscoverable()
+        var records: [String] = []
+        XCTAssertTrue(eventually(timeout: 10) {
+            records = (try? self.lan.a.browse("_peervoice._tcp")) ?? []
+            return records.count >= 2 && records.allSatisfy { $0.contains("\"t=") }
+        }, "not both advertising presence: \(records)\n\(logs)")
+        for record in records {
+            let fields = record.split(separator: ";", omittingEmptySubsequences: false)
+            XCTAssertTrue(fields[3].hasPrefix("PeerVoice "), "instance name \(fields[3])")
+            XCTAssertFalse(record.contains("Alice") || record.contains("Bob"), record)
+            XCTAssertFalse(record.contains("\"fp=") || record.contains("\"n="), record)
+        }
+
+        // B goes, and comes back at another address; A queued a message meanwhile.
+        XCTAssertEqual(daemons[1].terminate(), 0)
+        for arguments in [["addr", "del", "10.77.0.2/24", "dev", lan.b.interface], ["addr", "add", "10.77.0.3/24", "dev", lan.b.interface]] {
+            _ = try runCommand("ip", ["-n", lan.b.namespace] + arguments, in: lan.b.directory)
+        }
+        try a.call("Send", [Variant(idB), Variant("found again")])
+        a.clearSignals()
+        let bAgain = try start(on: lan.b, name: "Bob desktop")
+        XCTAssertNotNil(bAgain.waitForSignal("MessageReceived", timeout: 30) { $0.string(2) == "found again" },
+                        "A did not find B at its new address\n\(logs)")
+        bAgain.drain(for: 0.5)
+        XCTAssertEqual(bAgain.signals("MessageReceived").count, 1)
+        XCTAssertTrue(a.signals("PeerFound").isEmpty, "presence was reported: \(a.signals("PeerFound"))")
+        let routes = try XCTUnwrap(try a.peerObjects().values.first { $0.lookup("Id")?.string == idB }?.lookup("Routes"))
+        XCTAssertTrue(routes.children.contains { $0[1].string == "ip:10.77.0.3:47800" }, "\(routes)")
+    }
+
+    // MARK: Spoofing
+
+    /// Advertisements are only claims: one carrying B's key at another address (where another
+    /// PeerVoice answers) is dialled with B's key pinned, fails, and only that route is dropped;
+    /// A's Connect goes on to B's real route, and the message queued meanwhile arrives once.
+    func testAnAdvertisementWithAKnownPeersKeyAtAnotherAddressLosesOnlyThatRoute() throws {
+        let idB = try pairWhileBIsDiscoverable().b
         try a.call("Disconnect", [Variant(idB)])
         try a.call("Send", [Variant(idB), Variant("past the impostor")])
 

@@ -297,7 +297,7 @@ public final class RawTCPConnection {
     }
 }
 
-// MARK: Pairing (protocol version 4)
+// MARK: Pairing (protocol version 5)
 
 /// A method call in flight: dispatch the main context (e.g. `dispatch(timeout:until:)`) until
 /// `result` is set.

@@ -8,6 +8,7 @@
 /// | `n` | display name, UTF-8, 1 to 250 bytes (optional) |
 /// | `c` | capabilities, comma-separated: `text`, `voice` (optional; unknown ones are skipped) |
 /// | `fp` | identity fingerprint: the static public key, 64 lower-case hex digits (optional) |
+/// | `t` | presence tag, 16 lower-case hex digits (`PresenceTag`; optional, only without `n` and `fp`) |
 ///
 /// Advertisements come from anyone on the LAN: decoding is strict about everything it reads and
 /// ignores keys it does not know (a later version may add some).
@@ -32,6 +33,7 @@ public struct LANAdvertisement: Equatable, Sendable {
     public var name: String?
     public var capabilities: Set<Capability>
     public var fingerprint: String?
+    public var tag: String?
 
     /// Checks what will be encoded: a name that does not fit or a malformed fingerprint is a bug
     /// in the caller (`advertisableName` makes any name fit).
@@ -43,6 +45,15 @@ public struct LANAdvertisement: Equatable, Sendable {
         self.fingerprint = fingerprint
     }
 
+    /// A presence advertisement: the version and the tag, nothing that names anyone.
+    public init(presenceTag tag: String) throws(LANAdvertisementError) {
+        try Self.checkTag(Array(tag.utf8))
+        name = nil
+        capabilities = []
+        fingerprint = nil
+        self.tag = tag
+    }
+
     /// The TXT entries, `pv` first, then the others in a fixed order.
     public var txtEntries: [[UInt8]] {
         var entries = [Array("pv=\(Self.version)".utf8)]
@@ -52,6 +63,7 @@ public struct LANAdvertisement: Equatable, Sendable {
             entries.append(Array("c=\(list)".utf8))
         }
         if let fingerprint { entries.append(Array("fp=\(fingerprint)".utf8)) }
+        if let tag { entries.append(Array("t=\(tag)".utf8)) }
         return entries
     }
 
@@ -92,6 +104,14 @@ public struct LANAdvertisement: Equatable, Sendable {
         } else {
             self.fingerprint = nil
         }
+        if let tag = values["t"] {
+            try Self.checkTag(Array(tag))
+            // A tag names nobody; one beside a name or a key is not a record we write.
+            guard name == nil, fingerprint == nil else { throw .malformedValue(key: "t") }
+            self.tag = String(decoding: tag, as: UTF8.self)
+        } else {
+            self.tag = nil
+        }
     }
 
     /// `name` without control characters, cut to at most `maxNameBytes` bytes at a character
@@ -126,9 +146,14 @@ public struct LANAdvertisement: Equatable, Sendable {
     }
 
     private static func checkFingerprint(_ bytes: [UInt8]) throws(LANAdvertisementError) {
-        let isLowerHex = { (byte: UInt8) in (byte >= 0x30 && byte <= 0x39) || (byte >= 0x61 && byte <= 0x66) }
         guard bytes.count == fingerprintLength, bytes.allSatisfy(isLowerHex) else { throw .malformedValue(key: "fp") }
     }
+
+    private static func checkTag(_ bytes: [UInt8]) throws(LANAdvertisementError) {
+        guard bytes.count == PresenceTag.hexLength, bytes.allSatisfy(isLowerHex) else { throw .malformedValue(key: "t") }
+    }
+
+    private static func isLowerHex(_ byte: UInt8) -> Bool { (byte >= 0x30 && byte <= 0x39) || (byte >= 0x61 && byte <= 0x66) }
 }
 
 /// Why a TXT record was not accepted.

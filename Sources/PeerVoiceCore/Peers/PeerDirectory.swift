@@ -13,18 +13,21 @@ public struct KnownPeer: Codable, Equatable, Sendable {
     public var routes: [PeerRoute]
     /// Set by `Disconnect`: not redialled, even across restarts, until the next `Connect`.
     public var stayDisconnected: Bool
+    /// The peer's presence secret (its PRESENCE frame): recognises its presence advertisements.
+    public var presenceSecret: PresenceSecret?
 
     public init(id: PeerID, key: PublicKey, name: String, instance: String?, routes: [PeerRoute],
-                stayDisconnected: Bool = false) {
+                stayDisconnected: Bool = false, presenceSecret: PresenceSecret? = nil) {
         self.id = id
         self.key = key
         self.name = name
         self.instance = instance
         self.routes = routes
         self.stayDisconnected = stayDisconnected
+        self.presenceSecret = presenceSecret
     }
 
-    private enum CodingKeys: String, CodingKey { case id, key, name, instance, routes, stayDisconnected }
+    private enum CodingKeys: String, CodingKey { case id, key, name, instance, routes, stayDisconnected, presence }
 
     public init(from decoder: any Decoder) throws {
         let container = try decoder.container(keyedBy: CodingKeys.self)
@@ -36,7 +39,8 @@ public struct KnownPeer: Codable, Equatable, Sendable {
         self.init(id: id, key: key, name: try container.decode(String.self, forKey: .name),
                   instance: try container.decodeIfPresent(String.self, forKey: .instance),
                   routes: try container.decode([PeerRoute].self, forKey: .routes),
-                  stayDisconnected: try container.decode(Bool.self, forKey: .stayDisconnected))
+                  stayDisconnected: try container.decode(Bool.self, forKey: .stayDisconnected),
+                  presenceSecret: try container.decodeIfPresent(String.self, forKey: .presence).flatMap { PresenceSecret(hex: $0) })
     }
 
     public func encode(to encoder: any Encoder) throws {
@@ -47,6 +51,7 @@ public struct KnownPeer: Codable, Equatable, Sendable {
         try container.encodeIfPresent(instance, forKey: .instance)
         try container.encode(routes, forKey: .routes)
         try container.encode(stayDisconnected, forKey: .stayDisconnected)
+        try container.encodeIfPresent(presenceSecret?.hex, forKey: .presence)
     }
 }
 

@@ -25,7 +25,8 @@ public struct PublicKey: Hashable, Sendable, CustomStringConvertible {
     /// Logs show a prefix only: enough to tell keys apart, never the whole key.
     public var description: String { String(hex.prefix(16)) + "…" }
 
-    private static func decodeHex(_ text: some StringProtocol) -> [UInt8]? {
+    /// Hex digits (either case) as bytes; nil for an odd count or anything else.
+    static func decodeHex(_ text: some StringProtocol) -> [UInt8]? {
         var bytes: [UInt8] = []
         var high: UInt8?
         for unit in text.utf8 {

@@ -27,6 +27,9 @@ public enum Frame: Equatable, Sendable {
     /// How much of the peer's voice the sender loses (lost or too late to play, 0–100 %), so
     /// that the peer's encoder spends bits on in-band FEC only when they are needed.
     case voiceReport(lossPercent: UInt8)
+    /// The sender's presence secret (32 bytes), sent once a link is open, so that this paired peer
+    /// can recognise the sender's presence advertisements on a LAN (docs/PROTOCOL.md §12).
+    case presence(secret: [UInt8])
 
     /// The frame's type byte.
     public var type: FrameType {
@@ -41,6 +44,7 @@ public enum Frame: Equatable, Sendable {
         case .voiceStart: return .voiceStart
         case .voiceStop: return .voiceStop
         case .voiceReport: return .voiceReport
+        case .presence: return .presence
         }
     }
 }
@@ -56,6 +60,7 @@ public enum FrameType: UInt8, Sendable, CaseIterable, CustomStringConvertible {
     case voiceStart = 0x07
     case voiceStop = 0x08
     case voiceReport = 0x09
+    case presence = 0x0A
     case voice = 0x10
 
     /// The frame's name as the protocol document writes it, e.g. `"HELLO"`.
@@ -71,6 +76,7 @@ public enum FrameType: UInt8, Sendable, CaseIterable, CustomStringConvertible {
         case .voiceStart: return "VOICE_START"
         case .voiceStop: return "VOICE_STOP"
         case .voiceReport: return "VOICE_REPORT"
+        case .presence: return "PRESENCE"
         }
     }
 }
@@ -276,6 +282,9 @@ extension Frame: CustomStringConvertible {
             return "VOICE_STOP"
         case .voiceReport(let lossPercent):
             return "VOICE_REPORT \(lossPercent) % lost"
+        case .presence:
+            // Key material: never logged.
+            return "PRESENCE"
         }
     }
 }

@@ -13,6 +13,8 @@ extension Frame {
     static let voiceStartBytes = 1 + VoiceStart.sessionIDBytes + 1
     static let voiceStopBytes = 1
     static let voiceReportBytes = 1 + 1
+    static let presenceSecretBytes = 32
+    static let presenceBytes = 1 + presenceSecretBytes
     /// Fixed part of a VOICE body: type, seq, timestamp.
     static let voiceFixedBytes = 1 + 8 + 4
 
@@ -46,6 +48,7 @@ extension Frame {
         case .voiceStart: return Frame.voiceStartBytes
         case .voiceStop: return Frame.voiceStopBytes
         case .voiceReport: return Frame.voiceReportBytes
+        case .presence: return Frame.presenceBytes
         }
     }
 
@@ -84,6 +87,8 @@ extension Frame {
             break
         case .voiceReport(let lossPercent):
             bytes.append(lossPercent)
+        case .presence(let secret):
+            bytes.append(contentsOf: secret)
         }
     }
 
@@ -193,6 +198,10 @@ extension Frame {
             let lossPercent = reader.readUInt8()
             guard lossPercent <= 100 else { throw .invalidLossPercent(lossPercent) }
             self = .voiceReport(lossPercent: lossPercent)
+
+        case .presence:
+            try requireExactly(Frame.presenceBytes)
+            self = .presence(secret: Array(body.dropFirst()))
         }
     }
 

@@ -5,7 +5,7 @@
 /// ``FrameDecoder/nextBody()`` and ``Wire/lengthPrefixed(_:)``.
 public enum Wire {
     /// The protocol version this implementation speaks and sends in its ``Preamble``.
-    public static let protocolVersion: UInt16 = 4
+    public static let protocolVersion: UInt16 = 5
 
     /// Size of the big-endian `u32` length prefix in front of each frame body.
     public static let lengthPrefixBytes = 4

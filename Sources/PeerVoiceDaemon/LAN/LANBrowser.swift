@@ -28,8 +28,8 @@ final class LANBrowser {
     /// A record usually answers from the cache within milliseconds, an IPv6-only host has none.
     static let ipv6GraceMs: UInt32 = 300
 
-    var onFound: (LANRoute, LANAdvertisement) -> Void = { _, _ in }
-    var onLost: (LANRoute) -> Void = { _ in }
+    var onFound: (LANFoundService, LANAdvertisement) -> Void = { _, _ in }
+    var onLost: (LANFoundService) -> Void = { _ in }
 
     private let avahi: AvahiClient
     private let owner: String
@@ -82,7 +82,7 @@ final class LANBrowser {
         stopped = true
         subscription = nil
         if let browserPath { free(browserPath) }
-        let reported = services.values.compactMap(\.reported?.route)
+        let reported = services.compactMap { name, service in service.reported.map { LANFoundService(instance: name, route: $0.route) } }
         services = [:]
         if reportingLost { reported.forEach(onLost) }
     }
@@ -123,7 +123,7 @@ final class LANBrowser {
         services[sighting.name] = nil
         if let reported = service.reported {
             Log.debug("LAN: '\(sighting.name)' withdrawn (\(reported.route))")
-            onLost(reported.route)
+            onLost(LANFoundService(instance: sighting.name, route: reported.route))
         }
     }
 
@@ -159,8 +159,8 @@ final class LANBrowser {
             Log.debug("LAN: ignoring '\(sighting.name)': \(error)")
             return
         }
-        // Without a name it is not meant to be found (a later version's presence-only advertisement).
-        guard advertisement.name != nil, !isOwn(advertisement) else { return }
+        // Without a name it is not meant to be found, unless it is a presence tag for known peers.
+        guard advertisement.name != nil || advertisement.tag != nil, !isOwn(advertisement) else { return }
         guard route.isIPv6 else { return report(sighting.name, route, advertisement) }
         guard services[sighting.name]?.ipv6Candidate == nil else { return }
         services[sighting.name]?.ipv6Candidate = Timer.after(milliseconds: Self.ipv6GraceMs) { [weak self] in
@@ -173,7 +173,7 @@ final class LANBrowser {
         services[name]?.reported = (route, advertisement)
         services[name]?.ipv6Candidate = nil
         Log.debug("LAN: found '\(name)' at \(route)")
-        onFound(route, advertisement)
+        onFound(LANFoundService(instance: name, route: route), advertisement)
     }
 
     private func free(_ path: String) {
@@ -187,4 +187,11 @@ final class LANBrowser {
         guard if_indextoname(UInt32(index), &buffer) != nil else { return nil }
         return String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
     }
+}
+
+/// One advertisement a browser reports: its instance name (two of one host may share a route,
+/// e.g. the named and the presence one while they change over) and the route it resolved to.
+struct LANFoundService: Hashable {
+    let instance: String
+    let route: LANRoute
 }

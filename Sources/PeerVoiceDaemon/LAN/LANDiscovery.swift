@@ -6,21 +6,20 @@ import PeerVoiceCore
 protocol LANDiscoveryDelegate: AnyObject {
     /// Avahi appeared or went away (`isAvailable` changed).
     func lanAvailabilityChanged()
-    func lanFound(_ route: LANRoute, advertisement: LANAdvertisement)
-    func lanLost(_ route: LANRoute)
+    func lanFound(_ service: LANFoundService, advertisement: LANAdvertisement)
+    func lanLost(_ service: LANFoundService)
 }
 
 /// Finding and being found on the LAN through avahi-daemon (`org.freedesktop.Avahi` on the system
-/// bus): while discovery is on, publishes `_peervoice._tcp` (`LANAdvertiser`) and browses for
-/// others (`LANBrowser`). Follows avahi-daemon as it comes and goes: when it restarts, the service
-/// is published and browsed again. Without a system bus or Avahi it stays idle and says why.
+/// bus): publishes the `_peervoice._tcp` service it is given (`LANAdvertiser`) and browses for
+/// others (`LANBrowser`) while asked to (`want`). Follows avahi-daemon as it comes and goes: when it
+/// restarts, the service is published and browsed again. Without a system bus or Avahi it stays
+/// idle and says why.
 final class LANDiscovery {
     weak var delegate: LANDiscoveryDelegate?
 
     /// avahi-daemon is running and reachable.
     var isAvailable: Bool { owner != nil }
-    /// Discovery is on (it resumes by itself when Avahi comes back).
-    var isDiscovering: Bool { wanted != nil }
 
     private let excludedInterfaces: Set<String>
     private let ownFingerprint: String?
@@ -29,8 +28,9 @@ final class LANDiscovery {
     /// The unique name of the avahi-daemon we talk to.
     private var owner: String?
     private var watch: NameWatch?
-    /// What discovery publishes while it is on (nil: discovery is off).
-    private var wanted: LANServiceInfo?
+    /// What to publish (nil: nothing), and whether to browse; both resume when Avahi comes back.
+    private var wantedService: LANServiceInfo?
+    private var wantsBrowsing = false
     private var advertiser: LANAdvertiser?
     private var browser: LANBrowser?
     private var stopped = false
@@ -68,26 +68,26 @@ final class LANDiscovery {
     /// At exit: takes the advertisement off the LAN (Avahi would drop it with our connection anyway).
     func stop() {
         stopped = true
-        stopDiscovery()
+        want(advertising: nil, browsing: false)
         watch = nil
     }
 
-    /// Publishes `service` and browses, now if Avahi is there, else as soon as it appears.
-    func startDiscovery(_ service: LANServiceInfo) {
-        guard wanted != service || advertiser == nil else { return }
-        wanted = service
-        guard owner != nil else { return }
-        advertiser?.withdraw()
-        advertise(service)
-        if browser == nil { browse() }
-    }
-
-    func stopDiscovery() {
-        wanted = nil
-        advertiser?.withdraw()
-        advertiser = nil
-        browser?.stop(reportingLost: false)
-        browser = nil
+    /// Publishes `service` (nil: withdraws what is published) and browses or stops browsing, now
+    /// if Avahi is there, else as soon as it appears. A browser stopped here reports nothing lost.
+    func want(advertising service: LANServiceInfo?, browsing: Bool) {
+        if service != wantedService || (service != nil && advertiser == nil) {
+            wantedService = service
+            advertiser?.withdraw()
+            advertiser = nil
+            if let service { advertise(service) }
+        }
+        wantsBrowsing = browsing
+        if !browsing {
+            browser?.stop(reportingLost: false)
+            browser = nil
+        } else if browser == nil {
+            browse()
+        }
     }
 
     private func avahiAppeared(_ newOwner: String) {
@@ -95,12 +95,10 @@ final class LANDiscovery {
         let restarted = owner != nil
         if restarted { forgetAvahi() }
         owner = newOwner
-        Log.info(restarted || wanted != nil ? "Avahi is back: LAN discovery resumes" : "Avahi is running: LAN discovery is available")
+        Log.info(restarted || wantsBrowsing ? "Avahi is back: LAN discovery resumes" : "Avahi is running: LAN discovery is available")
         delegate?.lanAvailabilityChanged()
-        if let wanted {
-            advertise(wanted)
-            browse()
-        }
+        if let wantedService { advertise(wantedService) }
+        if wantsBrowsing { browse() }
     }
 
     private func avahiVanished() {
@@ -133,8 +131,8 @@ final class LANDiscovery {
         let browser = LANBrowser(avahi: avahi, owner: owner, excludedInterfaces: excludedInterfaces,
                                  isOwn: { $0.fingerprint != nil && $0.fingerprint == fingerprint },
                                  ownName: { [weak self] in self?.advertiser?.publishedName })
-        browser.onFound = { [weak self] route, advertisement in self?.delegate?.lanFound(route, advertisement: advertisement) }
-        browser.onLost = { [weak self] route in self?.delegate?.lanLost(route) }
+        browser.onFound = { [weak self] service, advertisement in self?.delegate?.lanFound(service, advertisement: advertisement) }
+        browser.onLost = { [weak self] service in self?.delegate?.lanLost(service) }
         self.browser = browser
         browser.start()
     }

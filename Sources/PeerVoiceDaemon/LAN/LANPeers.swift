@@ -1,9 +1,18 @@
+import Foundation
+import GIO
+import Glibc
 import PeerVoiceCore
 import Sodium
 
 /// The service's side of `LANDiscovery`, and the default listener. Without `--listen`
 /// peervoiced listens on the LAN (port 47800, else any free one) while discoverable or while it
 /// has known peers, and accepts first contacts there only while discoverable (`refusesFirstContact`).
+///
+/// What it advertises: while discoverable, its name and key; otherwise, while it has paired peers,
+/// only a presence tag under a random name, both new every 15-minute epoch (`PresenceTag`), so that
+/// its peers find it and nobody else can follow it. It browses whenever either is true; found
+/// advertisements are reported only while discoverable, and a known peer's always becomes a
+/// candidate route.
 final class LANPeers {
     /// The default listener's port, when it is free.
     static let defaultPort: UInt16 = 47800
@@ -18,13 +27,25 @@ final class LANPeers {
     private let emit: (ServiceEvent) -> Void
     /// Avahi, unless `--no-lan`.
     private var discovery: LANDiscovery?
-    /// How each advertisement found was reported (`PeerLost` names it the same way).
-    private var foundRefs: [LANRoute: PeerRef] = [:]
+    /// How each advertisement found is named, and whether `PeerFound` reported it (`PeerLost`
+    /// follows only then, naming it the same way).
+    private var found: [LANFoundService: (ref: PeerRef, reported: Bool)] = [:]
+    /// StartDiscovery was called (and not StopDiscovery since).
+    private var discoverable = false
+    /// What paired peers recognise our presence advertisements by (PRESENCE); `presence.key`.
+    private(set) var presenceSecret: PresenceSecret
+    private let presenceSecretPath: String
+    /// The presence advertisement's instance name: random, new every epoch.
+    private var presenceName = ""
+    private var presenceEpoch: UInt64?
+    private var epochTimer: EventSource?
     /// An advertisement gave a known peer a candidate route: dial it if messages wait.
     var knownPeerAppeared: (Peer) -> Void = { _ in }
 
     init(options: Options, fingerprint: String, crypto: LibSodium, ip: IPTransport, registry: PeerRegistry,
-         offersVoice: @escaping () -> Bool, emit: @escaping (ServiceEvent) -> Void) {
+         offersVoice: @escaping () -> Bool, emit: @escaping (ServiceEvent) -> Void) throws {
+        presenceSecretPath = options.stateDirectory + "/presence.key"
+        presenceSecret = try Self.loadOrCreatePresenceSecret(at: presenceSecretPath, crypto: crypto)
         self.options = options
         self.fingerprint = fingerprint
         self.crypto = crypto
@@ -41,6 +62,7 @@ final class LANPeers {
         self.discovery = discovery
         discovery.start()
         if registry.hasPairedPeers { openDefaultListener() }
+        updateAdvertising()
     }
 
     func stop() {
@@ -50,7 +72,7 @@ final class LANPeers {
     /// Whether StartDiscovery can use the LAN now (DiscoveryMethods).
     var canDiscover: Bool { discovery?.isAvailable == true }
 
-    var isDiscovering: Bool { discovery?.isDiscovering ?? false }
+    var isDiscovering: Bool { discoverable }
 
     /// StartDiscovery's LAN half: wants LAN discovery (it starts when Avahi is there) and says
     /// why it cannot run now, if it cannot.
@@ -60,11 +82,8 @@ final class LANPeers {
         guard ip.isListening else {
             return .failure(.failed("LAN discovery needs a listener, and none could be opened (see the log)"))
         }
-        let capabilities: Set<LANAdvertisement.Capability> = offersVoice() ? [.text, .voice] : [.text]
-        // Every field is in range by construction (advertisableName, the identity's own fingerprint).
-        let advertisement = try! LANAdvertisement(name: LANAdvertisement.advertisableName(options.name),
-                                                  capabilities: capabilities, fingerprint: fingerprint)
-        discovery.startDiscovery(LANServiceInfo(displayName: options.name, port: ip.listenPort, advertisement: advertisement))
+        discoverable = true
+        updateAdvertising()
         emit(.propertiesChanged([.discovering]))
         if let reason = discovery.unavailableReason { return .failure(.notAvailable("LAN discovery is not available: \(reason)")) }
         return .success(())
@@ -72,16 +91,84 @@ final class LANPeers {
 
     /// StopDiscovery's LAN half: withdraws the advertisement; false when the LAN was not discovering.
     func stopDiscovery() -> Bool {
-        guard let discovery, discovery.isDiscovering else { return false }
-        discovery.stopDiscovery()
+        guard discovery != nil, discoverable else { return false }
+        discoverable = false
         if !registry.hasPairedPeers { closeDefaultListener() }
+        // What was reported stays found quietly: no PeerLost for it later.
+        for (service, entry) in found { found[service] = (entry.ref, false) }
+        updateAdvertising()
         emit(.propertiesChanged([.discovering]))
         return true
     }
 
-    /// A peer became known (a link opened): the default listener stays open for it from now on.
+    /// A peer became known (a link opened): the default listener stays open for it from now on,
+    /// and a presence advertisement lets it find us while we are not discoverable.
     func listenForKnownPeers() {
-        if discovery != nil { openDefaultListener() }
+        guard discovery != nil else { return }
+        openDefaultListener()
+        updateAdvertising()
+    }
+
+    /// A peer was removed: a new presence secret, so that it cannot recognise us any more (the
+    /// remaining peers get it on their next link).
+    func rotatePresenceSecret() {
+        let secret = Self.newPresenceSecret(crypto)
+        do {
+            try Self.writePresenceSecret(secret, to: presenceSecretPath)
+            presenceSecret = secret
+        } catch {
+            Log.warning("could not replace the presence secret: \(error)")
+        }
+        presenceEpoch = nil
+        updateAdvertising()
+    }
+
+    /// Publishes what the state calls for: our name and key while discoverable, a presence tag
+    /// while we have paired peers, else nothing; and browses in either case.
+    private func updateAdvertising() {
+        guard let discovery else { return }
+        let hasPeers = registry.hasPairedPeers
+        var service: LANServiceInfo?
+        if ip.isListening {
+            if discoverable {
+                service = namedService()
+            } else if hasPeers {
+                service = presenceService()
+            }
+        }
+        if service == nil || discoverable { stopEpochTimer() }
+        discovery.want(advertising: service, browsing: discoverable || hasPeers)
+    }
+
+    private func namedService() -> LANServiceInfo {
+        let capabilities: Set<LANAdvertisement.Capability> = offersVoice() ? [.text, .voice] : [.text]
+        // Every field is in range by construction (advertisableName, the identity's own fingerprint).
+        let advertisement = try! LANAdvertisement(name: LANAdvertisement.advertisableName(options.name),
+                                                  capabilities: capabilities, fingerprint: fingerprint)
+        return LANServiceInfo(displayName: options.name, port: ip.listenPort, advertisement: advertisement)
+    }
+
+    /// This epoch's presence advertisement; a timer replaces it when the epoch ends.
+    private func presenceService() -> LANServiceInfo {
+        let now = UInt64(PeerVoiceService.nowMs() / 1000)
+        let epoch = PresenceTag.epoch(unixSeconds: now)
+        if presenceEpoch != epoch {
+            presenceEpoch = epoch
+            presenceName = "PeerVoice " + crypto.randomBytes(4).map { String(format: "%02x", $0) }.joined()
+            let untilNext = (PresenceTag.end(of: epoch) - now) * 1000
+            epochTimer = Timer.after(milliseconds: UInt32(untilNext)) { [unowned self] in
+                epochTimer = nil
+                updateAdvertising()
+            }
+        }
+        let tag = PresenceTag.tag(secret: presenceSecret, epoch: epoch, crypto: crypto)
+        // A tag from PresenceTag is always well-formed.
+        return LANServiceInfo(displayName: presenceName, port: ip.listenPort, advertisement: try! LANAdvertisement(presenceTag: tag))
+    }
+
+    private func stopEpochTimer() {
+        epochTimer = nil
+        presenceEpoch = nil
     }
 
     /// Whether a first contact on `link` must be refused: it came to the default listener while
@@ -119,26 +206,70 @@ extension LANPeers: LANDiscoveryDelegate {
         emit(.propertiesChanged([.discoveryMethods]))
     }
 
-    /// A known peer's advertisement (its fingerprint is the key of a peer we know) is found under
-    /// its id, and its address becomes a candidate route; any other is found under its address.
-    /// Only a claim: a dial, with the key pinned, proves it.
-    func lanFound(_ route: LANRoute, advertisement: LANAdvertisement) {
-        let address = PeerAddress(ipHost: route.host, port: route.port)
-        let claimed = advertisement.fingerprint.flatMap { PublicKey(hex: $0) }.map { PeerID(key: $0, using: crypto) }
-        guard let id = claimed, let peer = registry[id], peer.paired else {
-            foundRefs[route] = .address(address)
+    /// A known peer's advertisement (its fingerprint is the key of a peer we know, or its tag is
+    /// one of a known peer's presence secret) gives that peer a candidate route, and while we are
+    /// discoverable a named one is found under its id; any other is found under its address.
+    /// Only claims: a dial, with the key pinned, proves them. Presence is never reported.
+    func lanFound(_ service: LANFoundService, advertisement: LANAdvertisement) {
+        let address = PeerAddress(ipHost: service.route.host, port: service.route.port)
+        guard let peer = knownPeer(advertising: advertisement) else {
+            guard discoverable, advertisement.name != nil else { return }
+            found[service] = (.address(address), true)
             return emit(.peerFound(.address(address), name: advertisement.name ?? ""))
         }
-        foundRefs[route] = .id(id)
+        let reported = discoverable && advertisement.tag == nil
+        found[service] = (.id(peer.id), reported)
         peer.noteCandidate(address, seenAtMs: PeerVoiceService.nowMs())
-        emit(.peerFound(.id(id), name: advertisement.name ?? ""))
+        if reported { emit(.peerFound(.id(peer.id), name: advertisement.name ?? "")) }
         knownPeerAppeared(peer)
     }
 
-    func lanLost(_ route: LANRoute) {
-        let address = PeerAddress(ipHost: route.host, port: route.port)
-        let ref = foundRefs.removeValue(forKey: route) ?? .address(address)
-        if case .id(let id) = ref { registry[id]?.dropCandidate(address) }
-        emit(.peerLost(ref))
+    func lanLost(_ service: LANFoundService) {
+        guard let (ref, reported) = found.removeValue(forKey: service) else { return }
+        // The route stays a candidate while another advertisement (named or presence) still claims it.
+        if case .id(let id) = ref, !found.contains(where: { $0.key.route == service.route && $0.value.ref == ref }) {
+            registry[id]?.dropCandidate(PeerAddress(ipHost: service.route.host, port: service.route.port))
+        }
+        if reported { emit(.peerLost(ref)) }
+    }
+
+    /// The paired peer an advertisement claims to be: by its key, or by its presence tag.
+    private func knownPeer(advertising advertisement: LANAdvertisement) -> Peer? {
+        if let key = advertisement.fingerprint.flatMap({ PublicKey(hex: $0) }) {
+            return registry[PeerID(key: key, using: crypto)].flatMap { $0.paired ? $0 : nil }
+        }
+        guard let tag = advertisement.tag else { return nil }
+        let now = UInt64(PeerVoiceService.nowMs() / 1000)
+        return registry.all.first { peer in
+            peer.paired && peer.presenceSecret.map { PresenceTag.matches(tag, secret: $0, unixSeconds: now, crypto: crypto) } == true
+        }
+    }
+
+    // MARK: The presence secret
+
+    private static func loadOrCreatePresenceSecret(at path: String, crypto: LibSodium) throws -> PresenceSecret {
+        if let data = FileManager.default.contents(atPath: path),
+           let secret = PresenceSecret(hex: String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)) {
+            return secret
+        }
+        let secret = newPresenceSecret(crypto)
+        try writePresenceSecret(secret, to: path)
+        return secret
+    }
+
+    private static func newPresenceSecret(_ crypto: LibSodium) -> PresenceSecret {
+        PresenceSecret(bytes: crypto.randomBytes(PresenceSecret.byteCount))!
+    }
+
+    /// Written whole (temp file, rename), readable by the user only: it is key material.
+    private static func writePresenceSecret(_ secret: PresenceSecret, to path: String) throws {
+        let temporary = path + ".new"
+        guard FileManager.default.createFile(atPath: temporary, contents: Data((secret.hex + "\n").utf8),
+                                             attributes: [.posixPermissions: 0o600]) else {
+            throw CocoaError(.fileWriteUnknown, userInfo: [NSFilePathErrorKey: temporary])
+        }
+        guard rename(temporary, path) == 0 else {
+            throw CocoaError(.fileWriteUnknown, userInfo: [NSFilePathErrorKey: path])
+        }
     }
 }

@@ -523,6 +523,8 @@ extension PeerConnections: PeerLinkDelegate {
         let waiters = peer.connectWaiters
         peer.connectWaiters = []
         waiters.forEach { $0(.success(peer.id)) }
+        // Now that the link is open and the key pinned: what lets this peer find us on a LAN.
+        link.send(.presence(secret: lan.presenceSecret.bytes))
         delivery.linkOpened(link, to: id)
         voice?.linkOpened(link, to: peer)
     }
@@ -550,6 +552,11 @@ extension PeerConnections: PeerLinkDelegate {
             delivery.acknowledged(upTo: seq, by: peer.id)
         case .voiceStart, .voiceStop, .voiceReport, .voice:
             voice?.received(frame, from: peer)
+        case .presence(let secret):
+            let secret = PresenceSecret(bytes: secret)
+            guard secret != peer.presenceSecret else { return }
+            peer.presenceSecret = secret
+            registry.remember(peer)
         case .hello, .keepalive, .goodbye, .pairing:
             break
         }

@@ -17,6 +17,7 @@ final class PeerRegistry {
             let peer = Peer(id: known.id, key: known.key, name: known.name, routes: known.routes, paired: true)
             peer.instance = known.instance.flatMap { InstanceID(hex: $0) }
             peer.stayDisconnected = known.stayDisconnected
+            peer.presenceSecret = known.presenceSecret
             peers[known.id] = peer
         }
     }
