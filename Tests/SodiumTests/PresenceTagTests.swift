@@ -12,7 +12,8 @@ final class PresenceTagTests: XCTestCase {
         let epoch = PresenceTag.epoch(unixSeconds: 1_764_580_000)
         XCTAssertEqual(epoch, 1_764_580_000 / 900)
         let tag = PresenceTag.tag(secret: secret, epoch: epoch, crypto: crypto)
-        XCTAssertEqual(tag.count, 16)
+        // docs/PROTOCOL.md §12.1's example, as Python's hashlib computes it.
+        XCTAssertEqual(tag, "13e51a312bd3feff")
         XCTAssertNoThrow(try LANAdvertisement(presenceTag: tag))
         XCTAssertEqual(tag, PresenceTag.tag(secret: secret, epoch: epoch, crypto: crypto), "not a function of the secret and epoch")
         XCTAssertNotEqual(tag, PresenceTag.tag(secret: secret, epoch: epoch + 1, crypto: crypto))
