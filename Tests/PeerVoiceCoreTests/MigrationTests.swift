@@ -60,6 +60,20 @@ final class MigrationTests: XCTestCase {
         XCTAssertTrue(try String(contentsOfFile: path, encoding: .utf8).contains(#""format":4"#))
     }
 
+    /// A peer's presence secret is kept with it (hex); a file written before there were any reads
+    /// as peers without one.
+    func testAPresenceSecretIsKeptWithItsPeer() throws {
+        let path = directory + "/peers.json"
+        let key = PublicKey(hex: keyA)!
+        let secret = PresenceSecret(bytes: Array(repeating: UInt8(7), count: 32))!
+        let peers = try PeerDirectory(path: path, idOf: id(of:))
+        try peers.save(KnownPeer(id: id(of: key), key: key, name: "laptop", instance: nil, routes: [], presenceSecret: secret))
+        XCTAssertTrue(try String(contentsOfFile: path, encoding: .utf8).contains(secret.hex))
+        XCTAssertEqual(try PeerDirectory(path: path, idOf: id(of:))[id(of: key)]?.presenceSecret, secret)
+        try peers.save(KnownPeer(id: id(of: key), key: key, name: "laptop", instance: nil, routes: []))
+        XCTAssertNil(try PeerDirectory(path: path, idOf: id(of:))[id(of: key)]?.presenceSecret)
+    }
+
     func testAFileThatIsNeitherFormatIsRefusedRatherThanEmptied() throws {
         let path = directory + "/peers.json"
         try Data("{not json".utf8).write(to: URL(fileURLWithPath: path))
