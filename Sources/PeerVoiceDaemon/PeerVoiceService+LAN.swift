@@ -33,6 +33,14 @@ extension PeerVoiceService {
 
     var isDiscoveringOnLAN: Bool { lan?.isDiscovering ?? false }
 
+    /// The TXT record we publish: the display name, what we can do, our key's fingerprint.
+    var ownLANAdvertisement: LANAdvertisement {
+        let capabilities: Set<LANAdvertisement.Capability> = voice == nil ? [.text] : [.text, .voice]
+        // Every field is in range by construction (advertisableName, the identity's own fingerprint).
+        return try! LANAdvertisement(name: LANAdvertisement.advertisableName(settings.name),
+                                     capabilities: capabilities, fingerprint: identity.fingerprint)
+    }
+
     /// Known peers, as far as the default listener cares: someone may dial back.
     private var hasPairedPeers: Bool { peers.values.contains(where: \.paired) }
 
@@ -44,11 +52,7 @@ extension PeerVoiceService {
         guard ip.isListening else {
             return .failure(.failed("LAN discovery needs a listener, and none could be opened (see the log)"))
         }
-        let capabilities: Set<LANAdvertisement.Capability> = voice == nil ? [.text] : [.text, .voice]
-        // Every field is in range by construction (advertisableName, the identity's own fingerprint).
-        let advertisement = try! LANAdvertisement(name: LANAdvertisement.advertisableName(options.name),
-                                                  capabilities: capabilities, fingerprint: identity.fingerprint)
-        lan.startDiscovery(LANServiceInfo(displayName: options.name, port: ip.listenPort, advertisement: advertisement))
+        lan.startDiscovery(LANServiceInfo(displayName: settings.name, port: ip.listenPort, advertisement: ownLANAdvertisement))
         emit(.propertiesChanged([.discovering]))
         if let reason = lan.unavailableReason { return .failure(.notAvailable("LAN discovery is not available: \(reason)")) }
         return .success(())

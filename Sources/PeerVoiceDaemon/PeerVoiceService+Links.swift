@@ -131,7 +131,7 @@ extension PeerVoiceService {
         // Every field is in range by construction; a HELLO that cannot be built is a bug.
         try! Hello(instanceID: instance, capabilities: voice == nil ? [.text] : [.text, .voice],
                    listenPort: ip.listenPort, voicePort: voicePort,
-                   name: Hello.truncatedName(options.name))
+                   name: Hello.truncatedName(settings.name))
     }
 
     func connectFailed(_ peer: Peer, _ error: ServiceError) {

@@ -26,6 +26,8 @@ final class PeerVoiceService {
     let crypto = LibSodium()
     let store: MessageStore
     let directory: PeerDirectory
+    /// The display name and visibility (PeerVoiceService+Settings.swift).
+    let settings: ServiceSettings
     let ip = IPTransport()
     /// This service's own id and key, as peers see them.
     let ownID: PeerID
@@ -81,6 +83,7 @@ final class PeerVoiceService {
             instance = try Self.loadInstanceID(in: state)
             store = try MessageStore(directory: state + "/messages", onWarning: { Log.warning("message store: \($0)") })
             directory = try PeerDirectory(path: state + "/peers.json") { PeerID(key: $0, using: crypto) }
+            settings = try ServiceSettings(path: state + "/settings.json", defaultName: options.name)
             try Self.migrate(store: store, directory: directory)
         } catch {
             throw .failed("cannot use the state directory \(state): \(error)")
@@ -153,8 +156,8 @@ final class PeerVoiceService {
     /// when none can run now, saying why for each. `completion` runs once BlueZ has answered (or
     /// failed to in time).
     func startDiscovery(completion: @escaping (Result<Void, ServiceError>) -> Void) {
-        let onLAN = startLANDiscovery()
-        startBluetoothDiscovery { [unowned self] result in
+        let onLAN = settings.visible.contains(.lan) ? startLANDiscovery() : .failure(Self.notVisible(on: .lan))
+        startVisibleBluetoothDiscovery { [unowned self] result in
             guard case .failure(let error) = result else { return completion(.success(())) }
             guard case .failure(let lanError) = onLAN else {
                 Log.info("discovering on the LAN only: \(error.message)")

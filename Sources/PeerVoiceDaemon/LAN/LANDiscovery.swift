@@ -82,6 +82,13 @@ final class LANDiscovery {
         if browser == nil { browse() }
     }
 
+    /// While discovering: publishes `advertisement` as the TXT record from now on.
+    func updateAdvertisement(_ advertisement: LANAdvertisement) {
+        guard wanted != nil else { return }
+        wanted?.advertisement = advertisement
+        advertiser?.updateTXT(advertisement)
+    }
+
     func stopDiscovery() {
         wanted = nil
         advertiser?.withdraw()
