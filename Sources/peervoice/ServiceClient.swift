@@ -117,6 +117,14 @@ final class ServiceClient {
         call(on ? "StartVoice" : "StopVoice", [Variant(peer)], action: on ? "Start voice" : "Stop voice", peer: peer)
     }
 
+    /// `SetName`: the service checks the name; a refusal is a notice in its words.
+    func setName(_ name: String) { call("SetName", [Variant(name)], action: "Rename") }
+
+    /// `SetVisible` for "bluetooth" or "lan".
+    func setVisible(_ visible: Bool, on method: String) {
+        call("SetVisible", [Variant(method), Variant(visible)], action: method == "lan" ? "Visible on the LAN" : "Visible over Bluetooth")
+    }
+
     func confirmPairing(_ peer: String, accept: Bool) {
         call("ConfirmPairing", [Variant(peer), Variant(accept)], action: accept ? "Accept" : "Reject", peer: peer)
     }
@@ -188,5 +196,6 @@ final class ServiceClient {
     private func propertiesChanged(_ properties: Variant) {
         if let muted = properties.lookup("Muted")?.bool { model.muteChanged(muted) }
         if let discovering = properties.lookup("Discovering")?.bool { model.discoveringChanged(discovering) }
+        model.settingsChanged(name: properties.lookup("Name")?.string, visible: properties.lookup("Visible")?.strings)
     }
 }

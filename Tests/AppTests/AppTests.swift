@@ -178,6 +178,39 @@ final class AppTests: XCTestCase {
                        "a pairing notification while the app handles prompts")
     }
 
+    /// Settings: the display name and where discovery makes this device visible, changed in the
+    /// window (the service's Name and Visible follow) and from elsewhere (the window follows).
+    func testSettingsRenameAndChooseWhereThisDeviceIsVisible() throws {
+        let alpha = try peer("alpha")
+        let app = try session(on: alpha)
+        app.ui("click", "Settings")
+        XCTAssertTrue(eventually(timeout: 5) { app.ui("field", "Display name") == "alpha" }, "the field shows the service's Name")
+        XCTAssertEqual(app.ui("pressed", "Visible over Bluetooth"), "true")
+        XCTAssertEqual(app.ui("pressed", "Visible on the LAN"), "true")
+
+        app.ui("set-text", "Display name", "Alpha’s desk")
+        app.ui("click", "Rename")
+        XCTAssertTrue(eventually(timeout: 5) { (try? alpha.client.property("Name").string) == "Alpha’s desk" }, "Rename did not rename")
+        screenshot(app, "app-settings", in: alpha)
+        // A name the service refuses: its reason in the problem bar, and the field shows the name kept.
+        app.ui("set-text", "Display name", "   ")
+        app.ui("click", "Rename")
+        XCTAssertNotNil(app.ui("label-starting", "Rename: the name is empty"))
+        XCTAssertEqual(app.ui("field", "Display name"), "Alpha’s desk", "a refused name springs back")
+        app.ui("click", "Dismiss")
+        try alpha.client.call("SetName", [Variant("renamed elsewhere")])
+        XCTAssertTrue(eventually(timeout: 5) { app.ui("field", "Display name") == "renamed elsewhere" }, "the field did not follow Name")
+
+        app.ui("click", "Visible on the LAN")
+        XCTAssertTrue(eventually(timeout: 5) { (try? alpha.client.property("Visible").strings) == ["bluetooth"] },
+                      "the switch did not hide this device from the LAN")
+        app.ui("wait-pressed", "Visible on the LAN", "false")
+        try alpha.client.call("SetVisible", [Variant("bluetooth"), Variant(false)])
+        app.ui("wait-pressed", "Visible over Bluetooth", "false")
+        app.ui("click", "Visible over Bluetooth")
+        XCTAssertTrue(eventually(timeout: 5) { (try? alpha.client.property("Visible").strings) == ["bluetooth"] })
+    }
+
     /// In German (de_DE.UTF-8, the catalog compiled from po/de.po): with no PeerVoice service the
     /// bus can start, the window says why and offers Retry; once the service is installed, Retry
     /// starts it by bus activation (StartServiceByName) and the controls come alive.
@@ -215,6 +248,9 @@ final class AppTests: XCTestCase {
         app.ui("click", "Stumm")
         XCTAssertTrue(eventually(timeout: 5) { (try? client.property("Muted").bool) == true })
         app.ui("wait-label", "Noch keine Gegenstellen: in der Nähe suchen oder eine Adresse eingeben.")
+        app.ui("click", "Einstellungen")
+        XCTAssertTrue(eventually(timeout: 5) { app.ui("field", "Anzeigename") == "delta" }, "the settings in German")
+        XCTAssertEqual(app.ui("pressed", "Im lokalen Netz sichtbar"), "true")
         // The service stops (the bus started it: it is ended by its pid): the window says so, and
         // Retry starts it again.
         try stopActivatedService(client)
