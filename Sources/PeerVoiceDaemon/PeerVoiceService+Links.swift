@@ -150,6 +150,8 @@ extension PeerVoiceService {
         contact.connectWaiters = []
         setState(contact, .disconnected)
         if contacts[contact.address] === contact { contacts[contact.address] = nil }
+        // The state change showed the contact's object as it was: its removal shows now.
+        peersChanged()
         waiters.forEach { $0(.failure(error)) }
     }
 

@@ -10,18 +10,31 @@ final class AppTests: XCTestCase {
     private var peers: [TestPeer] = []
     private var sessions: [AppSession] = []
     private var notifications: NotificationServer?
+    private var pipeWires: [PipeWireSession] = []
 
     override func tearDown() {
         sessions.forEach { $0.stop() }
         notifications?.stop()
         peers.forEach { $0.shutdown() }
+        pipeWires.forEach { $0.stop() }
         sessions = []
         peers = []
+        pipeWires = []
         notifications = nil
     }
 
-    private func peer(_ name: String) throws -> TestPeer {
-        let peer = try TestPeer(name: name)
+    /// A peervoiced named `name`; with its own PipeWire (and no voice until StartVoice) when `withVoice`.
+    private func peer(_ name: String, withVoice: Bool = false) throws -> TestPeer {
+        var environment: [String: String] = [:]
+        if withVoice {
+            let pipeWire = try PipeWireSession()
+            pipeWires.append(pipeWire)
+            environment = pipeWire.environment
+            // The PipeWire session's bus is WirePlumber's; peervoiced gets the peer's own.
+            environment["DBUS_SESSION_BUS_ADDRESS"] = nil
+        }
+        let peer = try TestPeer(name: name, arguments: ["--verbose"] + (withVoice ? ["--no-cue", "--no-auto-voice"] : []),
+                                environment: environment)
         peers.append(peer)
         return peer
     }
@@ -176,6 +189,34 @@ final class AppTests: XCTestCase {
                       "the notification server saw nothing at all: \(notifications.summaries)")
         XCTAssertEqual(notifications.summaries.filter { $0.hasPrefix("Pair") }, [],
                        "a pairing notification while the app handles prompts")
+    }
+
+    /// The list follows the service's peer objects (a peer paired before the window opened, a new
+    /// name), and Start voice / Stop voice act on the selected peer and show what the service says
+    /// (VoiceStateChanged, the object's Voice), with real PipeWire on both sides.
+    func testVoiceStartsAndStopsForTheSelectedPeerAndTheListFollowsThePeerObjects() throws {
+        let alpha = try peer("alpha", withVoice: true), bravo = try peer("bravo", withVoice: true)
+        XCTAssertEqual(try alpha.pair(with: bravo).connect.get()[0].string, bravo.id)
+        let app = try session(on: alpha)
+        app.ui("wait-row", "bravo")
+        app.ui("select-row", "bravo")
+        let mark = alpha.mark
+        app.ui("click", "Start voice")
+        XCTAssertNotNil(alpha.client.waitForSignalIndex("VoiceStateChanged", after: mark, timeout: 15) { $0.string(0) == bravo.id && $0.string(1) == "active" },
+                        "voice did not start: \(alpha.log.suffix(3_000))")
+        app.ui("label-starting", "network · connected · voice on")
+        let stopMark = alpha.mark
+        app.ui("click", "Stop voice")
+        XCTAssertNotNil(alpha.client.waitForSignalIndex("VoiceStateChanged", after: stopMark, timeout: 10) { $0.string(0) == bravo.id && $0.string(1) == "stopped" })
+        app.ui("wait-gone", "Stop voice")
+        XCTAssertEqual(app.ui("text", "network · connected"), "network · connected")
+
+        // bravo renames itself; its next link carries the name, and the row shows it.
+        try bravo.client.call("SetName", [Variant("Bravo’s desk")])
+        try alpha.client.call("Disconnect", [Variant(bravo.id)])
+        XCTAssertNotNil(alpha.waitForState("disconnected", of: bravo.id, timeout: 10))
+        app.ui("click", "Connect")
+        app.ui("wait-row", "Bravo’s desk")
     }
 
     /// Settings: the display name and where discovery makes this device visible, changed in the
