@@ -124,10 +124,15 @@ final class ServiceClient {
 
     func disconnect(_ peer: String) { call("Disconnect", [Variant(peer)], action: "Disconnect", peer: peer) }
 
-    /// Forgets a peer whose key changed, then dials it again to compare codes.
+    /// Forgets a peer whose key changed, then dials the address it was reached at, so that the
+    /// device there (its new key) pairs anew and both people compare codes.
     func forgetAndPairAgain(_ peer: String) {
+        let route = peerObjects.paths(implementing: Self.peerInterface).lazy
+            .compactMap { [peerObjects] in peerObjects.properties(of: $0, interface: Self.peerInterface) }
+            .first { $0["Id"]?.string == peer }?["Routes"]?.children.first?[1].string
         call("RemovePeer", [Variant(peer)], action: "Forget and pair again", peer: peer) { [unowned self] _ in
-            connect(peer)
+            // Without a route there is nothing to dial: Connect then says the id is unknown.
+            connect(route ?? peer)
         }
     }
 

@@ -219,6 +219,36 @@ final class AppTests: XCTestCase {
         app.ui("wait-row", "Bravo’s desk")
     }
 
+    /// A paired peer comes back with another key (reinstalled): Connect says so in words a person
+    /// can act on, and "Forget and pair again" removes the old peer (RemovePeer) and pairs with
+    /// the device at its address, comparing codes.
+    func testAPeerWhoseKeyChangedIsForgottenAndPairedAgain() throws {
+        let alpha = try peer("alpha"), bravo = try peer("bravo")
+        XCTAssertEqual(try alpha.pair(with: bravo).connect.get()[0].string, bravo.id)
+        let oldID = bravo.id
+        XCTAssertEqual(bravo.stop(), 0)
+        XCTAssertNotNil(alpha.waitForState("disconnected", of: oldID))
+        try FileManager.default.removeItem(atPath: bravo.daemon.stateDirectory)
+        try bravo.restart()
+        XCTAssertNotEqual(bravo.id, oldID, "a new key is a new id")
+
+        let app = try session(on: alpha)
+        app.ui("select-row", "bravo")
+        app.ui("click", "Connect")
+        XCTAssertNotNil(app.ui("label-starting", "This peer's key is not the one you paired with"))
+        let mark = bravo.mark
+        app.ui("click", "Forget and pair again")
+        let asked = try XCTUnwrap(bravo.pairingRequest(for: alpha.id, after: mark, timeout: 15), "the device at the address was not asked")
+        let code = asked.string(2)
+        XCTAssertEqual(app.ui("text", "Pairing code"), String(code.prefix(3)) + " " + String(code.suffix(3)))
+        XCTAssertEqual(alpha.client.errorName("History", [Variant(oldID), Variant(UInt32(1))]), "org.example.PeerVoice.Error.UnknownPeer",
+                       "the old peer is forgotten")
+        try bravo.client.call("ConfirmPairing", [Variant(alpha.id), Variant(true)])
+        app.ui("click", "Accept")
+        XCTAssertNotNil(alpha.waitForState("connected", of: bravo.id, timeout: 15), alpha.log)
+        app.ui("wait-row", "bravo")
+    }
+
     /// Settings: the display name and where discovery makes this device visible, changed in the
     /// window (the service's Name and Visible follow) and from elsewhere (the window follows).
     func testSettingsRenameAndChooseWhereThisDeviceIsVisible() throws {
