@@ -19,7 +19,7 @@ _peervoicectl() {
         words+=("")
     fi
     local cur=${words[${#words[@]}-1]}
-    local commands="status peers peer discover connect disconnect send history remove mute confirm voice monitor help"
+    local commands="status peers peer discover connect disconnect send history remove mute name visible confirm voice monitor help"
 
     # The command: the first word after the program that is not an option.
     local command= i word
@@ -64,6 +64,8 @@ _peervoicectl() {
                 confirm:1) candidates="yes no" ;;
                 mute:0) candidates="on off toggle" ;;
                 voice:0) candidates="start stop" ;;
+                visible:0) candidates="bluetooth lan" ;;
+                visible:1) candidates="on off" ;;
                 voice:1) candidates=$(_peervoicectl_peer_ids) ;;
                 help:0) candidates=$commands ;;
             esac

@@ -126,6 +126,11 @@ public final class HeaderBar: Widget {
         adw_header_bar_pack_start(ptr(), child.widget)
         items.append(child)
     }
+
+    public func packEnd(_ child: Widget) {
+        adw_header_bar_pack_end(ptr(), child.widget)
+        items.append(child)
+    }
 }
 
 /// Message catalogs (gettext), for the strings the app shows.

@@ -15,6 +15,11 @@ public final class AppModel {
     /// The problem on screen, if any.
     public private(set) var notice: Notice?
     public var holdMode: HoldMode = .holdToMute { didSet { changed(.hold) } }
+    /// The display name other devices see (`Name`); nil while the service has not said (a service
+    /// without the property has no settings to change).
+    public private(set) var displayName: String?
+    /// Where discovery makes this device visible (`Visible`): "bluetooth", "lan".
+    public private(set) var visibility: Set<String> = []
     public private(set) var isHolding = false
 
     /// Called after every change, with what changed.
@@ -27,7 +32,7 @@ public final class AppModel {
     }
 
     public enum Change: Equatable {
-        case peers, selection, question, chat(peer: String), mute, discovering, service, notice, hold
+        case peers, selection, question, chat(peer: String), mute, discovering, service, notice, hold, settings
     }
 
     private func changed(_ change: Change) { onChange(change) }
@@ -292,6 +297,21 @@ public final class AppModel {
     }
 
     public var holdLabel: String { holdMode == .holdToMute ? localize("Hold to mute") : localize("Hold to talk") }
+
+    // MARK: Settings
+
+    /// `Name` and `Visible` from `GetAll` or `PropertiesChanged` (nil: not among them).
+    public func settingsChanged(name: String?, visible: [String]?) {
+        var changedAny = false
+        if let name, name != displayName { displayName = name; changedAny = true }
+        if let visible, Set(visible) != visibility { visibility = Set(visible); changedAny = true }
+        if changedAny { changed(.settings) }
+    }
+
+    /// Whether the settings can be changed now: the service runs and has them.
+    public var settingsAvailable: Bool { service == .running && displayName != nil }
+
+    public func isVisible(on method: String) -> Bool { visibility.contains(method) }
 
     // MARK: Problems
 

@@ -29,6 +29,9 @@ public enum ServiceProperty: String, CaseIterable, Sendable {
     case fingerprint = "Fingerprint"
     case discoveryMethods = "DiscoveryMethods"
     case audioProcessing = "AudioProcessing"
+    /// The display name and visibility a person chose (`SetName`, `SetVisible`).
+    case name = "Name"
+    case visible = "Visible"
 }
 
 /// Something the service tells every client: each case is one bus signal.

@@ -88,6 +88,12 @@ final class BusObject {
             case "StopVoice":
                 try service.stopVoice(PeerRef(parsing: arguments[0].string!))
                 call.reply()
+            case "SetName":
+                try service.setName(arguments[0].string!)
+                call.reply()
+            case "SetVisible":
+                try service.setVisible(arguments[0].string!, arguments[1].bool!)
+                call.reply()
             default:
                 // GDBus only dispatches methods declared in the XML; this is a mismatch between the two.
                 call.fail(name: Self.errorPrefix + "Failed", message: "\(call.method) is declared but not implemented")
@@ -124,6 +130,8 @@ final class BusObject {
         case .fingerprint: Variant(service.ownKey.fingerprint)
         case .discoveryMethods: Variant(array: service.discoveryMethods.map { Variant($0) }, elementType: "s")
         case .audioProcessing: Variant(array: service.audioProcessing.map { Variant($0) }, elementType: "s")
+        case .name: Variant(service.settings.name)
+        case .visible: Variant(array: DiscoveryMethod.allCases.filter(service.settings.visible.contains).map { Variant($0.rawValue) }, elementType: "s")
         }
     }
 

@@ -33,6 +33,8 @@ final class PeerVoiceService {
     private let identity: StaticIdentity
     let crypto = LibSodium()
     let ip = IPTransport()
+    /// The display name and visibility (PeerVoiceService+Settings.swift).
+    let settings: ServiceSettings
     let registry: PeerRegistry
     private let pairing: PairingPrompts
     private let delivery: MessageDelivery
@@ -72,6 +74,7 @@ final class PeerVoiceService {
             instance = try Self.loadInstanceID(in: state)
             store = try MessageStore(directory: state + "/messages", onWarning: { Log.warning("message store: \($0)") })
             directory = try PeerDirectory(path: state + "/peers.json") { PeerID(key: $0, using: crypto) }
+            settings = try ServiceSettings(path: state + "/settings.json", defaultName: options.name)
             try Self.migrate(store: store, directory: directory)
         } catch {
             throw .failed("cannot use the state directory \(state): \(error)")
@@ -85,7 +88,7 @@ final class PeerVoiceService {
         bluetooth = BluetoothPeers(adapter: options.adapter, defaultAgent: options.defaultAgent, registry: registry, emit: emit)
         do {
             lan = try LANPeers(options: options, fingerprint: identity.fingerprint, crypto: crypto, ip: ip, registry: registry,
-                               offersVoice: { service?.voice != nil }, emit: emit)
+                               displayName: { [settings] in settings.name }, offersVoice: { service?.voice != nil }, emit: emit)
         } catch {
             throw .failed("cannot use the state directory \(state): \(error)")
         }
@@ -93,6 +96,7 @@ final class PeerVoiceService {
                                       pairing: pairing, delivery: delivery, bluetooth: bluetooth, lan: lan,
                                       hello: { service!.localHello }, emit: emit)
         bluetooth.connections = connections
+        connections.peersChanged = { service?.peersChanged() }
         lan.knownPeerAppeared = { [unowned connections] in connections.scheduleRedial($0, immediately: true) }
         service = self
         connections.voice = self
@@ -144,7 +148,7 @@ final class PeerVoiceService {
         // Every field is in range by construction; a HELLO that cannot be built is a bug.
         try! Hello(instanceID: instance, capabilities: voice == nil ? [.text] : [.text, .voice],
                    listenPort: ip.listenPort, voicePort: voicePort,
-                   name: Hello.truncatedName(options.name))
+                   name: Hello.truncatedName(settings.name))
     }
 
     // MARK: Discovery
@@ -153,8 +157,8 @@ final class PeerVoiceService {
     /// when none can run now, saying why for each. `completion` runs once BlueZ has answered (or
     /// failed to in time).
     func startDiscovery(completion: @escaping (Result<Void, ServiceError>) -> Void) {
-        let onLAN = lan.startDiscovery()
-        bluetooth.startDiscovery { [unowned self] result in
+        let onLAN = settings.visible.contains(.lan) ? lan.startDiscovery() : .failure(Self.notVisible(on: .lan))
+        startVisibleBluetoothDiscovery { [unowned self] result in
             guard case .failure(let error) = result else { return completion(.success(())) }
             guard case .failure(let lanError) = onLAN else {
                 Log.info("discovering on the LAN only: \(error.message)")
@@ -176,6 +180,51 @@ final class PeerVoiceService {
                 return completion(.success(()))
             }
             completion(result)
+        }
+    }
+
+    /// StartDiscovery's Bluetooth half, when this device is to be visible over Bluetooth.
+    private func startVisibleBluetoothDiscovery(completion: @escaping (Result<Void, ServiceError>) -> Void) {
+        guard settings.visible.contains(.bluetooth) else { return completion(.failure(Self.notVisible(on: .bluetooth))) }
+        bluetooth.startDiscovery(completion: completion)
+    }
+
+    private static func notVisible(on method: DiscoveryMethod) -> ServiceError {
+        .notAvailable(method == .lan ? "not visible on the LAN (SetVisible lan true turns it on)"
+                                     : "not visible over Bluetooth (SetVisible bluetooth true turns it on)")
+    }
+
+    // MARK: Settings
+
+    /// A new name goes into the HELLO of every link opened from now on and, while discovering,
+    /// into the LAN advertisement's TXT record.
+    func setName(_ name: String) throws(ServiceError) {
+        guard try settings.setName(name) else { return }
+        Log.info("display name changed")
+        lan.nameChanged()
+        emit(.propertiesChanged([.name]))
+    }
+
+    /// Visibility chooses the methods StartDiscovery uses, and applies at once while discovering.
+    func setVisible(_ methodName: String, _ isVisible: Bool) throws(ServiceError) {
+        guard let method = DiscoveryMethod(rawValue: methodName) else {
+            let known = DiscoveryMethod.allCases.map(\.rawValue).joined(separator: ", ")
+            throw .invalidArgument("\"\(methodName)\" is not a discovery method: use one of \(known)")
+        }
+        guard try settings.setVisible(method, isVisible) else { return }
+        Log.info("\(isVisible ? "visible" : "not visible") on \(method.rawValue) from now on")
+        emit(.propertiesChanged([.visible]))
+        guard isDiscovering else { return }
+        // Discovery is on: the method follows now (its failure is no failure of the setting).
+        let applied: (Result<Void, ServiceError>) -> Void = { [unowned self] result in
+            if case .failure(let error) = result { Log.info("SetVisible(\(method.rawValue)): \(error.message)") }
+            emit(.propertiesChanged([.discovering]))
+        }
+        switch (method, isVisible) {
+        case (.lan, true): applied(lan.startDiscovery())
+        case (.lan, false): _ = lan.stopDiscovery()
+        case (.bluetooth, true): bluetooth.startDiscovery(completion: applied)
+        case (.bluetooth, false): bluetooth.stopDiscovery(completion: applied)
         }
     }
 

@@ -32,6 +32,13 @@ final class MainWindow {
     private let holdButton = Button(tr("Hold to mute"))
     private let pushToTalk = Switch()
 
+    private let settingsButton = ToggleButton(tr("Settings"))
+    private let settingsPanel = Box(.vertical, spacing: 8)
+    private let nameEntry = Entry(placeholder: tr("The name other devices see"))
+    private let renameButton = Button(tr("Rename"))
+    private let bluetoothVisible = Switch()
+    private let lanVisible = Switch()
+
     private let noticeBar = Box(.horizontal, spacing: 8)
     private let noticeLabel = Label()
     private let remedyButton = Button("")
@@ -52,7 +59,7 @@ final class MainWindow {
         window.setContent(layout())
         wire()
         model.onChange = { [unowned self] in render($0) }
-        [.peers, .selection, .mute, .discovering, .service, .notice, .hold, .question].forEach(render)
+        [.peers, .selection, .mute, .discovering, .service, .notice, .hold, .question, .settings].forEach(render)
     }
 
     // MARK: Layout
@@ -60,6 +67,7 @@ final class MainWindow {
     private func layout() -> Widget {
         let header = HeaderBar()
         header.packStart(searchButton)
+        header.packEnd(settingsButton)
 
         let peers = Box(.vertical, spacing: 6)
         let peersTitle = Label(tr("Peers"))
@@ -112,12 +120,6 @@ final class MainWindow {
         voice.append(holdButton)
         chat.append(voice)
 
-        let settings = Box(.horizontal, spacing: 8)
-        let pushToTalkLabel = Label(tr("Push to talk"))
-        pushToTalk.setAccessibleName(tr("Push to talk"))
-        settings.append(pushToTalkLabel)
-        settings.append(pushToTalk)
-        chat.append(settings)
 
         let columns = Box(.horizontal, spacing: 12)
         columns.setMargins(12)
@@ -137,8 +139,44 @@ final class MainWindow {
         let page = Box(.vertical, spacing: 0)
         page.append(header)
         page.append(noticeBar)
+        page.append(settingsLayout())
         page.append(columns)
         return page
+    }
+
+    /// Shown below the header while Settings is pressed: the display name, where discovery makes
+    /// this device visible, and the hold button's mode.
+    private func settingsLayout() -> Widget {
+        let nameRow = Box(.horizontal, spacing: 8)
+        let nameLabel = Label(tr("Display name"))
+        nameLabel.setSizeRequest(width: 180, height: -1)
+        nameLabel.setAlignment(0)
+        nameEntry.setAccessibleName(tr("Display name"))
+        nameEntry.expandsHorizontally = true
+        nameRow.append(nameLabel)
+        nameRow.append(nameEntry)
+        nameRow.append(renameButton)
+        let card = Box(.vertical, spacing: 8)
+        card.addStyleClass("card")
+        let rows = Box(.vertical, spacing: 8)
+        rows.setMargins(10)
+        card.append(rows)
+        rows.append(nameRow)
+        for (label, control) in [(tr("Visible over Bluetooth"), bluetoothVisible), (tr("Visible on the LAN"), lanVisible),
+                                 (tr("Push to talk"), pushToTalk)] {
+            let row = Box(.horizontal, spacing: 8)
+            let text = Label(label)
+            text.setAlignment(0)
+            text.expandsHorizontally = true
+            control.setAccessibleName(label)
+            row.append(text)
+            row.append(control)
+            rows.append(row)
+        }
+        settingsPanel.append(card)
+        settingsPanel.setMargins(12)
+        settingsPanel.isVisible = false
+        return settingsPanel
     }
 
     // MARK: What a person does
@@ -193,6 +231,16 @@ final class MainWindow {
         // A window that loses the focus while the button or Space is held never sees the release.
         window.onActiveChanged { [unowned self] active in if !active { holdUp() } }
         pushToTalk.onToggled { [unowned self] on in model.holdMode = on ? .holdToTalk : .holdToMute }
+        settingsButton.onToggled { [unowned self] on in settingsPanel.isVisible = on }
+        let rename = { [unowned self] in
+            let name = nameEntry.text
+            // Unchanged: nothing to ask; anything else the service checks (and says why it refuses).
+            if name != model.displayName { client.setName(name) }
+        }
+        renameButton.onClicked(rename)
+        nameEntry.onActivate(rename)
+        bluetoothVisible.onToggled { [unowned self] on in client.setVisible(on, on: "bluetooth") }
+        lanVisible.onToggled { [unowned self] on in client.setVisible(on, on: "lan") }
 
         remedyButton.onClicked { [unowned self] in
             switch model.notice?.remedy {
@@ -234,11 +282,15 @@ final class MainWindow {
             searchButton.isActive = model.discovering
         case .service:
             renderActions()
+            renderSettings()
+        case .settings:
+            renderSettings()
         case .notice:
             renderNotice()
             // A toggle whose call failed shows the service's state again.
             muteButton.isActive = model.muted
             searchButton.isActive = model.discovering
+            renderSettings()
         case .hold:
             holdButton.label = model.holdLabel
             holdButton.setAccessibleName(model.holdLabel)
@@ -315,6 +367,15 @@ final class MainWindow {
         messageEntry.isSensitive = actions.send
         let running = model.service == .running
         [searchButton, muteButton, holdButton, addressButton].forEach { $0.isSensitive = running }
+    }
+
+    /// The service's settings as it last said them (a refused change springs back).
+    private func renderSettings() {
+        let available = model.settingsAvailable
+        [nameEntry, renameButton, bluetoothVisible, lanVisible].forEach { $0.isSensitive = available }
+        if let name = model.displayName { nameEntry.text = name }
+        bluetoothVisible.isActive = model.isVisible(on: "bluetooth")
+        lanVisible.isActive = model.isVisible(on: "lan")
     }
 
     private func renderChat() {

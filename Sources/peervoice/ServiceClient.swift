@@ -9,11 +9,19 @@ final class ServiceClient {
     static let name = "org.example.PeerVoice"
     static let path = "/org/example/PeerVoice"
     static let interface = "org.example.PeerVoice"
+    static let peerInterface = "org.example.PeerVoice.Peer"
 
     private let connection: DBusConnection
     private let model: AppModel
     private var subscriptions: [SignalSubscription] = []
     private var nameWatch: NameWatch?
+    /// The service's peer objects (known peers, and devices found or dialled whose key is not
+    /// known yet), kept current by their ObjectManager's signals: the peer list needs no polling.
+    private let peerObjects: ObjectManagerClient
+    /// A pending list update: the service replaces a found object by its peer object in one turn
+    /// (InterfacesRemoved, then InterfacesAdded), which the list shows as one change, so the row
+    /// (and its selection) never goes away in between.
+    private var peerObjectsUpdate: EventSource?
     /// Set once the service has sent a `PairingPrompt`: it then also sends `PairingRequested`
     /// for every prompt, which carries less and is ignored.
     private var serviceSendsPrompts = false
@@ -21,6 +29,7 @@ final class ServiceClient {
     init(connection: DBusConnection, model: AppModel) {
         self.connection = connection
         self.model = model
+        peerObjects = ObjectManagerClient(connection: connection, service: Self.name, managerPath: Self.path)
     }
 
     /// Starts watching for the service and asks the bus to start it.
@@ -32,6 +41,20 @@ final class ServiceClient {
         ]
         nameWatch = connection.watchName(Self.name, appeared: { [unowned self] _ in serviceAppeared() },
                                          vanished: { [unowned self] in model.serviceVanished() })
+        peerObjects.onChange = { [unowned self] change in
+            switch change {
+            case .ready, .interfacesAdded, .interfacesRemoved, .propertiesChanged:
+                if peerObjectsUpdate == nil {
+                    peerObjectsUpdate = Timer.after(milliseconds: 10) { [unowned self] in
+                        peerObjectsUpdate = nil
+                        showPeerObjects()
+                    }
+                }
+            case .failed(let error): print("peervoice: the peer objects could not be read: \(error.message)")
+            case .appeared, .vanished: break
+            }
+        }
+        peerObjects.start()
         activate()
     }
 
@@ -48,7 +71,6 @@ final class ServiceClient {
 
     private func serviceAppeared() {
         model.serviceAppeared()
-        refreshPeers()
         call("GetAll", interface: "org.freedesktop.DBus.Properties", [Variant(Self.interface)], action: nil) { [unowned self] reply in
             propertiesChanged(reply[0])
         }
@@ -60,13 +82,17 @@ final class ServiceClient {
         if let peer = model.selectedPeer { loadHistory(of: peer) }
     }
 
-    func refreshPeers() {
-        call("ListPeers", action: nil) { [unowned self] reply in
-            model.peersListed(reply[0].children.map { row in
-                PeerRow(id: row[0].string ?? "", name: row[1].string ?? "", transport: row[2].string ?? "",
-                        state: PeerState(service: row[3].string ?? ""))
-            })
-        }
+    /// Every peer object as a row: a peer by its id, a device not keyed yet by its address.
+    private func showPeerObjects() {
+        guard peerObjects.isReady else { return }
+        model.peersListed(peerObjects.paths(implementing: Self.peerInterface).compactMap { path in
+            guard let peer = peerObjects.properties(of: path, interface: Self.peerInterface) else { return nil }
+            let id = peer["Id"]?.string ?? ""
+            let ref = id.isEmpty ? peer["Routes"]?.children.first?[1].string ?? "" : id
+            guard !ref.isEmpty else { return nil }
+            return PeerRow(id: ref, name: peer["Name"]?.string ?? "", transport: peer["Transport"]?.string ?? "",
+                           state: PeerState(service: peer["State"]?.string ?? ""), voiceActive: peer["Voice"]?.string == "active")
+        })
     }
 
     func loadHistory(of peer: String) {
@@ -89,19 +115,24 @@ final class ServiceClient {
             if reply.count > 0, let id = reply[0].string, !id.isEmpty, id != target {
                 model.peerIdentified(address: target, as: id)
             }
-            refreshPeers()
+            showPeerObjects()
         }, otherwise: { [unowned self] in
             // A typed address the service refused leaves no row behind.
-            refreshPeers()
+            showPeerObjects()
         })
     }
 
     func disconnect(_ peer: String) { call("Disconnect", [Variant(peer)], action: "Disconnect", peer: peer) }
 
-    /// Forgets a peer whose key changed, then dials it again to compare codes.
+    /// Forgets a peer whose key changed, then dials the address it was reached at, so that the
+    /// device there (its new key) pairs anew and both people compare codes.
     func forgetAndPairAgain(_ peer: String) {
+        let route = peerObjects.paths(implementing: Self.peerInterface).lazy
+            .compactMap { [peerObjects] in peerObjects.properties(of: $0, interface: Self.peerInterface) }
+            .first { $0["Id"]?.string == peer }?["Routes"]?.children.first?[1].string
         call("RemovePeer", [Variant(peer)], action: "Forget and pair again", peer: peer) { [unowned self] _ in
-            connect(peer)
+            // Without a route there is nothing to dial: Connect then says the id is unknown.
+            connect(route ?? peer)
         }
     }
 
@@ -115,6 +146,14 @@ final class ServiceClient {
 
     func setVoice(_ on: Bool, with peer: String) {
         call(on ? "StartVoice" : "StopVoice", [Variant(peer)], action: on ? "Start voice" : "Stop voice", peer: peer)
+    }
+
+    /// `SetName`: the service checks the name; a refusal is a notice in its words.
+    func setName(_ name: String) { call("SetName", [Variant(name)], action: "Rename") }
+
+    /// `SetVisible` for "bluetooth" or "lan".
+    func setVisible(_ visible: Bool, on method: String) {
+        call("SetVisible", [Variant(method), Variant(visible)], action: method == "lan" ? "Visible on the LAN" : "Visible over Bluetooth")
     }
 
     func confirmPairing(_ peer: String, accept: Bool) {
@@ -151,14 +190,10 @@ final class ServiceClient {
         switch signal.member {
         case "PeerFound":
             model.peerFound(string(0), name: string(1), transport: "")
-            refreshPeers()
         case "PeerLost":
             model.peerLost(string(0))
         case "PeerStateChanged":
-            let peer = string(0)
-            let known = model.peers.contains { $0.id == peer }
-            model.peerStateChanged(peer, state: PeerState(service: string(1)), transport: "")
-            if !known || string(1) == "connected" { refreshPeers() }
+            model.peerStateChanged(string(0), state: PeerState(service: string(1)), transport: "")
         case "PeerIdentified":
             model.peerIdentified(address: string(0), as: string(1))
         case "PairingPrompt":
@@ -188,5 +223,6 @@ final class ServiceClient {
     private func propertiesChanged(_ properties: Variant) {
         if let muted = properties.lookup("Muted")?.bool { model.muteChanged(muted) }
         if let discovering = properties.lookup("Discovering")?.bool { model.discoveringChanged(discovering) }
+        model.settingsChanged(name: properties.lookup("Name")?.string, visible: properties.lookup("Visible")?.strings)
     }
 }

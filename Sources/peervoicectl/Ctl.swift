@@ -176,6 +176,16 @@ enum Ctl {
                 try service.call("Mute", [Variant(muted)])
             }
             Output.line(muted ? "muted" : "unmuted")
+        case "name":
+            let name = arguments.joined(separator: " ")
+            let service = try Service()
+            try service.call("SetName", [Variant(name)])
+            Output.line("name: \(Format.escaped(try service.properties().lookup("Name")?.string ?? name))")
+        case "visible":
+            let method = try choice(arguments[0], ["bluetooth", "lan"], of: invocation)
+            let visible = try choice(arguments[1], ["on", "off"], of: invocation) == "on"
+            try Service().call("SetVisible", [Variant(method), Variant(visible)])
+            Output.line(visible ? "visible on \(method)" : "not visible on \(method)")
         case "confirm":
             let answer = try choice(arguments[1], ["yes", "no"], of: invocation)
             try Service().call("ConfirmPairing", [Variant(arguments[0]), Variant(answer == "yes")])
@@ -202,7 +212,9 @@ enum Ctl {
         let listen = properties.lookup("ListenAddress")?.string ?? ""
         let adapter = properties.lookup("Adapter")?.string ?? ""
         let methods = properties.lookup("DiscoveryMethods")?.strings ?? []
+        let visible = properties.lookup("Visible")?.strings ?? []
         var rows = [
+            ["Name:", Format.escaped(properties.lookup("Name")?.string ?? "?")],
             ["Version:", properties.lookup("Version")?.string ?? "?"],
             ["Id:", properties.lookup("Id")?.string ?? "?"],
             ["Fingerprint:", properties.lookup("Fingerprint")?.string ?? "?"],
@@ -211,6 +223,7 @@ enum Ctl {
             ["ListenAddress:", listen.isEmpty ? "none (not listening for IP peers)" : listen],
             ["Adapter:", adapter.isEmpty ? "none (no Bluetooth)" : adapter],
             ["Discovery:", methods.isEmpty ? "none (neither BlueZ nor Avahi)" : methods.joined(separator: ", ")],
+            ["Visible:", visible.isEmpty ? "nowhere (peervoicectl visible lan on)" : visible.joined(separator: ", ")],
         ]
         rows.append(["Peers:", peers.isEmpty ? "none" : "\(peers.count)"])
         Output.line(Format.table(rows))

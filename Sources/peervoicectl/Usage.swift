@@ -37,8 +37,9 @@ enum Usage {
 
     static let commands: [CommandSpec] = [
         CommandSpec("status", "", "the service's version, mute and transport state, and its peers", details: """
-            Prints the properties Version, Muted, Discovering, ListenAddress, Adapter and
-            DiscoveryMethods (as Discovery), then the known peers as `peervoicectl peers` does.
+            Prints the properties Name, Version, Muted, Discovering, ListenAddress, Adapter,
+            DiscoveryMethods (as Discovery) and Visible, then the known peers as `peervoicectl
+            peers` does.
             """),
         CommandSpec("peers", "[--ids]", "list known peers: id, name, transport, state", options: ["--ids": false], details: """
               --ids   print only the peer ids, one per line (for scripts and completion)
@@ -88,6 +89,16 @@ enum Usage {
         CommandSpec("mute", "on|off|toggle", "silence or open the microphone and print the new state",
                     positionals: 1...1, details: """
             Prints `muted` or `unmuted`.
+            """),
+        CommandSpec("name", "NAME...", "change the display name other devices see", positionals: 1...Int.max, details: """
+            NAME is the arguments joined by spaces: 1 to 128 bytes of text without control
+            characters. The service keeps it across restarts; links opened from now on carry it.
+            """),
+        CommandSpec("visible", "bluetooth|lan on|off", "choose where discovery makes this device visible",
+                    positionals: 2...2, details: """
+            `peervoicectl discover` (StartDiscovery) makes this device visible, and searches, only
+            on the methods that are on (both are, until turned off). Kept across restarts; while
+            discovering it applies at once.
             """),
         CommandSpec("confirm", "PEER yes|no", "answer the pending pairing request of PEER",
                     positionals: 2...2, details: """

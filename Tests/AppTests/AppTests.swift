@@ -10,18 +10,31 @@ final class AppTests: XCTestCase {
     private var peers: [TestPeer] = []
     private var sessions: [AppSession] = []
     private var notifications: NotificationServer?
+    private var pipeWires: [PipeWireSession] = []
 
     override func tearDown() {
         sessions.forEach { $0.stop() }
         notifications?.stop()
         peers.forEach { $0.shutdown() }
+        pipeWires.forEach { $0.stop() }
         sessions = []
         peers = []
+        pipeWires = []
         notifications = nil
     }
 
-    private func peer(_ name: String) throws -> TestPeer {
-        let peer = try TestPeer(name: name)
+    /// A peervoiced named `name`; with its own PipeWire (and no voice until StartVoice) when `withVoice`.
+    private func peer(_ name: String, withVoice: Bool = false) throws -> TestPeer {
+        var environment: [String: String] = [:]
+        if withVoice {
+            let pipeWire = try PipeWireSession()
+            pipeWires.append(pipeWire)
+            environment = pipeWire.environment
+            // The PipeWire session's bus is WirePlumber's; peervoiced gets the peer's own.
+            environment["DBUS_SESSION_BUS_ADDRESS"] = nil
+        }
+        let peer = try TestPeer(name: name, arguments: ["--verbose"] + (withVoice ? ["--no-cue", "--no-auto-voice"] : []),
+                                environment: environment)
         peers.append(peer)
         return peer
     }
@@ -178,6 +191,97 @@ final class AppTests: XCTestCase {
                        "a pairing notification while the app handles prompts")
     }
 
+    /// The list follows the service's peer objects (a peer paired before the window opened, a new
+    /// name), and Start voice / Stop voice act on the selected peer and show what the service says
+    /// (VoiceStateChanged, the object's Voice), with real PipeWire on both sides.
+    func testVoiceStartsAndStopsForTheSelectedPeerAndTheListFollowsThePeerObjects() throws {
+        let alpha = try peer("alpha", withVoice: true), bravo = try peer("bravo", withVoice: true)
+        XCTAssertEqual(try alpha.pair(with: bravo).connect.get()[0].string, bravo.id)
+        let app = try session(on: alpha)
+        app.ui("wait-row", "bravo")
+        app.ui("select-row", "bravo")
+        let mark = alpha.mark
+        app.ui("click", "Start voice")
+        XCTAssertNotNil(alpha.client.waitForSignalIndex("VoiceStateChanged", after: mark, timeout: 15) { $0.string(0) == bravo.id && $0.string(1) == "active" },
+                        "voice did not start: \(alpha.log.suffix(3_000))")
+        app.ui("label-starting", "network · connected · voice on")
+        let stopMark = alpha.mark
+        app.ui("click", "Stop voice")
+        XCTAssertNotNil(alpha.client.waitForSignalIndex("VoiceStateChanged", after: stopMark, timeout: 10) { $0.string(0) == bravo.id && $0.string(1) == "stopped" })
+        app.ui("wait-gone", "Stop voice")
+        XCTAssertEqual(app.ui("text", "network · connected"), "network · connected")
+
+        // bravo renames itself; its next link carries the name, and the row shows it.
+        try bravo.client.call("SetName", [Variant("Bravo’s desk")])
+        try alpha.client.call("Disconnect", [Variant(bravo.id)])
+        XCTAssertNotNil(alpha.waitForState("disconnected", of: bravo.id, timeout: 10))
+        app.ui("click", "Connect")
+        app.ui("wait-row", "Bravo’s desk")
+    }
+
+    /// A paired peer comes back with another key (reinstalled): Connect says so in words a person
+    /// can act on, and "Forget and pair again" removes the old peer (RemovePeer) and pairs with
+    /// the device at its address, comparing codes.
+    func testAPeerWhoseKeyChangedIsForgottenAndPairedAgain() throws {
+        let alpha = try peer("alpha"), bravo = try peer("bravo")
+        XCTAssertEqual(try alpha.pair(with: bravo).connect.get()[0].string, bravo.id)
+        let oldID = bravo.id
+        XCTAssertEqual(bravo.stop(), 0)
+        XCTAssertNotNil(alpha.waitForState("disconnected", of: oldID))
+        try FileManager.default.removeItem(atPath: bravo.daemon.stateDirectory)
+        try bravo.restart()
+        XCTAssertNotEqual(bravo.id, oldID, "a new key is a new id")
+
+        let app = try session(on: alpha)
+        app.ui("select-row", "bravo")
+        app.ui("click", "Connect")
+        XCTAssertNotNil(app.ui("label-starting", "This peer's key is not the one you paired with"))
+        let mark = bravo.mark
+        app.ui("click", "Forget and pair again")
+        let asked = try XCTUnwrap(bravo.pairingRequest(for: alpha.id, after: mark, timeout: 15), "the device at the address was not asked")
+        let code = asked.string(2)
+        XCTAssertEqual(app.ui("text", "Pairing code"), String(code.prefix(3)) + " " + String(code.suffix(3)))
+        XCTAssertEqual(alpha.client.errorName("History", [Variant(oldID), Variant(UInt32(1))]), "org.example.PeerVoice.Error.UnknownPeer",
+                       "the old peer is forgotten")
+        try bravo.client.call("ConfirmPairing", [Variant(alpha.id), Variant(true)])
+        app.ui("click", "Accept")
+        XCTAssertNotNil(alpha.waitForState("connected", of: bravo.id, timeout: 15), alpha.log)
+        app.ui("wait-row", "bravo")
+    }
+
+    /// Settings: the display name and where discovery makes this device visible, changed in the
+    /// window (the service's Name and Visible follow) and from elsewhere (the window follows).
+    func testSettingsRenameAndChooseWhereThisDeviceIsVisible() throws {
+        let alpha = try peer("alpha")
+        let app = try session(on: alpha)
+        app.ui("click", "Settings")
+        XCTAssertTrue(eventually(timeout: 5) { app.ui("field", "Display name") == "alpha" }, "the field shows the service's Name")
+        XCTAssertEqual(app.ui("pressed", "Visible over Bluetooth"), "true")
+        XCTAssertEqual(app.ui("pressed", "Visible on the LAN"), "true")
+
+        app.ui("set-text", "Display name", "Alpha’s desk")
+        app.ui("click", "Rename")
+        XCTAssertTrue(eventually(timeout: 5) { (try? alpha.client.property("Name").string) == "Alpha’s desk" }, "Rename did not rename")
+        screenshot(app, "app-settings", in: alpha)
+        // A name the service refuses: its reason in the problem bar, and the field shows the name kept.
+        app.ui("set-text", "Display name", "   ")
+        app.ui("click", "Rename")
+        XCTAssertNotNil(app.ui("label-starting", "Rename: the name is empty"))
+        XCTAssertEqual(app.ui("field", "Display name"), "Alpha’s desk", "a refused name springs back")
+        app.ui("click", "Dismiss")
+        try alpha.client.call("SetName", [Variant("renamed elsewhere")])
+        XCTAssertTrue(eventually(timeout: 5) { app.ui("field", "Display name") == "renamed elsewhere" }, "the field did not follow Name")
+
+        app.ui("click", "Visible on the LAN")
+        XCTAssertTrue(eventually(timeout: 5) { (try? alpha.client.property("Visible").strings) == ["bluetooth"] },
+                      "the switch did not hide this device from the LAN")
+        app.ui("wait-pressed", "Visible on the LAN", "false")
+        try alpha.client.call("SetVisible", [Variant("bluetooth"), Variant(false)])
+        app.ui("wait-pressed", "Visible over Bluetooth", "false")
+        app.ui("click", "Visible over Bluetooth")
+        XCTAssertTrue(eventually(timeout: 5) { (try? alpha.client.property("Visible").strings) == ["bluetooth"] })
+    }
+
     /// In German (de_DE.UTF-8, the catalog compiled from po/de.po): with no PeerVoice service the
     /// bus can start, the window says why and offers Retry; once the service is installed, Retry
     /// starts it by bus activation (StartServiceByName) and the controls come alive.
@@ -215,6 +319,9 @@ final class AppTests: XCTestCase {
         app.ui("click", "Stumm")
         XCTAssertTrue(eventually(timeout: 5) { (try? client.property("Muted").bool) == true })
         app.ui("wait-label", "Noch keine Gegenstellen: in der Nähe suchen oder eine Adresse eingeben.")
+        app.ui("click", "Einstellungen")
+        XCTAssertTrue(eventually(timeout: 5) { app.ui("field", "Anzeigename") == "delta" }, "the settings in German")
+        XCTAssertEqual(app.ui("pressed", "Im lokalen Netz sichtbar"), "true")
         // The service stops (the bus started it: it is ended by its pid): the window says so, and
         // Retry starts it again.
         try stopActivatedService(client)

@@ -11,6 +11,24 @@ final class AppModelTests: XCTestCase {
         model.onChange = { [unowned self] in changes.append($0) }
     }
 
+    func testSettingsFollowTheServiceAndNeedOneThatHasThem() {
+        model.serviceAppeared()
+        XCTAssertFalse(model.settingsAvailable, "a service that has not said its Name (or has none)")
+        changes = []
+        model.settingsChanged(name: "Ada", visible: ["bluetooth", "lan"])
+        XCTAssertEqual(changes, [.settings])
+        XCTAssertTrue(model.settingsAvailable)
+        XCTAssertTrue(model.isVisible(on: "lan"))
+        model.settingsChanged(name: nil, visible: ["bluetooth"])
+        XCTAssertEqual(model.displayName, "Ada", "a PropertiesChanged without Name keeps it")
+        XCTAssertFalse(model.isVisible(on: "lan"))
+        changes = []
+        model.settingsChanged(name: "Ada", visible: nil)
+        XCTAssertEqual(changes, [], "nothing new, nothing to render")
+        model.serviceVanished()
+        XCTAssertFalse(model.settingsAvailable)
+    }
+
     func testFoundPeersJoinTheKnownOnesAndLeaveWhenLost() {
         model.peersListed([PeerRow(id: "ip:10.0.0.2:47800", name: "Ada", transport: "ip", state: .disconnected)])
         model.peerFound("AA:BB:CC:DD:EE:FF", name: "Phone", transport: "bluetooth")

@@ -41,9 +41,11 @@ final class BusAPITests: XCTestCase {
         XCTAssertTrue(live.contains("property Muted b read"))
         XCTAssertTrue(live.contains("signal PairingPrompt(s peer, s name, s passkey, s kind)"))
         XCTAssertTrue(live.contains("signal PairingSettled(s peer, b accepted)"))
-        XCTAssertEqual(live.filter { $0.hasPrefix("method ") }.count, 14)
+        XCTAssertTrue(live.contains("method SetName(in s name)"))
+        XCTAssertTrue(live.contains("method SetVisible(in s method, in b visible)"))
+        XCTAssertEqual(live.filter { $0.hasPrefix("method ") }.count, 16)
         XCTAssertEqual(live.filter { $0.hasPrefix("signal ") }.count, 12)
-        XCTAssertEqual(live.filter { $0.hasPrefix("property ") }.count, 9)
+        XCTAssertEqual(live.filter { $0.hasPrefix("property ") }.count, 11)
     }
 
     func testTheServiceObjectIsAlsoTheObjectManagerOfPeerObjects() throws {
@@ -200,7 +202,8 @@ final class BusAPITests: XCTestCase {
                                              interface: "org.freedesktop.DBus.Properties", method: "GetAll",
                                              arguments: Variant(tuple: [Variant(APIClient.interface)]))
         XCTAssertEqual(Set(all[0].children.map { $0[0].string! }),
-                       ["Muted", "Discovering", "Version", "ListenAddress", "Adapter", "Id", "Fingerprint", "DiscoveryMethods", "AudioProcessing"])
+                       ["Muted", "Discovering", "Version", "ListenAddress", "Adapter", "Id", "Fingerprint", "DiscoveryMethods", "AudioProcessing",
+                        "Name", "Visible"])
         let id = try XCTUnwrap(try client.property("Id").string)
         XCTAssertTrue(id.hasPrefix("pv:") && id.count == 29, "Id '\(id)'")
         let fingerprint = try XCTUnwrap(try client.property("Fingerprint").string)

@@ -164,7 +164,7 @@ final class CtlTests: XCTestCase {
         XCTAssertEqual(help.status, 0, "\(help)")
         XCTAssertTrue(help.output.hasPrefix("Usage: peervoicectl "), help.output)
         let commands = ["status", "peers", "discover", "connect", "disconnect", "send", "history", "remove",
-                        "mute", "confirm", "voice", "monitor"]
+                        "mute", "name", "visible", "confirm", "voice", "monitor"]
         for command in commands {
             XCTAssertTrue(help.output.contains("\n  \(command) "), "--help lists \(command): \(help.output)")
             for arguments in [[command, "--help"], ["help", command], [command, "-h"]] {
@@ -186,7 +186,8 @@ final class CtlTests: XCTestCase {
             ["connect"], ["connect", "a", "b"], ["disconnect"], ["remove"], ["send"], ["send", "P", "-x"],
             ["history"], ["history", "P", "--max"], ["history", "P", "--max", "many"], ["history", "P", "--max=-1"],
             ["mute"], ["mute", "maybe"], ["mute", "on", "off"], ["confirm", "P"], ["confirm", "P", "perhaps"],
-            ["voice", "start"], ["voice", "jump", "P"], ["discover", "--timeout", "0"], ["discover", "--timeout", "soon"],
+            ["voice", "start"], ["voice", "jump", "P"], ["name"], ["visible", "lan"], ["visible", "wifi", "on"],
+            ["visible", "lan", "yes"], ["discover", "--timeout", "0"], ["discover", "--timeout", "soon"],
             ["discover", "extra"], ["monitor", "--json=yes"], ["monitor", "--xml"], ["help", "nothing"],
         ]
         for arguments in cases {
@@ -247,6 +248,8 @@ final class CtlTests: XCTestCase {
         XCTAssertEqual(fields["Adapter"], "none (no Bluetooth)", status.output)
         XCTAssertEqual(fields["Discovery"], "none (neither BlueZ nor Avahi)", status.output)
         XCTAssertEqual(fields["Peers"], "none", status.output)
+        XCTAssertEqual(fields["Name"], "alpha", status.output)
+        XCTAssertEqual(fields["Visible"], "bluetooth, lan", status.output)
         XCTAssertTrue(status.output.contains("\nListenAddress:  127.0.0.1:\(a.port)\n"), status.output)
 
         let peers = try ctl(["peers"], bus: a.bus.address)
@@ -277,6 +280,28 @@ final class CtlTests: XCTestCase {
         }
         _ = try ctl(["mute", "on"], bus: bus)
         XCTAssertEqual(Self.fields(try ctl(["status"], bus: bus).output)["Muted"], "yes")
+    }
+
+    func testNameAndVisibleChangeTheSettings() throws {
+        let a = try node("alpha", listen: false)
+        let bus = a.bus.address
+        let renamed = try ctl(["name", "Kitchen", "laptop"], bus: bus)
+        XCTAssertEqual(renamed.status, 0, "\(renamed)")
+        XCTAssertEqual(renamed.output, "name: Kitchen laptop\n")
+        XCTAssertEqual(try a.client.property("Name").string, "Kitchen laptop")
+        let refused = try ctl(["name", " "], bus: bus)
+        XCTAssertEqual(refused.status, 1, "\(refused)")
+        XCTAssertTrue(refused.output.hasPrefix("peervoicectl: InvalidArgument: the name is empty"), "\(refused)")
+
+        let hidden = try ctl(["visible", "lan", "off"], bus: bus)
+        XCTAssertEqual(hidden.status, 0, "\(hidden)")
+        XCTAssertEqual(hidden.output, "not visible on lan\n")
+        XCTAssertEqual(try a.client.property("Visible").strings, ["bluetooth"])
+        let fields = Self.fields(try ctl(["status"], bus: bus).output)
+        XCTAssertEqual(fields["Name"], "Kitchen laptop")
+        XCTAssertEqual(fields["Visible"], "bluetooth")
+        _ = try ctl(["visible", "bluetooth", "off"], bus: bus)
+        XCTAssertEqual(Self.fields(try ctl(["status"], bus: bus).output)["Visible"], "nowhere (peervoicectl visible lan on)")
     }
 
     func testServiceErrorsExitOneWithTheServiceMessage() throws {
@@ -742,7 +767,7 @@ final class CtlTests: XCTestCase {
         let b = try node("bravo")
         try pair(a, b)
         let lines = [
-            "peervoicectl ", "peervoicectl mu", "peervoicectl mute ", "peervoicectl voice ", "peervoicectl voice start ",
+            "peervoicectl ", "peervoicectl mu", "peervoicectl mute ", "peervoicectl voice ", "peervoicectl voice start ", "peervoicectl visible ", "peervoicectl visible lan ",
             "peervoicectl confirm ", "peervoicectl confirm \(b.id) ", "peervoicectl connect pv:",
             "peervoicectl history \(b.id) --", "peervoicectl peers -", "peervoicectl send ", "peervoicectl send \(b.id) ",
             "peervoicectl help re", "peervoicectl --ver",
@@ -763,11 +788,13 @@ final class CtlTests: XCTestCase {
         let output = process.log
         XCTAssertTrue(output.hasPrefix("complete -F _peervoicectl peervoicectl\n"), output)
         let expected = [
-            "[peervoicectl ] status peers peer discover connect disconnect send history remove mute confirm voice monitor help --help --version",
+            "[peervoicectl ] status peers peer discover connect disconnect send history remove mute name visible confirm voice monitor help --help --version",
             "[peervoicectl mu] mute",
             "[peervoicectl mute ] on off toggle",
             "[peervoicectl voice ] start stop",
             "[peervoicectl voice start ] \(b.id)",
+            "[peervoicectl visible ] bluetooth lan",
+            "[peervoicectl visible lan ] on off",
             "[peervoicectl confirm ] \(b.id)",
             "[peervoicectl confirm \(b.id) ] yes no",
             // bash completes after the last ':', so the candidate is trimmed to what follows it.

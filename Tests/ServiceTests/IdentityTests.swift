@@ -76,6 +76,17 @@ final class IdentityTests: XCTestCase {
     /// person again, restart its numbering and see A drop the messages as duplicates while
     /// acknowledging them. Now A is its key: the same id, nobody asked, every message once,
     /// both ways, also across A's restart.
+    /// A dial to an address where nothing listens: its found object comes and goes with it (an
+    /// app that shows the objects keeps no row for it).
+    func testAFailedDialLeavesNoFoundObject() throws {
+        let alpha = try makePeer("alpha")
+        let nowhere = "ip:127.0.0.1:\(try freeTCPPort())"
+        XCTAssertNotNil(alpha.client.errorName("Connect", [Variant(nowhere)]))
+        let managed = try alpha.client.connection.call(destination: APIClient.name, path: APIClient.path,
+                                                       interface: "org.freedesktop.DBus.ObjectManager", method: "GetManagedObjects")
+        XCTAssertEqual(managed[0].children.count, 0, "objects after the dial failed: \(managed)")
+    }
+
     func testReconnectingFromNewPortsAsksNobodyAndLosesNothing() throws {
         let b = try makePeer("bob")
         let a = try makePeer("alice", listens: false)

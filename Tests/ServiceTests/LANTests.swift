@@ -152,6 +152,24 @@ final class LANTests: XCTestCase {
         XCTAssertTrue(eventually(timeout: 2) { (try? self.a.property("ListenAddress").string) == "[::]:47800" }, logs)
     }
 
+    /// SetName while advertising: the TXT record follows (the instance name stays), so a search
+    /// started afterwards finds the new name.
+    func testARenameWhileDiscoverableReachesTheAdvertisement() throws {
+        try startBoth()
+        try b.call("StartDiscovery")
+        try a.call("StartDiscovery")
+        XCTAssertEqual(foundSignal(a, Self.addressB)?.string(1), "Bob desktop", logs)
+        try b.call("SetName", [Variant("Bob renamed")])
+        XCTAssertTrue(eventually(timeout: 10) { ((try? self.lan.a.browse("_peervoice._tcp")) ?? []).contains { $0.contains("n=Bob renamed") } },
+                      "A's avahi-daemon never saw the new TXT record: \(logs)")
+        try a.call("StopDiscovery")
+        let mark = a.signals.count
+        try a.call("StartDiscovery")
+        XCTAssertNotNil(a.waitForSignal("PeerFound", timeout: 10) { $0.string(0) == Self.addressB && $0.string(1) == "Bob renamed" },
+                        "found under the old name after the rename: \(a.signals[mark...].map { "\($0.member) \($0.arguments)" })\n\(logs)")
+        XCTAssertTrue(try advertised(on: lan.a).contains("Bob desktop"), "the instance name stays until the next StartDiscovery")
+    }
+
     /// Two people who chose the same name: Avahi reports a collision, and the one told takes the
     /// next name; the TXT record still carries the name they chose.
     func testAnInstanceNameTakenOnTheLANBecomesTheNextOne() throws {

@@ -3,10 +3,11 @@
 accessible name (the names the README lists), uses them, reads them back.
 
 usage: atspi.py COMMAND ARG...   (one command per run; waits up to $ATSPI_TIMEOUT s, default 10)
-  click NAME              the button or toggle button NAME: its "click" action
+  click NAME              the button, toggle button or switch NAME: its "click" action (else its first)
+  field NAME              prints the text in the text field NAME (a label of that name aside)
   set-text NAME TEXT      the text field NAME now holds TEXT
   text NAME               prints the text of the label or field NAME
-  pressed NAME            prints "true" or "false": is the toggle button NAME pressed
+  pressed NAME            prints "true" or "false": is the toggle button or switch NAME on
   wait-pressed NAME B     waits until pressed NAME is B ("true"/"false")
   wait-label TEXT         waits for a label showing TEXT
   label-starting TEXT     waits for a label whose text starts with TEXT; prints that text
@@ -25,7 +26,8 @@ from gi.repository import Atspi, GLib
 
 TIMEOUT = float(os.environ.get("ATSPI_TIMEOUT", "10"))
 APP = os.environ.get("ATSPI_APP", "peervoice")
-BUTTONS = {"push button", "toggle button"}
+BUTTONS = {"push button", "toggle button", "check box"}  # GTK 4.8 shows a GtkSwitch as a check box
+FIELDS = {"text", "entry"}
 
 def fail(reason):
     print(reason, file=sys.stderr)
@@ -104,11 +106,13 @@ def main(command, *args):
         names = [action.get_action_name(i) for i in range(action.get_n_actions())]
         action.do_action(names.index("click") if "click" in names else 0)
     elif command == "set-text":
-        node = control(args[0], {"text", "entry"})
+        node = control(args[0], FIELDS)
         node.get_editable_text_iface().set_text_contents(args[1])
         until(lambda: text_of(node) == args[1], "'%s' to hold the text" % args[0])
     elif command == "text":
         print(text_of(control(args[0])))
+    elif command == "field":
+        print(text_of(control(args[0], FIELDS)))
     elif command == "pressed":
         print("true" if is_pressed(control(args[0], BUTTONS)) else "false")
     elif command == "wait-pressed":

@@ -19,7 +19,7 @@ final class LANAdvertiser {
 
     /// The instance name Avahi last confirmed (state established), nil until then.
     private(set) var publishedName: String?
-    let service: LANServiceInfo
+    private(set) var service: LANServiceInfo
 
     private let avahi: AvahiClient
     private let owner: String
@@ -57,6 +57,21 @@ final class LANAdvertiser {
                 addAndCommit()
             case .failure(let error):
                 Log.warning("cannot advertise on the LAN: Avahi refused an entry group (\(error.message))")
+            }
+        }
+    }
+
+    /// A new TXT record for the published service (`UpdateServiceTxt`, asynchronous); the instance
+    /// name stays until the next advertisement, so browsers keep following the same service.
+    func updateTXT(_ advertisement: LANAdvertisement) {
+        service.advertisement = advertisement
+        // Without a group yet, addAndCommit publishes the new record.
+        guard let groupPath, !withdrawn else { return }
+        for interface in interfaces {
+            avahi.call(groupPath, Avahi.entryGroupInterface, "UpdateServiceTxt",
+                       [Variant(interface), Variant(Avahi.anyProtocol), Variant(UInt32(0)), Variant(instanceName),
+                        Variant(LANAdvertisement.serviceType), Variant(""), txt]) { result in
+                if case .failure(let error) = result { Log.info("LAN advertisement's TXT not updated: \(error.message)") }
             }
         }
     }

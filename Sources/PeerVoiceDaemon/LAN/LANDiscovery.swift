@@ -74,8 +74,13 @@ final class LANDiscovery {
 
     /// Publishes `service` (nil: withdraws what is published) and browses or stops browsing, now
     /// if Avahi is there, else as soon as it appears. A browser stopped here reports nothing lost.
+    /// A service that differs only in its TXT record (a rename) is updated in place.
     func want(advertising service: LANServiceInfo?, browsing: Bool) {
-        if service != wantedService || (service != nil && advertiser == nil) {
+        if let service, let advertiser, let wanted = wantedService, service != wanted,
+           service.displayName == wanted.displayName, service.port == wanted.port {
+            wantedService = service
+            advertiser.updateTXT(service.advertisement)
+        } else if service != wantedService || (service != nil && advertiser == nil) {
             wantedService = service
             advertiser?.withdraw()
             advertiser = nil

@@ -22,6 +22,11 @@ final class LANPeers {
     private let crypto: LibSodium
     private let ip: IPTransport
     private let registry: PeerRegistry
+    /// The display name now (SetName changes it).
+    private let displayName: () -> String
+    /// The instance name while discoverable: the display name when discovery started (a rename
+    /// changes only the TXT record until the next StartDiscovery).
+    private var advertisedName = ""
     /// Whether we offer voice (the advertisement says so).
     private let offersVoice: () -> Bool
     private let emit: (ServiceEvent) -> Void
@@ -43,7 +48,7 @@ final class LANPeers {
     var knownPeerAppeared: (Peer) -> Void = { _ in }
 
     init(options: Options, fingerprint: String, crypto: LibSodium, ip: IPTransport, registry: PeerRegistry,
-         offersVoice: @escaping () -> Bool, emit: @escaping (ServiceEvent) -> Void) throws {
+         displayName: @escaping () -> String, offersVoice: @escaping () -> Bool, emit: @escaping (ServiceEvent) -> Void) throws {
         presenceSecretPath = options.stateDirectory + "/presence.key"
         presenceSecret = try Self.loadOrCreatePresenceSecret(at: presenceSecretPath, crypto: crypto)
         self.options = options
@@ -51,6 +56,7 @@ final class LANPeers {
         self.crypto = crypto
         self.ip = ip
         self.registry = registry
+        self.displayName = displayName
         self.offersVoice = offersVoice
         self.emit = emit
     }
@@ -82,6 +88,7 @@ final class LANPeers {
         guard ip.isListening else {
             return .failure(.failed("LAN discovery needs a listener, and none could be opened (see the log)"))
         }
+        if !discoverable { advertisedName = displayName() }
         discoverable = true
         updateAdvertising()
         emit(.propertiesChanged([.discovering]))
@@ -106,6 +113,11 @@ final class LANPeers {
     func listenForKnownPeers() {
         guard discovery != nil else { return }
         openDefaultListener()
+        updateAdvertising()
+    }
+
+    /// SetName: the advertisement's TXT record follows while discoverable.
+    func nameChanged() {
         updateAdvertising()
     }
 
@@ -143,9 +155,9 @@ final class LANPeers {
     private func namedService() -> LANServiceInfo {
         let capabilities: Set<LANAdvertisement.Capability> = offersVoice() ? [.text, .voice] : [.text]
         // Every field is in range by construction (advertisableName, the identity's own fingerprint).
-        let advertisement = try! LANAdvertisement(name: LANAdvertisement.advertisableName(options.name),
+        let advertisement = try! LANAdvertisement(name: LANAdvertisement.advertisableName(displayName()),
                                                   capabilities: capabilities, fingerprint: fingerprint)
-        return LANServiceInfo(displayName: options.name, port: ip.listenPort, advertisement: advertisement)
+        return LANServiceInfo(displayName: advertisedName, port: ip.listenPort, advertisement: advertisement)
     }
 
     /// This epoch's presence advertisement; a timer replaces it when the epoch ends.

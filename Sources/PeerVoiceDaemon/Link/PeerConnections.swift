@@ -58,6 +58,8 @@ final class PeerConnections {
     private let hello: () -> Hello
     private let emit: (ServiceEvent) -> Void
     weak var voice: LinkVoice?
+    /// Something the peer objects show changed without an event of its own.
+    var peersChanged: () -> Void = {}
 
     private var pendingLinks: [ObjectIdentifier: PendingLink] = [:]
     /// The peer each open link belongs to.
@@ -287,6 +289,8 @@ final class PeerConnections {
         contact.connectWaiters = []
         registry.setState(contact, .disconnected)
         registry.remove(contact)
+        // The state change showed the contact's object as it was: its removal shows now.
+        peersChanged()
         waiters.forEach { $0(.failure(error)) }
     }
 
