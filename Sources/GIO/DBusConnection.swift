@@ -157,6 +157,19 @@ public final class DBusConnection: @unchecked Sendable {
         }
     }
 
+    /// Like `callAsync`, for a method whose reply carries file descriptors (type `h`, e.g. logind's
+    /// `Inhibit`): the reply, and the descriptors it carried, which the caller then owns.
+    public func callAsyncReceivingFDs(destination: String, path: String, interface: String, method: String,
+                                      arguments: Variant? = nil, timeoutMs: Int32 = -1,
+                                      completion: @escaping (Result<(reply: Variant, fds: [Int32]), BusError>) -> Void) {
+        let box = ClosureBox<(Result<(reply: Variant, fds: [Int32]), BusError>) -> Void>(completion)
+        withExtendedLifetime(arguments) {
+            g_dbus_connection_call_with_unix_fd_list(pointer, destination, path, interface, method, arguments?.pointer, nil,
+                                                     G_DBUS_CALL_FLAGS_NONE, timeoutMs, nil, nil, fdCallTrampoline,
+                                                     box.retainedPointer())
+        }
+    }
+
     // MARK: Signals
 
     /// Emits a signal to every subscriber (no destination).
@@ -345,6 +358,26 @@ private let busGetTrampoline: GAsyncReadyCallback = { _, result, userData in
     } catch {
         box.function(.failure(error))
     }
+}
+
+private let fdCallTrampoline: GAsyncReadyCallback = { source, result, userData in
+    let box = Unmanaged<ClosureBox<(Result<(reply: Variant, fds: [Int32]), BusError>) -> Void>>.fromOpaque(userData!).takeRetainedValue()
+    var error: UnsafeMutablePointer<GError>?
+    var list: UnsafeMutablePointer<GUnixFDList>?
+    guard let reply = g_dbus_connection_call_with_unix_fd_list_finish(OpaquePointer(source), &list, result, &error) else {
+        return box.function(.failure(error.map { BusError(consuming: $0) }
+            ?? BusError(name: "org.gtk.GDBus.Error.Local", message: "call failed without an error")))
+    }
+    var fds: [Int32] = []
+    if let list {
+        var count: Int32 = 0
+        if let stolen = g_unix_fd_list_steal_fds(list, &count) {
+            fds = Array(UnsafeBufferPointer(start: stolen, count: Int(count)))
+            g_free(stolen)
+        }
+        g_object_unref(list)
+    }
+    box.function(.success((Variant(owning: reply), fds)))
 }
 
 private let asyncCallTrampoline: GAsyncReadyCallback = { source, result, userData in

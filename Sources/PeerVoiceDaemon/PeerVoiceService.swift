@@ -46,6 +46,10 @@ final class PeerVoiceService {
     /// The UDP port HELLO announces for voice when we do not listen (0: the listen port).
     var voicePort: UInt16 = 0
     private var voiceRetryTimer: EventSource?
+    private let sleep = SleepMonitor()
+    private var goodbyeTimer: EventSource?
+    /// How long goodbyes have to leave before the computer may sleep (logind allows 5 s).
+    private static let goodbyeMs: UInt32 = 200
 
     /// Opens the state directory (identity key, instance id, known peers, message store),
     /// migrating one of protocol version 3. Nothing is sent or accepted until `start()`.
@@ -129,6 +133,17 @@ final class PeerVoiceService {
         startVoiceEngine()
         bluetooth.start()
         lan.start()
+        sleep.willSleep = { [unowned self] done in
+            connections.sleep()
+            lan.sleep()
+            // The goodbyes leave on the next turns of the loop.
+            goodbyeTimer = Timer.after(milliseconds: Self.goodbyeMs) { done() }
+        }
+        sleep.didWake = { [unowned self] in
+            lan.wake()
+            connections.wake()
+        }
+        sleep.start()
         for peer in registry.all { connections.scheduleRedial(peer, immediately: true) }
         delivery.start()
         voiceRetryTimer = Timer.every(milliseconds: Self.voiceRetryMs) { [unowned self] in retryWantedVoice(); return true }
@@ -141,6 +156,7 @@ final class PeerVoiceService {
         }
         bluetooth.stop()
         lan.stop()
+        sleep.stop()
         voice?.shutdown()
     }
 

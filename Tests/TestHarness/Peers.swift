@@ -399,8 +399,8 @@ public final class StartedPeers {
 
     /// A `TestPeer` that `shutdown(printingLogs:)` will stop.
     public func make(_ name: String, port: UInt16 = 0, listens: Bool = true,
-                     arguments: [String] = ["--verbose"]) throws -> TestPeer {
-        let peer = try TestPeer(name: name, port: port, listens: listens, arguments: arguments)
+                     arguments: [String] = ["--verbose"], environment: [String: String] = [:]) throws -> TestPeer {
+        let peer = try TestPeer(name: name, port: port, listens: listens, arguments: arguments, environment: environment)
         all.append(peer)
         return peer
     }

@@ -37,6 +37,8 @@ final class LANPeers {
     private var found: [LANFoundService: (ref: PeerRef, reported: Bool)] = [:]
     /// StartDiscovery was called (and not StopDiscovery since).
     private var discoverable = false
+    /// The computer is going to sleep or asleep: nothing is advertised or browsed.
+    private var asleep = false
     /// What paired peers recognise our presence advertisements by (PRESENCE); `presence.key`.
     private(set) var presenceSecret: PresenceSecret
     private let presenceSecretPath: String
@@ -116,6 +118,19 @@ final class LANPeers {
         updateAdvertising()
     }
 
+    /// Going to sleep: the advertisement goes (mDNS goodbye), so nobody dials a sleeping computer.
+    func sleep() {
+        asleep = true
+        updateAdvertising()
+    }
+
+    /// Awake again (maybe on another network): advertising and browsing start afresh.
+    func wake() {
+        asleep = false
+        presenceEpoch = nil
+        updateAdvertising()
+    }
+
     /// SetName: the advertisement's TXT record follows while discoverable.
     func nameChanged() {
         updateAdvertising()
@@ -139,6 +154,10 @@ final class LANPeers {
     /// while we have paired peers, else nothing; and browses in either case.
     private func updateAdvertising() {
         guard let discovery else { return }
+        guard !asleep else {
+            stopEpochTimer()
+            return discovery.want(advertising: nil, browsing: false)
+        }
         let hasPeers = registry.hasPairedPeers
         var service: LANServiceInfo?
         if ip.isListening {

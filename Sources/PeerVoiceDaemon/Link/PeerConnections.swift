@@ -67,6 +67,8 @@ final class PeerConnections {
     /// Known peers being dialled now, by the route tried.
     private var dials: [PeerID: PeerDial] = [:]
     private var redials: [PeerID: Redial] = [:]
+    /// The computer is going to sleep or asleep: no dials until it wakes.
+    private var asleep = false
 
     init(instance: InstanceID, identity: StaticIdentity, crypto: LibSodium, ip: IPTransport, registry: PeerRegistry,
          pairing: PairingPrompts, delivery: MessageDelivery, bluetooth: BluetoothPeers, lan: LANPeers,
@@ -163,6 +165,27 @@ final class PeerConnections {
         return true
     }
 
+    /// The computer is going to sleep: every link says goodbye (its peer redials later instead of
+    /// waiting for the silence limit) and nothing is dialled until `wake()`.
+    func sleep() {
+        asleep = true
+        for peer in registry.all {
+            stopDialling(peer)
+            peer.link?.close(goodbye: .shuttingDown, logReason: "the computer is going to sleep")
+        }
+        for contact in registry.allContacts {
+            stopDialling(contact)
+            contactFailed(contact, .failed("\(contact.address): the computer went to sleep while connecting"))
+        }
+    }
+
+    /// Back from sleep: peers with messages waiting are dialled at once.
+    func wake() {
+        asleep = false
+        redials = [:]
+        for peer in registry.all { scheduleRedial(peer, immediately: true) }
+    }
+
     /// `peer` was removed: nothing of its dials is left.
     func forget(_ peer: PeerID) {
         redials[peer] = nil
@@ -174,6 +197,9 @@ final class PeerConnections {
     /// `preferred` first when the caller named a route.
     private func dial(_ peer: Peer, preferring preferred: PeerAddress? = nil) {
         redials[peer.id]?.timer = nil
+        guard !asleep else {
+            return connectFailed(peer, .notAvailable("the computer is going to sleep: Connect again once it is awake"))
+        }
         var order = peer.dialOrder
         if let preferred {
             order.removeAll { $0 == preferred }
@@ -297,7 +323,7 @@ final class PeerConnections {
     /// Dials `peer` again later if it has messages waiting and may be dialled.
     func scheduleRedial(_ peer: Peer, immediately: Bool = false) {
         var redial = redials[peer.id] ?? Redial()
-        guard peer.paired, !peer.routes.isEmpty, !peer.stayDisconnected, !peer.isConnected, dials[peer.id] == nil,
+        guard !asleep, peer.paired, !peer.routes.isEmpty, !peer.stayDisconnected, !peer.isConnected, dials[peer.id] == nil,
               redial.timer == nil, !hasPendingLink(peer), delivery.hasPending(for: peer.id) else { return }
         redial.backoffMs = immediately ? 0 : min(Self.maxRedialMs, max(Self.firstRedialMs, redial.backoffMs * 2))
         redial.timer = Timer.after(milliseconds: redial.backoffMs) { [unowned self, weak peer] in
