@@ -47,6 +47,30 @@ final class SettingsTests: XCTestCase {
         XCTAssertTrue(names.contains("Alpha’s laptop"), "the peer object's Name: \(names)")
     }
 
+    /// While discovering, Bluetooth visibility applies at once (python-dbusmock's BlueZ): off makes
+    /// the adapter undiscoverable, on discoverable again; with neither method left, discovery ends.
+    func testVisibilityOverBluetoothAppliesWhileDiscovering() throws {
+        let bluez = try MockBlueZ()
+        defer { bluez.stop() }
+        let alpha = try TestPeer(name: "settings-bt", environment: bluez.environment)
+        defer { alpha.shutdown() }
+        XCTAssertTrue(eventually(timeout: 10) { (try? alpha.client.property("DiscoveryMethods").strings)?.contains("bluetooth") == true })
+        try alpha.client.call("StartDiscovery")
+        XCTAssertEqual(try bluez.adapterProperty("Discoverable")?.bool, true)
+
+        try alpha.client.call("SetVisible", [Variant("bluetooth"), Variant(false)])
+        XCTAssertTrue(eventually(timeout: 10) { (try? bluez.adapterProperty("Discoverable")?.bool) == false }, alpha.log)
+        XCTAssertEqual(try alpha.client.property("Discovering").bool, true, "the LAN is still wanted")
+        try alpha.client.call("SetVisible", [Variant("bluetooth"), Variant(true)])
+        XCTAssertTrue(eventually(timeout: 10) { (try? bluez.adapterProperty("Discoverable")?.bool) == true }, alpha.log)
+
+        try alpha.client.call("SetVisible", [Variant("lan"), Variant(false)])
+        try alpha.client.call("SetVisible", [Variant("bluetooth"), Variant(false)])
+        XCTAssertTrue(eventually(timeout: 10) { (try? bluez.adapterProperty("Discoverable")?.bool) == false }, alpha.log)
+        XCTAssertTrue(eventually(timeout: 5) { (try? alpha.client.property("Discovering").bool) == false },
+                      "visible nowhere, yet discovering")
+    }
+
     func testVisibilityChoosesWhereDiscoveryRunsAndIsKeptOverARestart() throws {
         let alpha = try started.make("alpha")
         XCTAssertEqual(try alpha.client.property("Visible").strings, ["bluetooth", "lan"], "visible everywhere by default")
