@@ -47,6 +47,7 @@ final class PeerVoiceService {
     var voicePort: UInt16 = 0
     private var voiceRetryTimer: EventSource?
     private let sleep = SleepMonitor()
+    private let network = NetworkMonitor()
     private var goodbyeTimer: EventSource?
     /// How long goodbyes have to leave before the computer may sleep (logind allows 5 s).
     private static let goodbyeMs: UInt32 = 200
@@ -144,6 +145,11 @@ final class PeerVoiceService {
             connections.wake()
         }
         sleep.start()
+        network.changed = { [unowned self] in
+            lan.networkChanged()
+            connections.redialNow()
+        }
+        network.start()
         for peer in registry.all { connections.scheduleRedial(peer, immediately: true) }
         delivery.start()
         voiceRetryTimer = Timer.every(milliseconds: Self.voiceRetryMs) { [unowned self] in retryWantedVoice(); return true }
@@ -157,6 +163,7 @@ final class PeerVoiceService {
         bluetooth.stop()
         lan.stop()
         sleep.stop()
+        network.stop()
         voice?.shutdown()
     }
 

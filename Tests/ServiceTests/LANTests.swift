@@ -297,6 +297,33 @@ final class LANTests: XCTestCase {
         XCTAssertTrue(routes.children.contains { $0[1].string == "ip:10.77.0.3:47800" }, "\(routes)")
     }
 
+    /// B's address changes under a running peervoiced (a new DHCP lease): B advertises its
+    /// presence afresh, under a new name, so A resolves the new address and its queued message
+    /// arrives once.
+    func testAPeerWhoseAddressChangesIsFoundAgainAndItsMessageArrives() throws {
+        let (_, idB) = try pairWhileBIsDiscoverable()
+        XCTAssertTrue(eventually(timeout: 10) { !((try? self.presenceNames(at: "10.77.0.2")) ?? []).isEmpty }, logs)
+        let before = try presenceNames(at: "10.77.0.2")
+        for arguments in [["addr", "del", "10.77.0.2/24", "dev", lan.b.interface], ["addr", "add", "10.77.0.3/24", "dev", lan.b.interface]] {
+            _ = try runCommand("ip", ["-n", lan.b.namespace] + arguments, in: lan.b.directory)
+        }
+        try a.call("Send", [Variant(idB), Variant("after the move")])
+        XCTAssertNotNil(b.waitForSignal("MessageReceived", timeout: 30) { $0.string(2) == "after the move" },
+                        "A did not find B at its new address\n\(logs)")
+        b.drain(for: 0.5)
+        XCTAssertEqual(b.signals("MessageReceived").filter { $0.string(2) == "after the move" }.count, 1)
+        XCTAssertTrue(daemons[1].process.log.contains("the network changed"), logs)
+        let after = try presenceNames(at: "10.77.0.3")
+        XCTAssertFalse(after.isEmpty)
+        XCTAssertTrue(after.isDisjoint(with: before), "B kept its presence name across the change: \(before) -> \(after)")
+    }
+
+    /// The instance names of the presence records A's avahi-daemon resolves at `address`.
+    private func presenceNames(at address: String) throws -> Set<String> {
+        Set(try lan.a.browse("_peervoice._tcp").map { $0.split(separator: ";", omittingEmptySubsequences: false) }
+            .filter { $0[7] == address && $0[9].contains("t=") }.map { String($0[3]) })
+    }
+
     // MARK: Spoofing
 
     /// Advertisements are only claims: one carrying B's key at another address (where another

@@ -131,6 +131,15 @@ final class LANPeers {
         updateAdvertising()
     }
 
+    /// A new network or address: what we advertise is published afresh (browsers that resolved
+    /// it before see it again and resolve the new address), the presence record under a new name.
+    func networkChanged() {
+        // The old presence name must not appear on the new network: it would link the two.
+        presenceEpoch = nil
+        if discoverable { discovery?.republish() }
+        updateAdvertising()
+    }
+
     /// SetName: the advertisement's TXT record follows while discoverable.
     func nameChanged() {
         updateAdvertising()

@@ -182,6 +182,12 @@ final class PeerConnections {
     /// Back from sleep: peers with messages waiting are dialled at once.
     func wake() {
         asleep = false
+        redialNow()
+    }
+
+    /// A new network or address: routes that failed may work now, so peers with messages
+    /// waiting are dialled at once rather than after their backoff.
+    func redialNow() {
         redials = [:]
         for peer in registry.all { scheduleRedial(peer, immediately: true) }
     }
