@@ -95,13 +95,6 @@ final class LANDiscovery {
         }
     }
 
-    /// Withdraws what is published and publishes it again (after a network change).
-    func republish() {
-        advertiser?.withdraw()
-        advertiser = nil
-        if let wantedService { advertise(wantedService) }
-    }
-
     private func avahiAppeared(_ newOwner: String) {
         guard owner != newOwner else { return }
         let restarted = owner != nil

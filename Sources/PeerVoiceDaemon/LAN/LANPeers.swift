@@ -131,12 +131,12 @@ final class LANPeers {
         updateAdvertising()
     }
 
-    /// A new network or address: what we advertise is published afresh (browsers that resolved
-    /// it before see it again and resolve the new address), the presence record under a new name.
+    /// A new network or address: the presence record is published afresh under a new name
+    /// (browsers that resolved the old one resolve the new address; the old name must not appear
+    /// on a new network, it would link the two). A named advertisement stays: Avahi updates its
+    /// addresses, and publishing it again would show every browser a PeerLost and a PeerFound.
     func networkChanged() {
-        // The old presence name must not appear on the new network: it would link the two.
         presenceEpoch = nil
-        if discoverable { discovery?.republish() }
         updateAdvertising()
     }
 
