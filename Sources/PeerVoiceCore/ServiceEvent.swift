@@ -29,6 +29,8 @@ public enum ServiceProperty: String, CaseIterable, Sendable {
     case fingerprint = "Fingerprint"
     case discoveryMethods = "DiscoveryMethods"
     case audioProcessing = "AudioProcessing"
+    /// Our microphone holds speech (unmuted).
+    case speaking = "Speaking"
 }
 
 /// Something the service tells every client: each case is one bus signal.

@@ -88,6 +88,12 @@ final class BusObject {
             case "StopVoice":
                 try service.stopVoice(PeerRef(parsing: arguments[0].string!))
                 call.reply()
+            case "SetVolume":
+                try service.setVolume(PeerRef(parsing: arguments[0].string!), volume: arguments[1].double!)
+                call.reply()
+            case "SetPeerMuted":
+                try service.setPeerMuted(PeerRef(parsing: arguments[0].string!), muted: arguments[1].bool!)
+                call.reply()
             default:
                 // GDBus only dispatches methods declared in the XML; this is a mismatch between the two.
                 call.fail(name: Self.errorPrefix + "Failed", message: "\(call.method) is declared but not implemented")
@@ -124,6 +130,7 @@ final class BusObject {
         case .fingerprint: Variant(service.ownKey.fingerprint)
         case .discoveryMethods: Variant(array: service.discoveryMethods.map { Variant($0) }, elementType: "s")
         case .audioProcessing: Variant(array: service.audioProcessing.map { Variant($0) }, elementType: "s")
+        case .speaking: Variant(service.isMicrophoneSpeaking)
         }
     }
 

@@ -66,7 +66,8 @@ final class Peer {
     }
 
     var known: KnownPeer {
-        KnownPeer(id: id, key: key, name: name, instance: instance?.hex, routes: routes, stayDisconnected: stayDisconnected)
+        KnownPeer(id: id, key: key, name: name, instance: instance?.hex, routes: routes, stayDisconnected: stayDisconnected,
+                  volume: voice.playback.volume == 1 ? nil : voice.playback.volume)
     }
 }
 

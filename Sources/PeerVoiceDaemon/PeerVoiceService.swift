@@ -19,6 +19,8 @@ final class PeerVoiceService {
     var listenAddress: String { ip.listenAddress }
     /// The capture processing of the latest voice session (before one: what the options allow).
     var audioProcessing: [String]
+    /// Our microphone holds speech, unmuted (`Speaking`, from the voice thread).
+    var isMicrophoneSpeaking = false
 
     let options: Options
     let instance: InstanceID
@@ -89,6 +91,7 @@ final class PeerVoiceService {
             let peer = Peer(id: known.id, key: known.key, name: known.name, routes: known.routes, paired: true)
             peer.instance = known.instance.flatMap { InstanceID(hex: $0) }
             peer.stayDisconnected = known.stayDisconnected
+            if let volume = known.volume { try? peer.voice.playback.setVolume(volume) }  // a bad value in the file: 1.0
             peers[known.id] = peer
         }
         Log.info("identity \(ownID) (key \(ownKey))")
@@ -200,7 +203,8 @@ final class PeerVoiceService {
                     path: PeerObjects.peerPath(id), id: id.description, name: peer.name, state: peer.state,
                     transport: peer.transport,
                     routes: peer.routes.map { .init(transport: $0.transport, address: $0.address.description, lastSeenMs: $0.lastSeenMs) },
-                    fingerprint: peer.key.fingerprint, paired: peer.paired, voice: peer.voice.active ? .active : .stopped)
+                    fingerprint: peer.key.fingerprint, paired: peer.paired, voice: peer.voice.active ? .active : .stopped,
+                    speaking: peer.voice.speaking, volume: peer.voice.playback.volume, muted: peer.voice.playback.muted)
             case .address(let address):
                 return PeerObjectSnapshot(
                     path: PeerObjects.foundPath(transport: address.transport, address: address.description), id: "",

@@ -97,6 +97,16 @@ enum Usage {
                     positionals: 2...2, details: """
             The microphone follows `peervoicectl mute`.
             """),
+        CommandSpec("volume", "PEER VOLUME", "play PEER's voice at VOLUME here, 0.0 (silent) to 2.0 (twice as loud)",
+                    positionals: 2...2, details: """
+            1.0 plays it as it comes. Kept across restarts for a paired peer; PEER hears no
+            difference and is told nothing.
+            """),
+        CommandSpec("mute-peer", "PEER on|off", "stop or resume playing PEER's voice here",
+                    positionals: 2...2, details: """
+            PEER is told nothing and still hears you (your own microphone follows
+            `peervoicectl mute`). Until the service restarts.
+            """),
         CommandSpec("monitor", "[--json]", "print every PeerVoice signal as it happens, one line each",
                     options: ["--json": false], details: """
             Runs until Ctrl-C. Each line starts with the local time (ISO 8601, milliseconds) and

@@ -41,9 +41,10 @@ final class BusAPITests: XCTestCase {
         XCTAssertTrue(live.contains("property Muted b read"))
         XCTAssertTrue(live.contains("signal PairingPrompt(s peer, s name, s passkey, s kind)"))
         XCTAssertTrue(live.contains("signal PairingSettled(s peer, b accepted)"))
-        XCTAssertEqual(live.filter { $0.hasPrefix("method ") }.count, 14)
+        XCTAssertTrue(live.contains("method SetVolume(in s peer, in d volume)"))
+        XCTAssertEqual(live.filter { $0.hasPrefix("method ") }.count, 16)
         XCTAssertEqual(live.filter { $0.hasPrefix("signal ") }.count, 12)
-        XCTAssertEqual(live.filter { $0.hasPrefix("property ") }.count, 9)
+        XCTAssertEqual(live.filter { $0.hasPrefix("property ") }.count, 10)
     }
 
     func testTheServiceObjectIsAlsoTheObjectManagerOfPeerObjects() throws {
@@ -79,6 +80,8 @@ final class BusAPITests: XCTestCase {
             XCTAssertEqual(client.errorName("ConfirmPairing", [peer, Variant(true)]), invalid, "ConfirmPairing(\(id))")
             XCTAssertEqual(client.errorName("StartVoice", [peer]), invalid, "StartVoice(\(id))")
             XCTAssertEqual(client.errorName("StopVoice", [peer]), invalid, "StopVoice(\(id))")
+            XCTAssertEqual(client.errorName("SetVolume", [peer, Variant(1.0)]), invalid, "SetVolume(\(id))")
+            XCTAssertEqual(client.errorName("SetPeerMuted", [peer, Variant(true)]), invalid, "SetPeerMuted(\(id))")
             if !id.isEmpty {
                 XCTAssertEqual(client.errorName("Send", [peer, Variant("hello")]), invalid, "Send(\(id))")
             }
@@ -111,6 +114,12 @@ final class BusAPITests: XCTestCase {
             XCTAssertEqual(client.errorName("History", [peer, Variant(UInt32(10))]), unknown, id)
             XCTAssertEqual(client.errorName("StartVoice", [peer]), unknown, id)
             XCTAssertEqual(client.errorName("StopVoice", [peer]), unknown, id)
+            XCTAssertEqual(client.errorName("SetVolume", [peer, Variant(0.5)]), unknown, id)
+            XCTAssertEqual(client.errorName("SetPeerMuted", [peer, Variant(true)]), unknown, id)
+            // A bad volume is refused before the peer is looked at.
+            for volume in [-0.1, 2.01, Double.nan, Double.infinity] {
+                XCTAssertEqual(client.errorName("SetVolume", [peer, Variant(volume)]), "org.example.PeerVoice.Error.InvalidArgument", "\(id) \(volume)")
+            }
             // Nothing is pending for a peer never seen.
             XCTAssertEqual(client.errorName("ConfirmPairing", [peer, Variant(false)]),
                            "org.example.PeerVoice.Error.InvalidArgument", id)
@@ -200,7 +209,8 @@ final class BusAPITests: XCTestCase {
                                              interface: "org.freedesktop.DBus.Properties", method: "GetAll",
                                              arguments: Variant(tuple: [Variant(APIClient.interface)]))
         XCTAssertEqual(Set(all[0].children.map { $0[0].string! }),
-                       ["Muted", "Discovering", "Version", "ListenAddress", "Adapter", "Id", "Fingerprint", "DiscoveryMethods", "AudioProcessing"])
+                       ["Muted", "Discovering", "Version", "ListenAddress", "Adapter", "Id", "Fingerprint", "DiscoveryMethods", "AudioProcessing", "Speaking"])
+        XCTAssertEqual(try client.property("Speaking").bool, false, "no voice runs")
         let id = try XCTUnwrap(try client.property("Id").string)
         XCTAssertTrue(id.hasPrefix("pv:") && id.count == 29, "Id '\(id)'")
         let fingerprint = try XCTUnwrap(try client.property("Fingerprint").string)

@@ -1,0 +1,214 @@
+import Foundation
+import GIO
+import Glibc
+import TestHarness
+import XCTest
+
+/// Group voice (docs/GROUP.md) on the rig of VoiceTests: three real peervoiced over IP, each with
+/// its own headless PipeWire, and A in voice with B and C at once (B and C each paired with A
+/// only). A captures and encodes its microphone once and plays one stream mixing both voices.
+extension VoiceTests {
+    struct GroupRig {
+        let a: VoicePeer, b: VoicePeer, c: VoicePeer
+        let pwA: PipeWireSession, pwB: PipeWireSession, pwC: PipeWireSession
+        let ab: VoiceLink, ac: VoiceLink
+        let directory: String
+        /// The speech file said backwards: what C says, so that it does not correlate with B's.
+        let backwards: String
+        var bOnA: String { ab.bOnA }
+        var cOnA: String { ac.bOnA }
+    }
+
+    /// Three PipeWire sessions and daemons; A dials B, then C; returns once voice is active both
+    /// ways on both links.
+    func makeGroupRig() throws -> GroupRig {
+        let pwA = try startPipeWire(), pwB = try startPipeWire(), pwC = try startPipeWire()
+        let a = try startPeer("alice", environment: pwA.environment)
+        let b = try startPeer("bob", environment: pwB.environment)
+        let c = try startPeer("carol", environment: pwC.environment)
+        var markA = a.mark
+        let markB = b.mark
+        let ab = try VoicePairing.connect(a, to: b)
+        try waitActive(a, b, ab, markA: markA, markB: markB)
+        markA = a.mark
+        let markC = c.mark
+        let ac = try VoicePairing.connect(a, to: c)
+        try waitActive(a, c, ac, markA: markA, markB: markC)
+        let directory = try TemporaryDirectory("peervoice-group-audio")
+        directories.append(directory)
+        var backwards = try WAVAudio(contentsOf: Self.speech)
+        backwards.samples.reverse()
+        try backwards.write(to: directory.path + "/backwards.wav")
+        return GroupRig(a: a, b: b, c: c, pwA: pwA, pwB: pwB, pwC: pwC, ab: ab, ac: ac,
+                        directory: directory.path, backwards: directory.path + "/backwards.wav")
+    }
+
+    /// The peer object of `peer` (an id) on `daemon`'s bus.
+    func peerObjectPath(_ peer: String) -> String {
+        "/org/example/PeerVoice/peers/" + peer.dropFirst("pv:".count)
+    }
+
+    func peerProperty(_ daemon: VoicePeer, _ peer: String, _ name: String) throws -> Variant {
+        try daemon.client.connection.call(destination: APIClient.name, path: peerObjectPath(peer),
+                                          interface: "org.freedesktop.DBus.Properties", method: "Get",
+                                          arguments: Variant(tuple: [Variant("org.example.PeerVoice.Peer"), Variant(name)]))[0].unboxed!
+    }
+
+    /// How many nodes called `name` `session`'s graph has (pw-dump).
+    func nodeCount(_ session: PipeWireSession, named name: String) throws -> Int {
+        try session.dump().filter { object in
+            let props = (object["info"] as? [String: Any])?["props"] as? [String: Any]
+            return props?["node.name"] as? String == name
+        }.count
+    }
+
+    /// While each of `talkers` says its file at once for `seconds`: what came out of each of
+    /// `listeners`' speakers against what each talker said into its mic (per 0.5 s window, and
+    /// over the whole speech), `[talker][listener]`. Signals are dispatched (and so stamped by
+    /// the test's handlers) until `settle` seconds after the talk, before the analysis.
+    func talk(_ talkers: [(PipeWireSession, String)], to listeners: [PipeWireSession], seconds: Double, settle: Double = 0.3,
+              directory: String, label: String) throws -> [[(windows: [VoiceTransfer], transfer: VoiceTransfer)]] {
+        let saying = try talkers.enumerated().map { index, talker in
+            try TimedRecording(talker.0, to: directory + "/\(label)-talker\(index).wav")
+        }
+        let hearing = try listeners.enumerated().map { index, listener in
+            try TimedRecording(listener, to: directory + "/\(label)-listener\(index).wav")
+        }
+        let start = VoiceRig.monotonicSeconds()
+        let injections = try talkers.map { try $0.0.inject($0.1) }
+        pause(seconds)
+        injections.forEach { $0.stop() }
+        pause(settle)
+        let end = VoiceRig.monotonicSeconds()
+        let speakers = try hearing.map { TimedTrack(try $0.stop(), .speaker) }
+        return try saying.enumerated().map { talker, recording in
+            let mic = TimedTrack(try recording.stop(), .mic)
+            let (from, to) = try speechSpan(mic, from: start, to: end)
+            return speakers.enumerated().map { listener, speaker in
+                let name = "\(label), talker \(talker) → listener \(listener)"
+                let windows = diagnose(name, mic: mic, speaker: speaker, from: from, to: to)
+                let transfer = VoiceAnalysis.transfer(mic: mic, speaker: speaker, from: from, to: to)
+                print("\(name): \(transfer)")
+                return (windows, transfer)
+            }
+        }
+    }
+
+    /// A hosts B and C: one microphone stream and one speaker stream in A's graph; A's speech
+    /// reaches both (the two-peer bounds); B and C talking at once both come out of A's speaker;
+    /// `Speaking` on A's object for B follows B's speech; `SetVolume(B, 0)` takes B out of A's
+    /// speaker and keeps C, and is kept in peers.json; `SetPeerMuted(C)` takes C out.
+    func testAHostsTwoPeersWithOneCaptureAndOneMix() throws {
+        let rig = try makeGroupRig()
+        let a = rig.a
+        XCTAssertEqual(try nodeCount(rig.pwA, named: "peervoice-capture"), 1, "A captures its microphone more than once")
+        XCTAssertEqual(try nodeCount(rig.pwA, named: "peervoice-playback"), 1, "A plays more than one stream")
+
+        // A talks: B and C hear it; A's own Speaking turns on.
+        let markA = a.mark
+        let fromA = try talk([(rig.pwA, Self.speech)], to: [rig.pwB, rig.pwC], seconds: 3.0, directory: rig.directory, label: "A")
+        for (name, result) in zip(["B", "C"], fromA[0]) {
+            XCTAssertGreaterThanOrEqual(VoiceAnalysis.medianCorrelation(result.windows), 0.5, "A's speech did not reach \(name)")
+            XCTAssertLessThanOrEqual(result.transfer.latencyMs, 150, "A→\(name) mouth-to-ear latency")
+        }
+        let speakingA = a.client.signals[markA...].filter { $0.member == "PropertiesChanged" }.compactMap { $0.arguments[1].lookup("Speaking")?.bool }
+        XCTAssertEqual(speakingA.first, true, "A's Speaking did not turn on while A talked: \(speakingA)")
+
+        // B and C at once: A's speaker carries both; Speaking on A's object for B follows B.
+        var flips: [(time: Double, speaking: Bool)] = []
+        let subscription = a.client.connection.subscribe(member: "PropertiesChanged", path: peerObjectPath(rig.bOnA)) { signal in
+            if let speaking = signal.arguments[1].lookup("Speaking")?.bool { flips.append((VoiceRig.monotonicSeconds(), speaking)) }
+        }
+        let recordB = try TimedRecording(rig.pwB, to: rig.directory + "/b-said.wav")
+        let both = try talk([(rig.pwB, Self.speech), (rig.pwC, rig.backwards)], to: [rig.pwA], seconds: 3.0, settle: 1.5,
+                            directory: rig.directory, label: "B+C")
+        withExtendedLifetime(subscription) {}
+        let saidByB = TimedTrack(try recordB.stop(), .mic)
+        for (name, result) in zip(["B", "C"], both.map { $0[0] }) {
+            // Two voices at once: each is about half of what A plays, so the bound is below the
+            // one-voice 0.5; unrelated audio stays under 0.1.
+            XCTAssertGreaterThanOrEqual(VoiceAnalysis.medianCorrelation(result.windows), 0.35, "\(name)'s speech was cut from A's mix")
+            XCTAssertLessThanOrEqual(result.transfer.latencyMs, 150, "\(name)→A mouth-to-ear latency")
+        }
+        let (spokeFrom, spokeTo) = try XCTUnwrap(VoiceAnalysis.audibleSpan(saidByB, from: saidByB.timed.startTime, to: saidByB.timed.endTime))
+        print("Speaking of B on A: " + flips.map { String(format: "%@ at %+.0f ms", $0.speaking ? "on" : "off", ($0.time - spokeFrom) * 1000) }.joined(separator: ", "))
+        let on = try XCTUnwrap(flips.first { $0.speaking }, "Speaking of B never turned on at A")
+        XCTAssertLessThanOrEqual(on.time - spokeFrom, 0.3, "Speaking of B turned on more than 300 ms after B started talking")
+        let off = try XCTUnwrap(flips.last, "no Speaking flips")
+        XCTAssertFalse(off.speaking, "Speaking of B stayed on after B stopped talking")
+        XCTAssertGreaterThanOrEqual(off.time - spokeTo, 0.3, "Speaking of B turned off before its hangover")
+        XCTAssertLessThanOrEqual(off.time - spokeTo, 1.2, "Speaking of B turned off long after B stopped")
+        XCTAssertEqual(try peerProperty(a, rig.bOnA, "Speaking").bool, false)
+
+        // SetVolume(B, 0): B is gone from A's speaker, C is still there.
+        XCTAssertEqual(a.client.errorName("SetVolume", [Variant(rig.bOnA), Variant(2.5)]), "org.example.PeerVoice.Error.InvalidArgument")
+        XCTAssertEqual(a.client.errorName("SetVolume", [Variant(rig.bOnA), Variant(Double.nan)]), "org.example.PeerVoice.Error.InvalidArgument")
+        try a.client.call("SetVolume", [Variant(rig.bOnA), Variant(0.0)])
+        XCTAssertEqual(try peerProperty(a, rig.bOnA, "Volume").double, 0.0)
+        let quietB = try talk([(rig.pwB, Self.speech), (rig.pwC, rig.backwards)], to: [rig.pwA], seconds: 3.0,
+                              directory: rig.directory, label: "volume(B)=0")
+        XCTAssertLessThan(quietB[0][0].transfer.correlation, 0.2, "B is still heard at A at volume 0")
+        XCTAssertGreaterThanOrEqual(VoiceAnalysis.medianCorrelation(quietB[1][0].windows), 0.5, "C is no longer heard at A")
+        let peersFile = try String(contentsOfFile: a.daemon.stateDirectory + "/peers.json", encoding: .utf8)
+        XCTAssertTrue(peersFile.contains("\"volume\":0"), "the volume is not kept in peers.json: \(peersFile)")
+
+        // SetPeerMuted(C): C is gone, B (back at volume 1) is there.
+        try a.client.call("SetVolume", [Variant(rig.bOnA), Variant(1.0)])
+        try a.client.call("SetPeerMuted", [Variant(rig.cOnA), Variant(true)])
+        XCTAssertEqual(try peerProperty(a, rig.cOnA, "Muted").bool, true)
+        let mutedC = try talk([(rig.pwB, Self.speech), (rig.pwC, rig.backwards)], to: [rig.pwA], seconds: 3.0,
+                              directory: rig.directory, label: "C muted")
+        XCTAssertGreaterThanOrEqual(VoiceAnalysis.medianCorrelation(mutedC[0][0].windows), 0.5, "B is not heard at A")
+        XCTAssertLessThan(mutedC[1][0].transfer.correlation, 0.2, "C is still heard at A while muted")
+    }
+
+    /// A hosts B and C: Mute on A makes both quiet; then C is killed, and A and B go on: B keeps
+    /// hearing A and voice between them never stops.
+    func testMuteReachesEveryoneAndAKilledPeerLeavesTheOthersUndisturbed() throws {
+        let rig = try makeGroupRig()
+        let (a, b) = (rig.a, rig.b)
+        let recordB = try TimedRecording(rig.pwB, to: rig.directory + "/b.wav")
+        let recordC = try TimedRecording(rig.pwC, to: rig.directory + "/c.wav")
+        let intoA = try rig.pwA.inject(Self.speech)
+        pause(1.3)
+        try a.client.call("Mute", [Variant(true)])
+        let muted = VoiceRig.monotonicSeconds()
+        pause(1.0)
+        let speakers = [("B", TimedTrack(try recordB.stop(), .speaker)), ("C", TimedTrack(try recordC.stop(), .speaker))]
+        intoA.stop()
+        for (name, speaker) in speakers {
+            XCTAssertGreaterThan(speaker.levels(from: muted - 1.0, to: muted).map(\.dBFS).max() ?? -200, -40, "\(name) heard nothing before the mute")
+            let loud = speaker.levels(from: muted + 0.1, to: muted + 1.0).filter { $0.dBFS >= -60 }
+            XCTAssertTrue(loud.isEmpty, "\(name)'s speaker at or above -60 dBFS after A muted: " +
+                          loud.prefix(5).map { "+\(ms($0.time - muted)) ms: \(String(format: "%.1f", $0.dBFS)) dBFS" }.joined(separator: ", "))
+        }
+        XCTAssertEqual(try a.client.property("Speaking").bool, false, "muted speech is speaking")
+        try a.client.call("Mute", [Variant(false)])
+
+        // C dies while A talks to B.
+        let markA = a.mark, markB = b.mark
+        let recordA = try TimedRecording(rig.pwA, to: rig.directory + "/a.wav")
+        let recordB2 = try TimedRecording(rig.pwB, to: rig.directory + "/b2.wav")
+        let start = VoiceRig.monotonicSeconds()
+        let intoA2 = try rig.pwA.inject(Self.speech)
+        pause(0.8)
+        rig.c.daemon.process.signal(SIGKILL)
+        let killed = VoiceRig.monotonicSeconds()
+        pause(2.4)
+        intoA2.stop()
+        pause(0.3)
+        let mic = TimedTrack(try recordA.stop(), .mic), speaker = TimedTrack(try recordB2.stop(), .speaker)
+        let (from, to) = try speechSpan(mic, from: start, to: VoiceRig.monotonicSeconds(), seconds: 3.0)
+        let windows = diagnose("A→B while C dies", mic: mic, speaker: speaker, from: from, to: to)
+        print(String(format: "C killed %.0f ms into the speech", (killed - from) * 1000))
+        XCTAssertGreaterThanOrEqual(windows.count, 4)
+        XCTAssertGreaterThanOrEqual(VoiceAnalysis.medianCorrelation(windows), 0.5, "B stopped hearing A when C died")
+        XCTAssertGreaterThanOrEqual(windows.map(\.correlation).min() ?? 0, 0.3, "a stretch of A's speech was lost at B when C died")
+        XCTAssertLessThanOrEqual(VoiceAnalysis.transfer(mic: mic, speaker: speaker, from: from, to: to).latencyMs, 150)
+        XCTAssertNotNil(a.client.waitForSignalIndex("PeerStateChanged", after: markA, timeout: 10) {
+            $0.string(0) == rig.cOnA && $0.string(1) == "disconnected"
+        }, "A never reported C disconnected")
+        XCTAssertFalse(a.voiceStates(of: rig.bOnA, after: markA).contains("stopped"), "A's voice with B stopped when C died")
+        XCTAssertFalse(b.voiceStates(of: rig.ab.aOnB, after: markB).contains("stopped"), "B's voice with A stopped when C died")
+    }
+}
