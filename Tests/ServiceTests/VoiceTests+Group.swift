@@ -19,9 +19,10 @@ extension VoiceTests {
         var cOnA: String { ac.bOnA }
     }
 
-    /// Three PipeWire sessions and daemons; A dials B, then C; returns once voice is active both
-    /// ways on both links.
-    func makeGroupRig() throws -> GroupRig {
+    /// Three PipeWire sessions and daemons; A dials B, then C (through a relay that drops
+    /// `lossToC` percent of A's voice datagrams, if given); returns once voice is active both ways
+    /// on both links.
+    func makeGroupRig(lossToC: Double? = nil) throws -> GroupRig {
         let pwA = try startPipeWire(), pwB = try startPipeWire(), pwC = try startPipeWire()
         let a = try startPeer("alice", environment: pwA.environment)
         let b = try startPeer("bob", environment: pwB.environment)
@@ -32,7 +33,12 @@ extension VoiceTests {
         try waitActive(a, b, ab, markA: markA, markB: markB)
         markA = a.mark
         let markC = c.mark
-        let ac = try VoicePairing.connect(a, to: c)
+        var relay: VoiceRelay?
+        if let lossToC {
+            relay = try VoiceRelay(targetPort: c.port, lossPercent: lossToC, seed: 20_261_201)
+            relays.append(relay!)
+        }
+        let ac = try VoicePairing.connect(a, to: c, dial: relay?.address)
         try waitActive(a, c, ac, markA: markA, markB: markC)
         let directory = try TemporaryDirectory("peervoice-group-audio")
         directories.append(directory)
@@ -162,10 +168,11 @@ extension VoiceTests {
         XCTAssertLessThan(mutedC[1][0].transfer.correlation, 0.2, "C is still heard at A while muted")
     }
 
-    /// A hosts B and C: Mute on A makes both quiet; then C is killed, and A and B go on: B keeps
-    /// hearing A and voice between them never stops.
-    func testMuteReachesEveryoneAndAKilledPeerLeavesTheOthersUndisturbed() throws {
-        let rig = try makeGroupRig()
+    /// A hosts B and C, C behind a relay that drops 10 % of A's voice: A encodes its microphone
+    /// twice, with FEC for C only (FECGroupPlan); Mute on A makes both quiet; then C is killed,
+    /// and A and B go on: B keeps hearing A and voice between them never stops.
+    func testMuteALossyPeerAndAKilledPeerInAGroupCall() throws {
+        let rig = try makeGroupRig(lossToC: 10)
         let (a, b) = (rig.a, rig.b)
         let recordB = try TimedRecording(rig.pwB, to: rig.directory + "/b.wav")
         let recordC = try TimedRecording(rig.pwC, to: rig.directory + "/c.wav")
@@ -184,6 +191,11 @@ extension VoiceTests {
         }
         XCTAssertEqual(try a.client.property("Speaking").bool, false, "muted speech is speaking")
         try a.client.call("Mute", [Variant(false)])
+        // C reported its loss (VOICE_REPORT) while A talked: C's packets come from a second
+        // encoder with FEC, B's from the clean one.
+        XCTAssertTrue(eventually(timeout: 3) { a.logCount("two microphone encoders: clean for [\"\(rig.bOnA)\"], FEC for") >= 1 },
+                      "A does not encode twice for a clean and a lossy peer: \(a.log.components(separatedBy: "\n").filter { $0.contains("encoder") || $0.contains("FEC") })")
+        XCTAssertGreaterThanOrEqual(a.logCount("% for [\"\(rig.cOnA)\"]"), 1, "C is not the lossy encoder's receiver")
 
         // C dies while A talks to B.
         let markA = a.mark, markB = b.mark

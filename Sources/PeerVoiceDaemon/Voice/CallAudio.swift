@@ -18,13 +18,10 @@ final class CallAudio {
     static let quantumSamples = VoiceAudio.defaultLatencyFrames
     /// The playback ring is refilled (by mixing) whenever it holds less than this.
     static let playbackFillSamples = quantumSamples + playbackMarginSamples
-    /// The mixer's frame (20 ms): a whole number of the jitter buffer's 2.5 ms steps and of 10 and
-    /// 20 ms Opus frames. The ring then holds what it held when one voice was written a decoded
-    /// 20 ms frame at a time, and so does its slack: the voice thread may answer the speaker's
-    /// wake-up up to 15–20 ms late on a loaded machine. Mixing in 2.5 ms steps (hundreds of
-    /// underruns in VoiceFaultTests) and in 10 ms ones (still several times more under load)
-    /// left the ring too close to empty.
-    static let mixFrameSamples = 960
+    /// The mixer's frame: the jitter buffer's 2.5 ms step, which every decoder output is a
+    /// whole number of (frames, concealment and silence steps), so what the voices have queued
+    /// is always whole mixer frames.
+    static let mixFrameSamples = 120
     /// An Opus packet this small is DTX silence: not worth sending.
     static let dtxPacketBytes = 2
     /// Digital silence (muted, or a source giving exact zeros) is still encoded this long after
@@ -137,36 +134,49 @@ final class CallAudio {
         }
     }
 
-    /// Mixes every voice that has something to play, one mixer frame at a time, until the ring
-    /// holds its fill level. A voice whose far side is silent (its jitter buffer idle, holding
-    /// nothing to start) is left out; while every voice is, the speaker runs dry instead of being
-    /// fed zeros in 2.5 ms steps for a wake-up every device quantum. The next packet wakes this
-    /// thread, which then feeds the ring again.
+    /// Keeps the speaker's ring fed as each peer's session fed its own ring before: each voice
+    /// whose far side is not silent decodes until what it has queued plus what the ring holds
+    /// reaches the fill level (one frame at a time, at the time of decoding), then as much as every
+    /// such voice (and a chime) has queued is mixed into the ring. A voice whose far side is silent
+    /// (its jitter buffer idle, holding nothing to start) is left out; while every voice is, the
+    /// speaker runs dry instead of being fed zeros in 2.5 ms steps for a wake-up every device
+    /// quantum. The next packet wakes this thread, which then feeds the ring again.
     private func feedPlayback(now: Int64, participants: [String: VoiceParticipant]) {
         while playbackRing.availableToRead < Self.playbackFillSamples {
-            var voices = 0
-            voiceFrame.withUnsafeMutableBufferPointer { pcm in
-                for participant in participants.values where participant.remote.pull(into: pcm, now: now) {
-                    mixer.add(UnsafeBufferPointer(pcm), channel: &participant.channel)
-                    voices += 1
-                }
-                if cuePlayed < cue.count {
-                    let count = min(pcm.count, cue.count - cuePlayed)
-                    for i in 0..<pcm.count { pcm[i] = i < count ? cue[cuePlayed + i] : 0 }
-                    cuePlayed += count
-                    mixer.add(UnsafeBufferPointer(pcm), channel: &cueChannel)
-                    voices += 1
-                }
+            let wanted = Self.playbackFillSamples - playbackRing.availableToRead
+            for participant in participants.values { participant.remote.decode(untilQueued: wanted, now: now) }
+            // The voice (or chime) with the least queued sets how much is mixed now.
+            var frames = cue.count - cuePlayed > 0 ? (cue.count - cuePlayed) / Self.mixFrameSamples : Int.max
+            for participant in participants.values where participant.remote.queued > 0 {
+                frames = min(frames, max(1, participant.remote.queued / Self.mixFrameSamples))
             }
-            guard voices > 0 else { break }
-            mixedFrame.withUnsafeMutableBufferPointer { out in
-                mixer.mix(into: out)
-                _ = playbackRing.write(UnsafeBufferPointer(out))
-            }
+            guard frames < Int.max else { break }
+            for _ in 0..<frames { mixFrame(participants) }
         }
         for participant in participants.values { participant.remote.idle(now: now) }
         let dormant = cuePlayed == cue.count && participants.values.allSatisfy { $0.remote.isDormant }
         playbackSource.isDormant.store(dormant, ordering: .releasing)
+    }
+
+    /// Mixes one mixer frame of every voice that has something queued, and of the chime, into the ring.
+    private func mixFrame(_ participants: [String: VoiceParticipant]) {
+        voiceFrame.withUnsafeMutableBufferPointer { pcm in
+            for participant in participants.values where participant.remote.queued > 0 {
+                participant.remote.take(into: pcm)
+                mixer.add(UnsafeBufferPointer(pcm), channel: &participant.channel)
+            }
+            if cuePlayed < cue.count {
+                cue.withUnsafeBufferPointer { chime in
+                    _ = pcm.update(fromContentsOf: UnsafeBufferPointer(rebasing: chime[cuePlayed..<cuePlayed + pcm.count]))
+                }
+                cuePlayed += pcm.count
+                mixer.add(UnsafeBufferPointer(pcm), channel: &cueChannel)
+            }
+        }
+        mixedFrame.withUnsafeMutableBufferPointer { out in
+            mixer.mix(into: out)
+            _ = playbackRing.write(UnsafeBufferPointer(out))
+        }
     }
 
     /// Mixes a chime in: up when a peer joins, down when one leaves.
@@ -246,7 +256,7 @@ final class CallAudio {
     /// when voice with a peer comes and goes.
     static func cue(rising: Bool) -> [Int16] {
         let notes: [Double] = rising ? [660, 880] : [880, 660]
-        let noteSamples = voiceSampleRate * 75 / 1000
+        let noteSamples = voiceSampleRate * 75 / 1000  // 3600: whole mixer frames
         var samples = [Int16](repeating: 0, count: noteSamples * notes.count)
         for (index, frequency) in notes.enumerated() {
             for n in 0..<noteSamples {

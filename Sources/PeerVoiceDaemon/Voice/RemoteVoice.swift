@@ -2,22 +2,34 @@ import Opus
 import PeerVoiceCore
 
 /// One remote voice's receive pipeline on the voice thread: its VOICE packets → jitter buffer →
-/// Opus decoder (FEC recovery, concealment) → PCM, pulled by the call's mixer a few milliseconds
-/// at a time; and, on what was decoded, whether the peer is speaking.
+/// Opus decoder (FEC recovery, concealment) → a small queue of PCM the call's mixer takes from;
+/// and, on what was decoded, whether the peer is speaking.
 ///
 /// The engine reaches the jitter buffer and the decoder only through this type (``insert(_:arrival:)``,
-/// ``pull(into:now:)``, ``isDormant``, ``lossPercent``, ``statistics``), so playout changes stay here.
+/// ``decode(untilQueued:now:)``, ``take(into:)``, ``isDormant``, ``lossPercent``, ``statistics``),
+/// so playout changes stay here. The queue plays the part the playback ring played when each
+/// peer had its own: the jitter buffer is asked for more, at the time of decoding, only when what
+/// is queued here plus what the ring holds falls below the ring's fill level, and whatever it
+/// gives (a frame, a 2.5 ms step of silence or concealment) is queued whole.
 final class RemoteVoice {
+    /// Samples per block the voice activity detector judges (10 ms).
+    static let activityBlockSamples = 480
+
     private var jitter: JitterBuffer
     private let decoder: OpusVoiceDecoder
-    /// Decoded samples; those in `decodedStart..<decodedEnd` are not mixed yet.
+    /// Scratch for one decoder output.
     private var decoded = [Int16](repeating: 0, count: voiceMaxPacketSamples)
-    private var decodedStart = 0
-    private var decodedEnd = 0
+    /// Decoded samples not mixed yet: `queue[queueStart..<queueEnd]`.
+    private var queue = [Int16](repeating: 0, count: 2 * voiceMaxPacketSamples)
+    private var queueStart = 0
+    private var queueEnd = 0
     private var detector = EnergyVoiceActivityDetector()
     private var speaking = SpeakingState()
-    /// When the speaking state last heard of time passing (a pull, or ``idle(now:)``).
-    private var speakingClockNs: Int64?
+    /// What was taken since the detector last judged a block.
+    private var activityBlock = [Int16](repeating: 0, count: activityBlockSamples)
+    private var activityFill = 0
+    /// When the speaking state last heard of time passing while dormant (``idle(now:)``).
+    private var idleSinceNs: Int64?
     /// A flip of ``isSpeaking`` not yet taken by ``speakingFlip()``.
     private var pendingFlip: Bool?
 
@@ -33,68 +45,93 @@ final class RemoteVoice {
         jitter.insert(seq: voice.seq, timestamp: voice.timestamp, payload: voice.payload, arrival: arrival)
     }
 
-    /// The far side is silent: nothing buffered, nothing playing, nothing decoded left. The
-    /// mixer then leaves this voice out (and the speaker may run dry) until a packet comes.
-    var isDormant: Bool { jitterIdle && decodedStart == decodedEnd }
+    /// The far side is silent: the jitter buffer holds nothing and is not playing, and nothing
+    /// decoded is left. The mixer then leaves this voice out (and the speaker may run dry) until
+    /// a packet comes.
+    var isDormant: Bool { !jitter.isPlaying && jitter.isEmpty && queued == 0 }
 
-    /// The jitter buffer holds nothing and is not playing: it would only give silence.
-    private var jitterIdle: Bool { !jitter.isPlaying && jitter.isEmpty }
+    /// Decoded samples waiting to be mixed.
+    var queued: Int { queueEnd - queueStart }
 
     /// The share of the peer's packets lost, as the jitter buffer last measured it.
     var lossPercent: Int { jitter.lossPercent }
 
     var statistics: JitterBuffer.Statistics { jitter.statistics }
 
-    var isSpeaking: Bool { speaking.isSpeaking }
+    /// Unless dormant, asks the jitter buffer for what plays next and decodes it (or conceals, or
+    /// silences) until at least `samples` are queued. `now` is the time of decoding, which the
+    /// jitter buffer compares arrival times with: the caller asks whenever the ring plus this
+    /// queue falls below one level, so the lead after each answer is about the same.
+    func decode(untilQueued samples: Int, now: Int64) {
+        guard !isDormant else { return }
+        idleSinceNs = nil
+        while queued < samples {
+            let count = produce(jitter.next(now: now))
+            guard count > 0 else { return }
+            if queueStart > 0 {
+                // Keep the queue at the front: it holds at most a frame or two.
+                queue.withUnsafeMutableBufferPointer { q in
+                    _ = UnsafeMutableBufferPointer(rebasing: q[0..<queued])
+                        .update(fromContentsOf: UnsafeBufferPointer(rebasing: q[queueStart..<queueEnd]))
+                }
+                (queueStart, queueEnd) = (0, queued)
+            }
+            let room = min(count, queue.count - queueEnd)
+            queue.withUnsafeMutableBufferPointer { q in
+                decoded.withUnsafeBufferPointer { d in
+                    _ = UnsafeMutableBufferPointer(rebasing: q[queueEnd..<queueEnd + room])
+                        .update(fromContentsOf: UnsafeBufferPointer(rebasing: d[0..<room]))
+                }
+            }
+            queueEnd += room
+        }
+    }
 
-    /// Fills `output` (10 or 20 ms, which the voice activity detector judges as one block) with what
-    /// plays next, decoding as needed, and judges it for speech; returns false, writing nothing,
-    /// while dormant. `now` is the time of decoding (CLOCK_MONOTONIC), which the jitter buffer
-    /// compares arrival times with: a refill starts when the playback ring runs low, so the ring's
-    /// lead is about the same at every refill. Within one pull the time given to the jitter buffer
-    /// advances by what was produced before, so that a wait for a talkspurt's target delay is not
-    /// filled twice over at one instant.
-    func pull(into output: UnsafeMutableBufferPointer<Int16>, now: Int64) -> Bool {
-        guard !isDormant else { return false }
-        var filled = 0
-        while filled < output.count {
-            if decodedStart == decodedEnd {
-                guard !jitterIdle else { break }
-                decodedStart = 0
-                decodedEnd = produce(jitter.next(now: now + Int64(filled) * 1_000_000_000 / Int64(voiceSampleRate)))
-                guard decodedEnd > 0 else { break }
-            }
-            let count = min(output.count - filled, decodedEnd - decodedStart)
-            decoded.withUnsafeBufferPointer { source in
-                _ = UnsafeMutableBufferPointer(rebasing: output[filled..<filled + count])
-                    .update(fromContentsOf: UnsafeBufferPointer(rebasing: source[decodedStart..<decodedStart + count]))
-            }
-            decodedStart += count
-            filled += count
+    /// Moves the next `output.count` queued samples into `output` (zeros for any it does not
+    /// have) and judges them for speech.
+    func take(into output: UnsafeMutableBufferPointer<Int16>) {
+        let count = min(output.count, queued)
+        queue.withUnsafeBufferPointer { q in
+            _ = UnsafeMutableBufferPointer(rebasing: output[0..<count])
+                .update(fromContentsOf: UnsafeBufferPointer(rebasing: q[queueStart..<queueStart + count]))
         }
-        // A talkspurt that ended inside this pull: silence for the rest.
-        UnsafeMutableBufferPointer(rebasing: output[filled...]).update(repeating: 0)
-        speakingClockNs = now
-        if let flip = speaking.update(isSpeech: detector.isSpeech(UnsafeBufferPointer(output)), samples: output.count) {
-            pendingFlip = flip
-        }
-        return true
+        UnsafeMutableBufferPointer(rebasing: output[count...]).update(repeating: 0)
+        queueStart += count
+        judge(UnsafeBufferPointer(output))
     }
 
     /// While dormant, lets the speaking state hear that time passes in silence, so that its
     /// hangover runs out when the peer stops talking. Call it on every pass of the voice thread.
     func idle(now: Int64) {
         guard isDormant else { return }
-        let elapsed = speakingClockNs.map { now - $0 } ?? 0
-        speakingClockNs = now
+        let elapsed = idleSinceNs.map { now - $0 } ?? 0
+        idleSinceNs = now
         let samples = Int(elapsed * Int64(voiceSampleRate) / 1_000_000_000)
         if samples > 0, let flip = speaking.update(isSpeech: false, samples: samples) { pendingFlip = flip }
     }
 
-    /// The new ``isSpeaking`` if it flipped since the last call, or nil.
+    /// The new `Speaking` if it flipped since the last call, or nil.
     func speakingFlip() -> Bool? {
         defer { pendingFlip = nil }
         return pendingFlip
+    }
+
+    /// Judges what was mixed in 10 ms blocks, before the volume (`Speaking` describes the peer).
+    private func judge(_ samples: UnsafeBufferPointer<Int16>) {
+        var offset = 0
+        while offset < samples.count {
+            let count = min(samples.count - offset, Self.activityBlockSamples - activityFill)
+            activityBlock.withUnsafeMutableBufferPointer { block in
+                _ = UnsafeMutableBufferPointer(rebasing: block[activityFill..<activityFill + count])
+                    .update(fromContentsOf: UnsafeBufferPointer(rebasing: samples[offset..<offset + count]))
+            }
+            activityFill += count
+            offset += count
+            guard activityFill == Self.activityBlockSamples else { continue }
+            activityFill = 0
+            let isSpeech = activityBlock.withUnsafeBufferPointer { detector.isSpeech($0) }
+            if let flip = speaking.update(isSpeech: isSpeech, samples: Self.activityBlockSamples) { pendingFlip = flip }
+        }
     }
 
     /// Decodes (or conceals, or silences) what the jitter buffer asks for into `decoded`.
