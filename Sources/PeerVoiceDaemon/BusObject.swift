@@ -18,11 +18,14 @@ final class BusObject {
     private var registration: ObjectRegistration?
     /// Callers of `RegisterPromptHandler`, whose prompts are not notified.
     let promptHandlers: PromptHandlers
+    /// Callers of `StartMetering` and their `Levels`.
+    private let metering: LevelsMetering
 
     init(connection: DBusConnection, service: PeerVoiceService) throws(BusError) {
         self.connection = connection
         self.service = service
         promptHandlers = PromptHandlers(connection: connection)
+        metering = LevelsMetering(connection: connection) { [unowned service] in service.voice }
         registration = try connection.registerObject(
             path: Self.path, introspectionXML: Self.introspectionXML, interface: Self.interface,
             methods: { [unowned self] call in dispatch(call) },
@@ -90,6 +93,12 @@ final class BusObject {
                 call.reply()
             case "SetVolume":
                 try service.setVolume(PeerRef(parsing: arguments[0].string!), volume: arguments[1].double!)
+                call.reply()
+            case "StartMetering":
+                try metering.start(client: call.sender, intervalMs: arguments[0].uint32!)
+                call.reply()
+            case "StopMetering":
+                metering.stop(client: call.sender)
                 call.reply()
             case "SetPeerMuted":
                 try service.setPeerMuted(PeerRef(parsing: arguments[0].string!), muted: arguments[1].bool!)

@@ -224,3 +224,52 @@ extension VoiceTests {
         XCTAssertFalse(b.voiceStates(of: rig.ab.aOnB, after: markB).contains("stopped"), "B's voice with A stopped when C died")
     }
 }
+
+extension VoiceTests {
+    /// StartMetering(100) on A while A talks to B: `Levels` reach that client about every 100 ms
+    /// with A's microphone and B's voice; another client on A's bus gets none; StopMetering ends
+    /// them; a client that leaves the bus without StopMetering is dropped.
+    func testLevelsReachOnlyTheSubscriberAtItsIntervalAndEnd() throws {
+        let (rig, _) = try makeRig()
+        let a = rig.a
+        let meter = try APIClient(address: a.bus.address)
+        let other = try APIClient(address: a.bus.address)
+        var received: [(time: Double, input: Double, peers: [String: Double])] = []
+        let subscription = meter.connection.subscribe(member: "Levels", path: APIClient.path) { signal in
+            var peers: [String: Double] = [:]
+            for entry in signal.arguments[1].children { peers[entry[0].string!] = entry[1].double! }
+            received.append((VoiceRig.monotonicSeconds(), signal.arguments[0].double!, peers))
+        }
+        XCTAssertEqual(meter.errorName("StartMetering", [Variant(UInt32(10))]), "org.example.PeerVoice.Error.InvalidArgument")
+        try meter.call("StartMetering", [Variant(UInt32(100))])
+        let started = VoiceRig.monotonicSeconds()
+        let intoA = try rig.pwA.inject(Self.speech)
+        pause(2.5)
+        intoA.stop()
+        let talking = received.filter { $0.time > started + 0.5 }
+        print("Levels: \(received.count) in 2.5 s; input " + talking.prefix(8).map { String(format: "%.1f", $0.input) }.joined(separator: " "))
+        XCTAssertGreaterThanOrEqual(talking.count, 8, "too few Levels for a 100 ms interval while A talks")
+        XCTAssertLessThanOrEqual(received.count, 27, "more Levels than a 100 ms interval allows")
+        let gaps = zip(received.dropFirst(), received).map { $0.time - $1.time }
+        XCTAssertGreaterThanOrEqual(gaps.min() ?? 1, 0.05, "Levels closer together than the interval")
+        XCTAssertGreaterThan(talking.map(\.input).max() ?? -100, -40, "A's microphone level does not show A talking")
+        XCTAssertTrue(talking.allSatisfy { $0.peers.keys.sorted() == [rig.link.bOnA] }, "peers_dbfs is not B's voice alone")
+        XCTAssertFalse(other.signals.contains { $0.member == "Levels" }, "another client got Levels")
+
+        try meter.call("StopMetering")
+        pause(0.3)
+        let afterStop = received.count
+        pause(0.7)
+        XCTAssertEqual(received.count, afterStop, "Levels after StopMetering")
+        withExtendedLifetime(subscription) {}
+
+        // A client that asks and leaves the bus.
+        let gdbus = try ChildProcess("/usr/bin/gdbus", ["call", "--session", "--dest", APIClient.name, "--object-path", APIClient.path,
+                                                        "--method", APIClient.interface + ".StartMetering", "50"],
+                                     environment: ["DBUS_SESSION_BUS_ADDRESS": a.bus.address],
+                                     logPath: rig.directory + "/gdbus-metering.log")
+        XCTAssertEqual(gdbus.wait(timeout: 10), 0, gdbus.log)
+        XCTAssertTrue(eventually(timeout: 3) { a.logCount("left the bus: it meters no more") == 1 },
+                      "the service did not drop a metering client that left the bus")
+    }
+}

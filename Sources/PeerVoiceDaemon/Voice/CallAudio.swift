@@ -60,6 +60,8 @@ final class CallAudio {
     private var cueChannel = VoiceMixer.Channel.unity
     private var speaking = SpeakingState()
     private var speakingFlip: Bool?
+    /// What the microphone sent since ``takeInputLevel()`` (only while someone meters).
+    private var inputMeter = LevelMeter()
 
     init(context: PipeWireContext, options: VoiceAudioOptions, wakeup: VoiceWakeup) throws {
         let duration: OpusFrameDuration = options.frameMs == 10 ? .ms10 : .ms20
@@ -90,14 +92,20 @@ final class CallAudio {
 
     /// Keeps the speaker fed with the mix of `participants`' voices, then encodes what the
     /// microphone gave and sends it to them.
-    func pump(now: Int64, muted: Bool, participants: [String: VoiceParticipant], socket: Socket) {
+    func pump(now: Int64, muted: Bool, metering: Bool, participants: [String: VoiceParticipant], socket: Socket) {
         if let due = nextSourceCheck, now >= due, capture.state == .streaming { checkSourceForEchoCanceller(now: now) }
         // The speaker first: its ring holds only a few ms beyond a quantum, the microphone's a second.
-        feedPlayback(now: now, participants: participants)
-        sendCaptured(muted: muted, participants: participants, socket: socket)
+        feedPlayback(now: now, metering: metering, participants: participants)
+        sendCaptured(muted: muted, metering: metering, participants: participants, socket: socket)
     }
 
-    private func sendCaptured(muted: Bool, participants: [String: VoiceParticipant], socket: Socket) {
+    /// The microphone's level (dBFS) since the last call, as sent (silence while muted).
+    func takeInputLevel() -> Double {
+        defer { inputMeter.restart() }
+        return inputMeter.dBFS
+    }
+
+    private func sendCaptured(muted: Bool, metering: Bool, participants: [String: VoiceParticipant], socket: Socket) {
         if muted, let flip = speaking.end() { speakingFlip = flip }
         while captureRing.availableToRead >= frame.count {
             frame.withUnsafeMutableBufferPointer { buffer in
@@ -112,6 +120,7 @@ final class CallAudio {
                 // (WirePlumber would remember a muted node). Digital silence stays digital
                 // silence (no comfort noise), so the encoder can rest on it.
                 if muted || digitalSilence { buffer.update(repeating: 0) }
+                if metering { inputMeter.add(UnsafeBufferPointer(buffer)) }
             }
             // Every frame moves the timestamp, sent or not: the receivers tell silence from loss.
             defer { timestamp &+= UInt32(frame.count) }
@@ -141,7 +150,7 @@ final class CallAudio {
     /// (its jitter buffer idle, holding nothing to start) is left out; while every voice is, the
     /// speaker runs dry instead of being fed zeros in 2.5 ms steps for a wake-up every device
     /// quantum. The next packet wakes this thread, which then feeds the ring again.
-    private func feedPlayback(now: Int64, participants: [String: VoiceParticipant]) {
+    private func feedPlayback(now: Int64, metering: Bool, participants: [String: VoiceParticipant]) {
         while playbackRing.availableToRead < Self.playbackFillSamples {
             let wanted = Self.playbackFillSamples - playbackRing.availableToRead
             for participant in participants.values { participant.remote.decode(untilQueued: wanted, now: now) }
@@ -151,7 +160,7 @@ final class CallAudio {
                 frames = min(frames, max(1, participant.remote.queued / Self.mixFrameSamples))
             }
             guard frames < Int.max else { break }
-            for _ in 0..<frames { mixFrame(participants) }
+            for _ in 0..<frames { mixFrame(participants, metering: metering) }
         }
         for participant in participants.values { participant.remote.idle(now: now) }
         let dormant = cuePlayed == cue.count && participants.values.allSatisfy { $0.remote.isDormant }
@@ -159,10 +168,10 @@ final class CallAudio {
     }
 
     /// Mixes one mixer frame of every voice that has something queued, and of the chime, into the ring.
-    private func mixFrame(_ participants: [String: VoiceParticipant]) {
+    private func mixFrame(_ participants: [String: VoiceParticipant], metering: Bool) {
         voiceFrame.withUnsafeMutableBufferPointer { pcm in
             for participant in participants.values where participant.remote.queued > 0 {
-                participant.remote.take(into: pcm)
+                participant.remote.take(into: pcm, metering: metering)
                 mixer.add(UnsafeBufferPointer(pcm), channel: &participant.channel)
             }
             if cuePlayed < cue.count {

@@ -30,8 +30,10 @@ final class RemoteVoice {
     private var activityFill = 0
     /// When the speaking state last heard of time passing while dormant (``idle(now:)``).
     private var idleSinceNs: Int64?
-    /// A flip of ``isSpeaking`` not yet taken by ``speakingFlip()``.
+    /// A flip of `Speaking` not yet taken by ``speakingFlip()``.
     private var pendingFlip: Bool?
+    /// What was mixed since ``takeLevel()`` (only while someone meters).
+    private var meter = LevelMeter()
 
     /// `frameMs`: the peer's Opus frame length (10 or 20), from its VOICE_START.
     init(frameMs: Int) throws(VoiceCodecError) {
@@ -88,8 +90,8 @@ final class RemoteVoice {
     }
 
     /// Moves the next `output.count` queued samples into `output` (zeros for any it does not
-    /// have) and judges them for speech.
-    func take(into output: UnsafeMutableBufferPointer<Int16>) {
+    /// have), judges them for speech and, if `metering`, adds them to the level.
+    func take(into output: UnsafeMutableBufferPointer<Int16>, metering: Bool) {
         let count = min(output.count, queued)
         queue.withUnsafeBufferPointer { q in
             _ = UnsafeMutableBufferPointer(rebasing: output[0..<count])
@@ -98,6 +100,13 @@ final class RemoteVoice {
         UnsafeMutableBufferPointer(rebasing: output[count...]).update(repeating: 0)
         queueStart += count
         judge(UnsafeBufferPointer(output))
+        if metering { meter.add(UnsafeBufferPointer(output)) }
+    }
+
+    /// The voice's level (dBFS, before the volume) since the last call; silence while dormant.
+    func takeLevel() -> Double {
+        defer { meter.restart() }
+        return meter.dBFS
     }
 
     /// While dormant, lets the speaking state hear that time passes in silence, so that its

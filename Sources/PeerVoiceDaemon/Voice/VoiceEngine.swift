@@ -76,6 +76,11 @@ struct VoiceAudioOptions: Sendable {
 final class VoiceEngine: Sendable {
     /// The microphone is silenced: the voice thread reads it for every captured frame.
     let muted = Atomic<Bool>(false)
+    /// Someone meters levels (`StartMetering`): only then does the voice thread measure them.
+    let metering = Atomic<Bool>(false)
+    /// The levels over the voice thread's last metering period (``VoiceThread/levelsPeriodNs``),
+    /// while ``metering``; read by the control plane's `Levels` timer.
+    private let latestLevels = Mutex(VoiceLevels(inputDBFS: LevelMeter.silenceDBFS, peersDBFS: [:]))
     private let commands = Mutex<[VoiceCommand]>([])
     private let wakeup = VoiceWakeup()
     /// Signalled by the voice thread as it ends.
@@ -127,6 +132,9 @@ final class VoiceEngine: Sendable {
         post(.setPlayback(peer: peer, playback))
     }
 
+    /// The latest levels the voice thread measured (silence when nothing was measured).
+    var levels: VoiceLevels { latestLevels.withLock { $0 } }
+
     /// Ends every session and the thread; returns once it has ended. Once.
     func shutdown() {
         post(.shutdown)
@@ -143,6 +151,8 @@ final class VoiceEngine: Sendable {
     /// The fd the voice thread polls for ``post(_:)``'s and the audio callbacks' signals.
     fileprivate var wakeupFD: Int32 { wakeup.fd }
     fileprivate var wakeupForCallbacks: VoiceWakeup { wakeup }
+
+    fileprivate func publish(_ levels: VoiceLevels) { latestLevels.withLock { $0 = levels } }
 
     /// Empties the wake-up, then takes every command posted so far.
     fileprivate func takeCommands() -> [VoiceCommand] {
@@ -176,6 +186,8 @@ private final class VoiceThread {
     /// wake it when there is work; this only makes sure a stream that stalled is still looked at
     /// (and a silent peer's `Speaking` hangover runs out).
     static let stateCheckMs: Int32 = 50
+    /// How long each published level is measured over while someone meters.
+    static let levelsPeriodNs: Int64 = 50_000_000
 
     private let socket: Socket
     private let options: VoiceAudioOptions
@@ -186,6 +198,8 @@ private final class VoiceThread {
     private var call: CallAudio?
     private var participants: [String: VoiceParticipant] = [:]
     private var receiveBuffer = [UInt8](repeating: 0, count: 2048)
+    /// When the levels were last published (while metering).
+    private var levelsPublishedAt: Int64 = 0
 
     init(socket: Socket, options: VoiceAudioOptions, engine: VoiceEngine, onEvent: @escaping @Sendable (VoiceEvent) -> Void,
          sendOnLink: @escaping @Sendable (_ peer: String, _ frame: VoiceFrame, _ queuedAt: Int64) -> Void) {
@@ -224,7 +238,14 @@ private final class VoiceThread {
             for peer in Array(participants.keys) { leave(peer, reason: failure, report: true) }
             return
         }
-        call.pump(now: VoiceEngine.monotonicNs(), muted: engine.muted.load(ordering: .relaxed), participants: participants, socket: socket)
+        let now = VoiceEngine.monotonicNs()
+        let metering = engine.metering.load(ordering: .relaxed)
+        call.pump(now: now, muted: engine.muted.load(ordering: .relaxed), metering: metering, participants: participants, socket: socket)
+        if metering && now - levelsPublishedAt >= Self.levelsPeriodNs {
+            levelsPublishedAt = now
+            engine.publish(VoiceLevels(inputDBFS: call.takeInputLevel(),
+                                       peersDBFS: participants.mapValues { $0.remote.takeLevel() }))
+        }
         let streaming = call.isStreaming
         for (peer, participant) in participants {
             if participant.becameActive(streaming: streaming) { onEvent(.active(peer: peer, generation: participant.generation)) }
@@ -280,6 +301,7 @@ private final class VoiceThread {
 
     private func endCall(cue: Bool) {
         guard let call else { return }
+        engine.publish(VoiceLevels(inputDBFS: LevelMeter.silenceDBFS, peersDBFS: [:]))
         call.close(cue: cue)
         if call.isMicrophoneSpeaking { onEvent(.microphoneSpeaking(false)) }
         self.call = nil
