@@ -42,8 +42,8 @@ final class BusAPITests: XCTestCase {
         XCTAssertTrue(live.contains("signal PairingPrompt(s peer, s name, s passkey, s kind)"))
         XCTAssertTrue(live.contains("signal PairingSettled(s peer, b accepted)"))
         XCTAssertTrue(live.contains("method SetVolume(in s peer, in d volume)"))
-        XCTAssertEqual(live.filter { $0.hasPrefix("method ") }.count, 16)
-        XCTAssertEqual(live.filter { $0.hasPrefix("signal ") }.count, 12)
+        XCTAssertEqual(live.filter { $0.hasPrefix("method ") }.count, 18)
+        XCTAssertEqual(live.filter { $0.hasPrefix("signal ") }.count, 13)
         XCTAssertEqual(live.filter { $0.hasPrefix("property ") }.count, 10)
     }
 
