@@ -49,7 +49,7 @@ _peervoicectl() {
             peers) options="--ids --help" ;;
             discover) options="--timeout --help" ;;
             history) options="--max --help" ;;
-            monitor) options="--json --help" ;;
+            monitor) options="--json --levels --help" ;;
         esac
         if [[ $prev == --max || $prev == --timeout ]]; then
             COMPREPLY=()    # a number

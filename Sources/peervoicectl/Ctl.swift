@@ -196,7 +196,7 @@ enum Ctl {
             try Service().call("SetPeerMuted", [Variant(arguments[0]), Variant(action == "on")])
             Output.line(action == "on" ? "\(arguments[0]) muted here" : "\(arguments[0]) unmuted here")
         case "monitor":
-            try monitor(Service(), json: invocation.has("--json"))
+            try monitor(Service(), json: invocation.has("--json"), levels: invocation.has("--levels"))
         default:
             throw Exit.usage("unknown command '\(invocation.spec.name)'")
         }
