@@ -19,7 +19,7 @@ _peervoicectl() {
         words+=("")
     fi
     local cur=${words[${#words[@]}-1]}
-    local commands="status peers peer discover connect disconnect send history remove mute name visible confirm voice monitor help"
+    local commands="status peers peer discover connect disconnect send history remove mute name visible confirm voice volume mute-peer monitor help"
 
     # The command: the first word after the program that is not an option.
     local command= i word
@@ -49,7 +49,7 @@ _peervoicectl() {
             peers) options="--ids --help" ;;
             discover) options="--timeout --help" ;;
             history) options="--max --help" ;;
-            monitor) options="--json --help" ;;
+            monitor) options="--json --levels --help" ;;
         esac
         if [[ $prev == --max || $prev == --timeout ]]; then
             COMPREPLY=()    # a number
@@ -59,7 +59,7 @@ _peervoicectl() {
             candidates=$options
         else
             case $command:${#positionals[@]} in
-                peer:0 | connect:0 | disconnect:0 | remove:0 | send:0 | history:0 | confirm:0)
+                peer:0 | connect:0 | disconnect:0 | remove:0 | send:0 | history:0 | confirm:0 | volume:0 | mute-peer:0)
                     candidates=$(_peervoicectl_peer_ids) ;;
                 confirm:1) candidates="yes no" ;;
                 mute:0) candidates="on off toggle" ;;
@@ -67,6 +67,8 @@ _peervoicectl() {
                 visible:0) candidates="bluetooth lan" ;;
                 visible:1) candidates="on off" ;;
                 voice:1) candidates=$(_peervoicectl_peer_ids) ;;
+                volume:1) candidates="0.0 0.5 1.0 1.5 2.0" ;;
+                mute-peer:1) candidates="on off" ;;
                 help:0) candidates=$commands ;;
             esac
         fi

@@ -173,9 +173,11 @@ public final class DBusConnection: @unchecked Sendable {
     // MARK: Signals
 
     /// Emits a signal to every subscriber (no destination).
-    public func emitSignal(path: String, interface: String, name: String, arguments: Variant) throws(BusError) {
+    /// Emits a signal to every subscriber, or only to `destination` (a unique bus name: unicast).
+    public func emitSignal(path: String, interface: String, name: String, arguments: Variant,
+                           destination: String? = nil) throws(BusError) {
         let _: gboolean = try arguments.withPointer { arguments throws(BusError) in
-            try throwingGError { g_dbus_connection_emit_signal(pointer, nil, path, interface, name, arguments, $0) }
+            try throwingGError { g_dbus_connection_emit_signal(pointer, destination, path, interface, name, arguments, $0) }
         }
     }
 

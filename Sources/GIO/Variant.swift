@@ -40,6 +40,7 @@ public final class Variant: @unchecked Sendable {
     public convenience init(_ value: UInt32) { self.init(adopting: g_variant_new_uint32(value)) }
     public convenience init(_ value: UInt64) { self.init(adopting: g_variant_new_uint64(guint64(value))) }
     public convenience init(_ value: Int32) { self.init(adopting: g_variant_new_int32(value)) }
+    public convenience init(_ value: Double) { self.init(adopting: g_variant_new_double(value)) }
 
     /// A byte array (`ay`), e.g. one DNS-SD TXT entry.
     public convenience init(bytes: [UInt8]) {
@@ -99,6 +100,11 @@ public final class Variant: @unchecked Sendable {
     public var uint32: UInt32? {
         guard g_variant_is_of_type(pointer, cgio_type_from_string("u")) != 0 else { return nil }
         return g_variant_get_uint32(pointer)
+    }
+
+    public var double: Double? {
+        guard g_variant_is_of_type(pointer, cgio_type_from_string("d")) != 0 else { return nil }
+        return g_variant_get_double(pointer)
     }
 
     public var int32: Int32? {

@@ -32,6 +32,8 @@ public enum ServiceProperty: String, CaseIterable, Sendable {
     /// The display name and visibility a person chose (`SetName`, `SetVisible`).
     case name = "Name"
     case visible = "Visible"
+    /// Our microphone holds speech (unmuted).
+    case speaking = "Speaking"
 }
 
 /// Something the service tells every client: each case is one bus signal.

@@ -18,11 +18,14 @@ final class BusObject {
     private var registration: ObjectRegistration?
     /// Callers of `RegisterPromptHandler`, whose prompts are not notified.
     let promptHandlers: PromptHandlers
+    /// Callers of `StartMetering` and their `Levels`.
+    private let metering: LevelsMetering
 
     init(connection: DBusConnection, service: PeerVoiceService) throws(BusError) {
         self.connection = connection
         self.service = service
         promptHandlers = PromptHandlers(connection: connection)
+        metering = LevelsMetering(connection: connection) { [unowned service] in service.voice }
         registration = try connection.registerObject(
             path: Self.path, introspectionXML: Self.introspectionXML, interface: Self.interface,
             methods: { [unowned self] call in dispatch(call) },
@@ -94,6 +97,18 @@ final class BusObject {
             case "SetVisible":
                 try service.setVisible(arguments[0].string!, arguments[1].bool!)
                 call.reply()
+            case "SetVolume":
+                try service.setVolume(PeerRef(parsing: arguments[0].string!), volume: arguments[1].double!)
+                call.reply()
+            case "StartMetering":
+                try metering.start(client: call.sender, intervalMs: arguments[0].uint32!)
+                call.reply()
+            case "StopMetering":
+                metering.stop(client: call.sender)
+                call.reply()
+            case "SetPeerMuted":
+                try service.setPeerMuted(PeerRef(parsing: arguments[0].string!), muted: arguments[1].bool!)
+                call.reply()
             default:
                 // GDBus only dispatches methods declared in the XML; this is a mismatch between the two.
                 call.fail(name: Self.errorPrefix + "Failed", message: "\(call.method) is declared but not implemented")
@@ -132,6 +147,7 @@ final class BusObject {
         case .audioProcessing: Variant(array: service.audioProcessing.map { Variant($0) }, elementType: "s")
         case .name: Variant(service.settings.name)
         case .visible: Variant(array: DiscoveryMethod.allCases.filter(service.settings.visible.contains).map { Variant($0.rawValue) }, elementType: "s")
+        case .speaking: Variant(service.isMicrophoneSpeaking)
         }
     }
 

@@ -100,7 +100,8 @@ extension PeerVoiceService {
         peer.voice.generation += 1
         voice.start(VoiceSessionSetup(peer: peer.id.description, generation: peer.voice.generation,
                                       route: route, sealer: keys.makeSealer(), opener: keys.makeOpener(),
-                                      localFrameMs: options.voice.frameMs, remoteFrameMs: Int(remote.frameMs)))
+                                      localFrameMs: options.voice.frameMs, remoteFrameMs: Int(remote.frameMs),
+                                      playback: peer.voice.playback))
     }
 
     /// Stops voice with `peer` here (the peer is told by the caller if it should be).
@@ -110,7 +111,7 @@ extension PeerVoiceService {
         if peer.voice.droppedOnLink > 0 {
             Log.info("voice with \(peer.id): \(peer.voice.droppedOnLink) frames dropped rather than sent late on the link")
         }
-        peer.voice = PeerVoice(generation: peer.voice.generation, destination: peer.voice.destination)
+        peer.voice = PeerVoice(generation: peer.voice.generation, destination: peer.voice.destination, playback: peer.voice.playback)
         if wasActive { emit(.voiceStateChanged(peer.id, .stopped)) }
     }
 
@@ -176,7 +177,37 @@ extension PeerVoiceService {
             guard names != audioProcessing else { return }
             audioProcessing = names
             emit(.propertiesChanged([.audioProcessing]))
+        case .peerSpeaking(let id, let generation, let speaking):
+            guard let peer = peer(describedAs: id), peer.voice.running, peer.voice.generation == generation else { return }
+            peer.voice.speaking = speaking
+            peersChanged()
+        case .microphoneSpeaking(let speaking):
+            guard speaking != isMicrophoneSpeaking else { return }
+            isMicrophoneSpeaking = speaking
+            emit(.propertiesChanged([.speaking]))
         }
+    }
+
+    /// `SetVolume`: the peer's voice plays at `volume` here (kept in peers.json for a paired peer).
+    func setVolume(_ ref: PeerRef, volume: Double) throws(ServiceError) {
+        _ = try VoiceMixer.Channel(volume: volume)  // the argument first: InvalidArgument before UnknownPeer
+        let peer = try registry.resolve(ref)
+        try peer.voice.playback.setVolume(volume)
+        playbackChanged(peer)
+        if peer.paired { registry.remember(peer) }
+    }
+
+    /// `SetPeerMuted`: the peer's voice is not played here (nobody is told).
+    func setPeerMuted(_ ref: PeerRef, muted: Bool) throws(ServiceError) {
+        let peer = try registry.resolve(ref)
+        peer.voice.playback.muted = muted
+        playbackChanged(peer)
+    }
+
+    private func playbackChanged(_ peer: Peer) {
+        Log.info("voice of \(peer.id) plays at volume \(peer.voice.playback.volume)\(peer.voice.playback.muted ? ", muted" : "") here")
+        if peer.voice.running { voice?.setPlayback(peer: peer.id.description, peer.voice.playback) }
+        peersChanged()
     }
 
     /// Brings up voice that is wanted but not running, e.g. once PipeWire has appeared.
@@ -227,4 +258,8 @@ struct PeerVoice {
     var destination: IPEndpoint?
     /// Our VOICE frames for the link that were dropped rather than sent late.
     var droppedOnLink = 0
+    /// The peer's voice holds speech (its peer object's `Speaking`).
+    var speaking = false
+    /// Its volume and mute here; kept when voice stops (the volume also across restarts).
+    var playback = VoiceMixer.Channel.unity
 }

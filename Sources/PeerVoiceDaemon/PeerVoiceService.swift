@@ -24,6 +24,8 @@ final class PeerVoiceService {
     }
     /// The capture processing of the latest voice session (before one: what the options allow).
     var audioProcessing: [String]
+    /// Our microphone holds speech, unmuted (`Speaking`, from the voice thread).
+    var isMicrophoneSpeaking = false
 
     let options: Options
     /// This service's own id and key, as peers see them.
@@ -272,7 +274,8 @@ final class PeerVoiceService {
                     path: PeerObjects.peerPath(id), id: id.description, name: peer.name, state: peer.state,
                     transport: peer.transport,
                     routes: peer.routes.map { .init(transport: $0.transport, address: $0.address.description, lastSeenMs: $0.lastSeenMs) },
-                    fingerprint: peer.key.fingerprint, paired: peer.paired, voice: peer.voice.active ? .active : .stopped)
+                    fingerprint: peer.key.fingerprint, paired: peer.paired, voice: peer.voice.active ? .active : .stopped,
+                    speaking: peer.voice.speaking, volume: peer.voice.playback.volume, muted: peer.voice.playback.muted)
             case .address(let address):
                 return PeerObjectSnapshot(
                     path: PeerObjects.foundPath(transport: address.transport, address: address.description), id: "",

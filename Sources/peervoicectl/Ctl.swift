@@ -194,8 +194,19 @@ enum Ctl {
             let action = try choice(arguments[0], ["start", "stop"], of: invocation)
             try Service().call(action == "start" ? "StartVoice" : "StopVoice", [Variant(arguments[1])])
             Output.line(action == "start" ? "voice started with \(arguments[1])" : "voice stopped with \(arguments[1])")
+        case "volume":
+            guard let volume = Double(arguments[1]), volume.isFinite else {
+                throw Exit.usage("volume: the volume is a number from 0.0 to 2.0 (1.0 as it comes), not '\(arguments[1])'",
+                                 command: invocation.spec)
+            }
+            try Service().call("SetVolume", [Variant(arguments[0]), Variant(volume)])
+            Output.line("\(arguments[0]) plays at volume \(volume)")
+        case "mute-peer":
+            let action = try choice(arguments[1], ["on", "off"], of: invocation)
+            try Service().call("SetPeerMuted", [Variant(arguments[0]), Variant(action == "on")])
+            Output.line(action == "on" ? "\(arguments[0]) muted here" : "\(arguments[0]) unmuted here")
         case "monitor":
-            try monitor(Service(), json: invocation.has("--json"))
+            try monitor(Service(), json: invocation.has("--json"), levels: invocation.has("--levels"))
         default:
             throw Exit.usage("unknown command '\(invocation.spec.name)'")
         }

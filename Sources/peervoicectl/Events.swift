@@ -139,18 +139,24 @@ extension Ctl {
         "MessageFailed": ["peer", "message_id", "reason"],
         "MuteChanged": ["muted"],
         "VoiceStateChanged": ["peer", "state"],
+        "Levels": ["input_dbfs", "peers_dbfs"],
     ]
 
     /// Arguments that carry free text, always quoted in plain lines.
     private static let freeText: Set<String> = ["name", "text", "reason"]
 
-    static func monitor(_ service: Service, json: Bool) throws(Exit) {
+    /// How often `monitor --levels` asks for levels (ms).
+    static let levelsIntervalMs: UInt32 = 100
+
+    static func monitor(_ service: Service, json: Bool, levels: Bool) throws(Exit) {
         let loop = EventLoop()
         let subscription = service.subscribe { signal in
-            Output.line(json ? jsonLine(signal) : plainLine(signal))
+            Output.line(json ? jsonLine(signal) : signal.member == "Levels" ? levelBars(signal) : plainLine(signal))
         }
         // A round trip through the bus: once it is answered, the subscription is in place.
         let running = try service.isRunning()
+        // The service ends the metering when this process leaves the bus.
+        if levels { try service.call("StartMetering", [Variant(levelsIntervalMs)]) }
         Output.error("peervoicectl: monitoring \(Service.name)\(running ? "" : " (not running yet)"); Ctrl-C to stop")
         try loop.run(service) { .success(()) }
         withExtendedLifetime(subscription) {}
@@ -161,6 +167,34 @@ extension Ctl {
         return signal.arguments.children.enumerated().map { index, value in
             (index < names.count ? names[index] : "arg\(index)", value)
         }
+    }
+
+    /// `2025-05-01T14:03:07.123+02:00 Levels input -23.5 [#########···········] pv:3k7q… -41.0 [####················]`:
+    /// a bar of 20 for −60 to 0 dBFS per level (a peer by its id's first characters).
+    static func levelBars(_ signal: BusSignal) -> String {
+        var line = Format.localTime(milliseconds: Format.nowMilliseconds(), withMilliseconds: true) + " Levels input "
+        line += levelBar(signal.arguments[0].double ?? -100)
+        var peers: [(id: String, dBFS: Double)] = []
+        for entry in signal.arguments[1].children {
+            peers.append((entry[0].string ?? "?", entry[1].double ?? -100))
+        }
+        for peer in peers.sorted(by: { $0.id < $1.id }) {
+            line += " " + peer.id.prefix(8) + "… " + levelBar(peer.dBFS)
+        }
+        return line
+    }
+
+    /// `-23.5 [#########···········]`
+    private static func levelBar(_ dBFS: Double) -> String {
+        let clamped = min(max(dBFS, -60), 0)
+        let filled = Int(((clamped + 60) / 3).rounded())
+        let bar = String(repeating: "#", count: filled) + String(repeating: "·", count: 20 - filled)
+        return decibels(dBFS) + " [" + bar + "]"
+    }
+
+    /// One decimal: `-23.5`.
+    private static func decibels(_ value: Double) -> String {
+        String((value * 10).rounded() / 10)
     }
 
     /// `2025-05-01T14:03:07.123+02:00 MessageReceived peer=ip:192.168.1.20:47800 message_id=… text="hi\nthere"`
@@ -178,6 +212,7 @@ extension Ctl {
             case "b": shown = value.bool == true ? "true" : "false"
             case "u": shown = String(value.uint32 ?? 0)
             case "t": shown = String(value.uint64 ?? 0)
+            case "d": shown = decibels(value.double ?? 0)
             default: shown = Format.escaped(value.description)
             }
             line += " \(name)=\(shown)"
@@ -197,6 +232,10 @@ extension Ctl {
             case "b": fields.append((name, value.bool == true ? "true" : "false"))
             case "u": fields.append((name, String(value.uint32 ?? 0)))
             case "t": fields.append((name, String(value.uint64 ?? 0)))
+            case "d": fields.append((name, decibels(value.double ?? 0)))
+            case "a{sd}":
+                let entries = value.children.map { Format.jsonString($0[0].string ?? "") + ": " + decibels($0[1].double ?? 0) }
+                fields.append((name, "{" + entries.joined(separator: ", ") + "}"))
             default: fields.append((name, Format.jsonString(value.description)))
             }
         }

@@ -108,14 +108,26 @@ enum Usage {
                     positionals: 2...2, details: """
             The microphone follows `peervoicectl mute`.
             """),
-        CommandSpec("monitor", "[--json]", "print every PeerVoice signal as it happens, one line each",
-                    options: ["--json": false], details: """
+        CommandSpec("volume", "PEER VOLUME", "play PEER's voice at VOLUME here, 0.0 (silent) to 2.0 (twice as loud)",
+                    positionals: 2...2, details: """
+            1.0 plays it as it comes. Kept across restarts for a paired peer; PEER hears no
+            difference and is told nothing.
+            """),
+        CommandSpec("mute-peer", "PEER on|off", "stop or resume playing PEER's voice here",
+                    positionals: 2...2, details: """
+            PEER is told nothing and still hears you (your own microphone follows
+            `peervoicectl mute`). Until the service restarts.
+            """),
+        CommandSpec("monitor", "[--json] [--levels]", "print every PeerVoice signal as it happens, one line each",
+                    options: ["--json": false, "--levels": false], details: """
             Runs until Ctrl-C. Each line starts with the local time (ISO 8601, milliseconds) and
             the signal name, then the signal's arguments as NAME=VALUE; free text (names, message
             text, reasons) is quoted, with newlines written as \\n, so one event is one line.
 
-              --json   one JSON object per line instead:
-                       {"time": "...", "signal": "MessageReceived", "peer": "...", "message_id": "...", "text": "..."}
+              --json     one JSON object per line instead:
+                         {"time": "...", "signal": "MessageReceived", "peer": "...", "message_id": "...", "text": "..."}
+              --levels   also the voice levels (StartMetering, every 100 ms while one moves by more
+                         than 1 dB), as bars from -60 to 0 dBFS: the microphone, then each voice peer
             """),
         CommandSpec("help", "[COMMAND]", "show help for peervoicectl or one of its commands",
                     positionals: 0...1, details: ""),

@@ -95,6 +95,9 @@ final class PeerObjectsTests: XCTestCase {
             "Fingerprint": "'3F2A 9C01 77B4 E0D2'",
             "Paired": "true",
             "Voice": "'active'",
+            "Speaking": "false",
+            "Volume": "1.0",
+            "Muted": "false",
         ])
         let found = try XCTUnwrap(managed[Self.foundDevice.path]?[PeerObjects.interface])
         XCTAssertEqual(found["Id"]?.string, "")
@@ -225,6 +228,7 @@ final class PeerObjectsTests: XCTestCase {
         XCTAssertEqual(documented, [
             "property Id s read", "property Name s read", "property State s read", "property Transport s read",
             "property Routes a(sst) read", "property Fingerprint s read", "property Paired b read", "property Voice s read",
+            "property Speaking b read", "property Volume d read", "property Muted b read",
         ])
         let live = try app.introspect(Self.alice.path)
         XCTAssertEqual(try interfaceMembers(ofXML: live, interface: PeerObjects.interface), documented)

@@ -43,9 +43,10 @@ final class BusAPITests: XCTestCase {
         XCTAssertTrue(live.contains("signal PairingSettled(s peer, b accepted)"))
         XCTAssertTrue(live.contains("method SetName(in s name)"))
         XCTAssertTrue(live.contains("method SetVisible(in s method, in b visible)"))
-        XCTAssertEqual(live.filter { $0.hasPrefix("method ") }.count, 16)
-        XCTAssertEqual(live.filter { $0.hasPrefix("signal ") }.count, 12)
-        XCTAssertEqual(live.filter { $0.hasPrefix("property ") }.count, 11)
+        XCTAssertTrue(live.contains("method SetVolume(in s peer, in d volume)"))
+        XCTAssertEqual(live.filter { $0.hasPrefix("method ") }.count, 20)
+        XCTAssertEqual(live.filter { $0.hasPrefix("signal ") }.count, 13)
+        XCTAssertEqual(live.filter { $0.hasPrefix("property ") }.count, 12)
     }
 
     func testTheServiceObjectIsAlsoTheObjectManagerOfPeerObjects() throws {
@@ -81,6 +82,8 @@ final class BusAPITests: XCTestCase {
             XCTAssertEqual(client.errorName("ConfirmPairing", [peer, Variant(true)]), invalid, "ConfirmPairing(\(id))")
             XCTAssertEqual(client.errorName("StartVoice", [peer]), invalid, "StartVoice(\(id))")
             XCTAssertEqual(client.errorName("StopVoice", [peer]), invalid, "StopVoice(\(id))")
+            XCTAssertEqual(client.errorName("SetVolume", [peer, Variant(1.0)]), invalid, "SetVolume(\(id))")
+            XCTAssertEqual(client.errorName("SetPeerMuted", [peer, Variant(true)]), invalid, "SetPeerMuted(\(id))")
             if !id.isEmpty {
                 XCTAssertEqual(client.errorName("Send", [peer, Variant("hello")]), invalid, "Send(\(id))")
             }
@@ -113,6 +116,12 @@ final class BusAPITests: XCTestCase {
             XCTAssertEqual(client.errorName("History", [peer, Variant(UInt32(10))]), unknown, id)
             XCTAssertEqual(client.errorName("StartVoice", [peer]), unknown, id)
             XCTAssertEqual(client.errorName("StopVoice", [peer]), unknown, id)
+            XCTAssertEqual(client.errorName("SetVolume", [peer, Variant(0.5)]), unknown, id)
+            XCTAssertEqual(client.errorName("SetPeerMuted", [peer, Variant(true)]), unknown, id)
+            // A bad volume is refused before the peer is looked at.
+            for volume in [-0.1, 2.01, Double.nan, Double.infinity] {
+                XCTAssertEqual(client.errorName("SetVolume", [peer, Variant(volume)]), "org.example.PeerVoice.Error.InvalidArgument", "\(id) \(volume)")
+            }
             // Nothing is pending for a peer never seen.
             XCTAssertEqual(client.errorName("ConfirmPairing", [peer, Variant(false)]),
                            "org.example.PeerVoice.Error.InvalidArgument", id)
@@ -203,7 +212,8 @@ final class BusAPITests: XCTestCase {
                                              arguments: Variant(tuple: [Variant(APIClient.interface)]))
         XCTAssertEqual(Set(all[0].children.map { $0[0].string! }),
                        ["Muted", "Discovering", "Version", "ListenAddress", "Adapter", "Id", "Fingerprint", "DiscoveryMethods", "AudioProcessing",
-                        "Name", "Visible"])
+                        "Name", "Visible", "Speaking"])
+        XCTAssertEqual(try client.property("Speaking").bool, false, "no voice runs")
         let id = try XCTUnwrap(try client.property("Id").string)
         XCTAssertTrue(id.hasPrefix("pv:") && id.count == 29, "Id '\(id)'")
         let fingerprint = try XCTUnwrap(try client.property("Fingerprint").string)

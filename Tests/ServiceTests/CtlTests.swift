@@ -164,7 +164,7 @@ final class CtlTests: XCTestCase {
         XCTAssertEqual(help.status, 0, "\(help)")
         XCTAssertTrue(help.output.hasPrefix("Usage: peervoicectl "), help.output)
         let commands = ["status", "peers", "discover", "connect", "disconnect", "send", "history", "remove",
-                        "mute", "name", "visible", "confirm", "voice", "monitor"]
+                        "mute", "name", "visible", "confirm", "voice", "volume", "mute-peer", "monitor"]
         for command in commands {
             XCTAssertTrue(help.output.contains("\n  \(command) "), "--help lists \(command): \(help.output)")
             for arguments in [[command, "--help"], ["help", command], [command, "-h"]] {
@@ -319,6 +319,9 @@ final class CtlTests: XCTestCase {
              [Variant(unknown), Variant(String(repeating: "x", count: 65_537))]),
             (["voice", "start", unknown], "StartVoice", [Variant(unknown)]),
             (["voice", "stop", unknown], "StopVoice", [Variant(unknown)]),
+            (["volume", unknown, "0.5"], "SetVolume", [Variant(unknown), Variant(0.5)]),
+            (["volume", unknown, "3"], "SetVolume", [Variant(unknown), Variant(3.0)]),
+            (["mute-peer", unknown, "on"], "SetPeerMuted", [Variant(unknown), Variant(true)]),
             (["confirm", unknown, "yes"], "ConfirmPairing", [Variant(unknown), Variant(true)]),
             (["confirm", unknown, "no"], "ConfirmPairing", [Variant(unknown), Variant(false)]),
             (["disconnect", "nonsense"], "Disconnect", [Variant("nonsense")]),
@@ -770,7 +773,7 @@ final class CtlTests: XCTestCase {
             "peervoicectl ", "peervoicectl mu", "peervoicectl mute ", "peervoicectl voice ", "peervoicectl voice start ", "peervoicectl visible ", "peervoicectl visible lan ",
             "peervoicectl confirm ", "peervoicectl confirm \(b.id) ", "peervoicectl connect pv:",
             "peervoicectl history \(b.id) --", "peervoicectl peers -", "peervoicectl send ", "peervoicectl send \(b.id) ",
-            "peervoicectl help re", "peervoicectl --ver",
+            "peervoicectl help re", "peervoicectl --ver", "peervoicectl volume ", "peervoicectl mute-peer \(b.id) ",
         ]
         var script = """
             COMP_WORDBREAKS=$' \\t\\n"\\'><=;|&(:'
@@ -788,8 +791,8 @@ final class CtlTests: XCTestCase {
         let output = process.log
         XCTAssertTrue(output.hasPrefix("complete -F _peervoicectl peervoicectl\n"), output)
         let expected = [
-            "[peervoicectl ] status peers peer discover connect disconnect send history remove mute name visible confirm voice monitor help --help --version",
-            "[peervoicectl mu] mute",
+            "[peervoicectl ] status peers peer discover connect disconnect send history remove mute name visible confirm voice volume mute-peer monitor help --help --version",
+            "[peervoicectl mu] mute mute-peer",
             "[peervoicectl mute ] on off toggle",
             "[peervoicectl voice ] start stop",
             "[peervoicectl voice start ] \(b.id)",
@@ -805,6 +808,8 @@ final class CtlTests: XCTestCase {
             "[peervoicectl send \(b.id) ] ",
             "[peervoicectl help re] remove",
             "[peervoicectl --ver] --version",
+            "[peervoicectl volume ] \(b.id)",
+            "[peervoicectl mute-peer \(b.id) ] on off",
         ]
         for line in expected {
             XCTAssertTrue(output.contains("\n" + line + "\n"), "missing '\(line)' in:\n\(output)")

@@ -52,6 +52,15 @@ public struct VoiceMixer: Sendable {
             appliedGain = targetGain
         }
 
+        /// Volume 1.0, not muted: a voice as it comes.
+        public static let unity = Channel(unchecked: 1)
+
+        private init(unchecked volume: Double) {
+            self.volume = volume
+            muted = false
+            appliedGain = Float(volume)
+        }
+
         /// Sets the volume; a value outside ``volumeRange`` is refused with a message for people.
         public mutating func setVolume(_ volume: Double) throws(ServiceError) {
             guard Self.volumeRange.contains(volume) else {  // NaN is in no range

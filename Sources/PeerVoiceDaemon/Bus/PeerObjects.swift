@@ -26,6 +26,11 @@ struct PeerObjectSnapshot: Equatable, Sendable {
     var fingerprint: String
     var paired: Bool
     var voice: VoiceState
+    /// Its voice holds speech now.
+    var speaking = false
+    /// Its voice's volume here (0.0–2.0), and whether it is muted here.
+    var volume = 1.0
+    var muted = false
 }
 
 /// The properties of `org.example.PeerVoice.Peer`, by their bus names.
@@ -38,6 +43,9 @@ enum PeerProperty: String, CaseIterable {
     case fingerprint = "Fingerprint"
     case paired = "Paired"
     case voice = "Voice"
+    case speaking = "Speaking"
+    case volume = "Volume"
+    case muted = "Muted"
 }
 
 extension PeerObjectSnapshot {
@@ -53,6 +61,9 @@ extension PeerObjectSnapshot {
         case .fingerprint: Variant(fingerprint)
         case .paired: Variant(paired)
         case .voice: Variant(voice.rawValue)
+        case .speaking: Variant(speaking)
+        case .volume: Variant(volume)
+        case .muted: Variant(muted)
         }
     }
 

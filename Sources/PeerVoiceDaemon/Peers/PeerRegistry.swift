@@ -18,6 +18,7 @@ final class PeerRegistry {
             peer.instance = known.instance.flatMap { InstanceID(hex: $0) }
             peer.stayDisconnected = known.stayDisconnected
             peer.presenceSecret = known.presenceSecret
+            if let volume = known.volume { try? peer.voice.playback.setVolume(volume) }  // a bad value in the file: 1.0
             peers[known.id] = peer
         }
     }

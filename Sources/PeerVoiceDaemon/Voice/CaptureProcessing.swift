@@ -1,7 +1,7 @@
 import Glibc
 import PeerVoiceCore
 
-/// One session's capture processing, on the voice thread (docs/VOICE.md, "Capture processing"):
+/// The call's capture processing, on the voice thread (docs/VOICE.md, "Capture processing"):
 /// the processor hears what the speaker played, taken from ``playedRing`` 10 ms at a time, then
 /// cleans each microphone frame in 10 ms blocks before it is encoded, told the delay between the
 /// two from the streams' own timing. It adds no buffering: a frame is processed as soon as it
@@ -29,10 +29,13 @@ final class CaptureProcessing {
     /// Feeds the processor everything played since the last call, then processes `frame` (a
     /// whole number of blocks) in place. `pendingCaptureSamples`: what the capture ring still
     /// holds behind this frame; `deviceDelayFrames`: the two streams' device delays together.
-    func process(_ frame: UnsafeMutableBufferPointer<Int16>, pendingCaptureSamples: Int, deviceDelayFrames: Int) {
+    /// Returns whether the processor's voice detector heard voice in any of the frame's blocks
+    /// (the microphone's `Speaking` follows it).
+    func process(_ frame: UnsafeMutableBufferPointer<Int16>, pendingCaptureSamples: Int, deviceDelayFrames: Int) -> Bool {
         let started = Self.threadCPUNs()
         defer { cpuNs += Self.threadCPUNs() - started }
         let block = voiceProcessingBlockSamples
+        var voiced = false
         do {
             while playedRing.availableToRead >= block {
                 try farBlock.withUnsafeMutableBufferPointer { buffer throws(VoiceCodecError) in
@@ -47,8 +50,10 @@ final class CaptureProcessing {
                 let behind = (count - 1 - index) * block + pendingCaptureSamples
                 let delayMs = (deviceDelayFrames + behind) * 1000 / voiceSampleRate
                 let part = UnsafeMutableBufferPointer(rebasing: frame[index * block..<(index + 1) * block])
-                // Counted for the log; group voice's `Speaking` is to follow this verdict.
-                if try processor.processCapture(part, streamDelayMs: delayMs) { voicedBlocks += 1 }
+                if try processor.processCapture(part, streamDelayMs: delayMs) {
+                    voicedBlocks += 1
+                    voiced = true
+                }
                 blocks += 1
             }
         } catch {
@@ -56,9 +61,10 @@ final class CaptureProcessing {
             if !reportedFailure { Log.warning("voice: audio processing failed, sending the microphone unprocessed: \(error)") }
             reportedFailure = true
         }
+        return voiced
     }
 
-    /// For the session's closing log line.
+    /// For the closing log line of a peer's session.
     var summary: String {
         let names = Self.names(processing).joined(separator: " + ")
         guard blocks > 0 else { return "audio processing \(names): nothing processed" }

@@ -17,6 +17,8 @@ struct VoiceSessionSetup: Sendable {
     /// Our Opus frame length, and the peer's (its decoder and jitter buffer follow it).
     let localFrameMs: Int
     let remoteFrameMs: Int
+    /// The peer's volume and mute here, to start with (``VoiceEngine/setPlayback(peer:_:)`` changes them).
+    let playback: VoiceMixer.Channel
 }
 
 /// How one peer's voice travels (the peer accepts both ways, whichever we choose).
@@ -42,9 +44,13 @@ enum VoiceEvent: Sendable {
     case stopped(peer: String, generation: Int, reason: String)
     /// The share of the peer's voice we lose changed: tell the peer (VOICE_REPORT).
     case lossChanged(peer: String, generation: Int, percent: Int)
-    /// The capture processing this session runs (known once its microphone was checked for an
-    /// echo canceller of its own).
+    /// The capture processing the call runs (known once its microphone was checked for an echo
+    /// canceller of its own).
     case processingChanged(Set<VoiceProcessing>)
+    /// The peer's voice started or stopped being speech (`Speaking` on its peer object).
+    case peerSpeaking(peer: String, generation: Int, speaking: Bool)
+    /// The microphone started or stopped being speech, unmuted (the service's `Speaking`).
+    case microphoneSpeaking(Bool)
 }
 
 /// Settings of the audio side, from the command line.
@@ -61,52 +67,36 @@ struct VoiceAudioOptions: Sendable {
     var processing = Set(VoiceProcessing.allCases)
 }
 
-/// The voice thread: it owns the UDP socket, the PipeWire connection, each session's streams,
-/// Opus codec, jitter buffer and voice keys. The control plane talks to it only through
-/// `start`/`stop` (a command queue and the wake-up) and the atomic mute flag; PipeWire's real-time
-/// thread meets it only through each session's two lock-free rings, whose callbacks use the same
-/// wake-up when there is work: a frame captured, the speaker's ring to refill.
-///
-/// `@unchecked Sendable`: the control plane touches only the command queue (in a `Mutex`), the
-/// wake-up, the atomics and (at shutdown) the thread handle; the voice-thread state below only the
-/// voice thread.
-final class VoiceEngine: @unchecked Sendable {
-    /// The longest the thread sleeps while sessions exist. The audio callbacks and datagrams wake
-    /// it when there is work; this only makes sure a stream that stalled is still looked at.
-    static let stateCheckMs: Int32 = 50
-
+/// The control plane's handle on the voice thread: a command queue with the thread's wake-up,
+/// and the atomic mute flag. Everything else (the UDP socket, the PipeWire connection, the call's
+/// streams, Opus codecs, jitter buffers and voice keys) belongs to ``VoiceThread``, which only the
+/// voice thread sees. PipeWire's real-time thread meets the voice thread only through the call's
+/// two lock-free rings, whose callbacks use the same wake-up when there is work: a frame captured,
+/// the speaker's ring to refill.
+final class VoiceEngine: Sendable {
+    /// The microphone is silenced: the voice thread reads it for every captured frame.
     let muted = Atomic<Bool>(false)
-    let socket: Socket
-    private let options: VoiceAudioOptions
-    private let onEvent: @Sendable (VoiceEvent) -> Void
-    private let sendOnLink: @Sendable (_ peer: String, _ frame: VoiceFrame, _ queuedAt: Int64) -> Void
-    private let commands = Mutex<[Command]>([])
+    /// Someone meters levels (`StartMetering`): only then does the voice thread measure them.
+    let metering = Atomic<Bool>(false)
+    /// The levels over the voice thread's last metering period (``VoiceThread/levelsPeriodNs``),
+    /// while ``metering``; read by the control plane's `Levels` timer.
+    private let latestLevels = Mutex(VoiceLevels(inputDBFS: LevelMeter.silenceDBFS, peersDBFS: [:]))
+    private let commands = Mutex<[VoiceCommand]>([])
     private let wakeup = VoiceWakeup()
-    private var thread: NamedThread?
+    /// Signalled by the voice thread as it ends.
+    private let finished = DispatchSemaphore(value: 0)
 
-    private enum Command {
-        case start(VoiceSessionSetup)
-        case stop(peer: String, reason: String)
-        case receivedOnLink(peer: String, frame: VoiceFrame, arrival: Int64)
-        case peerReportedLoss(peer: String, percent: Int)
-        case shutdown
-    }
-
-    // Voice-thread state.
-    private var context: PipeWireContext?
-    private var sessions: [String: VoiceSession] = [:]
-    private var receiveBuffer = [UInt8](repeating: 0, count: 2048)
-
-    /// `socket`: the bound UDP socket voice arrives on. `onEvent` and `sendOnLink` (a VOICE
-    /// frame for a peer whose route is ``VoiceRoute/link``, and when it was encoded) run on the
-    /// voice thread; hop to the main context from them.
+    /// `socket`: the bound UDP socket voice arrives on; the voice thread takes it over. `onEvent`
+    /// and `sendOnLink` (a VOICE frame for a peer whose route is ``VoiceRoute/link``, and when it
+    /// was encoded) run on the voice thread; hop to the main context from them.
     init(socket: Socket, options: VoiceAudioOptions, onEvent: @escaping @Sendable (VoiceEvent) -> Void,
          sendOnLink: @escaping @Sendable (_ peer: String, _ frame: VoiceFrame, _ queuedAt: Int64) -> Void) {
-        self.socket = socket
-        self.options = options
-        self.onEvent = onEvent
-        self.sendOnLink = sendOnLink
-        thread = NamedThread(name: "peervoice-voice") { [unowned self] in run() }
+        let fd = socket.release()
+        // Not joined: `shutdown` waits for `finished` instead, so the handle keeps no thread object.
+        _ = NamedThread(name: "peervoice-voice") { [unowned self] in
+            VoiceThread(socket: Socket(adopting: fd), options: options, engine: self, onEvent: onEvent, sendOnLink: sendOnLink).run()
+            finished.signal()
+        }
     }
 
     /// Why voice cannot start now (no PipeWire), or nil. Cheap: looks for the daemon's socket.
@@ -121,8 +111,10 @@ final class VoiceEngine: @unchecked Sendable {
             ? nil : "voice needs PipeWire, which is not running (no \(path)); voice starts by itself when it is"
     }
 
+    /// Adds the peer to the call (or restarts its session).
     func start(_ setup: VoiceSessionSetup) { post(.start(setup)) }
 
+    /// Takes the peer out of the call; the call's streams stop with its last peer.
     func stop(peer: String, reason: String) { post(.stop(peer: peer, reason: reason)) }
 
     /// A VOICE frame that came on `peer`'s link (already opened by it), stamped on arrival.
@@ -135,97 +127,39 @@ final class VoiceEngine: @unchecked Sendable {
         post(.peerReportedLoss(peer: peer, percent: percent))
     }
 
-    /// Stops every session and the thread; returns once it has ended.
-    func shutdown() {
-        post(.shutdown)
-        thread?.join()
+    /// The peer's volume and mute here (``VoiceMixer/Channel``: it ramps to them over one frame).
+    func setPlayback(peer: String, _ playback: VoiceMixer.Channel) {
+        post(.setPlayback(peer: peer, playback))
     }
 
-    private func post(_ command: Command) {
+    /// The latest levels the voice thread measured (silence when nothing was measured).
+    var levels: VoiceLevels { latestLevels.withLock { $0 } }
+
+    /// Ends every session and the thread; returns once it has ended. Once.
+    func shutdown() {
+        post(.shutdown)
+        finished.wait()
+    }
+
+    private func post(_ command: VoiceCommand) {
         commands.withLock { $0.append(command) }
         wakeup.signal()
     }
 
-    // MARK: The voice thread
+    // For the voice thread.
 
-    private func run() {
-        var fds = [pollfd(fd: socket.fd, events: Int16(POLLIN), revents: 0),
-                   pollfd(fd: wakeup.fd, events: Int16(POLLIN), revents: 0)]
-        while true {
-            _ = poll(&fds, nfds_t(fds.count), sessions.isEmpty ? -1 : Self.stateCheckMs)
-            if fds[1].revents != 0 { wakeup.consume() }
-            for command in commands.withLock({ queue in defer { queue.removeAll() }; return queue }) {
-                switch command {
-                case .start(let setup): startSession(setup)
-                case .stop(let peer, let reason): endSession(peer, reason: reason, report: false)
-                case .receivedOnLink(let peer, let frame, let arrival): sessions[peer]?.receive(frame, arrival: arrival)
-                case .peerReportedLoss(let peer, let percent): sessions[peer]?.peerReportedLoss(percent)
-                case .shutdown:
-                    for peer in Array(sessions.keys) { endSession(peer, reason: "shutting down", report: false) }
-                    context = nil
-                    return
-                }
-            }
-            receiveDatagrams()
-            let now = Self.monotonicNs()
-            let isMuted = muted.load(ordering: .relaxed)
-            for (peer, session) in sessions {
-                if let failure = session.pump(now: now, muted: isMuted, socket: socket) {
-                    endSession(peer, reason: failure, report: true)
-                } else {
-                    if session.becameActive() { onEvent(.active(peer: peer, generation: session.generation)) }
-                    if let loss = session.lossToReport() {
-                        onEvent(.lossChanged(peer: peer, generation: session.generation, percent: loss))
-                    }
-                    if let processing = session.processingChanged() {
-                        onEvent(.processingChanged(processing))
-                    }
-                }
-            }
-        }
-    }
+    /// The fd the voice thread polls for ``post(_:)``'s and the audio callbacks' signals.
+    fileprivate var wakeupFD: Int32 { wakeup.fd }
+    fileprivate var wakeupForCallbacks: VoiceWakeup { wakeup }
 
-    private func startSession(_ setup: VoiceSessionSetup) {
-        endSession(setup.peer, reason: "replaced by a new session", report: false)
-        do {
-            if context == nil || context?.isConnected == false {
-                context = try PipeWireContext(applicationName: "PeerVoice")
-            }
-            guard let context else { return }
-            let peer = setup.peer, sendOnLink = sendOnLink
-            sessions[peer] = try VoiceSession(setup: setup, context: context, options: options, wakeup: wakeup) { frame in
-                sendOnLink(peer, frame, Self.monotonicNs())
-            }
-            Log.info("voice with \(setup.peer): session started (\(setup.localFrameMs) ms frames out, \(setup.remoteFrameMs) ms in)")
-        } catch {
-            context = nil
-            onEvent(.stopped(peer: setup.peer, generation: setup.generation, reason: "\(error)"))
-        }
-    }
+    fileprivate func publish(_ levels: VoiceLevels) { latestLevels.withLock { $0 = levels } }
 
-    /// Ends `peer`'s session; `report` tells the control plane, which did not ask for it.
-    private func endSession(_ peer: String, reason: String, report: Bool) {
-        guard let session = sessions.removeValue(forKey: peer) else { return }
-        session.close(cue: options.cue)
-        Log.info("voice with \(peer) stopped (\(reason)): \(session.statisticsSummary)")
-        if report { onEvent(.stopped(peer: peer, generation: session.generation, reason: reason)) }
-    }
-
-    /// Hands each datagram to the session whose keys open it (sealed records authenticate their
-    /// sender, whatever address a relay or NAT shows).
-    private func receiveDatagrams() {
-        let arrival = Self.monotonicNs()
-        while let (count, from) = receiveBuffer.withUnsafeMutableBytes({ socket.receive(datagramInto: $0) }) {
-            let datagram = Array(receiveBuffer[0..<count])
-            // The sessions whose peer the datagram comes from first, then any other (a relay).
-            func opened(fromPeerHost: Bool) -> Bool {
-                sessions.values.contains {
-                    ($0.route.host == from.host) == fromPeerHost && $0.receive(datagram: datagram, arrival: arrival)
-                }
-            }
-            if !opened(fromPeerHost: true) && !opened(fromPeerHost: false) {
-                Log.debug("voice: dropped a datagram from \(from) that no session opens")
-            }
+    /// Empties the wake-up, then takes every command posted so far.
+    fileprivate func takeCommands() -> [VoiceCommand] {
+        wakeup.consume()
+        return commands.withLock { queue in
+            defer { queue.removeAll() }
+            return queue
         }
     }
 
@@ -233,5 +167,177 @@ final class VoiceEngine: @unchecked Sendable {
         var now = timespec()
         clock_gettime(CLOCK_MONOTONIC, &now)
         return Int64(now.tv_sec) * 1_000_000_000 + Int64(now.tv_nsec)
+    }
+}
+
+private enum VoiceCommand: Sendable {
+    case start(VoiceSessionSetup)
+    case stop(peer: String, reason: String)
+    case receivedOnLink(peer: String, frame: VoiceFrame, arrival: Int64)
+    case peerReportedLoss(peer: String, percent: Int)
+    case setPlayback(peer: String, VoiceMixer.Channel)
+    case shutdown
+}
+
+/// The voice thread's own state, created on it and never seen by another thread: the UDP socket,
+/// the PipeWire connection, the call's audio and the peers in the call.
+private final class VoiceThread {
+    /// The longest the thread sleeps while peers are in the call. The audio callbacks and datagrams
+    /// wake it when there is work; this only makes sure a stream that stalled is still looked at
+    /// (and a silent peer's `Speaking` hangover runs out).
+    static let stateCheckMs: Int32 = 50
+    /// How long each published level is measured over while someone meters.
+    static let levelsPeriodNs: Int64 = 50_000_000
+
+    private let socket: Socket
+    private let options: VoiceAudioOptions
+    private unowned let engine: VoiceEngine
+    private let onEvent: @Sendable (VoiceEvent) -> Void
+    private let sendOnLink: @Sendable (_ peer: String, _ frame: VoiceFrame, _ queuedAt: Int64) -> Void
+    private var context: PipeWireContext?
+    private var call: CallAudio?
+    private var participants: [String: VoiceParticipant] = [:]
+    private var receiveBuffer = [UInt8](repeating: 0, count: 2048)
+    /// When the levels were last published (while metering).
+    private var levelsPublishedAt: Int64 = 0
+
+    init(socket: Socket, options: VoiceAudioOptions, engine: VoiceEngine, onEvent: @escaping @Sendable (VoiceEvent) -> Void,
+         sendOnLink: @escaping @Sendable (_ peer: String, _ frame: VoiceFrame, _ queuedAt: Int64) -> Void) {
+        (self.socket, self.options, self.engine, self.onEvent, self.sendOnLink) = (socket, options, engine, onEvent, sendOnLink)
+    }
+
+    func run() {
+        var fds = [pollfd(fd: socket.fd, events: Int16(POLLIN), revents: 0),
+                   pollfd(fd: engine.wakeupFD, events: Int16(POLLIN), revents: 0)]
+        while true {
+            _ = poll(&fds, nfds_t(fds.count), participants.isEmpty ? -1 : Self.stateCheckMs)
+            for command in engine.takeCommands() {
+                switch command {
+                case .start(let setup): join(setup)
+                case .stop(let peer, let reason): leave(peer, reason: reason, report: false)
+                case .receivedOnLink(let peer, let frame, let arrival): participants[peer]?.receive(frame, arrival: arrival)
+                case .peerReportedLoss(let peer, let percent): peerReportedLoss(peer, percent: percent)
+                case .setPlayback(let peer, let playback):
+                    guard let participant = participants[peer] else { break }
+                    try? participant.channel.setVolume(playback.volume)  // in range: it is a channel's
+                    participant.channel.muted = playback.muted
+                case .shutdown:
+                    for peer in Array(participants.keys) { leave(peer, reason: "shutting down", report: false) }
+                    context = nil
+                    return
+                }
+            }
+            receiveDatagrams()
+            pumpCall()
+        }
+    }
+
+    private func pumpCall() {
+        guard let call else { return }
+        if let failure = call.failure {
+            for peer in Array(participants.keys) { leave(peer, reason: failure, report: true) }
+            return
+        }
+        let now = VoiceEngine.monotonicNs()
+        let metering = engine.metering.load(ordering: .relaxed)
+        call.pump(now: now, muted: engine.muted.load(ordering: .relaxed), metering: metering, participants: participants, socket: socket)
+        if metering && now - levelsPublishedAt >= Self.levelsPeriodNs {
+            levelsPublishedAt = now
+            engine.publish(VoiceLevels(inputDBFS: call.takeInputLevel(),
+                                       peersDBFS: participants.mapValues { $0.remote.takeLevel() }))
+        }
+        let streaming = call.isStreaming
+        for (peer, participant) in participants {
+            if participant.becameActive(streaming: streaming) { onEvent(.active(peer: peer, generation: participant.generation)) }
+            if let loss = participant.lossToReport() {
+                onEvent(.lossChanged(peer: peer, generation: participant.generation, percent: loss))
+            }
+            if let speaking = participant.remote.speakingFlip() {
+                onEvent(.peerSpeaking(peer: peer, generation: participant.generation, speaking: speaking))
+            }
+        }
+        if let processing = call.processingChanged() { onEvent(.processingChanged(processing)) }
+        if let speaking = call.microphoneSpeakingFlip() { onEvent(.microphoneSpeaking(speaking)) }
+    }
+
+    /// Adds the peer to the call, starting the call's streams with its first peer.
+    private func join(_ setup: VoiceSessionSetup) {
+        leave(setup.peer, reason: "replaced by a new session", report: false)
+        let peer = setup.peer, sendOnLink = sendOnLink
+        do {
+            if call == nil {
+                if context == nil || context?.isConnected == false {
+                    context = try PipeWireContext(applicationName: "PeerVoice")
+                }
+                guard let context else { return }
+                call = try CallAudio(context: context, options: options, wakeup: engine.wakeupForCallbacks)
+            }
+            guard let call else { return }
+            let participant = try VoiceParticipant(setup: setup) { frame in sendOnLink(peer, frame, VoiceEngine.monotonicNs()) }
+            try call.encoders.add(receiver: peer)
+            participants[peer] = participant
+            if options.cue { call.playCue(rising: true) }
+            Log.info("voice with \(peer): session started (\(setup.localFrameMs) ms frames out, \(setup.remoteFrameMs) ms in), \(participants.count) in the call")
+        } catch {
+            call?.encoders.remove(receiver: peer)
+            if participants.isEmpty { endCall(cue: false) }
+            if call == nil { context = nil }
+            onEvent(.stopped(peer: peer, generation: setup.generation, reason: "\(error)"))
+        }
+    }
+
+    /// Takes `peer` out of the call; `report` tells the control plane, which did not ask for it.
+    private func leave(_ peer: String, reason: String, report: Bool) {
+        guard let participant = participants.removeValue(forKey: peer), let call else { return }
+        Log.info("voice with \(peer) stopped (\(reason)): \(participant.statisticsSummary(fecHintPercent: call.encoders.packetLossPercent(for: peer), call: call.summary))")
+        call.encoders.remove(receiver: peer)
+        if participants.isEmpty {
+            endCall(cue: options.cue)
+        } else if options.cue {
+            call.playCue(rising: false)
+        }
+        if report { onEvent(.stopped(peer: peer, generation: participant.generation, reason: reason)) }
+    }
+
+    private func endCall(cue: Bool) {
+        guard let call else { return }
+        engine.publish(VoiceLevels(inputDBFS: LevelMeter.silenceDBFS, peersDBFS: [:]))
+        call.close(cue: cue)
+        if call.isMicrophoneSpeaking { onEvent(.microphoneSpeaking(false)) }
+        self.call = nil
+    }
+
+    /// The peer's VOICE_REPORT: the microphone's encoders regroup by it (FECGroupPlan).
+    private func peerReportedLoss(_ peer: String, percent: Int) {
+        guard let participant = participants[peer], let call else { return }
+        participant.peerReported(lossPercent: percent)
+        let before = call.encoders.packetLossPercent(for: peer)
+        do {
+            try call.encoders.report(receiver: peer, lossPercent: percent)
+        } catch {
+            Log.warning("voice with \(peer): cannot make an encoder with in-band FEC: \(error)")
+        }
+        let after = call.encoders.packetLossPercent(for: peer)
+        if (before == 0) != (after == 0) {
+            Log.info("voice with \(peer): it loses \(percent) % of our packets: in-band FEC \(after == 0 ? "off" : "on, planned for \(after) %")")
+        }
+    }
+
+    /// Hands each datagram to the peer whose keys open it (sealed records authenticate their
+    /// sender, whatever address a relay or NAT shows).
+    private func receiveDatagrams() {
+        let arrival = VoiceEngine.monotonicNs()
+        while let (count, from) = receiveBuffer.withUnsafeMutableBytes({ socket.receive(datagramInto: $0) }) {
+            let datagram = Array(receiveBuffer[0..<count])
+            // The peers the datagram comes from first, then any other (a relay).
+            func opened(fromPeerHost: Bool) -> Bool {
+                participants.values.contains {
+                    ($0.route.host == from.host) == fromPeerHost && $0.receive(datagram: datagram, arrival: arrival)
+                }
+            }
+            if !opened(fromPeerHost: true) && !opened(fromPeerHost: false) {
+                Log.debug("voice: dropped a datagram from \(from) that no session opens")
+            }
+        }
     }
 }
