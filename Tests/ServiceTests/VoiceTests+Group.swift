@@ -9,7 +9,7 @@ import XCTest
 /// only). A captures and encodes its microphone once and plays one stream mixing both voices.
 extension VoiceTests {
     struct GroupRig {
-        let a: VoicePeer, b: VoicePeer, c: VoicePeer
+        let a: TestPeer, b: TestPeer, c: TestPeer
         let pwA: PipeWireSession, pwB: PipeWireSession, pwC: PipeWireSession
         let ab: VoiceLink, ac: VoiceLink
         let directory: String
@@ -54,7 +54,7 @@ extension VoiceTests {
         "/org/example/PeerVoice/peers/" + peer.dropFirst("pv:".count)
     }
 
-    func peerProperty(_ daemon: VoicePeer, _ peer: String, _ name: String) throws -> Variant {
+    func peerProperty(_ daemon: TestPeer, _ peer: String, _ name: String) throws -> Variant {
         try daemon.client.connection.call(destination: APIClient.name, path: peerObjectPath(peer),
                                           interface: "org.freedesktop.DBus.Properties", method: "Get",
                                           arguments: Variant(tuple: [Variant("org.example.PeerVoice.Peer"), Variant(name)]))[0].unboxed!

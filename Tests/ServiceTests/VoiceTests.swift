@@ -19,7 +19,7 @@ import XCTest
 final class VoiceTests: XCTestCase {
     static let speech = VoiceRig.fixturePath("speech.wav")
 
-    var peers: [VoicePeer] = []
+    var peers: [TestPeer] = []
     var pipewires: [PipeWireSession] = []
     var relays: [VoiceRelay] = []
     var directories: [TemporaryDirectory] = []
@@ -45,7 +45,7 @@ final class VoiceTests: XCTestCase {
     // MARK: Rig
 
     struct Rig {
-        let a: VoicePeer, b: VoicePeer
+        let a: TestPeer, b: TestPeer
         let pwA: PipeWireSession, pwB: PipeWireSession
         let link: VoiceLink
         let directory: String
@@ -57,8 +57,8 @@ final class VoiceTests: XCTestCase {
         return session
     }
 
-    func startPeer(_ name: String, environment: [String: String], extraArguments: [String] = []) throws -> VoicePeer {
-        let peer = try VoicePeer(name: name, environment: environment, arguments: ["--verbose", "--no-cue"] + extraArguments)
+    func startPeer(_ name: String, environment: [String: String], extraArguments: [String] = []) throws -> TestPeer {
+        let peer = try TestPeer(name: name, arguments: ["--verbose", "--no-cue"] + extraArguments, environment: environment)
         peers.append(peer)
         return peer
     }
@@ -85,7 +85,7 @@ final class VoiceTests: XCTestCase {
         return (Rig(a: a, b: b, pwA: pwA, pwB: pwB, link: link, directory: directory.path), relay)
     }
 
-    func waitActive(_ a: VoicePeer, _ b: VoicePeer, _ link: VoiceLink, markA: Int, markB: Int, timeout: Double = 10) throws {
+    func waitActive(_ a: TestPeer, _ b: TestPeer, _ link: VoiceLink, markA: Int, markB: Int, timeout: Double = 10) throws {
         let started = VoiceRig.monotonicSeconds()
         guard a.waitForVoiceState("active", of: link.bOnA, after: markA, timeout: timeout) != nil else {
             throw HarnessError("A's voice did not become active: \(a.voiceStates(of: link.bOnA, after: markA))")

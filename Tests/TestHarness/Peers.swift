@@ -113,7 +113,9 @@ public final class TestPeer {
         self.name = name
         self.listens = listens
         self.extraArguments = arguments
-        self.environment = environment
+        // The session bus is always the peer's own (a PipeWire session's environment names
+        // WirePlumber's).
+        self.environment = environment.filter { $0.key != "DBUS_SESSION_BUS_ADDRESS" }
         directory = try TemporaryDirectory("peervoice-\(name)")
         do {
             bus = try PrivateBus(in: directory)
@@ -125,7 +127,7 @@ public final class TestPeer {
             client = try Self.connectClient(to: bus)
             self.port = port
             daemon = try Daemon(bus: bus, in: directory, name: name,
-                                arguments: (listens ? ["--listen", "127.0.0.1:\(port)"] : []) + arguments, environment: environment)
+                                arguments: (listens ? ["--listen", "127.0.0.1:\(port)"] : []) + arguments, environment: self.environment)
             try awaitStart(expectedPort: port)
         } catch {
             bus.stop()

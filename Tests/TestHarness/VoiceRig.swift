@@ -2,8 +2,8 @@ import Foundation
 import GIO
 import Glibc
 
-// Voice between two real peervoiced processes, each with its own headless PipeWire: a peer with
-// a chosen audio environment, pairing, recordings whose samples are placed on the monotonic clock
+// Voice between two real peervoiced processes, each with its own headless PipeWire:
+// TestPeer's voice helpers, pairing, recordings whose samples are placed on the monotonic clock
 // (so recordings made in two PipeWire instances can be compared), speech analysis, and a TCP+UDP
 // relay that loses datagrams.
 
@@ -24,74 +24,10 @@ public enum VoiceRig {
 
 // MARK: Peers
 
-/// One voice peer: its own directory, private bus, client, and a peervoiced listening on
-/// 127.0.0.1 with `environment` on top of the test's (a `PipeWireSession.environment`, or one
-/// pointing at a directory with no PipeWire). The session bus is always the peer's own.
-public final class VoicePeer {
-    public let name: String
-    public let directory: TemporaryDirectory
-    public let bus: PrivateBus
-    public let client: APIClient
-    public let daemon: Daemon
-    public private(set) var port: UInt16 = 0
-
-    public var address: String { "ip:127.0.0.1:\(port)" }
-    public var log: String { daemon.process.log }
-    public var mark: Int { client.signals.count }
-
-    public init(name: String, environment: [String: String], arguments: [String] = ["--verbose", "--no-cue"]) throws {
-        self.name = name
-        directory = try TemporaryDirectory("peervoice-voice-\(name)")
-        let bus: PrivateBus
-        do {
-            bus = try PrivateBus(in: directory)
-        } catch {
-            directory.remove()
-            throw error
-        }
-        self.bus = bus
-        var clientOrNil: APIClient?
-        _ = eventually(timeout: 10) {
-            clientOrNil = try? APIClient(address: bus.address)
-            return clientOrNil != nil
-        }
-        guard let client = clientOrNil else {
-            bus.stop()
-            directory.remove()
-            throw HarnessError("\(name): cannot connect to the private bus")
-        }
-        self.client = client
-        var daemonEnvironment = environment
-        // The PipeWire session's bus is WirePlumber's; peervoiced gets the peer's own.
-        daemonEnvironment["DBUS_SESSION_BUS_ADDRESS"] = nil
-        do {
-            daemon = try Daemon(bus: bus, in: directory, name: name,
-                                arguments: ["--listen", "127.0.0.1:0"] + arguments, environment: daemonEnvironment)
-        } catch {
-            bus.stop()
-            directory.remove()
-            throw error
-        }
-        var address = ""
-        let listening = client.waitForService(timeout: 15) && eventually(timeout: 10) {
-            address = (try? client.property("ListenAddress").string) ?? ""
-            return !address.isEmpty
-        }
-        guard listening, address.hasPrefix("127.0.0.1:"), let port = UInt16(address.dropFirst("127.0.0.1:".count)) else {
-            shutdown()
-            throw HarnessError("\(name): peervoiced did not come up (ListenAddress '\(address)'): \(log)")
-        }
-        self.port = port
-    }
-
-    /// Kills the daemon (SIGTERM, then SIGKILL), stops the bus, removes the directory.
-    public func shutdown() {
-        if daemon.terminate(timeout: 5) == nil { daemon.process.kill() }
-        bus.stop()
-        directory.remove()
-    }
-
-    /// The first `member` signal at or after `start` whose first argument is `peer` and second `state`.
+/// What voice tests ask of a `TestPeer` (started with a `PipeWireSession.environment`, or one
+/// pointing at a directory with no PipeWire).
+extension TestPeer {
+    /// The first `VoiceStateChanged` at or after `start` whose first argument is `peer` and second `state`.
     @discardableResult
     public func waitForVoiceState(_ state: String, of peer: String, after start: Int = 0, timeout: Double = 10) -> Int? {
         client.waitForSignalIndex("VoiceStateChanged", after: start, timeout: timeout) {
@@ -122,7 +58,7 @@ public struct VoiceLink {
 public enum VoicePairing {
     /// A dials `dial` (B's address, or a relay in front of B) with an asynchronous Connect; both confirm
     /// the code; returns once Connect replied.
-    public static func connect(_ a: VoicePeer, to b: VoicePeer, dial: String? = nil, timeout: Double = 20) throws -> VoiceLink {
+    public static func connect(_ a: TestPeer, to b: TestPeer, dial: String? = nil, timeout: Double = 20) throws -> VoiceLink {
         let target = dial ?? b.address
         let markA = a.mark, markB = b.mark
         let connect = a.client.callAsync("Connect", [Variant(target)], timeout: timeout)
