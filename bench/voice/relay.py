@@ -11,7 +11,9 @@ from a seeded RNG). They leave from the listen socket to 127.0.0.1:FORWARD; data
 target go back, unimpaired, to the last sender. With --tcp, connections to 127.0.0.1:LISTEN are
 relayed to 127.0.0.1:FORWARD as they are (the PeerVoice link: a daemon that dials the relay
 sends its voice to the relay's address, so its voice is impaired and its link is not).
-On SIGINT/SIGTERM it prints one JSON line of counters to stdout and exits.
+On SIGINT/SIGTERM it prints one JSON line of counters to stdout and exits, with the median and
+99th percentile of the delay the forwarded datagrams really spent in the relay (delay_p50_ms,
+delay_p99_ms): the network part of the ideal playout delay.
 """
 import argparse
 import heapq
@@ -54,6 +56,7 @@ def main():
     peers = {}  # socket -> its partner
     stats = {"received": 0, "dropped": 0, "forwarded": 0, "returned": 0, "tcp_connections": 0}
     queue, order = [], 0
+    delays = []  # ms each forwarded datagram spent in the relay, as measured
     last_sender = None
     running = True
 
@@ -104,7 +107,8 @@ def main():
                     delay = a.delay
                     if a.jitter > 0:
                         delay = min(100.0, max(5.0, a.delay + rng.gauss(0.0, a.jitter)))
-                    heapq.heappush(queue, (time.monotonic() + delay / 1000.0, order, data))
+                    received_at = time.monotonic()
+                    heapq.heappush(queue, (received_at + delay / 1000.0, order, data, received_at))
                     order += 1
             elif kind == "accept":
                 try:
@@ -139,9 +143,14 @@ def main():
                     other.setblocking(False)
         now = time.monotonic()
         while queue and queue[0][0] <= now:
-            _, _, data = heapq.heappop(queue)
+            _, _, data, received_at = heapq.heappop(queue)
             udp.sendto(data, target)
             stats["forwarded"] += 1
+            delays.append(1000.0 * (time.monotonic() - received_at))
+    if delays:
+        delays.sort()
+        for name, q in (("delay_p50_ms", 0.50), ("delay_p99_ms", 0.99)):
+            stats[name] = round(delays[min(len(delays) - 1, int(q * len(delays)))], 2)
     print(json.dumps(stats), flush=True)
     for s in list(peers):
         s.close()

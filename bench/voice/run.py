@@ -33,6 +33,7 @@ import json
 import os
 import platform
 import re
+import shlex
 import signal
 import socket
 import statistics
@@ -59,8 +60,8 @@ BUS = ["org.example.PeerVoice", "/org/example/PeerVoice", "org.example.PeerVoice
 
 # capture quantum + frame + Opus lookahead (312 samples) + playback quantum
 FLOOR_MS = {f: round(1000 * (2 * QUANTUM + 312) / RATE + f, 1) for f in (10, 20)}
-CLEAN_TARGET_MS = {20: 47.9, 10: 37.9}
-PESQ_MARGIN = 0.3
+# Issue 20: clean latency at most 1.05 x the floor
+CLEAN_TARGET_MS = {f: round(1.05 * floor, 1) for f, floor in FLOOR_MS.items()}
 
 CONDITIONS = {
     "clean": None,
@@ -293,6 +294,8 @@ def stop_relay(p, logdir, label):
 
 class PeerVoice:
     kind = "peervoice"
+    # The kind with --base-bin: the same harness on another daemon (the build before a change).
+    BASE = "peervoice-base"
 
     def __init__(self, pw, binary, frame_ms, impair, workdir, label, devices=None, extra_args=None):
         """`devices`: {side: (source, sink)} instead of A mic → B speaker; `extra_args`: {side: [options]}
@@ -331,8 +334,9 @@ class PeerVoice:
         connect = CHILDREN.start(["gdbus", "call", "--session", "--timeout", "90", "-d", BUS[0], "-o", BUS[1],
                                   "-m", f"{BUS[2]}.Connect", target], env=self.env["a"], name="connect")
         a_on_b = wait_for("PairingRequested on B", lambda: self.monitor_match("b", r"PairingRequested \('([^']+)'"), 20)
-        wait_for("A's prompt", lambda: self.monitor_match("a", r"PairingRequested \('([^']+)'"), 20)
-        self.call("a", "ConfirmPairing", target, "true")
+        # Peers are named by key (pv:...) since peer identity: confirm the one each side was asked about.
+        b_on_a = wait_for("A's prompt", lambda: self.monitor_match("a", r"PairingRequested \('([^']+)'"), 20)
+        self.call("a", "ConfirmPairing", b_on_a, "true")
         self.call("b", "ConfirmPairing", a_on_b, "true")
         try:
             connect.wait(30)
@@ -473,7 +477,8 @@ def receiver_counts(run):
     speaker underruns (playback cycles its ring could not fill)."""
     line = (run.get("daemon_statistics") or {}).get("b", "")
     counts = {}
-    for key in ("received", "late", "lost", "concealed", "FEC-recovered", "speaker underruns"):
+    for key in ("received", "late", "merged", "lost", "concealed", "FEC-recovered", "accelerated", "expanded",
+                "speaker underruns"):
         m = re.search(rf"{key} (\d+)", line)
         if m:
             counts[key] = int(m.group(1))
@@ -516,6 +521,10 @@ def summarize(runs):
         s["late_pct"] = median([100.0 * c.get("late", 0) / c["received"] for c in counts])
         s["concealed_per_received_pct"] = median([100.0 * c.get("concealed", 0) / c["received"] for c in counts])
         s["speaker_underruns"] = median([c.get("speaker underruns") for c in counts])
+        s["merged_pct"] = median([100.0 * c.get("merged", 0) / c["received"] for c in counts])
+        s["stretched_pct"] = median([100.0 * (c.get("accelerated", 0) + c.get("expanded", 0)) / c["received"] for c in counts])
+    p99 = [r["relay"]["delay_p99_ms"] for r in ok if (r.get("relay") or {}).get("delay_p99_ms") is not None]
+    s["relay_p99_ms"] = median(p99)
     return s
 
 
@@ -523,59 +532,95 @@ def fmt(v, spec="{:.1f}"):
     return "-" if v is None else spec.format(v)
 
 
+SYSTEMS = ("peervoice", PeerVoice.BASE, "gstreamer")
+
+
+def ideal_ms(results, f, cond):
+    """The ideal playout: the floor plus the relay's 99th-percentile one-way delay (measured by
+    the relay, median over every run of the condition); on a clean link, the floor."""
+    if CONDITIONS[cond] is None:
+        return FLOOR_MS[f]
+    p99 = [results[k]["summary"].get("relay_p99_ms") for k in (f"f{f}-{cond}-{kind}" for kind in SYSTEMS) if k in results]
+    p99 = median([v for v in p99 if v is not None])
+    return None if p99 is None else round(FLOOR_MS[f] + p99, 1)
+
+
+def summary(results, f, cond, kind):
+    return results.get(f"f{f}-{cond}-{kind}", {}).get("summary")
+
+
 def print_table(results, frames):
     print()
     print("PeerVoice vs GStreamer Opus/RTP: medians of the runs (each run a fresh start); latency = mouth-to-ear in ONE")
-    print("graph at quantum 256 (range over runs; win = median over the 0.5 s windows of all runs; spread = max - min")
-    print("of the windows within a run); CPU = % of one core;")
-    print("late/conc = PeerVoice receiver's late packets and concealed frames per packet received, under = its speaker")
-    print("underruns over the session (its log)")
-    header = (f"{'frame':>5} {'network':<11} {'system':<10} {'lat ms':>7} {'range':>11} {'win':>6} {'spread':>6} {'xcorr':>5} "
-              f"{'PESQ-WB':>7} {'STOI':>5} {'CPU tx':>6} {'CPU rx':>6} {'sum':>5} {'late%':>5} {'conc%':>5} {'under':>5}")
+    print("graph at quantum 256 (range over runs; win = median over the 0.5 s windows of all runs); ideal = floor + the")
+    print("relay's p99 one-way delay (x = latency / ideal); dPESQ = PESQ-WB minus the same system's clean PESQ-WB;")
+    print("CPU = % of one core; late/merg/conc/str = PeerVoice receiver's late packets, merged late packets, concealment")
+    print("outputs and stretched frames per packet received (%), under = its speaker underruns (its log)")
+    header = (f"{'frame':>5} {'network':<11} {'system':<14} {'lat ms':>7} {'range':>11} {'win':>6} {'ideal':>6} {'x':>5} "
+              f"{'PESQ-WB':>7} {'dPESQ':>6} {'STOI':>5} {'CPU tx':>6} {'CPU rx':>6} {'sum':>5} {'late%':>5} {'merg%':>5} "
+              f"{'conc%':>5} {'str%':>5} {'under':>5}")
     print(header)
     print("-" * len(header))
     for f in frames:
         for cond in CONDITIONS:
-            for kind in ("peervoice", "gstreamer"):
-                s = results.get(f"f{f}-{cond}-{kind}", {}).get("summary")
+            ideal = ideal_ms(results, f, cond)
+            for kind in SYSTEMS:
+                s = summary(results, f, cond, kind)
                 if not s:
                     continue
+                clean = summary(results, f, "clean", kind) or {}
+                dpesq = (s["pesq_wb"] - clean["pesq_wb"]) if s.get("pesq_wb") is not None and clean.get("pesq_wb") is not None else None
+                ratio = s["latency_ms"] / ideal if s.get("latency_ms") is not None and ideal else None
                 rng = f"{fmt(s['latency_min_ms'])}-{fmt(s['latency_max_ms'])}"
-                print(f"{f:>5} {cond:<11} {kind:<10} {fmt(s['latency_ms']):>7} {rng:>11} "
-                      f"{fmt(s.get('window_latency_median_ms')):>6} {fmt(s['window_spread_ms']):>6} "
-                      f"{fmt(s['xcorr'], '{:.2f}'):>5} {fmt(s['pesq_wb'], '{:.2f}'):>7} {fmt(s['stoi'], '{:.2f}'):>5} "
+                print(f"{f:>5} {cond:<11} {kind:<14} {fmt(s['latency_ms']):>7} {rng:>11} "
+                      f"{fmt(s.get('window_latency_median_ms')):>6} {fmt(ideal):>6} {fmt(ratio, '{:.2f}'):>5} "
+                      f"{fmt(s['pesq_wb'], '{:.2f}'):>7} {fmt(dpesq, '{:+.2f}'):>6} {fmt(s['stoi'], '{:.2f}'):>5} "
                       f"{fmt(s['cpu_sender_pct']):>6} {fmt(s['cpu_receiver_pct']):>6} {fmt(s.get('cpu_total_pct')):>5} "
-                      f"{fmt(s.get('late_pct'), '{:.0f}'):>5} {fmt(s.get('concealed_per_received_pct'), '{:.0f}'):>5} "
+                      f"{fmt(s.get('late_pct'), '{:.1f}'):>5} {fmt(s.get('merged_pct'), '{:.1f}'):>5} "
+                      f"{fmt(s.get('concealed_per_received_pct'), '{:.0f}'):>5} {fmt(s.get('stretched_pct'), '{:.1f}'):>5} "
                       f"{fmt(s.get('speaker_underruns'), '{:.0f}'):>5}")
         print(f"{'':>5} floor (capture quantum + frame + Opus lookahead + playback quantum): {FLOOR_MS[f]} ms")
     print()
 
 
 def evaluate(results, frames):
+    """Issue 20's targets; `before` is peervoice-base when it ran (else those checks are skipped)."""
     checks = []
 
     def get(f, cond, kind, key):
-        return results.get(f"f{f}-{cond}-{kind}", {}).get("summary", {}).get(key)
+        return (summary(results, f, cond, kind) or {}).get(key)
 
+    def check(target, ours, other, met):
+        checks.append({"target": target, "peervoice": ours, "baseline": other, "met": bool(met)})
+
+    base = PeerVoice.BASE
     for f in frames:
         lat = get(f, "clean", "peervoice", "latency_ms")
-        checks.append({"target": f"{f} ms frames: clean latency <= {CLEAN_TARGET_MS[f]} ms", "peervoice": lat,
-                       "baseline": get(f, "clean", "gstreamer", "latency_ms"),
-                       "met": lat is not None and lat <= CLEAN_TARGET_MS[f]})
-        for cond in ("j30", "j30-loss5", "j30-loss10"):
-            ours, theirs = get(f, cond, "peervoice", "latency_ms"), get(f, cond, "gstreamer", "latency_ms")
-            checks.append({"target": f"{f} ms frames, {cond}: latency <= baseline", "peervoice": ours, "baseline": theirs,
-                           "met": ours is not None and theirs is not None and ours <= theirs})
-        ours, theirs = get(f, "j30-loss10", "peervoice", "pesq_wb"), get(f, "j30-loss10", "gstreamer", "pesq_wb")
-        checks.append({"target": f"{f} ms frames, j30-loss10: PESQ-WB >= baseline + {PESQ_MARGIN}", "peervoice": ours,
-                       "baseline": theirs, "met": ours is not None and theirs is not None and ours >= theirs + PESQ_MARGIN})
+        check(f"{f} ms frames: clean latency <= 1.05 x floor ({round(1.05 * FLOOR_MS[f], 1)} ms)", lat, FLOOR_MS[f],
+              lat is not None and lat <= 1.05 * FLOOR_MS[f])
+        clean = get(f, "clean", "peervoice", "pesq_wb")
+        if get(f, "clean", base, "pesq_wb") is not None:
+            before = get(f, "clean", base, "pesq_wb")
+            check(f"{f} ms frames: clean PESQ-WB >= before", clean, before, clean is not None and clean >= before)
+        ideal = ideal_ms(results, f, "j30")
+        lat, pesq = get(f, "j30", "peervoice", "latency_ms"), get(f, "j30", "peervoice", "pesq_wb")
+        if ideal is not None:
+            check(f"{f} ms frames, j30: latency <= 1.02 x ideal ({round(1.02 * ideal, 1)} ms)", lat, ideal,
+                  lat is not None and lat <= 1.02 * ideal)
+        check(f"{f} ms frames, j30: PESQ-WB within 0.3 of own clean", pesq, clean,
+              pesq is not None and clean is not None and pesq >= clean - 0.3)
+        if get(f, "j30-loss10", base, "pesq_wb") is not None:
+            for key, name, better in (("pesq_wb", "PESQ-WB", lambda o, b: o >= b), ("latency_ms", "latency", lambda o, b: o <= b)):
+                ours, before = get(f, "j30-loss10", "peervoice", key), get(f, "j30-loss10", base, key)
+                check(f"{f} ms frames, j30-loss10: {name} {'>=' if key == 'pesq_wb' else '<='} before", ours, before,
+                      ours is not None and before is not None and better(ours, before))
         ours, theirs = get(f, "clean", "peervoice", "cpu_total_pct"), get(f, "clean", "gstreamer", "cpu_total_pct")
-        checks.append({"target": f"{f} ms frames, clean: CPU of both PeerVoice processes <= baseline sender + receiver",
-                       "peervoice": ours, "baseline": theirs, "met": ours is not None and theirs is not None and ours <= theirs})
-    print("Targets")
+        check(f"{f} ms frames, clean: CPU of both PeerVoice processes <= GStreamer sender + receiver", ours, theirs,
+              ours is not None and theirs is not None and ours <= theirs)
+    print("Targets (issue 20; 'baseline' is the reference named in each line)")
     for c in checks:
         print(f"  [{'met' if c['met'] else 'MISSED'}] {c['target']}: PeerVoice {fmt(c['peervoice'], '{:.2f}')}, "
-              f"baseline {fmt(c['baseline'], '{:.2f}')}")
+              f"reference {fmt(c['baseline'], '{:.2f}')}")
     return checks
 
 
@@ -592,9 +637,11 @@ def plot(results, frames, path):
     for row, f in enumerate(frames):
         for col, (key, title) in enumerate((("latency_ms", "mouth-to-ear latency (ms)"), ("pesq_wb", "PESQ-WB"))):
             ax = axes[row][col]
-            for i, kind in enumerate(("peervoice", "gstreamer")):
+            kinds = [k for k in SYSTEMS if any(f"f{f}-{c}-{k}" in results for c in conds)]
+            width = 0.8 / max(1, len(kinds))
+            for i, kind in enumerate(kinds):
                 vals = [results.get(f"f{f}-{c}-{kind}", {}).get("summary", {}).get(key) or 0 for c in conds]
-                ax.bar([x + (i - 0.5) * 0.38 for x in range(len(conds))], vals, 0.38, label=kind)
+                ax.bar([x + (i - (len(kinds) - 1) / 2) * width for x in range(len(conds))], vals, width, label=kind)
             if key == "latency_ms":
                 ax.axhline(FLOOR_MS[f], color="gray", linestyle=":", label=f"floor {FLOOR_MS[f]} ms")
                 ax.axhline(CLEAN_TARGET_MS[f], color="red", linestyle="--", linewidth=0.8, label=f"clean target {CLEAN_TARGET_MS[f]} ms")
@@ -615,14 +662,21 @@ def main():
     ap.add_argument("--runs", type=int, default=3, help="measured runs per configuration (default 3)")
     ap.add_argument("--frames", default="20,10", help="Opus frame lengths in ms (default 20,10)")
     ap.add_argument("--conditions", default=",".join(CONDITIONS), help=f"networks (default {','.join(CONDITIONS)})")
-    ap.add_argument("--systems", default="peervoice,gstreamer")
+    ap.add_argument("--systems", default=None,
+                    help="default peervoice,gstreamer; with --base-bin peervoice,peervoice-base,gstreamer")
+    ap.add_argument("--base-bin", help="a second peervoiced (e.g. the commit before a change), run as peervoice-base "
+                                       "in the same session, interleaved")
     ap.add_argument("--gst-latency", type=int, default=40,
                     help="the baseline's rtpjitterbuffer latency in ms (default 40, the baseline the targets name)")
     ap.add_argument("--settle", type=float, default=2.0, help="seconds of running before the first run (default 2)")
     ap.add_argument("--out", default=os.path.join(RESULTS, "voice.json"))
     ap.add_argument("--keep-temp", action="store_true", help="keep the work directory (logs, taps)")
     ap.add_argument("--replot", action="store_true", help="only redraw the PNG and the table (summaries recomputed) from --out's JSON")
+    ap.add_argument("--peervoice-args", default="",
+                    help="more options for every peervoiced, e.g. '--no-echo-cancel --no-noise-suppression' "
+                         "(the capture processing adds ~14 ms and changes PESQ; off, the playout is measured alone)")
     a = ap.parse_args()
+    daemon_args = shlex.split(a.peervoice_args)
     if a.replot:
         with open(a.out) as f:
             doc = json.load(f)
@@ -635,7 +689,9 @@ def main():
         return 0
     frames = [int(x) for x in a.frames.split(",")]
     conditions = a.conditions.split(",")
-    systems = a.systems.split(",")
+    systems = (a.systems or ("peervoice,peervoice-base,gstreamer" if a.base_bin else "peervoice,gstreamer")).split(",")
+    if PeerVoice.BASE in systems and not a.base_bin:
+        ap.error("peervoice-base needs --base-bin")
     for c in conditions:
         if c not in CONDITIONS:
             ap.error(f"unknown condition {c}")
@@ -663,8 +719,11 @@ def main():
                         # backlog queued before WirePlumber linked it) varies from start to start.
                         system, stats = None, None
                         try:
-                            system = (PeerVoice(pw, a.bin, f, impair, workdir, f"{label}-{r + 1}") if kind == "peervoice"
-                                      else GStreamer(pw, f, impair, workdir, f"{label}-{r + 1}", a.gst_latency))
+                            if kind == "gstreamer":
+                                system = GStreamer(pw, f, impair, workdir, f"{label}-{r + 1}", a.gst_latency)
+                            else:
+                                system = PeerVoice(pw, a.base_bin if kind == PeerVoice.BASE else a.bin, f, impair,
+                                                   workdir, f"{label}-{r + 1}", extra_args={"a": daemon_args, "b": daemon_args})
                             time.sleep(a.settle)
                             res = measure(pw, system, os.path.join(workdir, f"{label}-run{r + 1}.wav"))
                         except BenchError as e:
@@ -701,7 +760,9 @@ def main():
         "benchmark": "voice", "started": started, "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
                                                               "load_before": load_before, "load_after": os.getloadavg()},
         "parameters": {"runs": a.runs, "frames": frames, "conditions": conditions, "settle_s": a.settle, "quantum": QUANTUM,
-                       "speech": os.path.relpath(SPEECH, ROOT), "binary": a.bin,
+                       "speech": os.path.relpath(SPEECH, ROOT), "binary": a.bin, "base_binary": a.base_bin,
+                       "peervoice_args": daemon_args,
+                       "systems": systems,
                        "gstreamer": f"opusenc audio-type=voice bitrate=24000; rtpjitterbuffer latency={a.gst_latency}; opusdec plc=true; pipewiresink sync=false"},
         "floor_ms": FLOOR_MS, "targets": checks, "results": results,
     }
