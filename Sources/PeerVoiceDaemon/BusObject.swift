@@ -25,7 +25,7 @@ final class BusObject {
         self.connection = connection
         self.service = service
         promptHandlers = PromptHandlers(connection: connection)
-        metering = LevelsMetering(connection: connection) { [unowned service] in service.voice }
+        metering = LevelsMetering(connection: connection) { [unowned service] in service.voiceEngine }
         registration = try connection.registerObject(
             path: Self.path, introspectionXML: Self.introspectionXML, interface: Self.interface,
             methods: { [unowned self] call in dispatch(call) },

@@ -34,7 +34,7 @@ final class Peer {
     /// Set by our `Disconnect` (kept across restarts), the peer's user-disconnect goodbye, or a
     /// refused pairing: do not redial until the next `Connect`.
     var stayDisconnected = false
-    /// Voice with this peer (PeerVoiceService+Voice.swift).
+    /// Voice with this peer (`VoiceControl`).
     var voice = PeerVoice()
     /// `Connect` calls waiting for the link.
     var connectWaiters: [ConnectWaiter] = []

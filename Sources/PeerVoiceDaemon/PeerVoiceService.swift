@@ -23,9 +23,11 @@ final class PeerVoiceService {
         (bluetooth.canDiscover ? ["bluetooth"] : []) + (lan.canDiscover ? ["lan"] : [])
     }
     /// The capture processing of the latest voice session (before one: what the options allow).
-    var audioProcessing: [String]
-    /// Our microphone holds speech, unmuted (`Speaking`, from the voice thread).
-    var isMicrophoneSpeaking = false
+    var audioProcessing: [String] { voice.audioProcessing }
+    /// Our microphone holds speech, unmuted (`Speaking`).
+    var isMicrophoneSpeaking: Bool { voice.isMicrophoneSpeaking }
+    /// The voice thread's handle, once it runs (levels for `LevelsMetering`).
+    var voiceEngine: VoiceEngine? { voice.engine }
 
     let options: Options
     /// This service's own id and key, as peers see them.
@@ -43,11 +45,7 @@ final class PeerVoiceService {
     let bluetooth: BluetoothPeers
     private let lan: LANPeers
     private let connections: PeerConnections
-    /// The voice thread, once its UDP socket is bound (PeerVoiceService+Voice.swift).
-    var voice: VoiceEngine?
-    /// The UDP port HELLO announces for voice when we do not listen (0: the listen port).
-    var voicePort: UInt16 = 0
-    private var voiceRetryTimer: EventSource?
+    private let voice: VoiceControl
     private let sleep = SleepMonitor()
     private let network = NetworkMonitor()
     private var goodbyeTimer: EventSource?
@@ -58,7 +56,6 @@ final class PeerVoiceService {
     /// migrating one of protocol version 3. Nothing is sent or accepted until `start()`.
     init(options: Options) throws(ServiceError) {
         self.options = options
-        audioProcessing = CaptureProcessing.names(options.voice.processing)
         let state = options.stateDirectory
         do {
             try FileManager.default.createDirectory(atPath: state, withIntermediateDirectories: true)
@@ -95,7 +92,7 @@ final class PeerVoiceService {
         bluetooth = BluetoothPeers(adapter: options.adapter, defaultAgent: options.defaultAgent, registry: registry, emit: emit)
         do {
             lan = try LANPeers(options: options, fingerprint: identity.fingerprint, crypto: crypto, ip: ip, registry: registry,
-                               displayName: { [settings] in settings.name }, offersVoice: { service?.voice != nil }, emit: emit)
+                               displayName: { [settings] in settings.name }, offersVoice: { service?.voiceEngine != nil }, emit: emit)
         } catch {
             throw .failed("cannot use the state directory \(state): \(error)")
         }
@@ -105,8 +102,10 @@ final class PeerVoiceService {
         bluetooth.connections = connections
         connections.peersChanged = { service?.peersChanged() }
         lan.knownPeerAppeared = { [unowned connections] in connections.scheduleRedial($0, immediately: true) }
+        voice = VoiceControl(options: options, crypto: crypto, ip: ip, registry: registry, bluetooth: bluetooth,
+                             emit: emit, peersChanged: { service?.peersChanged() })
+        connections.voice = voice
         service = self
-        connections.voice = self
         Log.info("identity \(ownID) (key \(ownKey))")
     }
 
@@ -133,7 +132,7 @@ final class PeerVoiceService {
             try ip.listen(on: address)
             emit(.propertiesChanged([.listenAddress]))
         }
-        startVoiceEngine()
+        voice.start(muted: isMuted)
         bluetooth.start()
         lan.start()
         sleep.willSleep = { [unowned self] done in
@@ -154,7 +153,6 @@ final class PeerVoiceService {
         network.start()
         for peer in registry.all { connections.scheduleRedial(peer, immediately: true) }
         delivery.start()
-        voiceRetryTimer = Timer.every(milliseconds: Self.voiceRetryMs) { [unowned self] in retryWantedVoice(); return true }
     }
 
     /// Says goodbye to every connected peer.
@@ -166,13 +164,13 @@ final class PeerVoiceService {
         lan.stop()
         sleep.stop()
         network.stop()
-        voice?.shutdown()
+        voice.shutdown()
     }
 
     private var localHello: Hello {
         // Every field is in range by construction; a HELLO that cannot be built is a bug.
-        try! Hello(instanceID: instance, capabilities: voice == nil ? [.text] : [.text, .voice],
-                   listenPort: ip.listenPort, voicePort: voicePort,
+        try! Hello(instanceID: instance, capabilities: voice.engine == nil ? [.text] : [.text, .voice],
+                   listenPort: ip.listenPort, voicePort: voice.voicePort,
                    name: Hello.truncatedName(settings.name))
     }
 
@@ -343,12 +341,19 @@ final class PeerVoiceService {
         return (peer.id, delivery.history(of: peer.id, max: max))
     }
 
+    // MARK: Voice
+
+    func startVoice(_ ref: PeerRef) throws(ServiceError) { try voice.startVoice(ref) }
+    func stopVoice(_ ref: PeerRef) throws(ServiceError) { try voice.stopVoice(ref) }
+    func setVolume(_ ref: PeerRef, volume: Double) throws(ServiceError) { try voice.setVolume(ref, volume: volume) }
+    func setPeerMuted(_ ref: PeerRef, muted: Bool) throws(ServiceError) { try voice.setPeerMuted(ref, muted: muted) }
+
     // MARK: Mute
 
     func setMuted(_ muted: Bool) {
         guard muted != isMuted else { return }
         isMuted = muted
-        voice?.muted.store(muted, ordering: .relaxed)
+        voice.setMuted(muted)
         Log.info(muted ? "microphone muted" : "microphone unmuted")
         emit(.muteChanged(muted))
         emit(.propertiesChanged([.muted]))

@@ -9,7 +9,7 @@ enum DialTarget: Equatable {
     case contact(PeerAddress)
 }
 
-/// What voice needs to hear from the links (PeerVoiceService+Voice.swift).
+/// What voice needs to hear from the links (`VoiceControl`).
 protocol LinkVoice: AnyObject {
     /// `peer`'s link opened: voice may start on it.
     func linkOpened(_ link: PeerLink, to peer: Peer)

@@ -1,5 +1,6 @@
 import GIO
 import PeerVoiceCore
+import Sodium
 
 /// Voice with each connected peer, on the control plane: who wants it, the session ids both sides
 /// announce (VOICE_START, from which the voice keys come), and starting and stopping the voice
@@ -9,16 +10,64 @@ import PeerVoiceCore
 /// own, and once both ids are known each side derives the keys and starts its session. A
 /// VOICE_START with a new id while a session runs means the peer restarted it: we answer with a
 /// new id too, so keys are never reused. VOICE_STOP ends voice on both sides.
-extension PeerVoiceService {
+final class VoiceControl {
     /// How often voice that is wanted but not running (no PipeWire yet, a stream failed) is retried.
     static let voiceRetryMs: UInt32 = 1_000
     /// A VOICE frame for a link that waited longer than this for the main loop is dropped: it
     /// would reach the peer too late to be played.
     static let staleLinkVoiceNs: Int64 = 60_000_000
 
+    /// The voice thread's handle, once its UDP socket is bound.
+    private(set) var engine: VoiceEngine?
+    /// The UDP port HELLO announces for voice when we do not listen (0: the listen port).
+    private(set) var voicePort: UInt16 = 0
+    /// The capture processing of the latest voice session (before one: what the options allow).
+    private(set) var audioProcessing: [String]
+    /// Our microphone holds speech, unmuted (`Speaking`, from the voice thread).
+    private(set) var isMicrophoneSpeaking = false
+
+    private let options: Options
+    private let crypto: LibSodium
+    private let ip: IPTransport
+    private let registry: PeerRegistry
+    private let bluetooth: BluetoothPeers
+    private let emit: (ServiceEvent) -> Void
+    /// Something a peer object shows changed without an event of its own.
+    private let peersChanged: () -> Void
+    private var retryTimer: EventSource?
+
+    init(options: Options, crypto: LibSodium, ip: IPTransport, registry: PeerRegistry, bluetooth: BluetoothPeers,
+         emit: @escaping (ServiceEvent) -> Void, peersChanged: @escaping () -> Void) {
+        self.options = options
+        self.crypto = crypto
+        self.ip = ip
+        self.registry = registry
+        self.bluetooth = bluetooth
+        self.emit = emit
+        self.peersChanged = peersChanged
+        audioProcessing = CaptureProcessing.names(options.voice.processing)
+    }
+
+    /// Starts the voice thread (once the listener, if any, is open) and retries wanted voice.
+    func start(muted: Bool) {
+        startEngine()
+        engine?.muted.store(muted, ordering: .relaxed)
+        retryTimer = Timer.every(milliseconds: Self.voiceRetryMs) { [unowned self] in retryWantedVoice(); return true }
+    }
+
+    func shutdown() {
+        retryTimer = nil
+        engine?.shutdown()
+    }
+
+    /// The mute switch reaches the voice thread.
+    func setMuted(_ muted: Bool) {
+        engine?.muted.store(muted, ordering: .relaxed)
+    }
+
     /// Binds the UDP socket voice arrives on and starts the voice thread: on the `--listen`
     /// port, or on a free port that HELLO announces.
-    func startVoiceEngine() {
+    private func startEngine() {
         let endpoint: IPEndpoint
         if let address = options.listen, let listen = try? IPTransport.parseListenAddress(address) {
             endpoint = IPEndpoint(host: listen.host, port: ip.listenPort)
@@ -28,11 +77,11 @@ extension PeerVoiceService {
         do {
             let socket = try Socket.datagram(boundTo: endpoint)
             voicePort = options.listen == nil ? socket.localEndpoint?.port ?? 0 : 0
-            let service = MainContextReference(self)
-            voice = VoiceEngine(socket: socket, options: options.voice) { event in
-                runOnMainContext { service.object?.voiceEngineReported(event) }
+            let control = MainContextReference(self)
+            engine = VoiceEngine(socket: socket, options: options.voice) { event in
+                runOnMainContext { control.object?.voiceEngineReported(event) }
             } sendOnLink: { peer, frame, queuedAt in
-                runOnMainContext { service.object?.sendVoiceOnLink(frame, to: peer, queuedAt: queuedAt) }
+                runOnMainContext { control.object?.sendVoiceOnLink(frame, to: peer, queuedAt: queuedAt) }
             }
         } catch {
             Log.warning("voice is off: cannot receive voice on UDP \(endpoint): \(error)")
@@ -40,8 +89,8 @@ extension PeerVoiceService {
     }
 
     /// Why voice with `peer` cannot run now, or nil.
-    func voiceUnavailableReason(for peer: Peer) -> String? {
-        guard voice != nil else { return "voice is off: no UDP socket could be bound (see the log)" }
+    private func voiceUnavailableReason(for peer: Peer) -> String? {
+        guard engine != nil else { return "voice is off: no UDP socket could be bound (see the log)" }
         if let hello = peer.link?.peerHello, !hello.capabilities.contains(.voice) {
             return "\(peer.id) does not offer voice (its service runs without it)"
         }
@@ -75,7 +124,7 @@ extension PeerVoiceService {
     }
 
     /// Announces our session to the peer (if not done yet) and starts once both are known.
-    func beginVoice(_ peer: Peer) {
+    private func beginVoice(_ peer: Peer) {
         guard peer.voice.wanted, let link = peer.link, voiceUnavailableReason(for: peer) == nil else { return }
         if peer.voice.localSession == nil {
             let session = VoiceKeys.makeSessionID(crypto: crypto)
@@ -87,7 +136,7 @@ extension PeerVoiceService {
     }
 
     private func startVoiceSessionIfReady(_ peer: Peer) {
-        guard !peer.voice.running, let voice, let local = peer.voice.localSession, let remote = peer.voice.remote,
+        guard !peer.voice.running, let engine, let local = peer.voice.localSession, let remote = peer.voice.remote,
               let result = peer.link?.result, let route = voiceRoute(for: peer) else { return }
         let keys: VoiceKeys
         do {
@@ -98,16 +147,16 @@ extension PeerVoiceService {
         }
         peer.voice.running = true
         peer.voice.generation += 1
-        voice.start(VoiceSessionSetup(peer: peer.id.description, generation: peer.voice.generation,
+        engine.start(VoiceSessionSetup(peer: peer.id.description, generation: peer.voice.generation,
                                       route: route, sealer: keys.makeSealer(), opener: keys.makeOpener(),
                                       localFrameMs: options.voice.frameMs, remoteFrameMs: Int(remote.frameMs),
                                       playback: peer.voice.playback))
     }
 
     /// Stops voice with `peer` here (the peer is told by the caller if it should be).
-    func endVoice(_ peer: Peer, reason: String) {
+    private func endVoice(_ peer: Peer, reason: String) {
         let wasActive = peer.voice.active
-        if peer.voice.running { voice?.stop(peer: peer.id.description, reason: reason) }
+        if peer.voice.running { engine?.stop(peer: peer.id.description, reason: reason) }
         if peer.voice.droppedOnLink > 0 {
             Log.info("voice with \(peer.id): \(peer.voice.droppedOnLink) frames dropped rather than sent late on the link")
         }
@@ -117,7 +166,7 @@ extension PeerVoiceService {
 
     /// Our VOICE frame for a peer whose voice goes on its link (drop-stale: see
     /// ``PeerLink/sendVoice(_:)``).
-    func sendVoiceOnLink(_ frame: VoiceFrame, to id: String, queuedAt: Int64) {
+    private func sendVoiceOnLink(_ frame: VoiceFrame, to id: String, queuedAt: Int64) {
         guard let peer = peer(describedAs: id), let link = peer.link else { return }
         if VoiceEngine.monotonicNs() - queuedAt > Self.staleLinkVoiceNs || !link.sendVoice(frame) {
             peer.voice.droppedOnLink += 1
@@ -144,15 +193,15 @@ extension PeerVoiceService {
             endVoice(peer, reason: "the peer stopped voice")
         case .voice(let frame):
             // Voice the peer sends on the link; our session (if any) takes it.
-            if peer.voice.running { voice?.receivedOnLink(peer: peer.id.description, frame: frame) }
+            if peer.voice.running { engine?.receivedOnLink(peer: peer.id.description, frame: frame) }
         case .voiceReport(let lossPercent):
-            if peer.voice.running { voice?.peerReportedLoss(peer: peer.id.description, percent: Int(lossPercent)) }
+            if peer.voice.running { engine?.peerReportedLoss(peer: peer.id.description, percent: Int(lossPercent)) }
         default:
             break
         }
     }
 
-    func voiceEngineReported(_ event: VoiceEvent) {
+    private func voiceEngineReported(_ event: VoiceEvent) {
         switch event {
         case .active(let id, let generation):
             guard let peer = peer(describedAs: id),
@@ -206,19 +255,19 @@ extension PeerVoiceService {
 
     private func playbackChanged(_ peer: Peer) {
         Log.info("voice of \(peer.id) plays at volume \(peer.voice.playback.volume)\(peer.voice.playback.muted ? ", muted" : "") here")
-        if peer.voice.running { voice?.setPlayback(peer: peer.id.description, peer.voice.playback) }
+        if peer.voice.running { engine?.setPlayback(peer: peer.id.description, peer.voice.playback) }
         peersChanged()
     }
 
     /// Brings up voice that is wanted but not running, e.g. once PipeWire has appeared.
-    func retryWantedVoice() {
+    private func retryWantedVoice() {
         for peer in registry.all where peer.isConnected && peer.voice.wanted && !peer.voice.running {
             beginVoice(peer)
         }
     }
 }
 
-extension PeerVoiceService: LinkVoice {
+extension VoiceControl: LinkVoice {
     func linkOpened(_ link: PeerLink, to peer: Peer) {
         guard let hello = link.peerHello else { return }
         peer.voice.destination = Self.voiceDestination(link: link, hello: hello)
