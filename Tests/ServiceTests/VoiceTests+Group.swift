@@ -192,10 +192,21 @@ extension VoiceTests {
         XCTAssertEqual(try a.client.property("Speaking").bool, false, "muted speech is speaking")
         try a.client.call("Mute", [Variant(false)])
         // C reported its loss (VOICE_REPORT) while A talked: C's packets come from a second
-        // encoder with FEC, B's from the clean one.
-        XCTAssertTrue(eventually(timeout: 3) { a.logCount("two microphone encoders: clean for [\"\(rig.bOnA)\"], FEC for") >= 1 },
-                      "A does not encode twice for a clean and a lossy peer: \(a.log.components(separatedBy: "\n").filter { $0.contains("encoder") || $0.contains("FEC") })")
-        XCTAssertGreaterThanOrEqual(a.logCount("% for [\"\(rig.cOnA)\"]"), 1, "C is not the lossy encoder's receiver")
+        // encoder with FEC, B's from the clean one, unless B lost packets too (a loaded machine
+        // can make a loopback drop some; its reports then rightly put it in the FEC group).
+        let encoderLines = { a.log.components(separatedBy: "\n").filter { $0.contains("encoder") || $0.contains("FEC") } }
+        // The encoder C's packets come from has FEC on (logged with each of C's reports).
+        XCTAssertTrue(eventually(timeout: 3) { a.log.components(separatedBy: "\n").contains {
+                          $0.contains("voice with \(rig.cOnA): it loses") && $0.contains("in-band FEC on") } },
+                      "C's packets do not carry FEC: \(encoderLines())")
+        let bReportedLoss = a.log.components(separatedBy: "\n").contains {
+            $0.contains("voice with \(rig.bOnA): it loses ") && !$0.contains("it loses 0 %")
+        }
+        if !bReportedLoss {
+            XCTAssertGreaterThanOrEqual(a.logCount("two microphone encoders: clean for [\"\(rig.bOnA)\"], FEC for"), 1,
+                                        "A does not encode twice for a clean and a lossy peer: \(encoderLines())")
+            XCTAssertGreaterThanOrEqual(a.logCount("% for [\"\(rig.cOnA)\"]"), 1, "C is not the lossy encoder's receiver")
+        }
 
         // C dies while A talks to B.
         let markA = a.mark, markB = b.mark
