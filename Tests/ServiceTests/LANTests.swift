@@ -58,7 +58,13 @@ final class LANTests: XCTestCase {
 
     /// The instance names of the `_peervoice._tcp` services `host`'s avahi-daemon knows.
     private func advertised(on host: LANHost) throws -> [String] {
-        try host.browse("_peervoice._tcp").map { String($0.split(separator: ";", omittingEmptySubsequences: false)[3]) }
+        try records(on: host).map { String($0[3]) }
+    }
+
+    /// The `_peervoice._tcp` records `host`'s avahi-daemon resolves, split into avahi-browse's
+    /// fields (3: instance name, 7: address, 9: TXT).
+    private func records(on host: LANHost) throws -> [[Substring]] {
+        try host.browse("_peervoice._tcp").map { $0.split(separator: ";", omittingEmptySubsequences: false) }
     }
 
     private var logs: String { daemons.map { "\($0.stateDirectory): \($0.process.log)" }.joined(separator: "\n---\n") }
@@ -135,19 +141,10 @@ final class LANTests: XCTestCase {
     }
 
     func testFirstContactIsAcceptedWhileDiscoverable() throws {
-        try startBoth()
-        try b.call("StartDiscovery")
         // A is not discovering (so not listening) but dials B's default listener by address: B is
         // discoverable, so its person is asked about A (by A's id, though it came from an outgoing port).
-        let idA = try XCTUnwrap(try a.property("Id").string), idB = try XCTUnwrap(try b.property("Id").string)
-        let connect = a.callAsync("Connect", [Variant(Self.addressB)])
-        let prompt = b.waitForSignal("PairingRequested") { $0.string(0) == idA }
-        XCTAssertEqual(prompt?.string(1), "Alice laptop", logs)
-        try b.call("ConfirmPairing", [Variant(idA), Variant(true)])
-        XCTAssertNotNil(a.waitForSignal("PairingRequested") { $0.string(0) == idB }, logs)
-        try a.call("ConfirmPairing", [Variant(idB), Variant(true)])
-        dispatch(timeout: 15) { connect.isDone }
-        guard case .success = connect.result else { return XCTFail("Connect: \(String(describing: connect.result))\n\(logs)") }
+        let paired = try pairWhileBIsDiscoverable(thenHidingB: false)
+        XCTAssertEqual(paired.askedOnB?.string(1), "Alice laptop", logs)
         // A knows a peer now: it listens on the LAN too, so B can dial it back.
         XCTAssertTrue(eventually(timeout: 2) { (try? self.a.property("ListenAddress").string) == "[::]:47800" }, logs)
     }
@@ -245,20 +242,28 @@ final class LANTests: XCTestCase {
     }
 
     /// Default peers on both hosts, paired: B discoverable, A dials B's address, both confirm;
-    /// then B stops being discoverable. Returns their ids.
-    private func pairWhileBIsDiscoverable() throws -> (a: String, b: String) {
+    /// then (`thenHidingB`) B stops being discoverable. Returns their ids and B's prompt.
+    private func pairWhileBIsDiscoverable(thenHidingB: Bool = true) throws -> (a: String, b: String, askedOnB: BusSignal?) {
         try startBoth()
         try b.call("StartDiscovery")
         let idA = try XCTUnwrap(try a.property("Id").string), idB = try XCTUnwrap(try b.property("Id").string)
         let pairing = a.callAsync("Connect", [Variant(Self.addressB)])
-        XCTAssertNotNil(b.waitForSignal("PairingRequested") { $0.string(0) == idA }, logs)
+        let askedOnB = b.waitForSignal("PairingRequested") { $0.string(0) == idA }
+        XCTAssertNotNil(askedOnB, logs)
         try b.call("ConfirmPairing", [Variant(idA), Variant(true)])
         XCTAssertNotNil(a.waitForSignal("PairingRequested") { $0.string(0) == idB }, logs)
         try a.call("ConfirmPairing", [Variant(idB), Variant(true)])
         dispatch(timeout: 15) { pairing.isDone }
         guard case .success = pairing.result else { throw HarnessError("Connect: \(String(describing: pairing.result))\n\(logs)") }
-        try b.call("StopDiscovery")
-        return (idA, idB)
+        if thenHidingB { try b.call("StopDiscovery") }
+        return (idA, idB, askedOnB)
+    }
+
+    /// B's host moves from 10.77.0.2 to 10.77.0.3 (a new DHCP lease), under whatever runs there.
+    private func moveB() throws {
+        for arguments in [["addr", "del", "10.77.0.2/24", "dev", lan.b.interface], ["addr", "add", "10.77.0.3/24", "dev", lan.b.interface]] {
+            _ = try runCommand("ip", ["-n", lan.b.namespace] + arguments, in: lan.b.directory)
+        }
     }
 
     // MARK: Not trackable
@@ -267,14 +272,14 @@ final class LANTests: XCTestCase {
     /// name and a presence tag. Yet A recognises B's tag: B restarted at a new address is found
     /// again (silently: no PeerFound) and the message A queued meanwhile arrives once.
     func testAKnownPeerAtANewAddressIsFoundByItsPresenceTagAndNobodyElseCanTellWhoItIs() throws {
-        let (_, idB) = try pairWhileBIsDiscoverable()
-        var records: [String] = []
+        let idB = try pairWhileBIsDiscoverable().b
+        var records: [[Substring]] = []
         XCTAssertTrue(eventually(timeout: 10) {
-            records = (try? self.lan.a.browse("_peervoice._tcp")) ?? []
-            return records.count >= 2 && records.allSatisfy { $0.contains("\"t=") }
+            records = (try? self.records(on: self.lan.a)) ?? []
+            return records.count >= 2 && records.allSatisfy { $0[9].contains("\"t=") }
         }, "not both advertising presence: \(records)\n\(logs)")
-        for record in records {
-            let fields = record.split(separator: ";", omittingEmptySubsequences: false)
+        for fields in records {
+            let record = fields.joined(separator: ";")
             XCTAssertTrue(fields[3].hasPrefix("PeerVoice "), "instance name \(fields[3])")
             XCTAssertFalse(record.contains("Alice") || record.contains("Bob"), record)
             XCTAssertFalse(record.contains("\"fp=") || record.contains("\"n="), record)
@@ -282,9 +287,7 @@ final class LANTests: XCTestCase {
 
         // B goes, and comes back at another address; A queued a message meanwhile.
         XCTAssertEqual(daemons[1].terminate(), 0)
-        for arguments in [["addr", "del", "10.77.0.2/24", "dev", lan.b.interface], ["addr", "add", "10.77.0.3/24", "dev", lan.b.interface]] {
-            _ = try runCommand("ip", ["-n", lan.b.namespace] + arguments, in: lan.b.directory)
-        }
+        try moveB()
         try a.call("Send", [Variant(idB), Variant("found again")])
         a.clearSignals()
         let bAgain = try start(on: lan.b, name: "Bob desktop")
@@ -301,12 +304,10 @@ final class LANTests: XCTestCase {
     /// presence afresh, under a new name, so A resolves the new address and its queued message
     /// arrives once.
     func testAPeerWhoseAddressChangesIsFoundAgainAndItsMessageArrives() throws {
-        let (_, idB) = try pairWhileBIsDiscoverable()
+        let idB = try pairWhileBIsDiscoverable().b
         XCTAssertTrue(eventually(timeout: 10) { !((try? self.presenceNames(at: "10.77.0.2")) ?? []).isEmpty }, logs)
         let before = try presenceNames(at: "10.77.0.2")
-        for arguments in [["addr", "del", "10.77.0.2/24", "dev", lan.b.interface], ["addr", "add", "10.77.0.3/24", "dev", lan.b.interface]] {
-            _ = try runCommand("ip", ["-n", lan.b.namespace] + arguments, in: lan.b.directory)
-        }
+        try moveB()
         try a.call("Send", [Variant(idB), Variant("after the move")])
         XCTAssertNotNil(b.waitForSignal("MessageReceived", timeout: 30) { $0.string(2) == "after the move" },
                         "A did not find B at its new address\n\(logs)")
@@ -320,8 +321,7 @@ final class LANTests: XCTestCase {
 
     /// The instance names of the presence records A's avahi-daemon resolves at `address`.
     private func presenceNames(at address: String) throws -> Set<String> {
-        Set(try lan.a.browse("_peervoice._tcp").map { $0.split(separator: ";", omittingEmptySubsequences: false) }
-            .filter { $0[7] == address && $0[9].contains("t=") }.map { String($0[3]) })
+        Set(try records(on: lan.a).filter { $0[7] == address && $0[9].contains("t=") }.map { String($0[3]) })
     }
 
     // MARK: Spoofing

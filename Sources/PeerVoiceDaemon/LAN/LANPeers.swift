@@ -36,7 +36,7 @@ final class LANPeers {
     /// follows only then, naming it the same way).
     private var found: [LANFoundService: (ref: PeerRef, reported: Bool)] = [:]
     /// StartDiscovery was called (and not StopDiscovery since).
-    private var discoverable = false
+    private(set) var isDiscovering = false
     /// The computer is going to sleep or asleep: nothing is advertised or browsed.
     private var asleep = false
     /// What paired peers recognise our presence advertisements by (PRESENCE); `presence.key`.
@@ -80,7 +80,6 @@ final class LANPeers {
     /// Whether StartDiscovery can use the LAN now (DiscoveryMethods).
     var canDiscover: Bool { discovery?.isAvailable == true }
 
-    var isDiscovering: Bool { discoverable }
 
     /// StartDiscovery's LAN half: wants LAN discovery (it starts when Avahi is there) and says
     /// why it cannot run now, if it cannot.
@@ -90,8 +89,8 @@ final class LANPeers {
         guard ip.isListening else {
             return .failure(.failed("LAN discovery needs a listener, and none could be opened (see the log)"))
         }
-        if !discoverable { advertisedName = displayName() }
-        discoverable = true
+        if !isDiscovering { advertisedName = displayName() }
+        isDiscovering = true
         updateAdvertising()
         emit(.propertiesChanged([.discovering]))
         if let reason = discovery.unavailableReason { return .failure(.notAvailable("LAN discovery is not available: \(reason)")) }
@@ -100,8 +99,8 @@ final class LANPeers {
 
     /// StopDiscovery's LAN half: withdraws the advertisement; false when the LAN was not discovering.
     func stopDiscovery() -> Bool {
-        guard discovery != nil, discoverable else { return false }
-        discoverable = false
+        guard discovery != nil, isDiscovering else { return false }
+        isDiscovering = false
         if !registry.hasPairedPeers { closeDefaultListener() }
         // What was reported stays found quietly: no PeerLost for it later.
         for (service, entry) in found { found[service] = (entry.ref, false) }
@@ -127,7 +126,7 @@ final class LANPeers {
     /// Awake again (maybe on another network): advertising and browsing start afresh.
     func wake() {
         asleep = false
-        presenceEpoch = nil
+        endPresenceEpoch()
         updateAdvertising()
     }
 
@@ -136,7 +135,7 @@ final class LANPeers {
     /// on a new network, it would link the two). A named advertisement stays: Avahi updates its
     /// addresses, and publishing it again would show every browser a PeerLost and a PeerFound.
     func networkChanged() {
-        presenceEpoch = nil
+        endPresenceEpoch()
         updateAdvertising()
     }
 
@@ -155,7 +154,7 @@ final class LANPeers {
         } catch {
             Log.warning("could not replace the presence secret: \(error)")
         }
-        presenceEpoch = nil
+        endPresenceEpoch()
         updateAdvertising()
     }
 
@@ -164,20 +163,20 @@ final class LANPeers {
     private func updateAdvertising() {
         guard let discovery else { return }
         guard !asleep else {
-            stopEpochTimer()
+            endPresenceEpoch()
             return discovery.want(advertising: nil, browsing: false)
         }
         let hasPeers = registry.hasPairedPeers
         var service: LANServiceInfo?
         if ip.isListening {
-            if discoverable {
+            if isDiscovering {
                 service = namedService()
             } else if hasPeers {
                 service = presenceService()
             }
         }
-        if service == nil || discoverable { stopEpochTimer() }
-        discovery.want(advertising: service, browsing: discoverable || hasPeers)
+        if service == nil || isDiscovering { endPresenceEpoch() }
+        discovery.want(advertising: service, browsing: isDiscovering || hasPeers)
     }
 
     private func namedService() -> LANServiceInfo {
@@ -206,7 +205,8 @@ final class LANPeers {
         return LANServiceInfo(displayName: presenceName, port: ip.listenPort, advertisement: try! LANAdvertisement(presenceTag: tag))
     }
 
-    private func stopEpochTimer() {
+    /// The next presence advertisement starts a new epoch: a new name, a new timer.
+    private func endPresenceEpoch() {
         epochTimer = nil
         presenceEpoch = nil
     }
@@ -253,11 +253,11 @@ extension LANPeers: LANDiscoveryDelegate {
     func lanFound(_ service: LANFoundService, advertisement: LANAdvertisement) {
         let address = PeerAddress(ipHost: service.route.host, port: service.route.port)
         guard let peer = knownPeer(advertising: advertisement) else {
-            guard discoverable, advertisement.name != nil else { return }
+            guard isDiscovering, advertisement.name != nil else { return }
             found[service] = (.address(address), true)
             return emit(.peerFound(.address(address), name: advertisement.name ?? ""))
         }
-        let reported = discoverable && advertisement.tag == nil
+        let reported = isDiscovering && advertisement.tag == nil
         found[service] = (.id(peer.id), reported)
         peer.noteCandidate(address, seenAtMs: PeerVoiceService.nowMs())
         if reported { emit(.peerFound(.id(peer.id), name: advertisement.name ?? "")) }
