@@ -169,7 +169,7 @@ final class AppTests: XCTestCase {
         XCTAssertEqual(alpha.states(of: charlie.id).last, "pairing", "the dialog went before the pairing ended")
         XCTAssertNotNil(charlie.pairingRequest(for: alpha.id, after: charlieMark))
         try charlie.client.call("ConfirmPairing", [Variant(alpha.id), Variant(true)])
-        dispatch(timeout: 15) { dial.isDone }
+        eventually(timeout: 15) { dial.isDone }
         app.ui("wait-row", "charlie")
         screenshot(app, "app-peers", in: alpha)
 
@@ -180,7 +180,7 @@ final class AppTests: XCTestCase {
         try delta.client.call("ConfirmPairing", [Variant(alpha.id), Variant(true)])
         app.ui("click", "Reject")
         app.ui("wait-gone", "Pairing code")
-        dispatch(timeout: 15) { refused.isDone }
+        eventually(timeout: 15) { refused.isDone }
         guard case .failure(let error)? = refused.result else { return XCTFail("Connect was not refused: \(String(describing: refused.result))") }
         XCTAssertEqual(error.name, "org.example.PeerVoice.Error.Rejected")
 

@@ -260,14 +260,14 @@ final class PeerObjectsTests: XCTestCase {
             }
         }
         mirror.start()
-        XCTAssertTrue(iterateMainContext(timeout: 10) { mirror.isReady })
+        XCTAssertTrue(eventually(timeout: 10) { mirror.isReady })
         XCTAssertEqual(mirror.paths(implementing: PeerObjects.interface), [Self.foundDevice.path])
 
         objects.show([Self.alice])
         var moved = Self.alice
         moved.routes.insert(.init(transport: .ip, address: "ip:192.168.1.21:47800", lastSeenMs: 1_764_580_009_000), at: 0)
         objects.publish(moved)
-        XCTAssertTrue(iterateMainContext(timeout: 10) { changes.count == 3 }, "\(changes)")
+        XCTAssertTrue(eventually(timeout: 10) { changes.count == 3 }, "\(changes)")
         XCTAssertEqual(changes, ["removed \(Self.foundDevice.path)", "added \(Self.alice.path)", "changed \(Self.alice.path) [\"Routes\"]"])
         XCTAssertEqual(mirror.paths(implementing: PeerObjects.interface), [Self.alice.path])
         let routes = mirror.properties(of: Self.alice.path, interface: PeerObjects.interface)?["Routes"]
@@ -301,7 +301,7 @@ final class PeerObjectsTests: XCTestCase {
         // The service only wakes the main context when the tool calls; the ticks notice its exit.
         let ticks = Timer.every(milliseconds: 10) { true }
         defer { ticks.cancel() }
-        _ = iterateMainContext(timeout: 20) { !process.isRunning }
+        eventually(timeout: 20) { !process.isRunning }
         XCTAssertEqual(process.status, 0, "\(tool) \(arguments): \(process.log)")
         let output = process.log
         try? FileManager.default.removeItem(atPath: process.logPath)
@@ -351,7 +351,7 @@ private final class AppConnection {
         var result: Result<Variant, BusError>?
         connection.callAsync(destination: BusObject.busName, path: path, interface: interface, method: method,
                              arguments: Variant(tuple: arguments), timeoutMs: 5_000) { result = $0 }
-        _ = iterateMainContext(timeout: 10) { result != nil }
+        eventually(timeout: 10) { result != nil }
         guard let result else { throw BusError(name: "test.NoReply", message: "\(method) on \(path) got no reply") }
         return try result.get()
     }
@@ -378,12 +378,12 @@ private final class AppConnection {
     /// A round trip to the service: every signal it sent before answering has arrived after this.
     func settle() throws(BusError) {
         _ = try call(PeerObjects.managerPath, "org.freedesktop.DBus.Peer", "Ping")
-        _ = iterateMainContext(timeout: 0.05) { false }
+        eventually(timeout: 0.05) { false }
     }
 
     func waitForSignal(_ member: String, timeout: Double = 10) -> BusSignal? {
         var found: BusSignal?
-        _ = iterateMainContext(timeout: timeout) {
+        eventually(timeout: timeout) {
             found = signals.first { $0.member == member }
             return found != nil
         }

@@ -50,7 +50,7 @@ final class MockBlueZ {
         let connect = client.callAsync("Connect", [Variant(Self.device)], timeout: 30)
         while !(discovery.isDone && connect.isDone) && Date().timeIntervalSince(frozenAt) < 20 {
             try meanwhile()
-            dispatch(timeout: 0.2) { false }
+            eventually(timeout: 0.2) { false }
         }
         return (discovery, connect, Date().timeIntervalSince(frozenAt))
     }
@@ -121,7 +121,7 @@ final class BlueZHangTests: XCTestCase {
         MockBlueZ.assertFailedSayingBlueZHangs(discovery, connect)
 
         // Every message sent meanwhile arrived.
-        XCTAssertTrue(dispatch(timeout: 10) {
+        XCTAssertTrue(eventually(timeout: 10) {
             Set(b.client.signals.filter { $0.member == "MessageReceived" }.map { $0.string(1) }).isSuperset(of: sent)
         }, "not every message sent while BlueZ hung arrived")
 
@@ -136,7 +136,7 @@ final class BlueZHangTests: XCTestCase {
         bluez.mock.freeze()
         let stopped = Date()
         let stop = a.client.callAsync("StopDiscovery", timeout: 30)
-        XCTAssertTrue(dispatch(timeout: 15) { stop.isDone })
+        XCTAssertTrue(eventually(timeout: 15) { stop.isDone })
         print("StopDiscovery against a hung BlueZ answered after \(String(format: "%.1f", Date().timeIntervalSince(stopped))) s")
         guard case .failure(let stopError) = stop.result else { return XCTFail("StopDiscovery: \(String(describing: stop.result))") }
         XCTAssertEqual(stopError.name, "org.example.PeerVoice.Error.NotAvailable")

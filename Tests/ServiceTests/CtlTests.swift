@@ -148,7 +148,7 @@ final class CtlTests: XCTestCase {
         XCTAssertEqual(promptB.arguments[2].string, code, "both people see the same code", file: file, line: line)
         try a.client.call("ConfirmPairing", [Variant(b.id), Variant(true)])
         try b.client.call("ConfirmPairing", [Variant(a.id), Variant(true)])
-        XCTAssertTrue(iterateMainContext(timeout: 15) { reply != nil }, "Connect did not answer", file: file, line: line)
+        XCTAssertTrue(eventually(timeout: 15) { reply != nil }, "Connect did not answer", file: file, line: line)
         if case .failure(let error)? = reply { throw error }
         return code
     }
@@ -697,17 +697,9 @@ final class CtlTests: XCTestCase {
         return process
     }
 
-    /// Dispatches the main context (the fake service) until `condition` holds or `timeout` passes.
-    @discardableResult
-    private func serve(timeout: Double = 10, until condition: () -> Bool) -> Bool {
-        let tick = Timer.every(milliseconds: 10) { true }
-        defer { tick.cancel() }
-        return iterateMainContext(timeout: timeout, until: condition)
-    }
-
     private func serve(_ arguments: [String], bus: String) throws -> Run {
         let process = try start(arguments, bus: bus)
-        serve { !process.isRunning }
+        eventually(timeout: 10) { !process.isRunning }
         process.kill()
         return Run(arguments: arguments, status: process.status, output: process.log)
     }
@@ -728,9 +720,9 @@ final class CtlTests: XCTestCase {
 
         // discover until Ctrl-C: StopDiscovery too.
         let interrupted = try start(["discover"], bus: bus.address)
-        XCTAssertTrue(serve { interrupted.log.contains("lost ") }, interrupted.log)
+        XCTAssertTrue(eventually(timeout: 10) { interrupted.log.contains("lost ") }, interrupted.log)
         interrupted.signal(SIGINT)
-        serve { !interrupted.isRunning }
+        eventually(timeout: 10) { !interrupted.isRunning }
         XCTAssertEqual(interrupted.status, 0, interrupted.log)
         XCTAssertEqual(fake.calls.suffix(2), ["StartDiscovery", "StopDiscovery"])
 
@@ -738,11 +730,11 @@ final class CtlTests: XCTestCase {
         let prompt = "pairing with \(peer) (Kitchen radio): compare code 012345, then run: peervoicectl confirm \(peer) yes"
         for answer in ["yes", "no"] {
             let connect = try start(["connect", peer.lowercased()], bus: bus.address)
-            XCTAssertTrue(serve { connect.log.contains(prompt + "\n") }, connect.log)
+            XCTAssertTrue(eventually(timeout: 10) { connect.log.contains(prompt + "\n") }, connect.log)
             let confirm = try serve(["confirm", peer, answer], bus: bus.address)
             XCTAssertEqual(confirm.status, 0, "\(confirm)")
             XCTAssertEqual(confirm.output, answer == "yes" ? "accepted pairing with \(peer)\n" : "refused pairing with \(peer)\n")
-            serve { !connect.isRunning }
+            eventually(timeout: 10) { !connect.isRunning }
             let progress = "connecting to \(peer)...\npairing with \(peer)...\n\(prompt)\n"
             if answer == "yes" {
                 XCTAssertEqual(connect.status, 0, connect.log)

@@ -64,7 +64,7 @@ final class DesktopTests: XCTestCase {
         var calls: [[Variant]] = []
         let tick = Timer.every(milliseconds: 20) { true }
         defer { tick.cancel() }
-        dispatch(timeout: timeout) {
+        eventually(timeout: timeout) {
             calls = mock.calls(method)
             return calls.count >= count
         }
@@ -112,7 +112,7 @@ final class DesktopTests: XCTestCase {
         XCTAssertEqual(a.states(of: b.id, after: markA).last, "pairing")
         try notifyA.emit(Self.notifications, "ActionInvoked", "us", [Variant(UInt32(1)), Variant("accept")])
         try b.client.call("ConfirmPairing", [Variant(a.id), Variant(true)])
-        dispatch(timeout: 15) { connect.isDone }
+        eventually(timeout: 15) { connect.isDone }
         XCTAssertNoThrow(try XCTUnwrap(connect.result, "no Connect reply").get(), a.log)
         XCTAssertNotNil(a.waitForState("connected", of: b.id, after: markA, timeout: 10), a.log)
         XCTAssertNotNil(b.waitForState("connected", of: a.id, after: markB, timeout: 10), b.log)
@@ -171,7 +171,7 @@ final class DesktopTests: XCTestCase {
 
         try b.client.call("ConfirmPairing", [Variant(a.id), Variant(true)])
         try notifyA.emit(Self.notifications, "ActionInvoked", "us", [Variant(UInt32(1)), Variant("reject")])
-        dispatch(timeout: 15) { connect.isDone }
+        eventually(timeout: 15) { connect.isDone }
         guard case .failure(let error)? = connect.result else {
             return XCTFail("Connect did not fail: \(String(describing: connect.result)) \(a.log)")
         }
@@ -206,7 +206,7 @@ final class DesktopTests: XCTestCase {
         XCTAssertEqual((0..<4).map(prompt.string), [b.id, "bob", a.client.signals[requested].string(2), "confirm"])
         XCTAssertNotNil(b.pairingRequest(for: a.id, after: markB, timeout: 15), b.log)
         try b.client.call("ConfirmPairing", [Variant(a.id), Variant(false)])
-        dispatch(timeout: 15) { refused.isDone }
+        eventually(timeout: 15) { refused.isDone }
         XCTAssertNotNil(a.client.waitForSignalIndex("PairingSettled", after: markA, timeout: 10) {
             $0.string(0) == b.id && $0.arguments[1].bool == false
         }, "the other side's refusal settles A's prompt: \(a.log)")
@@ -227,7 +227,7 @@ final class DesktopTests: XCTestCase {
         XCTAssertEqual(waitForCalls(notifyA, "Notify", count: 1).first?[3].string, "Pair with bob?")
         try a.client.call("ConfirmPairing", [Variant(b.id), Variant(true)])
         try b.client.call("ConfirmPairing", [Variant(a.id), Variant(true)])
-        dispatch(timeout: 15) { accepted.isDone }
+        eventually(timeout: 15) { accepted.isDone }
         XCTAssertNoThrow(try XCTUnwrap(accepted.result).get(), a.log)
         for (peer, other) in [(a, b), (b, a)] {
             XCTAssertNotNil(peer.client.waitForSignalIndex("PairingSettled", after: peer === a ? markA : markB, timeout: 10) {

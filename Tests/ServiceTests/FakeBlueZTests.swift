@@ -109,7 +109,7 @@ final class FakeBlueZTests: XCTestCase {
     }
 
     private func waitForRegistrations(_ count: Int) -> Bool {
-        iterateMainContext(timeout: 10) { self.bluez.calls("RegisterAgent").count >= count && bluez.calls("RequestDefaultAgent").count >= count }
+        eventually(timeout: 10) { self.bluez.calls("RegisterAgent").count >= count && bluez.calls("RequestDefaultAgent").count >= count }
     }
 
     func testRegistersWithBlueZAndAgainWhenItComesBack() throws {
@@ -176,7 +176,7 @@ final class FakeBlueZTests: XCTestCase {
         XCTAssertNotNil(client.waitForSignal("PeerStateChanged") { $0.arguments[0].string == Self.peer && $0.arguments[1].string == "pairing" })
         XCTAssertNil(answer, "BlueZ got an answer before anyone confirmed")
         try client.call("ConfirmPairing", [Variant(Self.peer.lowercased()), Variant(true)])
-        XCTAssertTrue(iterateMainContext(timeout: 10) { answer != nil })
+        XCTAssertTrue(eventually(timeout: 10) { answer != nil })
         if case .failure(let error) = answer { XCTFail("accepted pairing answered \(error)") }
         XCTAssertEqual(client.waitForSignal("PairingSettled")?.arguments[1].bool, true)
         // The prompt is gone.
@@ -191,7 +191,7 @@ final class FakeBlueZTests: XCTestCase {
         }
         XCTAssertEqual(client.waitForSignal("PairingRequested")?.arguments[2].string, "123456")
         try client.call("ConfirmPairing", [Variant(Self.peer), Variant(false)])
-        XCTAssertTrue(iterateMainContext(timeout: 10) { answer != nil })
+        XCTAssertTrue(eventually(timeout: 10) { answer != nil })
         guard case .failure(let error) = answer else { return XCTFail("refused pairing answered with success") }
         XCTAssertEqual(error.name, "org.bluez.Error.Rejected")
         XCTAssertNotNil(client.waitForSignal("PeerStateChanged") { $0.arguments[0].string == Self.peer && $0.arguments[1].string == "disconnected" })

@@ -207,9 +207,9 @@ final class IdentityTests: XCTestCase {
         let promptB = try XCTUnwrap(b.pairingRequest(for: a.id, after: markB2, timeout: 15))
         XCTAssertEqual(promptA.string(2), promptB.string(2))
         try a.client.call("ConfirmPairing", [Variant(b.id), Variant(true)])
-        XCTAssertFalse(dispatch(timeout: 1) { connect.isDone }, "the link opened before B's person answered")
+        XCTAssertFalse(eventually(timeout: 1) { connect.isDone }, "the link opened before B's person answered")
         try b.client.call("ConfirmPairing", [Variant(a.id), Variant(true)])
-        dispatch(timeout: 10) { connect.isDone }
+        eventually(timeout: 10) { connect.isDone }
         XCTAssertEqual(try connect.result?.get()[0].string, b.id)
 
         // And when the pinned side's person says no, nobody connects.
@@ -234,7 +234,7 @@ final class IdentityTests: XCTestCase {
             XCTAssertNotNil(b.waitForState("disconnected", of: a.id, after: markB, timeout: 10))
             let fromA = a.client.callAsync("Connect", [Variant(b.id)], timeout: 30)
             let fromB = b.client.callAsync("Connect", [Variant(a.id)], timeout: 30)
-            dispatch(timeout: 20) { fromA.isDone && fromB.isDone }
+            eventually(timeout: 20) { fromA.isDone && fromB.isDone }
             XCTAssertEqual(try fromA.result?.get()[0].string, b.id)
             XCTAssertEqual(try fromB.result?.get()[0].string, a.id)
             // Settled: connected on both sides, and it stays so (no link keeps replacing the other).
@@ -273,7 +273,7 @@ final class IdentityTests: XCTestCase {
         try a.client.call("ConfirmPairing", [Variant(b.id), Variant(true)])
         XCTAssertNotNil(b.pairingRequest(for: a.id, timeout: 15))
         try b.client.call("ConfirmPairing", [Variant(a.id), Variant(true)])
-        dispatch(timeout: 10) { connect.isDone }
+        eventually(timeout: 10) { connect.isDone }
         XCTAssertNoThrow(try connect.result?.get())
 
         let fingerprint = try XCTUnwrap(try b.client.property("Fingerprint").string)
@@ -299,7 +299,7 @@ final class IdentityTests: XCTestCase {
                                                          path: peerPath) { changes.append($0) }
         let markChange = a.mark
         try a.client.call("Disconnect", [Variant(b.id)])
-        XCTAssertTrue(dispatch(timeout: 5) { !changes.isEmpty })
+        XCTAssertTrue(eventually(timeout: 5) { !changes.isEmpty })
         XCTAssertEqual(changes.first?.arguments[1].lookup("State")?.string, "disconnected")
         withExtendedLifetime(subscription) {}
         // RemovePeer removes the object.

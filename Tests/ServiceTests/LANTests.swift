@@ -101,7 +101,7 @@ final class LANTests: XCTestCase {
         XCTAssertEqual(promptA?.string(2), promptB?.string(2), "the two sides show different codes")
         try a.call("ConfirmPairing", [Variant(idB), Variant(true)])
         try b.call("ConfirmPairing", [Variant(idA), Variant(true)])
-        dispatch(timeout: 15) { connect.isDone }
+        eventually(timeout: 15) { connect.isDone }
         if case .failure(let error) = connect.result ?? .failure(BusError(name: "no reply", message: "")) {
             return XCTFail("Connect failed: \(error)\n\(logs)")
         }
@@ -253,7 +253,7 @@ final class LANTests: XCTestCase {
         try b.call("ConfirmPairing", [Variant(idA), Variant(true)])
         XCTAssertNotNil(a.waitForSignal("PairingRequested") { $0.string(0) == idB }, logs)
         try a.call("ConfirmPairing", [Variant(idB), Variant(true)])
-        dispatch(timeout: 15) { pairing.isDone }
+        eventually(timeout: 15) { pairing.isDone }
         guard case .success = pairing.result else { throw HarnessError("Connect: \(String(describing: pairing.result))\n\(logs)") }
         if thenHidingB { try b.call("StopDiscovery") }
         return (idA, idB, askedOnB)
@@ -352,7 +352,7 @@ final class LANTests: XCTestCase {
 
         // The claimed route is the most recent, so it is dialled first; another key answers.
         let connect = a.callAsync("Connect", [Variant(idB)])
-        dispatch(timeout: 25) { connect.isDone }
+        eventually(timeout: 25) { connect.isDone }
         guard case .success(let reply) = connect.result else {
             return XCTFail("Connect failed past the fake route: \(String(describing: connect.result))\n\(logs)")
         }

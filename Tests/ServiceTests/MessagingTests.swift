@@ -166,7 +166,7 @@ final class MessagingTests: XCTestCase {
             ids.append(try send(a, to: b.id, text))
         }
         let sendSeconds = Date().timeIntervalSince(started)
-        let done = dispatch(timeout: 45) {
+        let done = eventually(timeout: 45) {
             logA.update()
             logB.update()
             return logB.received.count >= 1000 && logA.delivered.count >= 1000
@@ -212,7 +212,7 @@ final class MessagingTests: XCTestCase {
             XCTAssertEqual(signal.string(0), a.id)
             XCTAssertEqual(Array(signal.string(2).utf8), Array(text.utf8))
         }
-        XCTAssertTrue(dispatch(timeout: 10) {
+        XCTAssertTrue(eventually(timeout: 10) {
             a.client.signals[markA...].filter { $0.member == "MessageDelivered" && $0.string(1) == id }.count >= 2
         })
         a.client.drain(for: 0.3)
@@ -249,7 +249,7 @@ final class MessagingTests: XCTestCase {
         let markRestart = a.mark
         let restarted = Date()
         try b.restart()
-        let done = dispatch(timeout: 30) {
+        let done = eventually(timeout: 30) {
             logA.update()
             logB.update()
             return logA.delivered.count >= 400 && logB.received.count >= 400
@@ -309,7 +309,7 @@ final class MessagingTests: XCTestCase {
         let restartMs = nowMs()  // the old B is dead: it stored everything it stored before this
         try b.restart()
         XCTAssertNotNil(a.waitForState("connected", of: b.id, after: markRestart, timeout: 20), "A did not reconnect")
-        let allDelivered = dispatch(timeout: 20) {
+        let allDelivered = eventually(timeout: 20) {
             logA.update()
             return Set(logA.delivered.map(\.id)).isSuperset(of: ids)
         }
@@ -378,7 +378,7 @@ final class MessagingTests: XCTestCase {
         try a.restart()
         let logA = MessageLog(a, from: markA)
         XCTAssertNotNil(a.waitForState("connected", of: b.id, after: markA, timeout: 20), "A did not redial B")
-        let arrived = dispatch(timeout: 20) {
+        let arrived = eventually(timeout: 20) {
             logA.update()
             logB.update()
             return Set(logB.received.map(\.id)).isSuperset(of: ids) && Set(logA.delivered.map(\.id)).isSuperset(of: ids)
@@ -447,7 +447,7 @@ final class MessagingTests: XCTestCase {
 
         let remove = a.client.callRecordingOrder("RemovePeer", [Variant(b.id)])
         XCTAssertNoThrow(try remove.result.get())
-        XCTAssertTrue(dispatch(timeout: 10) {
+        XCTAssertTrue(eventually(timeout: 10) {
             a.client.signals[markKill...].filter { $0.member == "MessageFailed" }.count >= 3
         })
         a.client.drain(for: 1.0)
@@ -477,14 +477,14 @@ final class MessagingTests: XCTestCase {
         // 4 KiB of random bytes.
         var garbage = (0..<4096).map { _ in UInt8.random(in: 0...255) }
         garbage[0] = 0xA5
-        let first = try RawTCPConnection(port: a.port)
+        let first = try TCPStream.connect(port: a.port)
         try first.send(garbage)
         XCTAssertNotEqual(first.readUntilEnd(timeout: 5).ending, .stillOpen, "garbage: the link stayed open")
         XCTAssertTrue(eventually(timeout: 5) { a.log.contains("not a PeerVoice stream") }, a.log)
 
         // The right magic with version 99: the daemon's own preamble (sent first, without waiting
         // for ours), then the end; no GOODBYE, nothing is sealed yet.
-        let second = try RawTCPConnection(port: a.port)
+        let second = try TCPStream.connect(port: a.port)
         try second.send(Array("PVLK".utf8) + [0x00, 0x63, 0x00, 0x00])
         let secondEnd = second.readUntilEnd(timeout: 5)
         XCTAssertEqual(secondEnd.ending, .closed, "version 99: the link stayed open or was reset")
@@ -493,7 +493,7 @@ final class MessagingTests: XCTestCase {
 
         // A valid preamble: the daemon answers with its preamble and, as the responder, waits for
         // handshake message 1 (it sends nothing more and keeps the stream open).
-        let third = try RawTCPConnection(port: a.port)
+        let third = try TCPStream.connect(port: a.port)
         try third.send(Self.preamble)
         let answer = third.read(timeout: 0.7) { _ in false }
         XCTAssertEqual(answer.ending, .stillOpen, "valid preamble: the daemon hung up")
@@ -509,7 +509,7 @@ final class MessagingTests: XCTestCase {
         XCTAssertTrue(eventually(timeout: 5) { a.log.contains("frame of 1025 bytes is over the limit") }, a.log)
 
         // Exactly 1024 bytes is allowed by the framing (the handshake refuses it as message 1).
-        let fourth = try RawTCPConnection(port: a.port)
+        let fourth = try TCPStream.connect(port: a.port)
         try fourth.send(Self.preamble + [0x00, 0x00, 0x04, 0x00] + [0x21] + Array(repeating: 0, count: 1023))
         let fourthEnd = fourth.readUntilEnd(timeout: 5)
         XCTAssertEqual(fourthEnd.ending, .closed)

@@ -114,7 +114,7 @@ final class ReliabilityTests: XCTestCase {
             }
         }
         for _ in 0..<64 { issue() }
-        XCTAssertTrue(dispatch(timeout: 60) { replies == count }, "\(replies) of \(count) Sends answered")
+        XCTAssertTrue(eventually(timeout: 60) { replies == count }, "\(replies) of \(count) Sends answered")
         XCTAssertEqual(errors, [])
         let sent = ids.compactMap { $0 }
         XCTAssertTrue(eventually(timeout: 60) {

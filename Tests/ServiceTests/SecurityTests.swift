@@ -112,7 +112,7 @@ final class SecurityTests: XCTestCase {
         XCTAssertEqual(b.states(of: impostorOfA, after: markB), ["pairing"])
         XCTAssertNoThrow(try a.client.call("ConfirmPairing", [Variant(mitm), Variant(false)]))
         XCTAssertNoThrow(try b.client.call("ConfirmPairing", [Variant(impostorOfA), Variant(false)]))
-        dispatch(timeout: 10) { connect.isDone }
+        eventually(timeout: 10) { connect.isDone }
         XCTAssertEqual(errorName(connect), Self.rejected, "\(String(describing: connect.result))")
         XCTAssertNotNil(b.waitForState("disconnected", of: impostorOfA, after: markB))
         XCTAssertEqual(try history(a, of: relay.address).map { [$0.id, $0.status] }, [[queued, "queued"]])
@@ -141,7 +141,7 @@ final class SecurityTests: XCTestCase {
         XCTAssertTrue(eventually(timeout: 5) { forwarding.forwarded.contains { $0.frame == .pairing(.accept) } },
                       "A's acceptance was not forwarded: \(forwarding.events)")
         XCTAssertNoThrow(try b.client.call("ConfirmPairing", [Variant(impostorOfAAgain), Variant(false)]))
-        dispatch(timeout: 10) { connect.isDone }
+        eventually(timeout: 10) { connect.isDone }
         XCTAssertEqual(errorName(connect), Self.rejected, "\(String(describing: connect.result))")
         XCTAssertNotNil(b.waitForState("disconnected", of: impostorOfAAgain, after: markB))
 
@@ -185,7 +185,7 @@ final class SecurityTests: XCTestCase {
 
         let sentAt = Date()
         let ids = try texts.map { try XCTUnwrap(try a.client.call("Send", [Variant(relay.address), Variant($0)])[0].string) }
-        let arrived = dispatch(timeout: 10) {
+        let arrived = eventually(timeout: 10) {
             Set(b.client.signals[markB...].filter { $0.member == "MessageReceived" }.map { $0.string(1) }).isSuperset(of: ids)
                 && Set(a.client.signals[markA...].filter { $0.member == "MessageDelivered" }.map { $0.string(1) }).isSuperset(of: ids)
         }
@@ -292,7 +292,7 @@ final class SecurityTests: XCTestCase {
         XCTAssertEqual(acked, 8)
         XCTAssertTrue(eventually(timeout: 3) { b.log.contains("; 7 so far") }, "B did not count 7 rejected records")
         XCTAssertEqual(b.states(of: fakeID, after: mark), ["pairing", "connected"], "the link did not survive 7 bad records")
-        XCTAssertTrue(dispatch(timeout: 5) { b.client.signals("MessageReceived").count >= 8 })
+        XCTAssertTrue(eventually(timeout: 5) { b.client.signals("MessageReceived").count >= 8 })
         XCTAssertEqual(b.client.signals("MessageReceived").map { $0.string(2) }, (1...8).map { "message \($0)" })
 
         // The eighth closes the link.
@@ -526,12 +526,12 @@ final class SecurityTests: XCTestCase {
         XCTAssertEqual(preamble, [0x50, 0x56, 0x4C, 0x4B, 0x00, 0x05, 0x00, 0x00])
 
         // Stalls in the middle of message 1.
-        let stalled = try RawTCPConnection(port: a.port)
+        let stalled = try TCPStream.connect(port: a.port)
         try stalled.send(preamble + [0x00, 0x00, 0x00, 0x21, 0x21] + Array(repeating: 0x55, count: 10))
         let stalledAt = Date()
 
         // Message 1 cut short: a whole 20-byte body.
-        let short = try RawTCPConnection(port: a.port)
+        let short = try TCPStream.connect(port: a.port)
         try short.send(preamble + [0x00, 0x00, 0x00, 0x14, 0x21] + Array(repeating: 0x55, count: 19))
         let shortEnd = short.readUntilEnd(timeout: 5)
         XCTAssertEqual(shortEnd.ending, .closed)
@@ -539,18 +539,18 @@ final class SecurityTests: XCTestCase {
         XCTAssertTrue(eventually(timeout: 5) { a.log.contains("handshake message 1 (initiator's commitment) has 20 bytes (must have 33)") })
 
         // Message 1 cut short by the end of the stream.
-        let cut = try RawTCPConnection(port: a.port)
+        let cut = try TCPStream.connect(port: a.port)
         try cut.send(preamble + [0x00, 0x00, 0x00, 0x21, 0x21, 0x01, 0x02])
         XCTAssertEqual(cut.read(timeout: 5) { $0.count >= 8 }.bytes, preamble)
         cut.close()
         XCTAssertTrue(eventually(timeout: 5) { a.log.contains("closed before opening: the peer closed the connection") })
 
         // Garbage after the preamble: a plausible length with an unknown type, then random bytes.
-        let garbled = try RawTCPConnection(port: a.port)
+        let garbled = try TCPStream.connect(port: a.port)
         try garbled.send(preamble + [0x00, 0x00, 0x00, 0x21, 0x77] + (0..<32).map { _ in UInt8.random(in: 0...255) })
         XCTAssertEqual(garbled.readUntilEnd(timeout: 5).ending, .closed)
         XCTAssertTrue(eventually(timeout: 5) { a.log.contains("received a message of unknown type 0x77") })
-        let random = try RawTCPConnection(port: a.port)
+        let random = try TCPStream.connect(port: a.port)
         try random.send(preamble + [0xF3] + (0..<300).map { _ in UInt8.random(in: 0...255) })
         XCTAssertEqual(random.readUntilEnd(timeout: 5).ending, .closed)
 
@@ -559,7 +559,7 @@ final class SecurityTests: XCTestCase {
                                       payload: Frame.hello(SecureLink.makeHello(name: "m")).encodedBody(), crypto: SecureLink.crypto)
         let other = try Handshake(role: .initiator, identity: SecureLink.newIdentity(),
                                   payload: Frame.hello(SecureLink.makeHello(name: "m")).encodedBody(), crypto: SecureLink.crypto)
-        let switcher = try RawTCPConnection(port: a.port)
+        let switcher = try TCPStream.connect(port: a.port)
         try switcher.send(preamble + Wire.lengthPrefixed(try committed.writeMessage()))
         let reply = switcher.read(timeout: 5) { $0.count >= 8 + 4 + 33 }
         XCTAssertEqual(reply.bytes.count, 8 + 4 + 33, "the daemon's preamble and message 2")
@@ -612,7 +612,7 @@ final class SecurityTests: XCTestCase {
 
     private func connectClient(_ bus: PrivateBus) throws -> APIClient {
         var client: APIClient?
-        _ = eventually(timeout: 10) {
+        eventually(timeout: 10) {
             client = try? APIClient(address: bus.address)
             return client != nil
         }

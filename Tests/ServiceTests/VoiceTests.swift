@@ -98,7 +98,7 @@ final class VoiceTests: XCTestCase {
 
     /// Lets signals arrive while `seconds` pass.
     func pause(_ seconds: Double) {
-        _ = dispatch(timeout: seconds) { false }
+        eventually(timeout: seconds) { false }
     }
 
     func ms(_ seconds: Double) -> String { String(format: "%.1f", seconds * 1000) }
@@ -155,7 +155,7 @@ final class VoiceTests: XCTestCase {
         var result = [String: [String: Int]]()
         for peer in [rig.a, rig.b] {
             var line = "-"
-            _ = eventually(timeout: 2) {
+            eventually(timeout: 2) {
                 line = peer.log.components(separatedBy: "\n").last { $0.contains("stopped (StopVoice") || $0.contains("stopped (the peer stopped") } ?? "-"
                 return line != "-"
             }

@@ -69,8 +69,7 @@ public final class ChildProcess {
     /// Waits up to `timeout` seconds for the process to end; returns its status or nil.
     @discardableResult
     public func wait(timeout: Double) -> Int32? {
-        let deadline = Date().addingTimeInterval(timeout)
-        while status == nil && Date() < deadline { usleep(2_000) }
+        eventually(timeout: timeout) { status != nil }
         return status
     }
 
@@ -89,34 +88,6 @@ public final class ChildProcess {
         let signal = raw & 0x7f
         return signal == 0 ? (raw >> 8) & 0xff : 128 + signal
     }
-}
-
-public struct HarnessError: Error, CustomStringConvertible {
-    public let description: String
-    public init(_ description: String) { self.description = description }
-}
-
-/// A fresh directory under /tmp, removed by `remove()`.
-public final class TemporaryDirectory {
-    public let path: String
-
-    public init(_ prefix: String = "peervoice-test") throws {
-        var template = Array("/tmp/\(prefix)-XXXXXX".utf8CString)
-        guard let made = mkdtemp(&template) else { throw HarnessError("mkdtemp failed") }
-        path = String(cString: made)
-    }
-
-    public func remove() { try? FileManager.default.removeItem(atPath: path) }
-}
-
-/// Polls `condition` until it holds or `timeout` seconds pass.
-public func eventually(timeout: Double, _ condition: () -> Bool) -> Bool {
-    let deadline = Date().addingTimeInterval(timeout)
-    while Date() < deadline {
-        if condition() { return true }
-        usleep(5_000)
-    }
-    return condition()
 }
 
 /// The resident set size of process `pid` in KiB (VmRSS), or 0 when it cannot be read.

@@ -63,7 +63,7 @@ public enum VoicePairing {
         let markA = a.mark, markB = b.mark
         let connect = a.client.callAsync("Connect", [Variant(target)], timeout: timeout)
         var here: BusSignal?, there: BusSignal?
-        dispatch(timeout: timeout) {
+        eventually(timeout: timeout) {
             here = here ?? a.client.signals[markA...].first { $0.member == "PairingRequested" }
             there = there ?? b.client.signals[markB...].first { $0.member == "PairingRequested" }
             return (here != nil && there != nil) || connect.isDone
@@ -73,7 +73,7 @@ public enum VoicePairing {
         }
         try a.client.call("ConfirmPairing", [Variant(here.string(0)), Variant(true)])
         try b.client.call("ConfirmPairing", [Variant(there.string(0)), Variant(true)])
-        dispatch(timeout: timeout) { connect.isDone }
+        eventually(timeout: timeout) { connect.isDone }
         guard case .success? = connect.result else {
             throw HarnessError("Connect \(target) failed: \(String(describing: connect.result))")
         }
@@ -355,7 +355,7 @@ public final class VoiceRelay: @unchecked Sendable {
 
     /// Sends `datagrams` to the target from the relay's port, as if the dialler had sent them.
     public func replay(_ datagrams: [[UInt8]]) {
-        var target = Self.loopback(port: targetPort)
+        var target = loopbackAddress(port: targetPort)
         for datagram in datagrams { Self.send(udp, datagram, to: &target) }
     }
 
@@ -390,7 +390,7 @@ public final class VoiceRelay: @unchecked Sendable {
 
     private func datagramLoop() {
         var buffer = [UInt8](repeating: 0, count: 65_536)
-        var target = Self.loopback(port: targetPort)
+        var target = loopbackAddress(port: targetPort)
         while !isStopping {
             var poller = pollfd(fd: udp, events: Int16(POLLIN), revents: 0)
             guard poll(&poller, 1, 100) > 0 else { continue }
@@ -435,7 +435,7 @@ public final class VoiceRelay: @unchecked Sendable {
             let client = accept(listener, nil, nil)
             guard client >= 0 else { continue }
             let server = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-            var address = Self.loopback(port: targetPort)
+            var address = loopbackAddress(port: targetPort)
             let connected = withUnsafePointer(to: &address) {
                 $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(server, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
             }
@@ -472,16 +472,8 @@ public final class VoiceRelay: @unchecked Sendable {
         }
     }
 
-    private static func loopback(port: UInt16) -> sockaddr_in {
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_port = port.bigEndian
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        return address
-    }
-
     private static func bind(_ fd: Int32, port: UInt16) -> Bool {
-        var address = loopback(port: port)
+        var address = loopbackAddress(port: port)
         return withUnsafePointer(to: &address) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
         } == 0

@@ -1,0 +1,51 @@
+import Foundation
+import GIO
+import Glibc
+
+/// A private `dbus-daemon --session` for one test; nothing else talks on it.
+public final class PrivateBus {
+    public let address: String
+    private let process: ChildProcess
+
+    public init(in directory: TemporaryDirectory, configArguments: [String] = ["--session"]) throws {
+        let socket = directory.path + "/bus"
+        address = "unix:path=" + socket
+        process = try ChildProcess("dbus-daemon", configArguments + ["--nofork", "--nopidfile", "--address=" + address],
+                                   logPath: directory.path + "/dbus-daemon.log")
+        // The socket file appears a moment before dbus-daemon listens on it: ready means a client
+        // can connect.
+        let address = address
+        guard eventually(timeout: 10, { !process.isRunning || (try? DBusConnection.connect(address: address)) != nil }),
+              process.isRunning else {
+            throw HarnessError("dbus-daemon did not start: \(process.log)")
+        }
+    }
+
+    /// A private session bus that starts services by bus activation from `serviceDirectories`
+    /// only (so a PeerVoice installed on this machine is not found unless a directory is listed).
+    public convenience init(in directory: TemporaryDirectory, activatingFrom serviceDirectories: [String]) throws {
+        let config = directory.path + "/session.conf"
+        try """
+            <!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
+             "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
+            <busconfig>
+              <type>session</type>
+              <listen>unix:tmpdir=\(directory.path)</listen>
+              <auth>EXTERNAL</auth>
+            \(serviceDirectories.map { "  <servicedir>\($0)</servicedir>" }.joined(separator: "\n"))
+              <policy context="default">
+                <allow send_destination="*" eavesdrop="true"/>
+                <allow eavesdrop="true"/>
+                <allow own="*"/>
+              </policy>
+            </busconfig>
+
+            """.write(toFile: config, atomically: true, encoding: .utf8)
+        try self.init(in: directory, configArguments: ["--config-file=" + config])
+    }
+
+    public func stop() {
+        process.signal(SIGTERM)
+        if process.wait(timeout: 5) == nil { process.kill() }
+    }
+}

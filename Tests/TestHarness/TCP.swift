@@ -1,0 +1,218 @@
+import Foundation
+import Glibc
+
+/// A TCP port on 127.0.0.1 that was free when asked (a listener on port 0, read back, closed): for
+/// a peer that must keep its port, and so its id, across a restart.
+public func freeTCPPort() throws -> UInt16 {
+    try TCPListener().port
+}
+
+/// The text of the last system error.
+func errnoText() -> String { String(cString: strerror(errno)) }
+
+/// 127.0.0.1:`port`, for the sockets the harness binds and connects.
+func loopbackAddress(port: UInt16) -> sockaddr_in {
+    var address = sockaddr_in()
+    address.sin_family = sa_family_t(AF_INET)
+    address.sin_port = port.bigEndian
+    address.sin_addr.s_addr = inet_addr("127.0.0.1")
+    return address
+}
+
+/// A blocking TCP stream with timeouts: a `SecureLink`'s transport, or a raw connection that feeds
+/// a peervoiced bytes a peer would not send. One thread may read while another writes.
+public final class TCPStream: @unchecked Sendable {
+    private let lock = NSLock()
+    private var descriptor: Int32
+
+    init(fd: Int32) {
+        descriptor = fd
+        var one: Int32 = 1
+        setsockopt(fd, Int32(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<Int32>.size))
+    }
+
+    deinit { close() }
+
+    /// The descriptor, or -1 once closed.
+    public var fd: Int32 { lock.withLock { descriptor } }
+
+    /// Connects to 127.0.0.1:`port`, from `source` if given (another loopback address such as
+    /// "127.0.0.2", so the daemon sees another host).
+    public static func connect(port: UInt16, from source: String? = nil) throws -> TCPStream {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard fd >= 0 else { throw SecureLinkError.io("socket: \(errnoText())") }
+        if let source {
+            var local = loopbackAddress(port: 0)
+            local.sin_addr.s_addr = inet_addr(source)
+            let bound = withUnsafePointer(to: &local) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+            }
+            guard bound == 0 else {
+                let message = errnoText()
+                Glibc.close(fd)
+                throw SecureLinkError.io("bind \(source): \(message)")
+            }
+        }
+        var address = loopbackAddress(port: port)
+        let result = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
+        guard result == 0 else {
+            let message = errnoText()
+            Glibc.close(fd)
+            throw SecureLinkError.io("connect 127.0.0.1:\(port): \(message)")
+        }
+        return TCPStream(fd: fd)
+    }
+
+    /// Writes all of `bytes` (without SIGPIPE).
+    public func send(_ bytes: [UInt8]) throws {
+        let fd = self.fd
+        var offset = 0
+        while offset < bytes.count {
+            let written = bytes[offset...].withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+            if written < 0 {
+                if errno == EINTR { continue }
+                throw SecureLinkError.closed("send: \(errnoText())")
+            }
+            offset += written
+        }
+    }
+
+    /// What one read returned: bytes, the end of the stream, or nothing within the timeout.
+    public enum ReadResult: Equatable {
+        case bytes([UInt8])
+        case end
+        case timedOut
+    }
+
+    /// One read of at most `maxBytes`, waiting up to `timeout` seconds for something to arrive.
+    /// A reset counts as the end of the stream.
+    public func read(maxBytes: Int = 64 * 1024, timeout: Double) -> ReadResult {
+        switch readChunk(maxBytes: maxBytes, until: Date().addingTimeInterval(timeout)) {
+        case .bytes(let bytes): .bytes(bytes)
+        case .closed, .reset: .end
+        case .stillOpen: .timedOut
+        }
+    }
+
+    /// How the other side ended the stream, if it did.
+    public enum Ending: Equatable { case closed, reset, stillOpen }
+
+    /// Reads until `enough` says what arrived so far (all of it, from the first read) is enough,
+    /// the other side ends the stream, or `timeout` seconds pass.
+    public func read(timeout: Double, until enough: ([UInt8]) -> Bool) -> (bytes: [UInt8], ending: Ending) {
+        let deadline = Date().addingTimeInterval(timeout)
+        var received: [UInt8] = []
+        while !enough(received) {
+            switch readChunk(maxBytes: 64 * 1024, until: deadline) {
+            case .bytes(let bytes): received += bytes
+            case .closed: return (received, .closed)
+            case .reset: return (received, .reset)
+            case .stillOpen: return (received, .stillOpen)
+            }
+        }
+        return (received, .stillOpen)
+    }
+
+    /// Reads until the other side ends the stream or `timeout` seconds pass: what arrived, and how it ended.
+    public func readUntilEnd(timeout: Double) -> (bytes: [UInt8], ending: Ending) {
+        read(timeout: timeout) { _ in false }
+    }
+
+    private enum Chunk { case bytes([UInt8]), closed, reset, stillOpen }
+
+    private func readChunk(maxBytes: Int, until deadline: Date) -> Chunk {
+        let fd = self.fd
+        guard fd >= 0 else { return .closed }
+        while true {
+            var poller = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+            let ready = poll(&poller, 1, Int32(max(0, deadline.timeIntervalSinceNow) * 1000))
+            if ready < 0 && errno == EINTR { continue }
+            if ready < 0 { return .reset }
+            if ready == 0 { return .stillOpen }
+            var buffer = [UInt8](repeating: 0, count: maxBytes)
+            let count = buffer.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress, $0.count) }
+            if count > 0 { return .bytes(Array(buffer[0..<count])) }
+            if count < 0 && errno == EINTR { continue }
+            return count == 0 ? .closed : .reset
+        }
+    }
+
+    /// No more writes: the other side reads the end of the stream.
+    public func shutdownWrite() {
+        let fd = self.fd
+        if fd >= 0 { shutdown(fd, Int32(SHUT_WR)) }
+    }
+
+    /// Both directions end now (the other side sees the end; a blocked reader here wakes up).
+    public func shutdownBoth() {
+        let fd = self.fd
+        if fd >= 0 { shutdown(fd, Int32(SHUT_RDWR)) }
+    }
+
+    public func close() {
+        lock.withLock {
+            if descriptor >= 0 { Glibc.close(descriptor) }
+            descriptor = -1
+        }
+    }
+}
+
+/// A listening TCP socket on 127.0.0.1.
+public final class TCPListener: @unchecked Sendable {
+    public let port: UInt16
+    private let lock = NSLock()
+    private var descriptor: Int32
+
+    /// Listens on `port` (0: any free port, read back into `port`).
+    public init(port: UInt16 = 0) throws {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard fd >= 0 else { throw SecureLinkError.io("socket: \(errnoText())") }
+        var one: Int32 = 1
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, socklen_t(MemoryLayout<Int32>.size))
+        var address = loopbackAddress(port: port)
+        let bound = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
+        guard bound == 0, listen(fd, 16) == 0 else {
+            let message = errnoText()
+            Glibc.close(fd)
+            throw SecureLinkError.io("listen on 127.0.0.1:\(port): \(message)")
+        }
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let named = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) }
+        }
+        guard named == 0 else {
+            Glibc.close(fd)
+            throw SecureLinkError.io("getsockname: \(errnoText())")
+        }
+        self.port = UInt16(bigEndian: address.sin_port)
+        descriptor = fd
+    }
+
+    deinit { close() }
+
+    /// The next connection, or nil if none arrives within `timeout` seconds (or it is closed).
+    public func accept(timeout: Double) throws -> TCPStream? {
+        let fd = lock.withLock { descriptor }
+        guard fd >= 0 else { return nil }
+        var poller = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+        let ready = poll(&poller, 1, Int32(max(0, timeout) * 1000))
+        guard ready > 0 else { return nil }
+        let accepted = Glibc.accept(fd, nil, nil)
+        guard accepted >= 0 else {
+            if errno == EINTR || errno == EAGAIN || errno == ECONNABORTED { return nil }
+            throw SecureLinkError.io("accept: \(errnoText())")
+        }
+        return TCPStream(fd: accepted)
+    }
+
+    public func close() {
+        lock.withLock {
+            if descriptor >= 0 { Glibc.close(descriptor) }
+            descriptor = -1
+        }
+    }
+}
