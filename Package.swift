@@ -58,7 +58,7 @@ let package = Package(
         .executableTarget(name: "peervoicectl", dependencies: ["GIO", "PeerVoiceBus"]),
         // The desktop app: what to show for which bus state (pure Swift), and its GTK window.
         .target(name: "PeerVoiceAppModel"),
-        .executableTarget(name: "peervoice", dependencies: ["PeerVoiceAppModel", "Gtk", "GIO"]),
+        .executableTarget(name: "peervoice", dependencies: ["PeerVoiceAppModel", "PeerVoiceBus", "Gtk", "GIO"]),
 
         .target(name: "TestHarness", dependencies: ["GIO", "PeerVoiceBus", "PeerVoiceCore", "Sodium"], path: "Tests/TestHarness"),
         .testTarget(name: "PeerVoiceCoreTests", dependencies: ["PeerVoiceCore"]),

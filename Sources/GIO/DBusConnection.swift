@@ -134,38 +134,38 @@ public final class DBusConnection: @unchecked Sendable {
 
     // MARK: Calls
 
-    /// Calls a method and waits for the reply (or `timeoutMs`; -1 = GDBus default of 25 s).
+    /// Calls a method and waits for the reply, or `timeout` (nil: GDBus's default of 25 s).
     @discardableResult
     public func call(destination: String, path: String, interface: String, method: String,
-                     arguments: Variant? = nil, timeoutMs: Int32 = -1) throws(BusError) -> Variant {
+                     arguments: Variant? = nil, timeout: Duration? = nil) throws(BusError) -> Variant {
         try withExtendedLifetime(arguments) { () throws(BusError) in
             Variant(owning: try throwingGError {
                 g_dbus_connection_call_sync(pointer, destination, path, interface, method, arguments?.pointer,
-                                            nil, G_DBUS_CALL_FLAGS_NONE, timeoutMs, nil, $0)
+                                            nil, G_DBUS_CALL_FLAGS_NONE, Duration.gdbusTimeout(timeout), nil, $0)
             })
         }
     }
 
     /// Calls a method; `completion` runs on the current thread-default main context with the reply.
     public func callAsync(destination: String, path: String, interface: String, method: String,
-                          arguments: Variant? = nil, timeoutMs: Int32 = -1,
+                          arguments: Variant? = nil, timeout: Duration? = nil,
                           completion: @escaping (Result<Variant, BusError>) -> Void) {
         let box = ClosureBox<(Result<Variant, BusError>) -> Void>(completion)
         withExtendedLifetime(arguments) {
             g_dbus_connection_call(pointer, destination, path, interface, method, arguments?.pointer, nil,
-                                   G_DBUS_CALL_FLAGS_NONE, timeoutMs, nil, asyncCallTrampoline, box.retainedPointer())
+                                   G_DBUS_CALL_FLAGS_NONE, Duration.gdbusTimeout(timeout), nil, asyncCallTrampoline, box.retainedPointer())
         }
     }
 
     /// Like `callAsync`, for a method whose reply carries file descriptors (type `h`, e.g. logind's
     /// `Inhibit`): the reply, and the descriptors it carried, which the caller then owns.
     public func callAsyncReceivingFDs(destination: String, path: String, interface: String, method: String,
-                                      arguments: Variant? = nil, timeoutMs: Int32 = -1,
+                                      arguments: Variant? = nil, timeout: Duration? = nil,
                                       completion: @escaping (Result<(reply: Variant, fds: [Int32]), BusError>) -> Void) {
         let box = ClosureBox<(Result<(reply: Variant, fds: [Int32]), BusError>) -> Void>(completion)
         withExtendedLifetime(arguments) {
             g_dbus_connection_call_with_unix_fd_list(pointer, destination, path, interface, method, arguments?.pointer, nil,
-                                                     G_DBUS_CALL_FLAGS_NONE, timeoutMs, nil, nil, fdCallTrampoline,
+                                                     G_DBUS_CALL_FLAGS_NONE, Duration.gdbusTimeout(timeout), nil, nil, fdCallTrampoline,
                                                      box.retainedPointer())
         }
     }

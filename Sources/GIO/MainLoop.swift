@@ -72,17 +72,17 @@ private let sourceTrampoline: GSourceFunc = { userData in
 }
 
 public enum Timer {
-    /// Calls `action` once after `milliseconds`.
-    public static func after(milliseconds: UInt32, _ action: @escaping () -> Void) -> EventSource {
+    /// Calls `action` once after `delay` (to the millisecond, as GLib's timeouts count).
+    public static func after(_ delay: Duration, _ action: @escaping () -> Void) -> EventSource {
         let box = ClosureBox<() -> Bool> { action(); return false }
-        let id = g_timeout_add_full(G_PRIORITY_DEFAULT, milliseconds, sourceTrampoline, box.retainedPointer(), releaseAnyBox)
+        let id = g_timeout_add_full(G_PRIORITY_DEFAULT, delay.glibMilliseconds, sourceTrampoline, box.retainedPointer(), releaseAnyBox)
         return EventSource(id: id)
     }
 
-    /// Calls `action` every `milliseconds` until it returns false or the source is cancelled.
-    public static func every(milliseconds: UInt32, _ action: @escaping () -> Bool) -> EventSource {
+    /// Calls `action` every `interval` until it returns false or the source is cancelled.
+    public static func every(_ interval: Duration, _ action: @escaping () -> Bool) -> EventSource {
         let box = ClosureBox<() -> Bool>(action)
-        let id = g_timeout_add_full(G_PRIORITY_DEFAULT, milliseconds, sourceTrampoline, box.retainedPointer(), releaseAnyBox)
+        let id = g_timeout_add_full(G_PRIORITY_DEFAULT, interval.glibMilliseconds, sourceTrampoline, box.retainedPointer(), releaseAnyBox)
         return EventSource(id: id)
     }
 }
@@ -133,10 +133,25 @@ public enum FDWatch {
 /// returns whether it holds. For code that waits for bus signals without running a `MainLoop`.
 public func iterateMainContext(timeout: Double, until condition: () -> Bool) -> Bool {
     var timedOut = false
-    let timer = Timer.after(milliseconds: UInt32(max(0, timeout * 1000))) { timedOut = true }
+    let timer = Timer.after(.milliseconds(max(0, timeout * 1000))) { timedOut = true }
     defer { timer.cancel() }
     while !condition() && !timedOut {
         g_main_context_iteration(nil, 1)
     }
     return condition()
+}
+
+extension Duration {
+    /// Whole milliseconds, as GLib's timeouts take them: negative as 0, beyond `UInt32.max` as
+    /// `UInt32.max` (49 days).
+    var glibMilliseconds: UInt32 {
+        let milliseconds = components.seconds * 1_000 + components.attoseconds / 1_000_000_000_000_000
+        return UInt32(clamping: milliseconds)
+    }
+
+    /// A D-Bus call's timeout in GDBus's terms: nil is GDBus's default (25 s).
+    static func gdbusTimeout(_ timeout: Duration?) -> Int32 {
+        guard let timeout else { return -1 }
+        return Int32(clamping: timeout.glibMilliseconds)
+    }
 }

@@ -7,6 +7,8 @@ public enum PeerVoiceBus {
     public static let path = "/org/example/PeerVoice"
     /// The interface of that object.
     public static let interface = "org.example.PeerVoice"
+    /// The interface of each peer object (`path/peers/…`, `path/found/…`).
+    public static let peerInterface = "org.example.PeerVoice.Peer"
     /// Every error the service answers with: this, then `InvalidArgument`, `UnknownPeer`, … .
     public static let errorPrefix = "org.example.PeerVoice.Error."
 
@@ -17,9 +19,3 @@ public enum PeerVoiceBus {
     public static let connectCallTimeout: Duration = pairingConfirmationWindow + .seconds(30)
 }
 
-extension Duration {
-    /// Whole milliseconds, as GLib timers and D-Bus call timeouts take them.
-    public var wholeMilliseconds: Int64 {
-        components.seconds * 1_000 + components.attoseconds / 1_000_000_000_000_000
-    }
-}

@@ -50,7 +50,7 @@ final class PeerVoiceService {
     private let network = NetworkMonitor()
     private var goodbyeTimer: EventSource?
     /// How long goodbyes have to leave before the computer may sleep (logind allows 5 s).
-    private static let goodbyeMs: UInt32 = 200
+    private static let goodbye: Duration = .milliseconds(200)
 
     /// Opens the state directory (identity key, instance id, known peers, message store),
     /// migrating one of protocol version 3. Nothing is sent or accepted until `start()`.
@@ -139,7 +139,7 @@ final class PeerVoiceService {
             connections.sleep()
             lan.sleep()
             // The goodbyes leave on the next turns of the loop.
-            goodbyeTimer = Timer.after(milliseconds: Self.goodbyeMs) { done() }
+            goodbyeTimer = Timer.after(Self.goodbye) { done() }
         }
         sleep.didWake = { [unowned self] in
             lan.wake()

@@ -1,15 +1,16 @@
 import Foundation
 import GIO
+import PeerVoiceBus
 import PeerVoiceAppModel
 
 /// org.example.PeerVoice on the session bus, through its public API only: reaches the service by
 /// bus activation, feeds its answers and signals into the model, and carries out what a person
 /// asks for. Every call is asynchronous: the window never waits for the service.
 final class ServiceClient {
-    static let name = "org.example.PeerVoice"
-    static let path = "/org/example/PeerVoice"
-    static let interface = "org.example.PeerVoice"
-    static let peerInterface = "org.example.PeerVoice.Peer"
+    static let name = PeerVoiceBus.name
+    static let path = PeerVoiceBus.path
+    static let interface = PeerVoiceBus.interface
+    static let peerInterface = PeerVoiceBus.peerInterface
 
     private let connection: DBusConnection
     private let model: AppModel
@@ -45,7 +46,7 @@ final class ServiceClient {
             switch change {
             case .ready, .interfacesAdded, .interfacesRemoved, .propertiesChanged:
                 if peerObjectsUpdate == nil {
-                    peerObjectsUpdate = Timer.after(milliseconds: 10) { [unowned self] in
+                    peerObjectsUpdate = Timer.after(.milliseconds(10)) { [unowned self] in
                         peerObjectsUpdate = nil
                         showPeerObjects()
                     }
@@ -62,7 +63,7 @@ final class ServiceClient {
     func activate() {
         connection.callAsync(destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus",
                              interface: "org.freedesktop.DBus", method: "StartServiceByName",
-                             arguments: Variant(tuple: [Variant(Self.name), Variant(UInt32(0))]), timeoutMs: 30_000) { [unowned self] result in
+                             arguments: Variant(tuple: [Variant(Self.name), Variant(UInt32(0))]), timeout: .seconds(30)) { [unowned self] result in
             if case .failure(let error) = result {
                 model.activationFailed(errorName: error.name, message: error.message)
             }
@@ -76,7 +77,7 @@ final class ServiceClient {
         }
         // An older service has no prompt handlers: it then keeps showing its notifications.
         connection.callAsync(destination: Self.name, path: Self.path, interface: Self.interface,
-                             method: "RegisterPromptHandler", arguments: Variant(tuple: []), timeoutMs: 10_000) { result in
+                             method: "RegisterPromptHandler", arguments: Variant(tuple: []), timeout: .seconds(10)) { result in
             if case .failure(let error) = result { print("peervoice: prompts also go to notifications: \(error.message)") }
         }
         if let peer = model.selectedPeer { loadHistory(of: peer) }
@@ -111,7 +112,7 @@ final class ServiceClient {
     /// Dials `target` (a peer id or an address). The reply comes once connected, which may wait for
     /// pairing; a newer service returns the peer's id, which replaces an address.
     func connect(_ target: String) {
-        call("Connect", [Variant(target)], timeoutMs: 90_000, action: "Connect", peer: target, then: { [unowned self] reply in
+        call("Connect", [Variant(target)], timeout: PeerVoiceBus.connectCallTimeout, action: "Connect", peer: target, then: { [unowned self] reply in
             if reply.count > 0, let id = reply[0].string, !id.isEmpty, id != target {
                 model.peerIdentified(address: target, as: id)
             }
@@ -163,10 +164,10 @@ final class ServiceClient {
     /// Calls a PeerVoice method; a failure becomes the model's notice (when `action` names what the
     /// person did) or a line on stderr.
     private func call(_ method: String, interface: String = ServiceClient.interface, _ arguments: [Variant] = [],
-                      timeoutMs: Int32 = 25_000, action: String?, peer: String? = nil,
+                      timeout: Duration = .seconds(25), action: String?, peer: String? = nil,
                       then: @escaping (Variant) -> Void = { _ in }, otherwise: @escaping () -> Void = {}) {
         connection.callAsync(destination: Self.name, path: Self.path, interface: interface, method: method,
-                             arguments: Variant(tuple: arguments), timeoutMs: timeoutMs) { [unowned self] result in
+                             arguments: Variant(tuple: arguments), timeout: timeout) { [unowned self] result in
             switch result {
             case .success(let reply): then(reply)
             case .failure(let error):

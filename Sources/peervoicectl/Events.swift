@@ -13,7 +13,7 @@ final class EventLoop {
         for signal in [SIGINT, SIGTERM, SIGHUP] {
             sources.append(UnixSignal.watch(signal) { [unowned self] in finish(onInterrupt()) })
         }
-        sources.append(Timer.every(milliseconds: 500) { [unowned self] in
+        sources.append(Timer.every(.milliseconds(500)) { [unowned self] in
             guard service.connection.isClosed else { return true }
             finish(.failure(.unreachable("lost the connection to the session bus")))
             return false
@@ -32,7 +32,7 @@ final class EventLoop {
 
     /// Ends the loop after `seconds`; keep the returned source until then.
     func finish(after seconds: Double) -> EventSource {
-        Timer.after(milliseconds: UInt32(min(seconds * 1000, Double(UInt32.max - 1)))) { [unowned self] in
+        Timer.after(.seconds(min(seconds, Double(UInt32.max) / 1000))) { [unowned self] in
             finish(.success(()))
         }
     }
@@ -112,7 +112,7 @@ extension Ctl {
         }
         // Connect may wait for a person to confirm pairing; it answers with the id.
         var connected = peer
-        service.callAsync("Connect", [Variant(peer)], timeoutMs: Int32(PeerVoiceBus.connectCallTimeout.wholeMilliseconds)) { result in
+        service.callAsync("Connect", [Variant(peer)], timeout: PeerVoiceBus.connectCallTimeout) { result in
             loop.finish(result.map { reply in connected = (reply.count > 0 ? reply[0].string : nil) ?? peer })
         }
         try loop.run(service) {

@@ -63,20 +63,20 @@ final class Service {
 
     /// Calls a PeerVoice method with `arguments` (its in-arguments, in order).
     @discardableResult
-    func call(_ method: String, _ arguments: [Variant] = [], timeoutMs: Int32 = -1) throws(Exit) -> Variant {
+    func call(_ method: String, _ arguments: [Variant] = [], timeout: Duration? = nil) throws(Exit) -> Variant {
         do {
             return try connection.call(destination: Self.name, path: Self.path, interface: Self.interface,
-                                       method: method, arguments: Variant(tuple: arguments), timeoutMs: timeoutMs)
+                                       method: method, arguments: Variant(tuple: arguments), timeout: timeout)
         } catch {
             throw Exit.from(error)
         }
     }
 
     /// Calls a method without waiting; `completion` runs from the main loop.
-    func callAsync(_ method: String, _ arguments: [Variant] = [], timeoutMs: Int32,
+    func callAsync(_ method: String, _ arguments: [Variant] = [], timeout: Duration,
                    completion: @escaping (Result<Variant, Exit>) -> Void) {
         connection.callAsync(destination: Self.name, path: Self.path, interface: Self.interface, method: method,
-                             arguments: Variant(tuple: arguments), timeoutMs: timeoutMs) { result in
+                             arguments: Variant(tuple: arguments), timeout: timeout) { result in
             completion(result.mapError(Exit.from))
         }
     }
@@ -86,7 +86,7 @@ final class Service {
         do {
             let reply = try connection.call(destination: Self.name, path: Self.path,
                                             interface: "org.freedesktop.DBus.ObjectManager", method: "GetManagedObjects")
-            return reply[0].children.compactMap { $0[1].lookup("org.example.PeerVoice.Peer") }
+            return reply[0].children.compactMap { $0[1].lookup(PeerVoiceBus.peerInterface) }
         } catch {
             throw Exit.from(error)
         }

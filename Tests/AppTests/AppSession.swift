@@ -156,7 +156,7 @@ final class NotificationServer {
         guard let reply = try? client.connection.call(
             destination: "org.freedesktop.Notifications", path: "/org/freedesktop/Notifications",
             interface: "org.freedesktop.DBus.Mock", method: "GetMethodCalls",
-            arguments: Variant(tuple: [Variant("Notify")]), timeoutMs: 5_000) else { return [] }
+            arguments: Variant(tuple: [Variant("Notify")]), timeout: .seconds(5)) else { return [] }
         return reply[0].children.map { call in call[1].children[3].unboxed?.string ?? "" }
     }
 

@@ -299,7 +299,7 @@ final class PeerObjectsTests: XCTestCase {
     private func run(_ tool: String, _ arguments: [String]) throws -> String {
         let process = try ChildProcess(tool, arguments, logPath: directory.path + "/\(tool).log")
         // The service only wakes the main context when the tool calls; the ticks notice its exit.
-        let ticks = Timer.every(milliseconds: 10) { true }
+        let ticks = Timer.every(.milliseconds(10)) { true }
         defer { ticks.cancel() }
         eventually(timeout: 20) { !process.isRunning }
         XCTAssertEqual(process.status, 0, "\(tool) \(arguments): \(process.log)")
@@ -350,7 +350,7 @@ private final class AppConnection {
     func call(_ path: String, _ interface: String, _ method: String, _ arguments: [Variant] = []) throws(BusError) -> Variant {
         var result: Result<Variant, BusError>?
         connection.callAsync(destination: BusObject.busName, path: path, interface: interface, method: method,
-                             arguments: Variant(tuple: arguments), timeoutMs: 5_000) { result = $0 }
+                             arguments: Variant(tuple: arguments), timeout: .seconds(5)) { result = $0 }
         eventually(timeout: 10) { result != nil }
         guard let result else { throw BusError(name: "test.NoReply", message: "\(method) on \(path) got no reply") }
         return try result.get()

@@ -102,7 +102,7 @@ final class BlueZHangTests: XCTestCase {
         var sent: [String] = []
         func timed(_ method: String, _ arguments: [Variant] = []) throws -> Variant {
             let start = Date()
-            let reply = try a.client.call(method, arguments, timeoutMs: 10_000)
+            let reply = try a.client.call(method, arguments, timeout: .seconds(10))
             let seconds = Date().timeIntervalSince(start)
             if seconds > slowest.seconds { slowest = (seconds, method) }
             return reply
@@ -127,7 +127,7 @@ final class BlueZHangTests: XCTestCase {
 
         // BlueZ answers again: so does Bluetooth.
         bluez.mock.thaw()
-        try a.client.call("StartDiscovery", timeoutMs: 10_000)
+        try a.client.call("StartDiscovery", timeout: .seconds(10))
         XCTAssertEqual(try a.client.property("Discovering").bool, true)
         XCTAssertEqual(try bluez.adapterProperty("Discoverable")?.bool, true)
 
@@ -166,7 +166,7 @@ extension VoiceTests {
             injections.removeAll { !$0.process.isRunning }
             if injections.isEmpty { injections = [try rig.pwA.inject(Self.speech), try rig.pwB.inject(Self.speech)] }
             let start = Date()
-            try rig.a.client.call("ListPeers", timeoutMs: 10_000)
+            try rig.a.client.call("ListPeers", timeout: .seconds(10))
             slowest = max(slowest, Date().timeIntervalSince(start))
         }
         MockBlueZ.assertFailedSayingBlueZHangs(discovery, connect)

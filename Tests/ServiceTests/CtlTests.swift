@@ -137,7 +137,7 @@ final class CtlTests: XCTestCase {
     private func pair(_ a: TestPeer, _ b: TestPeer, file: StaticString = #filePath, line: UInt = #line) throws -> String {
         var reply: Result<Variant, BusError>?
         a.client.connection.callAsync(destination: APIClient.name, path: APIClient.path, interface: APIClient.interface,
-                                      method: "Connect", arguments: Variant(tuple: [Variant(b.address)]), timeoutMs: 90_000) {
+                                      method: "Connect", arguments: Variant(tuple: [Variant(b.address)]), timeout: .seconds(90)) {
             reply = $0
         }
         let promptA = try XCTUnwrap(a.client.waitForSignal("PairingRequested") { $0.arguments[0].string == b.id },

@@ -62,7 +62,7 @@ final class DesktopTests: XCTestCase {
     /// (The mock is asked between main context iterations; a timer wakes the context to ask again.)
     private func waitForCalls(_ mock: DBusMock, _ method: String, count: Int, timeout: Double = 10) -> [[Variant]] {
         var calls: [[Variant]] = []
-        let tick = Timer.every(milliseconds: 20) { true }
+        let tick = Timer.every(.milliseconds(20)) { true }
         defer { tick.cancel() }
         eventually(timeout: timeout) {
             calls = mock.calls(method)
@@ -196,7 +196,7 @@ final class DesktopTests: XCTestCase {
         let notifyA = try notificationDaemon(for: a)
         let handler = try DBusConnection.connect(address: a.bus.address)
         try handler.call(destination: APIClient.name, path: APIClient.path, interface: APIClient.interface,
-                         method: "RegisterPromptHandler", timeoutMs: 5_000)
+                         method: "RegisterPromptHandler", timeout: .seconds(5))
 
         var markA = a.mark, markB = b.mark
         let refused = a.client.callAsync("Connect", [Variant(b.address)], timeout: 30)

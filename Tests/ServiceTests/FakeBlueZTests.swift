@@ -65,7 +65,7 @@ private final class FakeBlueZ {
     /// Calls peervoiced's pairing agent as BlueZ would, without waiting; `result` is set on reply.
     func askAgent(_ daemon: String, _ method: String, _ arguments: [Variant], result: @escaping (Result<Variant, BusError>) -> Void) {
         connection.callAsync(destination: daemon, path: "/org/example/PeerVoice/bluetooth/agent", interface: "org.bluez.Agent1",
-                             method: method, arguments: Variant(tuple: arguments), timeoutMs: 20_000, completion: result)
+                             method: method, arguments: Variant(tuple: arguments), timeout: .seconds(20), completion: result)
     }
 }
 

@@ -106,7 +106,7 @@ final class IdentityTests: XCTestCase {
                 try a.client.call("Disconnect", [Variant(b.id)])
                 XCTAssertNotNil(b.waitForState("disconnected", of: a.id, after: markB, timeout: 10))
             }
-            XCTAssertEqual(try a.client.call("Connect", [Variant(b.address)], timeoutMs: 30_000)[0].string, b.id)
+            XCTAssertEqual(try a.client.call("Connect", [Variant(b.address)], timeout: .seconds(30))[0].string, b.id)
             XCTAssertNotNil(b.waitForState("connected", of: a.id, after: markB, timeout: 10), "round \(round)")
             let ids = try send(40, from: b, to: a.id, tag: "round \(round) from B")
             let back = try send(40, from: a, to: b.address, tag: "round \(round) from A")
@@ -138,7 +138,7 @@ final class IdentityTests: XCTestCase {
             let markB = b.mark
             try a.client.call("Disconnect", [Variant(b.id)])
             XCTAssertNotNil(b.waitForState("disconnected", of: a.id, after: markB, timeout: 10))
-            try a.client.call("Connect", [Variant(b.id)], timeoutMs: 30_000)
+            try a.client.call("Connect", [Variant(b.id)], timeout: .seconds(30))
         }
         assertReceivedOnce(ids, by: a, from: b, timeout: 60)
         assertDelivered(ids, by: b, timeout: 60)
@@ -165,7 +165,7 @@ final class IdentityTests: XCTestCase {
 
         // B's person reconnects; A knows the key, not the address.
         let markB = b.mark
-        XCTAssertEqual(try b.client.call("Connect", [Variant(a.id)], timeoutMs: 30_000)[0].string, a.id)
+        XCTAssertEqual(try b.client.call("Connect", [Variant(a.id)], timeout: .seconds(30))[0].string, a.id)
         assertReceivedOnce(queued, by: b, from: a)
         assertDelivered(queued, by: a)
         XCTAssertEqual(a.pairingRequests(after: markA).count, 0, "A asked about a key it has pinned")

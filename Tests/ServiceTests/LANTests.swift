@@ -128,7 +128,7 @@ final class LANTests: XCTestCase {
         let stranger = try start(on: lan.a, name: "Stranger", sessionBus: strangerBus)
         b.clearSignals()
         do {
-            try stranger.call("Connect", [Variant(Self.addressB)], timeoutMs: 30_000)
+            try stranger.call("Connect", [Variant(Self.addressB)], timeout: .seconds(30))
             XCTFail("a first contact while not discoverable was accepted\n\(logs)")
         } catch {
             XCTAssertEqual(error.name, "org.example.PeerVoice.Error.Rejected", error.message)

@@ -68,7 +68,7 @@ final class MessagingTests: XCTestCase {
 
         // Connect to a connected peer succeeds at once and changes nothing.
         let again = Date()
-        try a.client.call("Connect", [Variant(b.id)], timeoutMs: 30_000)
+        try a.client.call("Connect", [Variant(b.id)], timeout: .seconds(30))
         XCTAssertLessThan(Date().timeIntervalSince(again), 2)
         a.client.drain(for: 0.2)
         XCTAssertEqual(a.states(of: b.id, after: markA), ["pairing", "connected"])
@@ -81,7 +81,7 @@ final class MessagingTests: XCTestCase {
         let port = try freeTCPPort()
         let started = Date()
         do {
-            try a.client.call("Connect", [Variant("ip:127.0.0.1:\(port)")], timeoutMs: 30_000)
+            try a.client.call("Connect", [Variant("ip:127.0.0.1:\(port)")], timeout: .seconds(30))
             XCTFail("Connect to a closed port succeeded")
         } catch {
             XCTAssertEqual(error.name, Self.failed, error.message)
@@ -624,7 +624,7 @@ final class MessagingTests: XCTestCase {
     /// `a` dials `b` again, after they paired: the pinned keys are enough, nobody is asked.
     private func connect(_ a: TestPeer, _ b: TestPeer, file: StaticString = #filePath, line: UInt = #line) throws {
         let markA = a.mark, markB = b.mark
-        try a.client.call("Connect", [Variant(b.id)], timeoutMs: 30_000)
+        try a.client.call("Connect", [Variant(b.id)], timeout: .seconds(30))
         XCTAssertNotNil(a.waitForState("connected", of: b.id, after: markA, timeout: 10), "\(a.name) not connected", file: file, line: line)
         XCTAssertNotNil(b.waitForState("connected", of: a.id, after: markB, timeout: 10), "\(b.name) not connected", file: file, line: line)
         XCTAssertEqual(a.states(of: b.id, after: markA), ["connecting", "connected"], file: file, line: line)

@@ -73,7 +73,7 @@ final class ReliabilityTests: XCTestCase {
         let b = try makePeer("bob")
         let leaving = try DBusConnection.connect(address: a.bus.address)
         leaving.callAsync(destination: APIClient.name, path: APIClient.path, interface: APIClient.interface,
-                          method: "Connect", arguments: Variant(tuple: [Variant(b.address)]), timeoutMs: 90_000) { _ in }
+                          method: "Connect", arguments: Variant(tuple: [Variant(b.address)]), timeout: .seconds(90)) { _ in }
         leaving.flush()
         XCTAssertNotNil(a.pairingRequest(for: b.id), "the Connect did not start")
         leaving.close()
@@ -104,7 +104,7 @@ final class ReliabilityTests: XCTestCase {
             next += 1
             a.client.connection.callAsync(destination: APIClient.name, path: APIClient.path, interface: APIClient.interface,
                                           method: "Send", arguments: Variant(tuple: [Variant(b.id), Variant("burst \(index)")]),
-                                          timeoutMs: 30_000) { result in
+                                          timeout: .seconds(30)) { result in
                 replies += 1
                 switch result {
                 case .success(let reply): ids[index] = reply[0].string

@@ -335,7 +335,7 @@ final class SecurityTests: XCTestCase {
             markA = a.mark
             let markB = b.mark
             do {
-                try a.client.call("Connect", [Variant(target)], timeoutMs: 30_000)
+                try a.client.call("Connect", [Variant(target)], timeout: .seconds(30))
                 XCTFail("Connect to a peer with another key succeeded")
             } catch {
                 XCTAssertEqual(error.name, Self.rejected, error.message)

@@ -35,7 +35,7 @@ final class SettingsTests: XCTestCase {
         XCTAssertEqual(alpha.stop(), 0)
         try alpha.restart()
         XCTAssertEqual(try alpha.client.property("Name").string, "Alpha’s laptop")
-        try alpha.client.call("Connect", [Variant(bravo.id)], timeoutMs: 20_000)
+        try alpha.client.call("Connect", [Variant(bravo.id)], timeout: .seconds(20))
         XCTAssertNotNil(bravo.waitForState("connected", of: alpha.id, after: bravoMark), bravo.log)
         XCTAssertTrue(eventually(timeout: 5) {
             let rows = (try? bravo.client.call("ListPeers")[0].children) ?? []

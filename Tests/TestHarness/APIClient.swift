@@ -19,9 +19,9 @@ public final class APIClient {
 
     /// Calls a PeerVoice method; `arguments` are the in-arguments in order.
     @discardableResult
-    public func call(_ method: String, _ arguments: [Variant] = [], timeoutMs: Int32 = 10_000) throws(BusError) -> Variant {
+    public func call(_ method: String, _ arguments: [Variant] = [], timeout: Duration = .seconds(10)) throws(BusError) -> Variant {
         try connection.call(destination: Self.name, path: Self.path, interface: Self.interface, method: method,
-                            arguments: Variant(tuple: arguments), timeoutMs: timeoutMs)
+                            arguments: Variant(tuple: arguments), timeout: timeout)
     }
 
     /// The D-Bus error name a call fails with, or nil if it succeeds.
@@ -70,7 +70,7 @@ public final class APIClient {
                                         interface: "org.freedesktop.DBus.ObjectManager", method: "GetManagedObjects")
         var objects: [String: Variant] = [:]
         for entry in reply[0].children {
-            objects[entry[0].string!] = entry[1].lookup("org.example.PeerVoice.Peer")
+            objects[entry[0].string!] = entry[1].lookup(PeerVoiceBus.peerInterface)
         }
         return objects
     }
@@ -126,7 +126,7 @@ extension APIClient {
                           timeout: Double = Double(PeerVoiceBus.connectCallTimeout.components.seconds)) -> PendingCall {
         let pending = PendingCall()
         connection.callAsync(destination: Self.name, path: Self.path, interface: Self.interface, method: method,
-                             arguments: Variant(tuple: arguments), timeoutMs: Int32(timeout * 1000)) { [unowned self] result in
+                             arguments: Variant(tuple: arguments), timeout: .seconds(timeout)) { [unowned self] result in
             pending.result = result
             pending.signalsBefore = signals.count
         }

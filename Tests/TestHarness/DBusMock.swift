@@ -47,7 +47,7 @@ public final class DBusMock {
     @discardableResult
     public func call(_ interface: String, _ method: String, _ arguments: [Variant], on objectPath: String? = nil) throws -> Variant {
         try client.connection.call(destination: busName, path: objectPath ?? path, interface: interface, method: method,
-                                   arguments: Variant(tuple: arguments), timeoutMs: 5_000)
+                                   arguments: Variant(tuple: arguments), timeout: .seconds(5))
     }
 
     private func mock(_ method: String, _ arguments: [Variant]) throws -> Variant {

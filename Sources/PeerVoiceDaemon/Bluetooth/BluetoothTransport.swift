@@ -27,11 +27,11 @@ protocol BluetoothTransportDelegate: AnyObject {
 final class BluetoothTransport {
     /// How long `Device1.Pair` may take: both people may each take the confirmation window, and
     /// the radios some seconds more.
-    static let pairTimeoutMs = Int32((PeerVoiceBus.pairingConfirmationWindow * 2 + .seconds(10)).wholeMilliseconds)
+    static let pairTimeout = PeerVoiceBus.pairingConfirmationWindow * 2 + .seconds(10)
     /// Paging, SDP and the RFCOMM connection.
-    static let connectProfileTimeoutMs: Int32 = 60_000
+    static let connectProfileTimeout: Duration = .seconds(60)
     /// After a person accepted a pairing the other computer started, how long to wait for its channel.
-    static let incomingChannelWaitMs: UInt32 = 30_000
+    static let incomingChannelWait: Duration = .seconds(30)
 
     weak var delegate: BluetoothTransportDelegate?
 
@@ -245,7 +245,7 @@ final class BluetoothTransport {
                       arguments: [Variant(dictionary: [("Transport", Variant("bredr"))])]),
             BluezCall(path: adapterPath, interface: Bluez.adapterInterface, method: "StartDiscovery"),
         ]
-        bluez.callInOrder(steps, timeoutMs: Self.adapterCallTimeoutMs) { [weak self] result in
+        bluez.callInOrder(steps, timeout: Self.adapterCallTimeout) { [weak self] result in
             guard let self else { return }
             switch result {
             case .failure(let failure):
@@ -266,13 +266,13 @@ final class BluetoothTransport {
 
     /// Adapter settings and discovery calls are answered at once by a working bluetoothd: no answer
     /// in this time means it is hung (or stopped), and the caller hears so.
-    static let adapterCallTimeoutMs: Int32 = 5_000
+    static let adapterCallTimeout: Duration = .seconds(5)
     /// What a person can do about a BlueZ that does not answer.
     static let hungAdvice = "is bluetoothd hung? restart it, e.g. sudo systemctl restart bluetooth"
 
     static func discoveryError(_ failure: BluezCallFailure, adapter: String) -> ServiceError {
         if failure.error.isNoReply {
-            return .notAvailable("Bluetooth is not available: BlueZ did not answer \(failure.step.description) on \(adapter) within \(adapterCallTimeoutMs / 1000) s (\(Self.hungAdvice))")
+            return .notAvailable("Bluetooth is not available: BlueZ did not answer \(failure.step.description) on \(adapter) within \(adapterCallTimeout.components.seconds) s (\(Self.hungAdvice))")
         }
         return .failed("could not start Bluetooth discovery on \(adapter): \(failure.step.description): \(failure.error.message)")
     }
@@ -288,14 +288,14 @@ final class BluetoothTransport {
         }
         guard isDiscovering, let bluez, let adapterPath else { return restoreAdapterSettings { finish(.success(())) } }
         let adapter = adapterName
-        bluez.call(Self.stopDiscoveryCall(adapterPath), timeoutMs: Self.adapterCallTimeoutMs) { [weak self] result in
+        bluez.call(Self.stopDiscoveryCall(adapterPath), timeout: Self.adapterCallTimeout) { [weak self] result in
             var hung = false
             if case .failure(let error) = result {
                 Log.debug("StopDiscovery on \(adapter): \(error.message)")
                 hung = error.isNoReply
             }
             self?.restoreAdapterSettings(waiting: !hung) {
-                finish(hung ? .failure(.notAvailable("Bluetooth is not available: BlueZ did not answer StopDiscovery on \(adapter) within \(Self.adapterCallTimeoutMs / 1000) s (\(Self.hungAdvice)); discovery is off here, and the adapter's settings are put back once BlueZ answers")) : .success(()))
+                finish(hung ? .failure(.notAvailable("Bluetooth is not available: BlueZ did not answer StopDiscovery on \(adapter) within \(Self.adapterCallTimeout.components.seconds) s (\(Self.hungAdvice)); discovery is off here, and the adapter's settings are put back once BlueZ answers")) : .success(()))
             }
         }
     }
@@ -329,7 +329,7 @@ final class BluetoothTransport {
             return done()
         }
         let saved = savedAdapterSettings
-        bluez.callInOrder(steps, timeoutMs: Self.adapterCallTimeoutMs) { [weak self] result in
+        bluez.callInOrder(steps, timeout: Self.adapterCallTimeout) { [weak self] result in
             switch result {
             case .success:
                 if self?.savedAdapterSettings?.path == saved?.path { self?.savedAdapterSettings = nil }
@@ -342,7 +342,7 @@ final class BluetoothTransport {
 
     /// Sends `steps` at once, in order, without waiting for their replies.
     private func sendWithoutWaiting(_ steps: [BluezCall]) {
-        for step in steps { bluez?.call(step, timeoutMs: Self.adapterCallTimeoutMs) }
+        for step in steps { bluez?.call(step, timeout: Self.adapterCallTimeout) }
     }
 
     private func setDiscovering(_ discovering: Bool) {
@@ -446,7 +446,7 @@ final class BluetoothTransport {
             return
         }
         Log.debug("registering \(what) with BlueZ failed (\(error.message)); trying again")
-        retryTimer = Timer.after(milliseconds: 1_000) { [weak self] in self?.register(with: owner, attempt: attempt + 1) }
+        retryTimer = Timer.after(.seconds(1)) { [weak self] in self?.register(with: owner, attempt: attempt + 1) }
     }
 
     private var retryTimer: EventSource?
@@ -497,7 +497,7 @@ final class BluetoothTransport {
         let address = peer.description
         let fail = { [unowned self] (error: ServiceError) in
             // Reported from the main loop, like every other outcome, so callers see one order of events.
-            later(milliseconds: 0) { completion(.failure(error)) }
+            later(.zero) { completion(.failure(error)) }
         }
         if let reason = unavailableReason { return fail(.notAvailable(reason)) }
         guard device(address) != nil else {
@@ -534,23 +534,23 @@ final class BluetoothTransport {
     /// `hung` within a ping's timeout.
     private func whileWaiting(_ pending: @escaping () -> Bool, hung: @escaping () -> Void) {
         guard let bluez, pending() else { return }
-        bluez.ping(timeoutMs: Self.adapterCallTimeoutMs) { [weak self] result in
+        bluez.ping(timeout: Self.adapterCallTimeout) { [weak self] result in
             guard let self, pending() else { return }
             if case .failure(let error) = result, error.isNoReply { return hung() }
-            later(milliseconds: Self.pingIntervalMs) { [weak self] in self?.whileWaiting(pending, hung: hung) }
+            later(Self.pingInterval) { [weak self] in self?.whileWaiting(pending, hung: hung) }
         }
     }
 
-    static let pingIntervalMs: UInt32 = 2_000
+    static let pingInterval: Duration = .seconds(2)
 
     private var deferred: [Int: EventSource] = [:]
     private var nextDeferredKey = 0
 
-    /// Runs `action` on the main loop after `milliseconds` (kept until then, unlike a bare Timer).
-    private func later(milliseconds: UInt32, _ action: @escaping () -> Void) {
+    /// Runs `action` on the main loop after `delay` (kept until then, unlike a bare Timer).
+    private func later(_ delay: Duration, _ action: @escaping () -> Void) {
         let key = nextDeferredKey
         nextDeferredKey += 1
-        deferred[key] = Timer.after(milliseconds: milliseconds) { [weak self] in
+        deferred[key] = Timer.after(delay) { [weak self] in
             self?.deferred[key] = nil
             action()
         }
@@ -559,7 +559,7 @@ final class BluetoothTransport {
     private func pair(_ device: BluezDevice, completion: @escaping (Result<Void, ServiceError>) -> Void) {
         guard let bluez else { return completion(.failure(.notAvailable(unavailableReason ?? "BlueZ went away"))) }
         Log.info("pairing with \(device.address) (\(device.name))")
-        bluez.call(device.path, Bluez.deviceInterface, "Pair", timeoutMs: Self.pairTimeoutMs) { [weak self] result in
+        bluez.call(device.path, Bluez.deviceInterface, "Pair", timeout: Self.pairTimeout) { [weak self] result in
             guard let self else { return }
             switch result {
             case .success:
@@ -578,7 +578,7 @@ final class BluetoothTransport {
     private func connectProfile(_ device: BluezDevice, retries: Int, completion: @escaping (Result<Void, ServiceError>) -> Void) {
         guard let bluez else { return completion(.failure(.notAvailable(unavailableReason ?? "BlueZ went away"))) }
         bluez.call(device.path, Bluez.deviceInterface, "ConnectProfile", [Variant(BluezProfile.uuid)],
-                   timeoutMs: Self.connectProfileTimeoutMs) { [weak self] result in
+                   timeout: Self.connectProfileTimeout) { [weak self] result in
             guard let self else { return }
             switch result {
             case .success:
@@ -594,7 +594,7 @@ final class BluetoothTransport {
                 // The other side refused the channel right after the link was encrypted: Linux
                 // 6.1 may answer "security block" before it knows the key size. Once more, later.
                 Log.debug("\(device.address) refused the channel (\(error.message)); trying once more")
-                later(milliseconds: 1_000) { [weak self] in
+                later(.seconds(1)) { [weak self] in
                     self?.connectProfile(device, retries: retries - 1, completion: completion)
                 }
             case .failure(let error):
@@ -657,7 +657,7 @@ final class BluetoothTransport {
         guard let bluez, let device = device(address), disconnecting[address] == nil else { return }
         disconnecting[address] = []
         bluez.call(device.path, Bluez.deviceInterface, "DisconnectProfile", [Variant(BluezProfile.uuid)],
-                   timeoutMs: 10_000) { [weak self] result in
+                   timeout: .seconds(10)) { [weak self] result in
             if case .failure(let error) = result { Log.debug("DisconnectProfile \(address): \(error.message)") }
             guard let waiters = self?.disconnecting.removeValue(forKey: address) else { return }
             waiters.forEach { $0() }
@@ -697,9 +697,9 @@ final class BluetoothTransport {
         delegate?.bluetoothPairingPromptEnded(peer, outcome: outcome)
     }
 
-    /// Calls `action` unless a channel to `peer` opens within `incomingChannelWaitMs`.
+    /// Calls `action` unless a channel to `peer` opens within `incomingChannelWait`.
     func expectChannel(from peer: PeerAddress, orElse action: @escaping () -> Void) {
-        awaitingChannel[peer.description] = Timer.after(milliseconds: Self.incomingChannelWaitMs) { [weak self] in
+        awaitingChannel[peer.description] = Timer.after(Self.incomingChannelWait) { [weak self] in
             self?.awaitingChannel[peer.description] = nil
             action()
         }
@@ -707,7 +707,7 @@ final class BluetoothTransport {
 
     /// A person accepted this device: it may reconnect without asking (`Device1.Trusted`).
     private func markTrusted(_ devicePath: String) {
-        bluez?.call(.set(devicePath, Bluez.deviceInterface, "Trusted", Variant(true)), timeoutMs: Self.adapterCallTimeoutMs) { result in
+        bluez?.call(.set(devicePath, Bluez.deviceInterface, "Trusted", Variant(true)), timeout: Self.adapterCallTimeout) { result in
             if case .failure(let error) = result { Log.debug("Trusted on \(devicePath): \(error.message)") }
         }
     }

@@ -10,7 +10,7 @@ import PeerVoiceBus
 final class BluezAgent {
     static let path = "/org/example/PeerVoice/bluetooth/agent"
     static let capability = "DisplayYesNo"
-    static let promptTimeoutMs = UInt32(PeerVoiceBus.pairingConfirmationWindow.wholeMilliseconds)
+    static let promptTimeout = PeerVoiceBus.pairingConfirmationWindow
 
     enum Outcome: Equatable {
         case accepted, rejected, timedOut, canceled
@@ -157,7 +157,7 @@ final class BluezAgent {
         if prompts[device] != nil { finish(device, .canceled) }
         let prompt = Prompt(call: call)
         prompts[device] = prompt
-        prompt.timer = Timer.after(milliseconds: Self.promptTimeoutMs) { [weak self] in
+        prompt.timer = Timer.after(Self.promptTimeout) { [weak self] in
             self?.finish(device, .timedOut)
         }
         onPrompt(device, passkey, true)
@@ -169,7 +169,7 @@ final class BluezAgent {
         switch outcome {
         case .accepted: prompt.call.reply()
         case .rejected: prompt.call.fail(name: Bluez.rejected, message: "the user refused the pairing")
-        case .timedOut: prompt.call.fail(name: Bluez.rejected, message: "nobody confirmed the pairing within \(Self.promptTimeoutMs / 1000) s")
+        case .timedOut: prompt.call.fail(name: Bluez.rejected, message: "nobody confirmed the pairing within \(Self.promptTimeout.components.seconds) s")
         case .canceled: prompt.call.fail(name: Bluez.canceled, message: "the pairing was cancelled")
         }
         onPromptEnded(devicePath, outcome)

@@ -78,25 +78,25 @@ final class BluezClient {
 
     /// Calls BlueZ without blocking the main loop; `completion` runs on the main loop.
     func call(_ path: String, _ interface: String, _ method: String, _ arguments: [Variant] = [],
-              timeoutMs: Int32 = 25_000, completion: @escaping (Result<Variant, BusError>) -> Void = { _ in }) {
+              timeout: Duration = .seconds(25), completion: @escaping (Result<Variant, BusError>) -> Void = { _ in }) {
         connection.callAsync(destination: Bluez.service, path: path, interface: interface, method: method,
-                             arguments: Variant(tuple: arguments), timeoutMs: timeoutMs, completion: completion)
+                             arguments: Variant(tuple: arguments), timeout: timeout, completion: completion)
     }
 
-    func call(_ step: BluezCall, timeoutMs: Int32, completion: @escaping (Result<Variant, BusError>) -> Void = { _ in }) {
-        call(step.path, step.interface, step.method, step.arguments, timeoutMs: timeoutMs, completion: completion)
+    func call(_ step: BluezCall, timeout: Duration, completion: @escaping (Result<Variant, BusError>) -> Void = { _ in }) {
+        call(step.path, step.interface, step.method, step.arguments, timeout: timeout, completion: completion)
     }
 
     /// Makes `steps` one after another, each once the one before succeeded; stops at the first
     /// failure and reports it with its step.
-    func callInOrder(_ steps: [BluezCall], timeoutMs: Int32,
+    func callInOrder(_ steps: [BluezCall], timeout: Duration,
                      completion: @escaping (Result<Void, BluezCallFailure>) -> Void) {
         guard let step = steps.first else { return completion(.success(())) }
-        call(step, timeoutMs: timeoutMs) { [weak self] result in
+        call(step, timeout: timeout) { [weak self] result in
             switch result {
             case .success:
                 guard let self else { return completion(.failure(BluezCallFailure(step: step, error: Self.gone))) }
-                callInOrder(Array(steps.dropFirst()), timeoutMs: timeoutMs, completion: completion)
+                callInOrder(Array(steps.dropFirst()), timeout: timeout, completion: completion)
             case .failure(let error):
                 completion(.failure(BluezCallFailure(step: step, error: error)))
             }
@@ -105,8 +105,8 @@ final class BluezClient {
 
     /// `org.freedesktop.DBus.Peer.Ping`, which D-Bus libraries answer by themselves: a timeout
     /// means bluetoothd is not reading its bus connection (hung or stopped).
-    func ping(timeoutMs: Int32, completion: @escaping (Result<Variant, BusError>) -> Void) {
-        call("/", "org.freedesktop.DBus.Peer", "Ping", timeoutMs: timeoutMs, completion: completion)
+    func ping(timeout: Duration, completion: @escaping (Result<Variant, BusError>) -> Void) {
+        call("/", "org.freedesktop.DBus.Peer", "Ping", timeout: timeout, completion: completion)
     }
 
     private static let gone = BusError(name: "org.gtk.GDBus.Error.Local", message: "the BlueZ client was released")

@@ -7,7 +7,7 @@ import PeerVoiceCore
 /// measured or sent while nobody asked.
 final class LevelsMetering {
     /// How often due clients are looked at: the shortest interval a client may ask for.
-    static let tickMs = MeteringSubscriptions.minimumIntervalMs
+    static let tick: Duration = .milliseconds(MeteringSubscriptions.minimumIntervalMs)
 
     private let connection: DBusConnection
     private let engine: () -> VoiceEngine?
@@ -34,7 +34,7 @@ final class LevelsMetering {
         }
         engine()?.metering.store(true, ordering: .relaxed)
         if timer == nil {
-            timer = Timer.every(milliseconds: Self.tickMs) { [unowned self] in tick() }
+            timer = Timer.every(Self.tick) { [unowned self] in tick() }
         }
     }
 

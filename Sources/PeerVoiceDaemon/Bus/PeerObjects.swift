@@ -1,4 +1,5 @@
 import GIO
+import PeerVoiceBus
 import PeerVoiceCore
 
 /// What one peer object shows: the values of `org.example.PeerVoice.Peer`'s properties
@@ -78,7 +79,7 @@ extension PeerObjectSnapshot {
 /// callers hand it snapshots and it registers, updates and unregisters objects and emits
 /// `InterfacesAdded`, `PropertiesChanged` (only what changed) and `InterfacesRemoved`. Main loop only.
 final class PeerObjects {
-    static let interface = "org.example.PeerVoice.Peer"
+    static let interface = PeerVoiceBus.peerInterface
     static let managerPath = BusObject.path
 
     /// The interface as written in dbus/org.example.PeerVoice.Peer.xml, embedded at build time.

@@ -116,7 +116,7 @@ final class DesktopNotifications {
         for (id, shown) in pairingNotifications where shown == peer {
             pairingNotifications[id] = nil
             connection.callAsync(destination: Self.service, path: Self.path, interface: Self.interface,
-                                 method: "CloseNotification", arguments: Variant(tuple: [Variant(id)]), timeoutMs: 5_000) { result in
+                                 method: "CloseNotification", arguments: Variant(tuple: [Variant(id)]), timeout: .seconds(5)) { result in
                 if case .failure(let error) = result { Log.debug("could not withdraw the pairing notification for \(peer): \(error)") }
             }
         }
@@ -145,7 +145,7 @@ final class DesktopNotifications {
             Variant(Int32(-1)),
         ])
         connection.callAsync(destination: Self.service, path: Self.path, interface: Self.interface, method: "Notify",
-                             arguments: arguments, timeoutMs: 10_000) { result in
+                             arguments: arguments, timeout: .seconds(10)) { result in
             switch result {
             case .success(let reply): if let id = reply[0].uint32 { shown(id) }
             case .failure(let error): Log.debug("notification not shown: \(error)")
@@ -163,7 +163,7 @@ final class DesktopNotifications {
         }
         waitingForCapabilities = [body]
         connection.callAsync(destination: Self.service, path: Self.path, interface: Self.interface,
-                             method: "GetCapabilities", timeoutMs: 10_000) { [weak self] result in
+                             method: "GetCapabilities", timeout: .seconds(10)) { [weak self] result in
             guard let self else { return }
             let waiting = waitingForCapabilities ?? []
             waitingForCapabilities = nil

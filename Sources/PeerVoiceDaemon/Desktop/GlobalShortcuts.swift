@@ -117,7 +117,7 @@ final class GlobalShortcuts {
         let generation = generation
         connection.callAsync(destination: Self.service, path: Self.path, interface: "org.freedesktop.DBus.Properties",
                              method: "Get", arguments: Variant(tuple: [Variant(Self.interface), Variant("version")]),
-                             timeoutMs: 25_000) { [weak self] result in
+                             timeout: .seconds(25)) { [weak self] result in
             guard let self, generation == self.generation, case .probing = phase else { return }
             switch result {
             case .success(let reply):

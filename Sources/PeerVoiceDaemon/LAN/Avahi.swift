@@ -22,7 +22,7 @@ enum Avahi {
     static let lookupResultOurOwn: UInt32 = 16
 
     /// How long one call to avahi-daemon may take; resolving waits for the network.
-    static let callTimeoutMs: Int32 = 10_000
+    static let callTimeout: Duration = .seconds(10)
 }
 
 /// avahi-daemon on the system bus: asynchronous calls only, so the main loop never waits for it.
@@ -36,7 +36,7 @@ final class AvahiClient {
     func call(_ path: String, _ interface: String, _ method: String, _ arguments: [Variant] = [],
               completion: @escaping (Result<Variant, BusError>) -> Void = { _ in }) {
         connection.callAsync(destination: Avahi.service, path: path, interface: interface, method: method,
-                             arguments: Variant(tuple: arguments), timeoutMs: Avahi.callTimeoutMs, completion: completion)
+                             arguments: Variant(tuple: arguments), timeout: Avahi.callTimeout, completion: completion)
     }
 
     /// Signals of one Avahi object (an entry group, a browser) from the daemon that owns it.

@@ -20,13 +20,13 @@ final class LANBrowser {
     private struct Service {
         var sightings: Set<Sighting> = []
         var reported: (route: LANRoute, advertisement: LANAdvertisement)?
-        /// An IPv6 route waiting `ipv6GraceMs` for an IPv4 one.
+        /// An IPv6 route waiting `ipv6Grace` for an IPv4 one.
         var ipv6Candidate: EventSource?
     }
 
     /// How long an IPv6 answer waits for an IPv4 one before it is reported: a dual-stack host's
     /// A record usually answers from the cache within milliseconds, an IPv6-only host has none.
-    static let ipv6GraceMs: UInt32 = 300
+    static let ipv6Grace: Duration = .milliseconds(300)
 
     var onFound: (LANFoundService, LANAdvertisement) -> Void = { _, _ in }
     var onLost: (LANFoundService) -> Void = { _ in }
@@ -163,7 +163,7 @@ final class LANBrowser {
         guard advertisement.name != nil || advertisement.tag != nil, !isOwn(advertisement) else { return }
         guard route.isIPv6 else { return report(sighting.name, route, advertisement) }
         guard services[sighting.name]?.ipv6Candidate == nil else { return }
-        services[sighting.name]?.ipv6Candidate = Timer.after(milliseconds: Self.ipv6GraceMs) { [weak self] in
+        services[sighting.name]?.ipv6Candidate = Timer.after(Self.ipv6Grace) { [weak self] in
             self?.report(sighting.name, route, advertisement)
         }
     }

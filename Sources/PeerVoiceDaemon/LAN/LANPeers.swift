@@ -194,8 +194,7 @@ final class LANPeers {
         if presenceEpoch != epoch {
             presenceEpoch = epoch
             presenceName = "PeerVoice " + crypto.randomBytes(4).map { String(format: "%02x", $0) }.joined()
-            let untilNext = (PresenceTag.end(of: epoch) - now) * 1000
-            epochTimer = Timer.after(milliseconds: UInt32(untilNext)) { [unowned self] in
+            epochTimer = Timer.after(.seconds(PresenceTag.end(of: epoch) - now)) { [unowned self] in
                 epochTimer = nil
                 updateAdvertising()
             }

@@ -5,7 +5,7 @@ import PeerVoiceCore
 /// TCP for peer links: a listener (`--listen`, or the default LAN one) and outgoing dials.
 final class IPTransport {
     /// How long a dial may take before it counts as failed.
-    static let dialTimeoutMs: UInt32 = 5_000
+    static let dialTimeout: Duration = .seconds(5)
 
     /// A connection someone opened to us.
     var onIncoming: (StreamConnection, IPEndpoint) -> Void = { _, _ in }
@@ -75,7 +75,7 @@ final class IPTransport {
             socket = try Socket.connecting(to: endpoint, from: dialSource)
         } catch {
             // Reported from the main loop, as every other outcome, so callers see one order of events.
-            attempt.timer = Timer.after(milliseconds: 0) { completion(.failure(.failed("cannot reach \(endpoint): \(error)"))) }
+            attempt.timer = Timer.after(.zero) { completion(.failure(.failed("cannot reach \(endpoint): \(error)"))) }
             return attempt
         }
         let finish = { [unowned attempt] (result: Result<StreamConnection, ServiceError>) in
@@ -94,8 +94,8 @@ final class IPTransport {
             }
             return false
         }
-        attempt.timer = Timer.after(milliseconds: Self.dialTimeoutMs) {
-            finish(.failure(.failed("cannot reach \(endpoint): no answer within \(Self.dialTimeoutMs / 1000) s")))
+        attempt.timer = Timer.after(Self.dialTimeout) {
+            finish(.failure(.failed("cannot reach \(endpoint): no answer within \(Self.dialTimeout.components.seconds) s")))
         }
         return attempt
     }

@@ -6,7 +6,7 @@ import Glibc
 /// messages. Only that something changed matters here, so the messages are not parsed.
 final class NetworkMonitor {
     /// A burst of changes is one report, this long after its last message.
-    static let settleMs: UInt32 = 1_000
+    static let settle: Duration = .seconds(1)
     // linux/rtnetlink.h (not in Glibc's module): the multicast groups.
     private static let linkGroup: UInt32 = 0x1
     private static let ipv4AddressGroup: UInt32 = 0x10
@@ -54,7 +54,7 @@ final class NetworkMonitor {
     private func drain() {
         var buffer = [UInt8](repeating: 0, count: 16_384)
         while recv(fd, &buffer, buffer.count, 0) > 0 {}
-        settling = Timer.after(milliseconds: Self.settleMs) { [weak self] in
+        settling = Timer.after(Self.settle) { [weak self] in
             self?.settling = nil
             Log.info("the network changed: advertising afresh and redialling peers with messages waiting")
             self?.changed()

@@ -25,8 +25,8 @@ protocol LinkVoice: AnyObject {
 /// what arrives to delivery, pairing and voice.
 final class PeerConnections {
     /// First and longest wait between redials of a dropped peer with pending messages.
-    static let firstRedialMs: UInt32 = 250
-    static let maxRedialMs: UInt32 = 5_000
+    static let firstRedial: Duration = .milliseconds(250)
+    static let maxRedial: Duration = .seconds(5)
 
     /// A link not yet open: who it was dialled for (nil: incoming) and, for a known peer, the dial
     /// that made it; once authenticated, the peer its key names and the route it came by (nil when
@@ -41,7 +41,7 @@ final class PeerConnections {
 
     /// How a known peer is being redialled: the wait, growing while dials fail, and its timer.
     private struct Redial {
-        var backoffMs: UInt32 = 0
+        var backoff: Duration = .zero
         var timer: EventSource?
     }
 
@@ -331,8 +331,8 @@ final class PeerConnections {
         var redial = redials[peer.id] ?? Redial()
         guard !asleep, peer.paired, !peer.routes.isEmpty, !peer.stayDisconnected, !peer.isConnected, dials[peer.id] == nil,
               redial.timer == nil, !hasPendingLink(peer), delivery.hasPending(for: peer.id) else { return }
-        redial.backoffMs = immediately ? 0 : min(Self.maxRedialMs, max(Self.firstRedialMs, redial.backoffMs * 2))
-        redial.timer = Timer.after(milliseconds: redial.backoffMs) { [unowned self, weak peer] in
+        redial.backoff = immediately ? .zero : min(Self.maxRedial, max(Self.firstRedial, redial.backoff * 2))
+        redial.timer = Timer.after(redial.backoff) { [unowned self, weak peer] in
             guard let peer, registry.isCurrent(peer) else { return }
             dial(peer)
         }

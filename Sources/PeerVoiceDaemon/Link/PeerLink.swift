@@ -158,7 +158,7 @@ final class PeerLink {
         } catch {
             failed(error)
         }
-        timer = Timer.every(milliseconds: 250) { [weak self] in
+        timer = Timer.every(.milliseconds(250)) { [weak self] in
             self?.checkLiveness()
             return true
         }

@@ -7,9 +7,9 @@ import PeerVoiceCore
 /// only when the peer is removed or the message expires.
 final class MessageDelivery {
     /// How often undeliverable messages are checked for expiry.
-    static let expiryCheckMs: UInt32 = 60_000
+    static let expiryCheck: Duration = .seconds(60)
     /// How often open links are checked for a run the peer stopped acknowledging.
-    static let stallCheckMs: UInt32 = 500
+    static let stallCheck: Duration = .milliseconds(500)
 
     private let store: MessageStore
     private let emit: (ServiceEvent) -> Void
@@ -26,8 +26,8 @@ final class MessageDelivery {
     func start() {
         expire()
         timers = [
-            Timer.every(milliseconds: Self.expiryCheckMs) { [unowned self] in expire(); return true },
-            Timer.every(milliseconds: Self.stallCheckMs) { [unowned self] in resendStalledRuns(); return true },
+            Timer.every(Self.expiryCheck) { [unowned self] in expire(); return true },
+            Timer.every(Self.stallCheck) { [unowned self] in resendStalledRuns(); return true },
         ]
     }
 

@@ -29,7 +29,7 @@ final class PairingPrompts {
         guard let result = link.result else { return }
         let id = peer.id
         let window = PeerVoiceBus.pairingConfirmationWindow
-        let timeout = Timer.after(milliseconds: UInt32(window.wholeMilliseconds)) { [unowned self] in
+        let timeout = Timer.after(window) { [unowned self] in
             guard let prompt = prompts.removeValue(forKey: id) else { return }
             settle(prompt, for: id, accept: false, reason: "not confirmed within \(window.components.seconds) s")
         }

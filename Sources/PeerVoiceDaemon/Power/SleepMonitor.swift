@@ -64,7 +64,7 @@ final class SleepMonitor {
         askingForInhibitor = true
         let arguments = Variant(tuple: [Variant("sleep"), Variant("PeerVoice"), Variant("telling peers it goes away"), Variant("delay")])
         connection.callAsyncReceivingFDs(destination: Self.service, path: Self.path, interface: Self.interface,
-                                         method: "Inhibit", arguments: arguments, timeoutMs: 5_000) { [weak self] result in
+                                         method: "Inhibit", arguments: arguments, timeout: .seconds(5)) { [weak self] result in
             switch result {
             case .success(let (_, fds)):
                 self?.askingForInhibitor = false

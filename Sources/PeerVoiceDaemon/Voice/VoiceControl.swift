@@ -12,7 +12,7 @@ import Sodium
 /// new id too, so keys are never reused. VOICE_STOP ends voice on both sides.
 final class VoiceControl {
     /// How often voice that is wanted but not running (no PipeWire yet, a stream failed) is retried.
-    static let voiceRetryMs: UInt32 = 1_000
+    static let voiceRetry: Duration = .seconds(1)
     /// A VOICE frame for a link that waited longer than this for the main loop is dropped: it
     /// would reach the peer too late to be played.
     static let staleLinkVoiceNs: Int64 = 60_000_000
@@ -52,7 +52,7 @@ final class VoiceControl {
     func start(muted: Bool) {
         startEngine()
         engine?.muted.store(muted, ordering: .relaxed)
-        retryTimer = Timer.every(milliseconds: Self.voiceRetryMs) { [unowned self] in retryWantedVoice(); return true }
+        retryTimer = Timer.every(Self.voiceRetry) { [unowned self] in retryWantedVoice(); return true }
     }
 
     func shutdown() {
