@@ -126,9 +126,10 @@ extension APIClient {
                           timeout: Double = Double(PeerVoiceBus.connectCallTimeout.components.seconds)) -> PendingCall {
         let pending = PendingCall()
         connection.callAsync(destination: Self.name, path: Self.path, interface: Self.interface, method: method,
-                             arguments: Variant(tuple: arguments), timeout: .seconds(timeout)) { [unowned self] result in
+                             arguments: Variant(tuple: arguments), timeout: .seconds(timeout)) { [weak self] result in
+            // A test that gave up on the reply may have let this client go before it came.
             pending.result = result
-            pending.signalsBefore = signals.count
+            pending.signalsBefore = self?.signals.count ?? 0
         }
         return pending
     }
