@@ -286,3 +286,37 @@ public final class Switch: Widget {
         }, trampoline: callback(notifyTrampoline))
     }
 }
+
+/// `GtkScale`: a horizontal slider over `range`, moved in whole `step`s.
+public final class Scale: Widget {
+    private var settingValue = false
+
+    public init(range: ClosedRange<Double>, step: Double) {
+        super.init(adopting: UnsafeMutableRawPointer(
+            gtk_scale_new_with_range(GTK_ORIENTATION_HORIZONTAL, range.lowerBound, range.upperBound, step)))
+        // Whole steps also for values from a drag or from AT-SPI, not only the arrow keys.
+        gtk_scale_set_digits(ptr(), 0)
+    }
+
+    public var value: Double {
+        get { gtk_range_get_value(ptr()) }
+        set {
+            guard newValue != value else { return }
+            settingValue = true
+            defer { settingValue = false }
+            gtk_range_set_value(ptr(), newValue)
+        }
+    }
+
+    /// A tick at `value` (e.g. where a voice plays as it comes).
+    public func addMark(at value: Double) {
+        gtk_scale_add_mark(ptr(), value, GTK_POS_BOTTOM, nil)
+    }
+
+    /// Called when a person moves the slider (pointer, keys, AT-SPI), not when `value` is set from code.
+    public func onValueChanged(_ action: @escaping (Double) -> Void) {
+        connectSignal(raw, "value-changed", { [unowned self] in
+            if !settingValue { action(value) }
+        }, trampoline: callback(voidTrampoline))
+    }
+}

@@ -21,6 +21,11 @@ public final class AppModel {
     /// Where discovery makes this device visible (`Visible`): "bluetooth", "lan".
     public private(set) var visibility: Set<String> = []
     public private(set) var isHolding = false
+    /// Our microphone holds speech now (the service's `Speaking`; muted speech is not speaking).
+    public private(set) var microphoneSpeaking = false
+    /// Volumes a person set with the slider that the service has not shown yet (by peer): the
+    /// slider keeps them while older values arrive, so it does not jump back during a drag.
+    private var requestedVolumes: [String: Double] = [:]
 
     /// Called after every change, with what changed.
     public var onChange: (Change) -> Void = { _ in }
@@ -33,6 +38,10 @@ public final class AppModel {
 
     public enum Change: Equatable {
         case peers, selection, question, chat(peer: String), mute, discovering, service, notice, hold, settings
+        /// The microphone's `Speaking`.
+        case speaking
+        /// The selected peer's volume or mute here, as a person set it.
+        case playback
     }
 
     private func changed(_ change: Change) { onChange(change) }
@@ -87,6 +96,7 @@ public final class AppModel {
             rows.append(row)
         }
         peers = rows
+        for row in listed where requestedVolumes[row.id] == row.volume { requestedVolumes[row.id] = nil }
         changed(.peers)
         if let selected = selectedPeer, !rows.contains(where: { $0.id == selected }) {
             selectedPeer = nil
@@ -297,6 +307,50 @@ public final class AppModel {
     }
 
     public var holdLabel: String { holdMode == .holdToMute ? localize("Hold to mute") : localize("Hold to talk") }
+
+    // MARK: Who is speaking
+
+    public func microphoneSpeakingChanged(_ speaking: Bool) {
+        guard microphoneSpeaking != speaking else { return }
+        microphoneSpeaking = speaking
+        changed(.speaking)
+    }
+
+    /// What `row`'s speaking indicator shows; nil while voice with it is off (nothing to hear).
+    public func speakingIndicator(of row: PeerRow) -> SpeakingIndicator? {
+        guard row.voiceActive else { return nil }
+        return SpeakingIndicator(speaking: row.speaking, name: row.speaking ? localize("Speaking") : localize("Silent"))
+    }
+
+    /// What the indicator of our own microphone shows; nil while voice runs with nobody.
+    public var microphoneIndicator: SpeakingIndicator? {
+        guard peers.contains(where: \.voiceActive) else { return nil }
+        return SpeakingIndicator(speaking: microphoneSpeaking,
+                                 name: microphoneSpeaking ? localize("You are speaking") : localize("You are silent"))
+    }
+
+    // MARK: Volume and mute per peer
+
+    /// The selected peer's volume and mute here; nil when there is nothing to set (no service,
+    /// no peer selected, or one only found nearby, which the service does not know).
+    public var selectedPlayback: PeerPlayback? {
+        guard service == .running, let row = selectedRow, row.state != .nearby else { return nil }
+        return PeerPlayback(volume: requestedVolumes[row.id] ?? row.volume, mutedHere: row.mutedHere)
+    }
+
+    /// A person moved `peer`'s slider to `percent` (0–200): the volume to ask for (`SetVolume`).
+    public func volumeRequested(percent: Double, for peer: String) -> Double {
+        let volume = min(max(percent.rounded(), 0), 200) / 100
+        requestedVolumes[peer] = volume
+        changed(.playback)
+        return volume
+    }
+
+    /// `SetVolume` for `peer` failed: the slider shows the service's volume again.
+    public func volumeNotSet(for peer: String) {
+        guard requestedVolumes.removeValue(forKey: peer) != nil else { return }
+        changed(.playback)
+    }
 
     // MARK: Settings
 

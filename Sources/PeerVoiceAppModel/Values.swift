@@ -18,13 +18,23 @@ public struct PeerRow: Equatable, Sendable {
     public var transport: String
     public var state: PeerState
     public var voiceActive = false
+    /// Its voice, as it reaches us, holds speech now (the peer object's `Speaking`).
+    public var speaking = false
+    /// The volume its voice plays at here, 0.0–2.0 (the peer object's `Volume`).
+    public var volume = 1.0
+    /// Its voice is not played here (the peer object's `Muted`, `SetPeerMuted`).
+    public var mutedHere = false
 
-    public init(id: String, name: String, transport: String, state: PeerState, voiceActive: Bool = false) {
+    public init(id: String, name: String, transport: String, state: PeerState, voiceActive: Bool = false,
+                speaking: Bool = false, volume: Double = 1, mutedHere: Bool = false) {
         self.id = id
         self.name = name
         self.transport = transport
         self.state = state
         self.voiceActive = voiceActive
+        self.speaking = speaking
+        self.volume = volume
+        self.mutedHere = mutedHere
     }
 
     /// What the row (and its accessible name) shows: the peer's name, or its id when it has none.
@@ -131,4 +141,31 @@ public struct PeerActions: Equatable, Sendable {
         self.send = send
         self.voiceLabel = voiceLabel
     }
+}
+
+/// Whether a voice holds speech now, as an indicator shows it: the state, and the words for it
+/// (the indicator's accessible name, "Speaking" or "Silent" for a peer).
+public struct SpeakingIndicator: Equatable, Sendable {
+    public var speaking: Bool
+    public var name: String
+
+    public init(speaking: Bool, name: String) {
+        self.speaking = speaking
+        self.name = name
+    }
+}
+
+/// The selected peer's volume and mute here, as its controls show them.
+public struct PeerPlayback: Equatable, Sendable {
+    /// 0.0–2.0, as `SetVolume` takes it.
+    public var volume: Double
+    public var mutedHere: Bool
+
+    public init(volume: Double, mutedHere: Bool) {
+        self.volume = volume
+        self.mutedHere = mutedHere
+    }
+
+    /// The volume as the slider shows it: 0 to 200 %.
+    public var percent: Double { (volume * 100).rounded() }
 }

@@ -49,6 +49,8 @@ public func runDaemon(arguments: [String]) -> Int32 {
     let notifications = options.notify
         ? DesktopNotifications(connection: connection, service: service, promptHandlers: bus.promptHandlers) : nil
     service.peersChanged = { [unowned service] in peerObjects.show(service.peerObjectSnapshots()) }
+    // The paired peers from the state directory have objects from the start, not from their first change.
+    service.peersChanged()
     service.emit = { [unowned bus, unowned service] event in
         bus.emit(event)
         switch event {

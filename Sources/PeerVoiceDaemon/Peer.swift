@@ -84,7 +84,8 @@ final class Peer {
 
     var known: KnownPeer {
         KnownPeer(id: id, key: key, name: name, instance: instance?.hex, routes: routes, stayDisconnected: stayDisconnected,
-                  presenceSecret: presenceSecret, volume: voice.playback.volume == 1 ? nil : voice.playback.volume)
+                  presenceSecret: presenceSecret, volume: voice.playback.volume == 1 ? nil : voice.playback.volume,
+                  muted: voice.playback.muted ? true : nil)
     }
 }
 

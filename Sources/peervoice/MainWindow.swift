@@ -15,7 +15,7 @@ final class MainWindow {
 
     private let peerList = ListBox()
     private var rowIDs: [String] = []
-    private var rowLabels: [(name: Label, detail: Label)] = []
+    private var rowLabels: [(name: Label, detail: Label, speaking: Label)] = []
     private let searchButton = ToggleButton(tr("Search nearby"))
     private let connectButton = Button(tr("Connect"))
     private let disconnectButton = Button(tr("Disconnect"))
@@ -31,6 +31,10 @@ final class MainWindow {
     private let muteButton = ToggleButton(tr("Mute"))
     private let holdButton = Button(tr("Hold to mute"))
     private let pushToTalk = Switch()
+    private let microphoneIndicator = MainWindow.speakingDot()
+    private let volumeScale = Scale(range: 0...200, step: 1)
+    private let volumeLabel = Label()
+    private let peerMuteButton = ToggleButton(tr("Mute this peer"))
 
     private let settingsButton = ToggleButton(tr("Settings"))
     private let settingsPanel = Box(.vertical, spacing: 8)
@@ -59,7 +63,7 @@ final class MainWindow {
         window.setContent(layout())
         wire()
         model.onChange = { [unowned self] in render($0) }
-        [.peers, .selection, .mute, .discovering, .service, .notice, .hold, .question, .settings].forEach(render)
+        [.peers, .selection, .mute, .discovering, .service, .notice, .hold, .question, .settings, .speaking].forEach(render)
     }
 
     // MARK: Layout
@@ -111,6 +115,7 @@ final class MainWindow {
 
         let voice = Box(.horizontal, spacing: 8)
         voice.append(voiceButton)
+        voice.append(microphoneIndicator)
         muteButton.addStyleClass("pill")
         muteButton.setSizeRequest(width: 140, height: 56)
         voice.append(muteButton)
@@ -120,6 +125,18 @@ final class MainWindow {
         voice.append(holdButton)
         chat.append(voice)
 
+        // The selected peer's voice here: 0–200 % (SetVolume's 0.0–2.0), and muted here or not.
+        let playback = Box(.horizontal, spacing: 8)
+        playback.append(Label(tr("Volume")))
+        volumeScale.setAccessibleName(tr("Volume"))
+        volumeScale.addMark(at: 100)
+        volumeScale.expandsHorizontally = true
+        playback.append(volumeScale)
+        volumeLabel.setSizeRequest(width: 48, height: -1)
+        volumeLabel.setAlignment(1)
+        playback.append(volumeLabel)
+        playback.append(peerMuteButton)
+        chat.append(playback)
 
         let columns = Box(.horizontal, spacing: 12)
         columns.setMargins(12)
@@ -220,6 +237,13 @@ final class MainWindow {
             client.setVoice(!row.voiceActive, with: row.id)
         }
         muteButton.onToggled { [unowned self] muted in client.setMuted(muted) }
+        volumeScale.onValueChanged { [unowned self] percent in
+            guard let peer = model.selectedPeer else { return }
+            client.setVolume(model.volumeRequested(percent: percent, for: peer), for: peer)
+        }
+        peerMuteButton.onToggled { [unowned self] muted in
+            if let peer = model.selectedPeer { client.setPeerMuted(muted, peer: peer) }
+        }
         holdButton.onHold(pressed: { [unowned self] in holdDown() }, released: { [unowned self] in holdUp() })
         window.onKey(pressed: { [unowned self] key in
             guard key == .space, !window.focusUsesSpace(except: holdButton) else { return false }
@@ -268,9 +292,12 @@ final class MainWindow {
         case .peers:
             renderPeers()
             renderActions()
+            renderPlayback()
+            show(model.microphoneIndicator, on: microphoneIndicator)
         case .selection:
             renderSelection()
             renderActions()
+            renderPlayback()
             renderChat()
         case .chat(let peer):
             if peer == model.selectedPeer { renderChat() }
@@ -282,6 +309,7 @@ final class MainWindow {
             searchButton.isActive = model.discovering
         case .service:
             renderActions()
+            renderPlayback()
             renderSettings()
         case .settings:
             renderSettings()
@@ -290,11 +318,16 @@ final class MainWindow {
             // A toggle whose call failed shows the service's state again.
             muteButton.isActive = model.muted
             searchButton.isActive = model.discovering
+            renderPlayback()
             renderSettings()
         case .hold:
             holdButton.label = model.holdLabel
             holdButton.setAccessibleName(model.holdLabel)
             if model.isHolding { holdButton.addStyleClass("destructive-action") } else { holdButton.removeStyleClass("destructive-action") }
+        case .speaking:
+            show(model.microphoneIndicator, on: microphoneIndicator)
+        case .playback:
+            renderPlayback()
         }
     }
 
@@ -306,22 +339,27 @@ final class MainWindow {
             while peerList.count > 0 { peerList.remove(at: 0) }
             rowLabels = []
             for row in model.peers {
-                let name = Label(), detail = Label()
+                let name = Label(), detail = Label(), speaking = Self.speakingDot()
                 name.setAlignment(0)
                 detail.setAlignment(0)
                 detail.addStyleClass("dim-label")
-                let cell = Box(.vertical, spacing: 2)
+                let texts = Box(.vertical, spacing: 2)
+                texts.expandsHorizontally = true
+                texts.append(name)
+                texts.append(detail)
+                let cell = Box(.horizontal, spacing: 6)
                 cell.setMargins(8)
-                cell.append(name)
-                cell.append(detail)
+                cell.append(texts)
+                cell.append(speaking)
                 peerList.append(cell, name: row.displayName)
-                rowLabels.append((name, detail))
+                rowLabels.append((name, detail, speaking))
             }
             rowIDs = ids
         }
         for (index, row) in model.peers.enumerated() {
             rowLabels[index].name.text = row.displayName
             rowLabels[index].detail.text = Self.detail(of: row)
+            show(model.speakingIndicator(of: row), on: rowLabels[index].speaking)
             peerList.setName(row.displayName, at: index)
         }
         renderSelection()
@@ -355,6 +393,40 @@ final class MainWindow {
         } else {
             peerTitle.text = model.peers.isEmpty ? tr("No peers yet: search nearby or type an address.") : tr("Choose a peer to chat with.")
         }
+    }
+
+    /// A dot that lights up while a voice holds speech. Its accessible name says which
+    /// ("Speaking", "Silent"; set after the text, which would otherwise name it).
+    private static func speakingDot() -> Label {
+        let dot = Label("●")
+        dot.addStyleClass("title-3")
+        return dot
+    }
+
+    private func show(_ indicator: SpeakingIndicator?, on dot: Label) {
+        dot.isVisible = indicator != nil
+        guard let indicator else { return }
+        dot.setAccessibleName(indicator.name)
+        dot.setTooltip(indicator.name)
+        if indicator.speaking {
+            dot.addStyleClass("success")
+            dot.removeStyleClass("dim-label")
+        } else {
+            dot.addStyleClass("dim-label")
+            dot.removeStyleClass("success")
+        }
+    }
+
+    /// The selected peer's volume and mute here, as the service last said them (a refused change
+    /// springs back) or as the slider was just moved.
+    private func renderPlayback() {
+        let playback = model.selectedPlayback
+        volumeScale.isSensitive = playback != nil
+        peerMuteButton.isSensitive = playback != nil
+        let percent = playback?.percent ?? 100
+        volumeScale.value = percent
+        volumeLabel.text = "\(Int(percent)) %"
+        peerMuteButton.isActive = playback?.mutedHere ?? false
     }
 
     private func renderActions() {

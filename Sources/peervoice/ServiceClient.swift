@@ -92,7 +92,9 @@ final class ServiceClient {
             let ref = id.isEmpty ? peer["Routes"]?.children.first?[1].string ?? "" : id
             guard !ref.isEmpty else { return nil }
             return PeerRow(id: ref, name: peer["Name"]?.string ?? "", transport: peer["Transport"]?.string ?? "",
-                           state: PeerState(service: peer["State"]?.string ?? ""), voiceActive: peer["Voice"]?.string == "active")
+                           state: PeerState(service: peer["State"]?.string ?? ""), voiceActive: peer["Voice"]?.string == "active",
+                           speaking: peer["Speaking"]?.bool ?? false, volume: peer["Volume"]?.double ?? 1,
+                           mutedHere: peer["Muted"]?.bool ?? false)
         })
     }
 
@@ -147,6 +149,18 @@ final class ServiceClient {
 
     func setVoice(_ on: Bool, with peer: String) {
         call(on ? "StartVoice" : "StopVoice", [Variant(peer)], action: on ? "Start voice" : "Stop voice", peer: peer)
+    }
+
+    /// `SetVolume`: `peer`'s voice plays at `volume` (0.0–2.0) here; the peer object's `Volume`
+    /// shows it once set.
+    func setVolume(_ volume: Double, for peer: String) {
+        call("SetVolume", [Variant(peer), Variant(volume)], action: "Volume", peer: peer,
+             otherwise: { [unowned self] in model.volumeNotSet(for: peer) })
+    }
+
+    /// `SetPeerMuted`: `peer`'s voice is not played here (its peer object's `Muted` shows it).
+    func setPeerMuted(_ muted: Bool, peer: String) {
+        call("SetPeerMuted", [Variant(peer), Variant(muted)], action: "Mute this peer", peer: peer)
     }
 
     /// `SetName`: the service checks the name; a refusal is a notice in its words.
@@ -224,6 +238,7 @@ final class ServiceClient {
     private func propertiesChanged(_ properties: Variant) {
         if let muted = properties.lookup("Muted")?.bool { model.muteChanged(muted) }
         if let discovering = properties.lookup("Discovering")?.bool { model.discoveringChanged(discovering) }
+        if let speaking = properties.lookup("Speaking")?.bool { model.microphoneSpeakingChanged(speaking) }
         model.settingsChanged(name: properties.lookup("Name")?.string, visible: properties.lookup("Visible")?.strings)
     }
 }

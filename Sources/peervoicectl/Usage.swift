@@ -116,7 +116,7 @@ enum Usage {
         CommandSpec("mute-peer", "PEER on|off", "stop or resume playing PEER's voice here",
                     positionals: 2...2, details: """
             PEER is told nothing and still hears you (your own microphone follows
-            `peervoicectl mute`). Until the service restarts.
+            `peervoicectl mute`). Kept across restarts for a paired peer.
             """),
         CommandSpec("monitor", "[--json] [--levels]", "print every PeerVoice signal as it happens, one line each",
                     options: ["--json": false, "--levels": false], details: """

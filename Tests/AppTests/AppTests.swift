@@ -47,6 +47,12 @@ final class AppTests: XCTestCase {
 
     private func muted(_ peer: TestPeer) -> Bool? { try? peer.client.property("Muted").bool }
 
+    /// `peer`'s volume and mute on `daemon`, from its peer object over D-Bus (not from the window).
+    private func playback(of peer: TestPeer, on daemon: TestPeer) -> (volume: Double?, muted: Bool?) {
+        let object = try? daemon.client.peerObjects()["/org/example/PeerVoice/peers/" + peer.id.dropFirst("pv:".count)]
+        return (object?.lookup("Volume")?.double, object?.lookup("Muted")?.bool)
+    }
+
     /// Saves the screen as NAME.png in the peer's directory, and in $PEERVOICE_SCREENSHOT_DIR
     /// when set (`make screenshots` points it at docs/).
     private func screenshot(_ app: AppSession, _ name: String, in peer: TestPeer, file: StaticString = #filePath, line: UInt = #line) {
@@ -193,7 +199,9 @@ final class AppTests: XCTestCase {
 
     /// The list follows the service's peer objects (a peer paired before the window opened, a new
     /// name), and Start voice / Stop voice act on the selected peer and show what the service says
-    /// (VoiceStateChanged, the object's Voice), with real PipeWire on both sides.
+    /// (VoiceStateChanged, the object's Voice), with real PipeWire on both sides. While voice runs,
+    /// the speaking indicators follow `Speaking` (bravo's row, and our own microphone), and the
+    /// slider and Mute this peer set bravo's volume and mute here.
     func testVoiceStartsAndStopsForTheSelectedPeerAndTheListFollowsThePeerObjects() throws {
         let alpha = try peer("alpha", withVoice: true), bravo = try peer("bravo", withVoice: true)
         XCTAssertEqual(try alpha.pair(with: bravo).connect.get()[0].string, bravo.id)
@@ -205,6 +213,35 @@ final class AppTests: XCTestCase {
         XCTAssertNotNil(alpha.client.waitForSignalIndex("VoiceStateChanged", after: mark, timeout: 15) { $0.string(0) == bravo.id && $0.string(1) == "active" },
                         "voice did not start: \(alpha.log.suffix(3_000))")
         app.ui("label-starting", "network · connected · voice on")
+
+        // Who is speaking: bravo's row and our own indicator light up while each talks into its
+        // microphone (real speech through both PipeWire graphs), and go back after silence.
+        app.ui("wait-in-row", "bravo", "Silent")
+        app.ui("wait-label", "You are silent")
+        let speech = VoiceRig.fixturePath("speech.wav")
+        let intoBravo = try pipeWires[1].inject(speech), intoAlpha = try pipeWires[0].inject(speech)
+        app.ui("wait-in-row", "bravo", "Speaking")
+        app.ui("wait-label", "You are speaking")
+        screenshot(app, "app-voice", in: alpha)
+        intoBravo.stop()
+        intoAlpha.stop()
+        app.ui("wait-in-row", "bravo", "Silent")
+        app.ui("wait-label", "You are silent")
+
+        // bravo's volume and mute here: the service's peer object shows what the window set, and
+        // the window shows what was set elsewhere.
+        XCTAssertEqual(app.ui("value", "Volume"), "100")
+        app.ui("set-value", "Volume", "50")
+        XCTAssertTrue(eventually(timeout: 5) { playback(of: bravo, on: alpha).volume == 0.5 },
+                      "the slider did not set the volume: \(playback(of: bravo, on: alpha))")
+        app.ui("click", "Mute this peer")
+        XCTAssertTrue(eventually(timeout: 5) { playback(of: bravo, on: alpha).muted == true }, "Mute this peer did not mute bravo here")
+        XCTAssertEqual(try alpha.client.property("Muted").bool, false, "our microphone is not muted by it")
+        try alpha.client.call("SetVolume", [Variant(bravo.id), Variant(1.5)])
+        try alpha.client.call("SetPeerMuted", [Variant(bravo.id), Variant(false)])
+        app.ui("wait-pressed", "Mute this peer", "false")
+        XCTAssertTrue(eventually(timeout: 5) { app.ui("value", "Volume") == "150" }, "the slider did not follow Volume")
+
         let stopMark = alpha.mark
         app.ui("click", "Stop voice")
         XCTAssertNotNil(alpha.client.waitForSignalIndex("VoiceStateChanged", after: stopMark, timeout: 10) { $0.string(0) == bravo.id && $0.string(1) == "stopped" })

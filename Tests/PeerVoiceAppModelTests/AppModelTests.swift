@@ -203,6 +203,61 @@ final class AppModelTests: XCTestCase {
         XCTAssertNil(model.question, "a question the service can no longer take an answer for")
     }
 
+    func testSpeakingIndicatorsFollowTheServiceAndShowOnlyWhileVoiceRuns() {
+        let bravo = PeerRow(id: "pv:b", name: "bravo", transport: "ip", state: .connected)
+        model.peersListed([bravo])
+        XCTAssertNil(model.speakingIndicator(of: model.peers[0]), "no voice, nothing to hear")
+        XCTAssertNil(model.microphoneIndicator, "voice runs with nobody")
+
+        model.peersListed([PeerRow(id: "pv:b", name: "bravo", transport: "ip", state: .connected, voiceActive: true)])
+        XCTAssertEqual(model.speakingIndicator(of: model.peers[0]), SpeakingIndicator(speaking: false, name: "Silent"))
+        XCTAssertEqual(model.microphoneIndicator, SpeakingIndicator(speaking: false, name: "You are silent"))
+        model.peersListed([PeerRow(id: "pv:b", name: "bravo", transport: "ip", state: .connected, voiceActive: true, speaking: true)])
+        XCTAssertEqual(model.speakingIndicator(of: model.peers[0]), SpeakingIndicator(speaking: true, name: "Speaking"))
+
+        changes = []
+        model.microphoneSpeakingChanged(true)
+        model.microphoneSpeakingChanged(true)
+        XCTAssertEqual(changes, [.speaking], "only a flip is news")
+        XCTAssertEqual(model.microphoneIndicator, SpeakingIndicator(speaking: true, name: "You are speaking"))
+        model.peerStateChanged("pv:b", state: .disconnected, transport: "ip")
+        XCTAssertNil(model.microphoneIndicator, "the link went, and voice with it")
+    }
+
+    func testTheVolumeSliderKeepsWhatAPersonSetUntilTheServiceShowsIt() {
+        model.serviceAppeared()
+        let row = { (volume: Double, muted: Bool) in
+            PeerRow(id: "pv:b", name: "bravo", transport: "ip", state: .connected, volume: volume, mutedHere: muted)
+        }
+        model.peersListed([row(1, false)])
+        XCTAssertNil(model.selectedPlayback, "no peer selected")
+        model.select("pv:b")
+        XCTAssertEqual(model.selectedPlayback, PeerPlayback(volume: 1, mutedHere: false))
+        XCTAssertEqual(model.selectedPlayback?.percent, 100)
+
+        changes = []
+        XCTAssertEqual(model.volumeRequested(percent: 50, for: "pv:b"), 0.5)
+        XCTAssertEqual(changes, [.playback])
+        model.peersListed([row(0.8, false)])
+        XCTAssertEqual(model.selectedPlayback?.volume, 0.5, "an older value from the service does not move the slider back")
+        model.peersListed([row(0.5, true)])
+        XCTAssertEqual(model.selectedPlayback, PeerPlayback(volume: 0.5, mutedHere: true))
+        model.peersListed([row(0.7, true)])
+        XCTAssertEqual(model.selectedPlayback?.volume, 0.7, "once shown, the service's volume rules again (set elsewhere)")
+
+        XCTAssertEqual(model.volumeRequested(percent: 250.4, for: "pv:b"), 2, "within what SetVolume takes")
+        XCTAssertEqual(model.volumeRequested(percent: 33.4, for: "pv:b"), 0.33, "whole percents")
+        model.volumeNotSet(for: "pv:b")
+        XCTAssertEqual(model.selectedPlayback?.volume, 0.7, "a refused volume springs back")
+
+        model.peerFound("AA:BB:CC:DD:EE:FF", name: "Phone", transport: "bluetooth")
+        model.select("AA:BB:CC:DD:EE:FF")
+        XCTAssertNil(model.selectedPlayback, "a peer only found nearby is not known to the service")
+        model.select("pv:b")
+        model.serviceVanished()
+        XCTAssertNil(model.selectedPlayback, "no service to ask")
+    }
+
     func testStringsGoThroughTheLocalizer() {
         let german = AppModel(localize: { $0 == "Hold to mute" ? "Halten zum Stummschalten" : $0 })
         XCTAssertEqual(german.holdLabel, "Halten zum Stummschalten")

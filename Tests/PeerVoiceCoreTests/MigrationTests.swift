@@ -74,6 +74,35 @@ final class MigrationTests: XCTestCase {
         XCTAssertNil(try PeerDirectory(path: path, idOf: id(of:))[id(of: key)]?.presenceSecret)
     }
 
+    /// A peer's volume and mute here are kept with it, each written only when set; a format-4
+    /// file written before there were any reads as a peer at volume 1.0, not muted.
+    func testAVolumeAndAMuteAreKeptWithTheirPeerAndOlderFilesReadWithout() throws {
+        let path = directory + "/peers.json"
+        let key = PublicKey(hex: keyA)!
+        let before = #"{"format":4,"peers":[{"id":"\#(id(of: key))","key":"\#(keyA)","name":"laptop","routes":[],"stayDisconnected":false}]}"#
+        try Data(before.utf8).write(to: URL(fileURLWithPath: path))
+        let old = try XCTUnwrap(try PeerDirectory(path: path, idOf: id(of:))[id(of: key)])
+        XCTAssertNil(old.volume)
+        XCTAssertNil(old.muted)
+
+        let cases: [(volume: Double?, muted: Bool?, written: [String], absent: [String])] = [
+            (nil, nil, [], [#""volume""#, #""muted""#]),
+            (0.5, nil, [#""volume":0.5"#], [#""muted""#]),
+            (nil, true, [#""muted":true"#], [#""volume""#]),
+            (1.5, true, [#""volume":1.5"#, #""muted":true"#], []),
+        ]
+        for (volume, muted, written, absent) in cases {
+            try PeerDirectory(path: path, idOf: id(of:))
+                .save(KnownPeer(id: id(of: key), key: key, name: "laptop", instance: nil, routes: [], volume: volume, muted: muted))
+            let file = try String(contentsOfFile: path, encoding: .utf8)
+            for text in written { XCTAssertTrue(file.contains(text), "\(text) missing for \(String(describing: volume)), \(String(describing: muted)): \(file)") }
+            for text in absent { XCTAssertFalse(file.contains(text), "\(text) written for \(String(describing: volume)), \(String(describing: muted)): \(file)") }
+            let read = try PeerDirectory(path: path, idOf: id(of:))[id(of: key)]
+            XCTAssertEqual(read?.volume, volume)
+            XCTAssertEqual(read?.muted, muted)
+        }
+    }
+
     func testAFileThatIsNeitherFormatIsRefusedRatherThanEmptied() throws {
         let path = directory + "/peers.json"
         try Data("{not json".utf8).write(to: URL(fileURLWithPath: path))

@@ -251,6 +251,32 @@ final class IdentityTests: XCTestCase {
 
     /// The tree has one object per ListPeers row and follows every change: a device being dialled
     /// under its address, the peer under its id once the key is known, its state as it changes.
+    /// A paired peer's volume and mute here (`SetVolume`, `SetPeerMuted`) are kept across a
+    /// restart with the same state directory: its peer object, there from the start, shows them
+    /// again, and unmuting is kept as well.
+    func testAPeersVolumeAndMuteHereSurviveARestart() throws {
+        let a = try makePeer("alice"), b = try makePeer("bob")
+        try pair(a, b)
+        let path = "/org/example/PeerVoice/peers/" + b.id.dropFirst(3)
+        let playback = { () -> (volume: Double?, muted: Bool?) in
+            let object = try? a.client.peerObjects()[path]
+            return (object?.lookup("Volume")?.double, object?.lookup("Muted")?.bool)
+        }
+        try a.client.call("SetVolume", [Variant(b.id), Variant(0.25)])
+        try a.client.call("SetPeerMuted", [Variant(b.id), Variant(true)])
+        XCTAssertEqual(playback().muted, true)
+        XCTAssertEqual(a.stop(), 0)
+        try a.restart()
+        XCTAssertEqual(playback().volume, 0.25, "the volume was not kept")
+        XCTAssertEqual(playback().muted, true, "the mute was not kept")
+
+        try a.client.call("SetPeerMuted", [Variant(b.id), Variant(false)])
+        XCTAssertEqual(a.stop(), 0)
+        try a.restart()
+        XCTAssertEqual(playback().muted, false, "the unmute was not kept")
+        XCTAssertEqual(playback().volume, 0.25)
+    }
+
     func testThePeerObjectsMatchListPeersAndFollowEveryChange() throws {
         let a = try makePeer("alice")
         let b = try makePeer("bob")

@@ -14,6 +14,9 @@ usage: atspi.py COMMAND ARG...   (one command per run; waits up to $ATSPI_TIMEOU
   wait-gone NAME          waits until no control is named NAME
   wait-row NAME           waits for a row named NAME in the list "Peers"
   select-row NAME         selects the row NAME in the list "Peers"
+  wait-in-row ROW NAME    waits until the row ROW in "Peers" holds a visible control named NAME
+  value NAME              prints the current value of the slider NAME
+  set-value NAME V        moves the slider NAME to V (its Value interface), waits until it shows V
   sensitive NAME          prints "true" or "false"
   extents NAME            prints "X Y WIDTH HEIGHT" of NAME within its window
 Exit status 0 on success, 1 when the control did not show up or the check failed (with a reason).
@@ -28,6 +31,7 @@ TIMEOUT = float(os.environ.get("ATSPI_TIMEOUT", "10"))
 APP = os.environ.get("ATSPI_APP", "peervoice")
 BUTTONS = {"push button", "toggle button", "check box"}  # GTK 4.8 shows a GtkSwitch as a check box
 FIELDS = {"text", "entry"}
+SLIDERS = {"slider"}
 
 def fail(reason):
     print(reason, file=sys.stderr)
@@ -66,6 +70,9 @@ def walk(root):
         except GLib.Error:
             pass
 
+def is_visible(node):
+    return node.get_state_set().contains(Atspi.StateType.VISIBLE)
+
 def find(name, roles=None, visible=True):
     app = application()
     if app is None:
@@ -74,7 +81,7 @@ def find(name, roles=None, visible=True):
         try:
             if node.get_name() != name or (roles and node.get_role_name() not in roles):
                 continue
-            if visible and not node.get_state_set().contains(Atspi.StateType.VISIBLE):
+            if visible and not is_visible(node):
                 continue
             return node
         except GLib.Error:
@@ -97,6 +104,9 @@ def rows():
     if peers is None:
         return None, []
     return peers, [peers.get_child_at_index(i) for i in range(peers.get_child_count())]
+
+def slider_value(node):
+    return node.get_value_iface().get_current_value()
 
 def main(command, *args):
     if command == "click":
@@ -145,6 +155,20 @@ def main(command, *args):
                     return peers.get_selection_iface().select_child(index) or True
             return None
         until(select, "row '%s' in Peers" % args[0])
+    elif command == "wait-in-row":
+        def holds():
+            for row in rows()[1]:
+                if row.get_name() == args[0]:
+                    return any(node is not row and node.get_name() == args[1] and is_visible(node) for node in walk(row))
+            return False
+        until(holds, "'%s' in row '%s'" % (args[1], args[0]))
+    elif command == "value":
+        print("%g" % slider_value(control(args[0], SLIDERS)))
+    elif command == "set-value":
+        node = control(args[0], SLIDERS)
+        until(lambda: node.get_state_set().contains(Atspi.StateType.SENSITIVE), "'%s' to be enabled" % args[0])
+        node.get_value_iface().set_current_value(float(args[1]))
+        until(lambda: slider_value(node) == float(args[1]), "'%s' to show %s" % (args[0], args[1]))
     elif command == "sensitive":
         print("true" if control(args[0]).get_state_set().contains(Atspi.StateType.SENSITIVE) else "false")
     elif command == "extents":

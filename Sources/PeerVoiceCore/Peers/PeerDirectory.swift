@@ -17,9 +17,12 @@ public struct KnownPeer: Codable, Equatable, Sendable {
     public var presenceSecret: PresenceSecret?
     /// The volume its voice plays at here (`SetVolume`, 0.0–2.0); nil: 1.0, and not written.
     public var volume: Double?
+    /// Its voice is not played here (`SetPeerMuted`); nil: played, and not written.
+    public var muted: Bool?
 
     public init(id: PeerID, key: PublicKey, name: String, instance: String?, routes: [PeerRoute],
-                stayDisconnected: Bool = false, presenceSecret: PresenceSecret? = nil, volume: Double? = nil) {
+                stayDisconnected: Bool = false, presenceSecret: PresenceSecret? = nil, volume: Double? = nil,
+                muted: Bool? = nil) {
         self.id = id
         self.key = key
         self.name = name
@@ -28,9 +31,10 @@ public struct KnownPeer: Codable, Equatable, Sendable {
         self.stayDisconnected = stayDisconnected
         self.presenceSecret = presenceSecret
         self.volume = volume
+        self.muted = muted
     }
 
-    private enum CodingKeys: String, CodingKey { case id, key, name, instance, routes, stayDisconnected, presence, volume }
+    private enum CodingKeys: String, CodingKey { case id, key, name, instance, routes, stayDisconnected, presence, volume, muted }
 
     public init(from decoder: any Decoder) throws {
         let container = try decoder.container(keyedBy: CodingKeys.self)
@@ -44,7 +48,8 @@ public struct KnownPeer: Codable, Equatable, Sendable {
                   routes: try container.decode([PeerRoute].self, forKey: .routes),
                   stayDisconnected: try container.decode(Bool.self, forKey: .stayDisconnected),
                   presenceSecret: try container.decodeIfPresent(String.self, forKey: .presence).flatMap { PresenceSecret(hex: $0) },
-                  volume: try container.decodeIfPresent(Double.self, forKey: .volume))
+                  volume: try container.decodeIfPresent(Double.self, forKey: .volume),
+                  muted: try container.decodeIfPresent(Bool.self, forKey: .muted))
     }
 
     public func encode(to encoder: any Encoder) throws {
@@ -57,14 +62,15 @@ public struct KnownPeer: Codable, Equatable, Sendable {
         try container.encode(stayDisconnected, forKey: .stayDisconnected)
         try container.encodeIfPresent(presenceSecret?.hex, forKey: .presence)
         try container.encodeIfPresent(volume, forKey: .volume)
+        try container.encodeIfPresent(muted, forKey: .muted)
     }
 }
 
 /// The known peers, kept in one small file (`peers.json`) rewritten atomically (temp file +
 /// rename) on change. Changes are rare (a peer pairs, is renamed, moves or is removed).
 ///
-/// Format 4 is `{"format": 4, "peers": [KnownPeer…]}`; a peer's `volume` is optional (written
-/// only once `SetVolume` set one), so files without it read as before. Protocol version 3 wrote a bare array of
+/// Format 4 is `{"format": 4, "peers": [KnownPeer…]}`; a peer's `volume` and `muted` are optional
+/// (written only once `SetVolume` or `SetPeerMuted` set them), so files without them read as before. Protocol version 3 wrote a bare array of
 /// peers named by address (`id` = `ip:HOST:PORT` or a Bluetooth address, `key` = hex or absent);
 /// opening such a file yields a `PeerDirectoryMigration` the caller applies to the message
 /// store before calling `finishMigration()`, which writes format 4. Until then the old file

@@ -19,6 +19,7 @@ final class PeerRegistry {
             peer.stayDisconnected = known.stayDisconnected
             peer.presenceSecret = known.presenceSecret
             if let volume = known.volume { try? peer.voice.playback.setVolume(volume) }  // a bad value in the file: 1.0
+            peer.voice.playback.muted = known.muted ?? false
             peers[known.id] = peer
         }
     }

@@ -246,11 +246,13 @@ final class VoiceControl {
         if peer.paired { registry.remember(peer) }
     }
 
-    /// `SetPeerMuted`: the peer's voice is not played here (nobody is told).
+    /// `SetPeerMuted`: the peer's voice is not played here (nobody is told; kept in peers.json for
+    /// a paired peer).
     func setPeerMuted(_ ref: PeerRef, muted: Bool) throws(ServiceError) {
         let peer = try registry.resolve(ref)
         peer.voice.playback.muted = muted
         playbackChanged(peer)
+        if peer.paired { registry.remember(peer) }
     }
 
     private func playbackChanged(_ peer: Peer) {
@@ -309,6 +311,6 @@ struct PeerVoice {
     var droppedOnLink = 0
     /// The peer's voice holds speech (its peer object's `Speaking`).
     var speaking = false
-    /// Its volume and mute here; kept when voice stops (the volume also across restarts).
+    /// Its volume and mute here; kept when voice stops, and across restarts for a paired peer.
     var playback = VoiceMixer.Channel.unity
 }
