@@ -299,7 +299,7 @@ public final class RawTCPConnection {
     }
 }
 
-// MARK: Pairing (protocol version 5)
+// MARK: Pairing (protocol version 6)
 
 /// A method call in flight: dispatch the main context (e.g. `dispatch(timeout:until:)`) until
 /// `result` is set.
