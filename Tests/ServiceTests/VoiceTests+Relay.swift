@@ -89,4 +89,46 @@ extension VoiceTests {
         XCTAssertGreaterThanOrEqual(VoiceAnalysis.medianCorrelation(afterD[0][0].windows), 0.5, "B no longer reaches C after D died")
         XCTAssertFalse(c.voiceStates(of: ac.aOnB, after: markC).contains("stopped"), "C's voice with A stopped")
     }
+
+    /// A hosts B and C, and B and C then pair and talk directly: the direct voice wins (each asks
+    /// every host not to relay the peer it hears itself, so A relays nothing to C while B talks,
+    /// and C hears B as directly); `StopVoice(C)` on A takes C out of A's call (B's list from A
+    /// empties), A asks B, which now hosts A and C, for C again, and C's voice reaches A through B.
+    func testADirectVoiceWinsOverTheRelayAndStopVoiceTakesOneOut() throws {
+        let rig = try makeGroupRig()
+        let (a, b, c) = (rig.a, rig.b, rig.c)
+        XCTAssertTrue(eventually(timeout: 5) { (try? self.participants(b).map(\.id)) == [rig.cOnA] },
+                      "B's Participants is not C: \(String(describing: try? participants(b)))")
+        let markB = b.mark, markC = c.mark
+        let bc = try VoicePairing.connect(b, to: c)
+        try waitActive(b, c, bc, markA: markB, markB: markC)
+        XCTAssertEqual(bc.bOnA, rig.cOnA, "C's id differs between A and B")
+        for (listener, origin) in [(rig.cOnA, rig.bOnA), (rig.bOnA, rig.cOnA)] {
+            XCTAssertTrue(eventually(timeout: 5) { a.logCount("voice: \(listener) hears \(origin) directly: not relaying it there") == 1 },
+                          "A still relays \(origin) to \(listener), who hears it directly")
+        }
+
+        // B talks: C hears it once, directly (the direct bound), and A relays none of it to C.
+        let fromB = try talk([(rig.pwB, Self.speech)], to: [rig.pwC], seconds: 3.0, directory: rig.directory, label: "B direct")
+        XCTAssertGreaterThanOrEqual(VoiceAnalysis.medianCorrelation(fromB[0][0].windows), 0.5, "C does not hear B")
+        XCTAssertLessThanOrEqual(fromB[0][0].transfer.latencyMs, 150, "B→C mouth-to-ear latency (direct)")
+
+        // StopVoice(C) on A: A's voice with C ends; A relayed only B's silence keepalives to C
+        // before the direct link (150 packets of speech would be far more).
+        let markA = a.mark
+        try a.client.call("StopVoice", [Variant(rig.cOnA)])
+        XCTAssertNotNil(a.waitForVoiceState("stopped", of: rig.cOnA, after: markA, timeout: 5), "A's voice with C did not stop")
+        let closing = try XCTUnwrap(a.log.components(separatedBy: "\n").last { $0.contains("voice with \(rig.cOnA) stopped (StopVoice was called)") })
+        let relayedToC = try XCTUnwrap(closing.range(of: #"relayed to it (\d+)"#, options: .regularExpression).map {
+            Int(closing[$0].split(separator: " ").last!)! })
+        print("A relayed \(relayedToC) packets to C in all")
+        XCTAssertLessThan(relayedToC, 60, "A relayed B's speech to C, who heard B directly")
+        // B hosts A and C now; A asks B for C again, and hears C through B.
+        XCTAssertTrue(eventually(timeout: 5) { b.logCount("voice: \(rig.ab.aOnB) asks for \(rig.cOnA) again: relaying it there") == 1 },
+                      "A did not ask B for C again")
+        XCTAssertTrue(eventually(timeout: 5) { (try? self.participants(a).map(\.id)) == [rig.cOnA] },
+                      "A's Participants is not C (through B): \(String(describing: try? participants(a)))")
+        let fromC = try talk([(rig.pwC, rig.backwards)], to: [rig.pwA], seconds: 3.0, directory: rig.directory, label: "C via B")
+        XCTAssertGreaterThanOrEqual(VoiceAnalysis.medianCorrelation(fromC[0][0].windows), 0.5, "C's voice does not reach A through B")
+    }
 }

@@ -410,7 +410,9 @@ private final class VoiceThread {
     private func listenerReported(_ listener: String, _ report: RelayReport) {
         guard let participant = participants[listener],
               let origin = participants.values.first(where: { $0.source == report.source && $0 !== participant }) else { return }
-        participant.setRelayed(report.source, wanted: !report.direct)
+        if participant.setRelayed(report.source, wanted: !report.direct) {
+            Log.info("voice: \(listener) \(report.direct ? "hears \(origin.peer) directly: not relaying it there" : "asks for \(origin.peer) again: relaying it there")")
+        }
         origin.listener(listener, reportedLossPercent: report.direct ? nil : Int(report.lossPercent))
     }
 

@@ -115,9 +115,10 @@ final class VoiceParticipant: MixedVoice {
         listenerLossPercent[listener] = percent
     }
 
-    /// This peer's RELAY_REPORT on `source`: relay it to the peer again, or no more.
-    func setRelayed(_ source: RelaySource, wanted: Bool) {
-        if wanted { notRelayed.remove(source) } else { notRelayed.insert(source) }
+    /// This peer's RELAY_REPORT on `source`: relay it to the peer again, or no more. Returns
+    /// whether that changed.
+    func setRelayed(_ source: RelaySource, wanted: Bool) -> Bool {
+        wanted ? notRelayed.remove(source) != nil : notRelayed.insert(source).inserted
     }
 
     /// Takes one VOICE frame (from a datagram this peer's keys opened, or from its link).
