@@ -88,7 +88,8 @@ func buildList(_ input: inout Input) {
         do throws(WireError) {
             list.append(try CallParticipant(source: source, peer: id, frameMs: frameMs, speaking: flags & 1 != 0, name: name))
         } catch {
-            check(error == .unsupportedFrameDuration(frameMs) || error == .nameTooLong(bytes: name.utf8.count), "CallParticipant threw \(error)")
+            check(error == .unsupportedFrameDuration(frameMs) || error == .nameTooLong(bytes: name.utf8.count)
+                  || (error == .nameNotUTF8 && name.utf8.contains(0)), "CallParticipant threw \(error)")
         }
     }
     do throws(WireError) {

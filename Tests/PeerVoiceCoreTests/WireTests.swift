@@ -621,6 +621,11 @@ final class WireTests: XCTestCase {
                                                  name: String(repeating: "a", count: 257))) {
             XCTAssertEqual($0 as? WireError, .nameTooLong(bytes: 257))
         }
+        // Found by fuzz/call-frames: a name the decoder refuses must not be built either.
+        XCTAssertThrowsError(try CallParticipant(source: source(1), peer: try participant(1).peer, frameMs: 20, speaking: false,
+                                                 name: "a\u{0}b")) {
+            XCTAssertEqual($0 as? WireError, .nameNotUTF8)
+        }
     }
 
     func testRelayReportBytesAndRejects() throws {

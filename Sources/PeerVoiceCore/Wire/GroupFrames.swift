@@ -60,10 +60,14 @@ public struct CallParticipant: Equatable, Sendable, CustomStringConvertible {
     /// The participant's display name as the host knows it, at most ``Wire/maxNameBytes`` bytes.
     public let name: String
 
+    /// - Throws: ``WireError/unsupportedFrameDuration(_:)``, ``WireError/nameTooLong(bytes:)`` or
+    ///   ``WireError/nameNotUTF8`` (a NUL) for an entry PARTICIPANTS cannot carry.
     public init(source: RelaySource, peer: PeerID, frameMs: UInt8, speaking: Bool, name: String) throws(WireError) {
         guard frameMs == 10 || frameMs == 20 else { throw .unsupportedFrameDuration(frameMs) }
         let nameBytes = name.utf8.count
         guard nameBytes <= Wire.maxNameBytes else { throw .nameTooLong(bytes: nameBytes) }
+        // What the decoder refuses is never built: no D-Bus string can carry NUL.
+        guard !name.utf8.contains(0) else { throw .nameNotUTF8 }
         self.source = source
         self.peer = peer
         self.frameMs = frameMs

@@ -320,6 +320,7 @@ private final class VoiceThread {
     private func leave(_ peer: String, reason: String, report: Bool) {
         guard let participant = participants.removeValue(forKey: peer), let call else { return }
         Log.info("voice with \(peer) stopped (\(reason)): \(participant.statisticsSummary(fecHintPercent: call.encoders.packetLossPercent(for: peer), call: call.summary))")
+        for line in participant.relayedSummary { Log.info("voice: \(line)") }
         call.encoders.remove(receiver: peer)
         for other in participants.values { other.listener(peer, reportedLossPercent: nil) }
         voicesChanged()

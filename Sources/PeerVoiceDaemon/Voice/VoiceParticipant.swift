@@ -150,6 +150,14 @@ final class VoiceParticipant: MixedVoice {
         return true
     }
 
+    /// For the log: what each source this peer relayed to us went through.
+    var relayedSummary: [String] {
+        relayed.values.map { voice in
+            let stats = voice.remote.statistics
+            return "relayed voice of \(voice.peer) through \(peer): late \(stats.late), lost \(stats.lost), concealed \(stats.concealed), delay \(Int(stats.currentDelayMs)) ms"
+        }
+    }
+
     /// For the log line that ends the peer's session (tests read its numbers).
     func statisticsSummary(fecHintPercent: Int, call: String) -> String {
         let stats = remote.statistics
