@@ -196,15 +196,15 @@ final class VoiceControl {
         guard host.voice.running, let link = host.link else { return }
         host.voice.relayReports = host.voice.relayReports.filter { source, _ in host.voice.call.contains { $0.source == source } }
         for entry in host.voice.call {
-            let last = host.voice.relayReports[entry.source]
-            var loss = last?.lossPercent ?? 0
+            // What the host assumes until told otherwise: relayed, nothing lost (0 is in range).
+            let last = host.voice.relayReports[entry.source] ?? (try! RelayReport(source: entry.source, lossPercent: 0, direct: false))
+            var loss = last.lossPercent
             if let lossChanged, lossChanged.source == entry.source { loss = UInt8(min(100, lossChanged.percent)) }
             let direct = registry[entry.peer]?.voice.running == true
-            guard let report = try? RelayReport(source: entry.source, lossPercent: loss, direct: direct),
-                  report != (last ?? (try? RelayReport(source: entry.source, lossPercent: 0, direct: false))) else { continue }
+            guard let report = try? RelayReport(source: entry.source, lossPercent: loss, direct: direct), report != last else { continue }
             host.voice.relayReports[entry.source] = report
-            if last?.direct != direct && (last != nil || direct) {
-                Log.info("voice: asking \(host.id) \(direct ? "not to relay" : "to relay") \(entry.peer) (\(direct ? "heard directly" : "no direct voice"))")
+            if direct != last.direct {
+                Log.info("voice: asking \(host.id) \(direct ? "not to relay \(entry.peer): heard directly" : "to relay \(entry.peer) again")")
             }
             link.send(.relayReport(report))
         }

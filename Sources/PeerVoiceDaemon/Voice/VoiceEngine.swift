@@ -322,7 +322,11 @@ private final class VoiceThread {
         Log.info("voice with \(peer) stopped (\(reason)): \(participant.statisticsSummary(fecHintPercent: call.encoders.packetLossPercent(for: peer), call: call.summary))")
         for line in participant.relayedSummary { Log.info("voice: \(line)") }
         call.encoders.remove(receiver: peer)
-        for other in participants.values { other.listener(peer, reportedLossPercent: nil) }
+        // Its source number may go to someone else next: no report or request about it stays.
+        for other in participants.values {
+            other.listener(peer, reportedLossPercent: nil)
+            _ = other.setRelayed(participant.source, wanted: true)
+        }
         voicesChanged()
         if participants.isEmpty {
             endCall(cue: options.cue)
@@ -401,7 +405,7 @@ private final class VoiceThread {
         do {
             try participant.setRelayed(list)
         } catch {
-            Log.warning("voice: cannot decode the call \(host) hosts: \(error)")
+            Log.warning("voice: cannot make a decoder for a voice \(host) relays: \(error)")
         }
         voicesChanged()
     }
