@@ -131,4 +131,19 @@ extension VoiceTests {
         let fromC = try talk([(rig.pwC, rig.backwards)], to: [rig.pwA], seconds: 3.0, directory: rig.directory, label: "C via B")
         XCTAssertGreaterThanOrEqual(VoiceAnalysis.medianCorrelation(fromC[0][0].windows), 0.5, "C's voice does not reach A through B")
     }
+
+    /// A hosts B and C, C behind a relay that drops 10 % of what A sends it: the path from B to A
+    /// is clean, but C loses a tenth of B's relayed voice and says so (RELAY_REPORT), and A tells
+    /// B the worst of its listeners' losses: B's one encoder turns in-band FEC on.
+    func testTheWorstListenersLossSizesTheOriginsFEC() throws {
+        let rig = try makeGroupRig(lossToC: 10)
+        let fecOn = "voice with \(rig.ab.aOnB): it loses "
+        let intoB = try rig.pwB.inject(Self.speech)
+        defer { intoB.stop() }
+        XCTAssertTrue(eventually(timeout: 8) { rig.b.log.components(separatedBy: "\n").contains { $0.contains(fecOn) && $0.contains("in-band FEC on") } },
+                      "B's encoder never planned FEC for C's loss: \(rig.b.log.components(separatedBy: "\n").filter { $0.contains("FEC") })")
+        let reports = rig.a.log.components(separatedBy: "\n").filter { $0.contains("voice: \(rig.cOnA) loses ") && $0.hasSuffix("of the voice of \(rig.bOnA) we relay") }
+        print("B: " + rig.b.log.components(separatedBy: "\n").filter { $0.contains(fecOn) }.joined(separator: "; ") + "; A: " + reports.joined(separator: "; "))
+        XCTAssertFalse(reports.isEmpty, "C never reported its loss of B's relayed voice to A")
+    }
 }

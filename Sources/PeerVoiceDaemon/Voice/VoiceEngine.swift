@@ -418,6 +418,7 @@ private final class VoiceThread {
         if participant.setRelayed(report.source, wanted: !report.direct) {
             Log.info("voice: \(listener) \(report.direct ? "hears \(origin.peer) directly: not relaying it there" : "asks for \(origin.peer) again: relaying it there")")
         }
+        if !report.direct { Log.debug("voice: \(listener) loses \(report.lossPercent) % of the voice of \(origin.peer) we relay") }
         origin.listener(listener, reportedLossPercent: report.direct ? nil : Int(report.lossPercent))
     }
 
