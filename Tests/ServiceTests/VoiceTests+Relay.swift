@@ -123,6 +123,12 @@ extension VoiceTests {
             Int(closing[$0].split(separator: " ").last!)! })
         print("A relayed \(relayedToC) packets to C in all")
         XCTAssertLessThan(relayedToC, 60, "A relayed B's speech to C, who heard B directly")
+        // C left A's call: B's lists (from A: nobody else; from C: nobody else) are empty, and
+        // C's keeps only what B (hosting A and C) says: A.
+        XCTAssertTrue(eventually(timeout: 5) { (try? self.participants(b).count) == 0 },
+                      "B's Participants after C left A's call: \(String(describing: try? participants(b)))")
+        XCTAssertTrue(eventually(timeout: 5) { (try? self.participants(c).map(\.id)) == [rig.ac.aOnB] },
+                      "C's Participants after it left A's call: \(String(describing: try? participants(c)))")
         // B hosts A and C now; A asks B for C again, and hears C through B.
         XCTAssertTrue(eventually(timeout: 5) { b.logCount("voice: \(rig.ab.aOnB) asks for \(rig.cOnA) again: relaying it there") == 1 },
                       "A did not ask B for C again")
