@@ -636,6 +636,7 @@ final class WireTests: XCTestCase {
         assertDecodeFails([0x0C, 0, 0, 0], .invalidRelaySource)
         assertDecodeFails([0x0C, 3, 101, 0], .invalidLossPercent(101))
         assertDecodeFails([0x0C, 3, 0, 2], .reservedFlags(.relayReport, 2))
+        assertDecodeFails([0x0C, 3, 101, 2], .invalidLossPercent(101))  // the loss before the flags
     }
 
     func testGroupFrameDescriptionsLeaveNamesOut() throws {

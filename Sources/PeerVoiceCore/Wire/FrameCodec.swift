@@ -231,6 +231,7 @@ extension Frame {
             try requireExactly(Frame.relayReportBytes)
             guard let source = RelaySource(rawValue: reader.readUInt8()) else { throw .invalidRelaySource }
             let lossPercent = reader.readUInt8()
+            guard lossPercent <= 100 else { throw .invalidLossPercent(lossPercent) }
             let flags = reader.readUInt8()
             guard flags & ~Frame.directFlag == 0 else { throw .reservedFlags(.relayReport, flags) }
             self = .relayReport(try RelayReport(source: source, lossPercent: lossPercent, direct: flags & Frame.directFlag != 0))
