@@ -21,7 +21,7 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 
-TARGETS=(frame-decoder handshake jitter-buffer lan-advertisement)
+TARGETS=(frame-decoder handshake jitter-buffer lan-advertisement call-frames)
 SWIFTC=${SWIFTC:-swiftc}
 FUZZ_DIR=${FUZZ_DIR:-.build/fuzz}
 FUZZ_OPT=${FUZZ_OPT:--O}

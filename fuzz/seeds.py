@@ -19,7 +19,7 @@ def write(target, name, data):
 
 # --- frame-decoder ------------------------------------------------------------------------------
 
-PREAMBLE = b"PVLK" + struct.pack(">HH", 4, 0)
+PREAMBLE = b"PVLK" + struct.pack(">HH", 6, 0)
 
 
 def u16(v): return struct.pack(">H", v)
@@ -43,6 +43,21 @@ BODIES = {
     "voice-report": b"\x09\x0a",
     "voice": b"\x10" + u64(42) + u32(960 * 42) + bytes(range(40)),
 }
+PEER = b"abcdefghijklmnopqrstuvwxyz"
+PEER2 = b"234567abcdefghijklmnopqrst"
+
+
+def entry(source, peer, name, frame_ms=20, flags=0):
+    return bytes([source, frame_ms, flags]) + peer + u16(len(name)) + name
+
+
+CALL_BODIES = {
+    "relayed-voice": b"\x11\x03" + u64(42) + u32(960 * 42) + bytes(range(40)),
+    "participants": b"\x0b\x02" + entry(1, PEER, "Bob".encode(), flags=1) + entry(2, PEER2, "Dave’s phone".encode(), 10),
+    "participants-empty": b"\x0b\x00",
+    "relay-report": b"\x0c\x03\x0a\x01",
+}
+BODIES.update(CALL_BODIES)
 
 
 def framed(body): return u32(len(body)) + body
@@ -206,8 +221,21 @@ def lan_advertisement():
     write(t, "ipv6-odd-interface", resolved(1, 47800, "e=h0", "fe80::1"))
 
 
+# --- call-frames --------------------------------------------------------------------------------
+
+def call_frames():
+    t = "call-frames"
+    for mode, name in [(0, "relayed-voice"), (1, "participants"), (1, "participants-empty"), (2, "relay-report")]:
+        write(t, name, bytes([mode]) + CALL_BODIES[name][1:])
+    write(t, "participants-duplicate-source", b"\x01\x02" + entry(1, PEER, b"a") + entry(1, PEER2, b"b"))
+    write(t, "participants-uppercase-id", b"\x01\x01" + entry(1, PEER.upper(), b"a"))
+    # Built through the API: (source, frameMs, flags, id seed, name length / 2, name).
+    write(t, "built", b"\x03" + b"\x01\x14\x01\x05\x02Anna" + b"\x02\x0a\x00\x09\x01Bo" + b"\x03\x1e\x00\x00\x00")
+
+
 if __name__ == "__main__":
     frame_decoder()
     handshake()
     jitter_buffer()
     lan_advertisement()
+    call_frames()

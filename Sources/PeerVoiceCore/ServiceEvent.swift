@@ -34,6 +34,8 @@ public enum ServiceProperty: String, CaseIterable, Sendable {
     case visible = "Visible"
     /// Our microphone holds speech (unmuted).
     case speaking = "Speaking"
+    /// The others in the calls our voice peers host (their PARTICIPANTS lists).
+    case participants = "Participants"
 }
 
 /// Something the service tells every client: each case is one bus signal.

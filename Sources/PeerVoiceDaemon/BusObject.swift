@@ -148,6 +148,9 @@ final class BusObject {
         case .name: Variant(service.settings.name)
         case .visible: Variant(array: DiscoveryMethod.allCases.filter(service.settings.visible.contains).map { Variant($0.rawValue) }, elementType: "s")
         case .speaking: Variant(service.isMicrophoneSpeaking)
+        case .participants:
+            Variant(array: service.relayedParticipants.map { Variant(tuple: [Variant($0.peer.description), Variant($0.name), Variant($0.speaking)]) },
+                    elementType: "(ssb)")
         }
     }
 

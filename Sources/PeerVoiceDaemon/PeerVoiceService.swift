@@ -26,6 +26,8 @@ final class PeerVoiceService {
     var audioProcessing: [String] { voice.audioProcessing }
     /// Our microphone holds speech, unmuted (`Speaking`).
     var isMicrophoneSpeaking: Bool { voice.isMicrophoneSpeaking }
+    /// The others in the calls our voice peers host (`Participants`).
+    var relayedParticipants: [CallParticipant] { voice.relayedParticipants }
     /// The voice thread's handle, once it runs (levels for `LevelsMetering`).
     var voiceEngine: VoiceEngine? { voice.engine }
 

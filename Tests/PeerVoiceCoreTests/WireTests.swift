@@ -7,16 +7,17 @@ final class WireTests: XCTestCase {
     // MARK: - Preamble
 
     func testPreambleBytes() {
-        XCTAssertEqual(Preamble.bytes, [0x50, 0x56, 0x4C, 0x4B, 0x00, 0x05, 0x00, 0x00])
+        XCTAssertEqual(Preamble.bytes, [0x50, 0x56, 0x4C, 0x4B, 0x00, 0x06, 0x00, 0x00])
         XCTAssertEqual(Preamble.byteCount, 8)
     }
 
     func testPreambleCheck() throws {
         XCTAssertNoThrow(try Preamble.check(Preamble.bytes))
         // The reserved field is ignored on receipt.
-        XCTAssertNoThrow(try Preamble.check([0x50, 0x56, 0x4C, 0x4B, 0x00, 0x05, 0xAB, 0xCD]))
-        // Version 4 lacks PRESENCE, version 2 VOICE_REPORT: each would close the link on one, so
-        // they are refused up front.
+        XCTAssertNoThrow(try Preamble.check([0x50, 0x56, 0x4C, 0x4B, 0x00, 0x06, 0xAB, 0xCD]))
+        // Version 5 lacks the call's frames, 4 PRESENCE, 2 VOICE_REPORT: each would close the
+        // link on one, so they are refused up front.
+        assertThrows(.unsupportedVersion(5)) { try Preamble.check([0x50, 0x56, 0x4C, 0x4B, 0x00, 0x05, 0x00, 0x00]) }
         assertThrows(.unsupportedVersion(4)) { try Preamble.check([0x50, 0x56, 0x4C, 0x4B, 0x00, 0x04, 0x00, 0x00]) }
         assertThrows(.unsupportedVersion(2)) { try Preamble.check([0x50, 0x56, 0x4C, 0x4B, 0x00, 0x02, 0x00, 0x00]) }
         assertThrows(.notPeerVoice) { try Preamble.check(Array("GET / HT".utf8)) }
@@ -309,7 +310,7 @@ final class WireTests: XCTestCase {
     // MARK: - Malformed bodies
 
     func testUnknownFrameTypes() {
-        for type: UInt8 in [0x00, 0x0B, 0x0F, 0x11, 0xFF] {
+        for type: UInt8 in [0x00, 0x0D, 0x0F, 0x12, 0xFF] {
             assertDecodeFails([type], .unknownFrameType(type))
         }
     }
@@ -478,7 +479,7 @@ final class WireTests: XCTestCase {
                        "frame of 1000000 bytes is over the limit (70000 bytes; 1024 during the handshake)")
         XCTAssertEqual(WireError.unknownFrameType(0x0A).description, "unknown frame type 0x0a")
         XCTAssertEqual(WireError.unsupportedVersion(1).description,
-                       "peer speaks protocol version 1; this side speaks version 5")
+                       "peer speaks protocol version 1; this side speaks version 6")
         XCTAssertEqual(WireError.trailingBytes(.ack, count: 1).description, "ACK frame has 1 unexpected trailing byte")
         XCTAssertEqual(WireError.frameTooShort(.text, bodyBytes: 9, requiredBytes: 33).description,
                        "TEXT frame of 9 bytes is too short (needs 33)")
@@ -562,7 +563,98 @@ final class WireTests: XCTestCase {
         XCTAssertGreaterThan(errorsSeen, 1000)
     }
 
+    // MARK: - A hosted call's frames (version 6)
+
+    func testRelayedVoiceBytes() throws {
+        let relayed = try RelayedVoiceFrame(source: source(4), seq: 5, timestamp: 0xDEADBEEF, payload: [0xFC, 0xFF])
+        XCTAssertEqual(Frame.relayedVoice(relayed).encoded(),
+                       [0, 0, 0, 16, 0x11, 4] + be64(5) + [0xDE, 0xAD, 0xBE, 0xEF, 0xFC, 0xFF])
+        XCTAssertEqual(relayed.voice, try VoiceFrame(seq: 5, timestamp: 0xDEADBEEF, payload: [0xFC, 0xFF]))
+        // As a voice datagram, like VOICE.
+        XCTAssertEqual(try Frame(datagram: Frame.relayedVoice(relayed).encoded()), .relayedVoice(relayed))
+    }
+
+    func testRelayedVoiceRejects() {
+        let fixed: [UInt8] = [0x11, 1] + be64(1) + [0, 0, 0, 0]
+        assertDecodeFails(Array(fixed.dropLast()), .frameTooShort(.relayedVoice, bodyBytes: 13, requiredBytes: 14))
+        assertDecodeFails([0x11, 0] + be64(1) + [0, 0, 0, 0, 0xAA], .invalidRelaySource)
+        assertDecodeFails(fixed + Array(repeating: 1, count: 1276), .voicePayloadTooLong(bytes: 1276))
+        XCTAssertEqual(try Frame(body: fixed + Array(repeating: 1, count: 1275)).encodedBody().count, 1289)
+        XCTAssertNil(RelaySource(rawValue: 0))
+    }
+
+    func testParticipantsBytes() throws {
+        let bob = try participant(3, name: "Bob", speaking: true)
+        let id = Array(bob.peer.base32.utf8)
+        XCTAssertEqual(id.count, 26)
+        XCTAssertEqual(try Frame.participants(checking: [bob]).encodedBody(), [0x0B, 1, 3, 20, 1] + id + [0, 3] + Array("Bob".utf8))
+        XCTAssertEqual(Frame.participants([]).encodedBody(), [0x0B, 0])
+        XCTAssertEqual(try Frame(body: [0x0B, 1, 3, 20, 1] + id + [0, 3] + Array("Bob".utf8)), .participants([bob]))
+    }
+
+    func testParticipantsRejects() throws {
+        let id = Array(try participant(1).peer.base32.utf8)
+        let other = Array(try participant(1, peer: 2).peer.base32.utf8)
+        func entry(_ source: UInt8, _ frameMs: UInt8 = 20, _ flags: UInt8 = 0, id: [UInt8], name: [UInt8] = []) -> [UInt8] {
+            [source, frameMs, flags] + id + [UInt8(name.count >> 8), UInt8(name.count & 0xFF)] + name
+        }
+        assertDecodeFails([0x0B], .frameTooShort(.participants, bodyBytes: 1, requiredBytes: 2))
+        assertDecodeFails([0x0B, 1], .frameTooShort(.participants, bodyBytes: 2, requiredBytes: 33))
+        assertDecodeFails([0x0B, 1] + entry(1, id: id, name: Array("Bo".utf8)).dropLast(), .frameTooShort(.participants, bodyBytes: 34, requiredBytes: 35))
+        assertDecodeFails([0x0B, 0, 0], .trailingBytes(.participants, count: 1))
+        assertDecodeFails([0x0B, 1] + entry(1, id: id) + [0], .trailingBytes(.participants, count: 1))
+        assertDecodeFails([0x0B, 8] + (1...8).flatMap { entry($0, id: id) }, .tooManyParticipants(8))
+        assertDecodeFails([0x0B, 1] + entry(0, id: id), .invalidRelaySource)
+        assertDecodeFails([0x0B, 1] + entry(1, 30, id: id), .unsupportedFrameDuration(30))
+        assertDecodeFails([0x0B, 1] + entry(1, 20, 2, id: id), .reservedFlags(.participants, 2))
+        assertDecodeFails([0x0B, 1] + entry(1, id: [0x31] + id.dropFirst()), .invalidPeerID)  // '1' is no base32 digit
+        assertDecodeFails([0x0B, 1] + entry(1, id: Array(String(decoding: id, as: UTF8.self).uppercased().utf8)), .invalidPeerID)
+        assertDecodeFails([0x0B, 1] + entry(1, id: id, name: [0x41, 0, 0x42]), .nameNotUTF8)
+        assertDecodeFails([0x0B, 1] + entry(1, id: id, name: [0xC3, 0x28]), .nameNotUTF8)
+        assertDecodeFails([0x0B, 1, 1, 20, 0] + id + [1, 1], .nameTooLong(bytes: 257))
+        assertDecodeFails([0x0B, 2] + entry(5, id: id) + entry(5, id: other), .duplicateParticipant(source: 5))
+        assertDecodeFails([0x0B, 2] + entry(5, id: id) + entry(6, id: id), .duplicateParticipantPeer)
+        XCTAssertThrowsError(try Frame.participants(checking: try (1...8).map { try participant(UInt8($0), peer: UInt8($0)) })) {
+            XCTAssertEqual($0 as? WireError, .tooManyParticipants(8))
+        }
+        XCTAssertThrowsError(try CallParticipant(source: source(1), peer: try participant(1).peer, frameMs: 20, speaking: false,
+                                                 name: String(repeating: "a", count: 257))) {
+            XCTAssertEqual($0 as? WireError, .nameTooLong(bytes: 257))
+        }
+        // Found by fuzz/call-frames: a name the decoder refuses must not be built either.
+        XCTAssertThrowsError(try CallParticipant(source: source(1), peer: try participant(1).peer, frameMs: 20, speaking: false,
+                                                 name: "a\u{0}b")) {
+            XCTAssertEqual($0 as? WireError, .nameNotUTF8)
+        }
+    }
+
+    func testRelayReportBytesAndRejects() throws {
+        XCTAssertEqual(Frame.relayReport(try RelayReport(source: source(3), lossPercent: 12, direct: true)).encodedBody(), [0x0C, 3, 12, 1])
+        XCTAssertEqual(try Frame(body: [0x0C, 3, 0, 0]), .relayReport(try RelayReport(source: source(3), lossPercent: 0, direct: false)))
+        assertDecodeFails([0x0C, 3, 0], .frameTooShort(.relayReport, bodyBytes: 3, requiredBytes: 4))
+        assertDecodeFails([0x0C, 3, 0, 0, 0], .trailingBytes(.relayReport, count: 1))
+        assertDecodeFails([0x0C, 0, 0, 0], .invalidRelaySource)
+        assertDecodeFails([0x0C, 3, 101, 0], .invalidLossPercent(101))
+        assertDecodeFails([0x0C, 3, 0, 2], .reservedFlags(.relayReport, 2))
+        assertDecodeFails([0x0C, 3, 101, 2], .invalidLossPercent(101))  // the loss before the flags
+    }
+
+    func testGroupFrameDescriptionsLeaveNamesOut() throws {
+        let frame = Frame.participants([try participant(3, name: "Secret name")])
+        XCTAssertFalse(frame.description.contains("Secret"), frame.description)
+        XCTAssertTrue(frame.description.hasPrefix("PARTICIPANTS source 3 pv:"), frame.description)
+    }
+
     // MARK: - Fixtures
+
+    private func source(_ value: UInt8) -> RelaySource { RelaySource(rawValue: value)! }
+
+    /// A list entry for a made-up peer (its id from `peer`).
+    private func participant(_ value: UInt8, peer: UInt8 = 1, name: String = "x", frameMs: UInt8 = 20,
+                             speaking: Bool = false) throws -> CallParticipant {
+        let id = PeerID("pv:" + String(repeating: "abcdefghijklmnopqrstuvwxyz234567".map { String($0) }[Int(peer) % 32], count: 26))!
+        return try CallParticipant(source: source(value), peer: id, frameMs: frameMs, speaking: speaking, name: name)
+    }
 
     private func sampleFrames() throws -> [Frame] {
         [
@@ -592,6 +684,12 @@ final class WireTests: XCTestCase {
             .voice(try VoiceFrame(seq: 0, timestamp: 0, payload: [])),
             .voice(try VoiceFrame(seq: 1, timestamp: .max, payload: Array(repeating: 0x5A, count: 80))),
             .voice(try VoiceFrame(seq: .max, timestamp: 960, payload: (0..<1275).map { UInt8(truncatingIfNeeded: $0) })),
+            .relayedVoice(try RelayedVoiceFrame(source: source(1), seq: 1, timestamp: 0, payload: [])),
+            .relayedVoice(try RelayedVoiceFrame(source: source(255), seq: .max, timestamp: .max, payload: Array(repeating: 0x5A, count: 1275))),
+            .participants([]),
+            .participants([try participant(3, name: "Bob’s phone 📱", speaking: true), try participant(7, peer: 2, name: "", frameMs: 10)]),
+            .relayReport(try RelayReport(source: source(2), lossPercent: 0, direct: true)),
+            .relayReport(try RelayReport(source: source(9), lossPercent: 100, direct: false)),
         ]
     }
 

@@ -46,7 +46,8 @@ final class BusAPITests: XCTestCase {
         XCTAssertTrue(live.contains("method SetVolume(in s peer, in d volume)"))
         XCTAssertEqual(live.filter { $0.hasPrefix("method ") }.count, 20)
         XCTAssertEqual(live.filter { $0.hasPrefix("signal ") }.count, 13)
-        XCTAssertEqual(live.filter { $0.hasPrefix("property ") }.count, 12)
+        XCTAssertTrue(live.contains("property Participants a(ssb) read"))
+        XCTAssertEqual(live.filter { $0.hasPrefix("property ") }.count, 13)
     }
 
     func testTheServiceObjectIsAlsoTheObjectManagerOfPeerObjects() throws {
@@ -212,8 +213,9 @@ final class BusAPITests: XCTestCase {
                                              arguments: Variant(tuple: [Variant(APIClient.interface)]))
         XCTAssertEqual(Set(all[0].children.map { $0[0].string! }),
                        ["Muted", "Discovering", "Version", "ListenAddress", "Adapter", "Id", "Fingerprint", "DiscoveryMethods", "AudioProcessing",
-                        "Name", "Visible", "Speaking"])
+                        "Name", "Visible", "Speaking", "Participants"])
         XCTAssertEqual(try client.property("Speaking").bool, false, "no voice runs")
+        XCTAssertEqual(try client.property("Participants").count, 0, "no voice peer hosts a call")
         let id = try XCTUnwrap(try client.property("Id").string)
         XCTAssertTrue(id.hasPrefix("pv:") && id.count == 29, "Id '\(id)'")
         let fingerprint = try XCTUnwrap(try client.property("Fingerprint").string)

@@ -6,7 +6,7 @@ import TestHarness
 import XCTest
 
 /// Text messages between real peervoiced processes, each on its own private bus, linked over TCP
-/// on 127.0.0.1 with protocol version 5 (key exchange, pairing confirmed on both sides, sealed
+/// on 127.0.0.1 with protocol version 6 (key exchange, pairing confirmed on both sides, sealed
 /// frames): connect, send both ways, history, bursts, broadcast, crashes and restarts,
 /// Disconnect, RemovePeer, and hostile bytes on the listen port. SecurityTests covers the
 /// security properties themselves.
@@ -14,8 +14,8 @@ final class MessagingTests: XCTestCase {
     private static let failed = "org.example.PeerVoice.Error.Failed"
     private static let unknownPeer = "org.example.PeerVoice.Error.UnknownPeer"
     private static let tooLarge = "org.example.PeerVoice.Error.TooLarge"
-    /// PVLK, version 5, reserved.
-    private static let preamble: [UInt8] = [0x50, 0x56, 0x4C, 0x4B, 0x00, 0x05, 0x00, 0x00]
+    /// PVLK, version 6, reserved.
+    private static let preamble: [UInt8] = [0x50, 0x56, 0x4C, 0x4B, 0x00, 0x06, 0x00, 0x00]
 
     private let started = StartedPeers()
     private var startedAt = Date()

@@ -5,7 +5,7 @@ import PeerVoiceCore
 import TestHarness
 import XCTest
 
-/// Protocol version 5's security, end to end (docs/SECURITY.md): real peervoiced processes on
+/// Protocol version 6's security (unchanged since version 5), end to end (docs/SECURITY.md): real peervoiced processes on
 /// private buses, a relay between them that can tamper, replay or play man in the middle
 /// (TestHarness.Relay), and hand-driven version-3 peers (TestHarness.SecureLink).
 ///
@@ -523,7 +523,7 @@ final class SecurityTests: XCTestCase {
         let a = try makePeer("alice")
         let b = try makePeer("bob")
         let preamble = Preamble.bytes
-        XCTAssertEqual(preamble, [0x50, 0x56, 0x4C, 0x4B, 0x00, 0x05, 0x00, 0x00])
+        XCTAssertEqual(preamble, [0x50, 0x56, 0x4C, 0x4B, 0x00, 0x06, 0x00, 0x00])
 
         // Stalls in the middle of message 1.
         let stalled = try TCPStream.connect(port: a.port)

@@ -30,6 +30,13 @@ public enum Frame: Equatable, Sendable {
     /// The sender's presence secret (32 bytes), sent once a link is open, so that this paired peer
     /// can recognise the sender's presence advertisements on a LAN (docs/PROTOCOL.md §12).
     case presence(secret: [UInt8])
+    /// One participant's Opus packet, relayed by the host of the call (docs/GROUP.md).
+    case relayedVoice(RelayedVoiceFrame)
+    /// The host's list of the others in its call (every entry valid, sources and peers distinct,
+    /// at most ``Wire/maxCallParticipants``: build it with ``participants(checking:)``).
+    case participants([CallParticipant])
+    /// A listener's loss of one relayed source, and whether it hears that participant directly.
+    case relayReport(RelayReport)
 
     /// The frame's type byte.
     public var type: FrameType {
@@ -45,6 +52,9 @@ public enum Frame: Equatable, Sendable {
         case .voiceStop: return .voiceStop
         case .voiceReport: return .voiceReport
         case .presence: return .presence
+        case .relayedVoice: return .relayedVoice
+        case .participants: return .participants
+        case .relayReport: return .relayReport
         }
     }
 }
@@ -61,7 +71,10 @@ public enum FrameType: UInt8, Sendable, CaseIterable, CustomStringConvertible {
     case voiceStop = 0x08
     case voiceReport = 0x09
     case presence = 0x0A
+    case participants = 0x0B
+    case relayReport = 0x0C
     case voice = 0x10
+    case relayedVoice = 0x11
 
     /// The frame's name as the protocol document writes it, e.g. `"HELLO"`.
     public var description: String {
@@ -77,6 +90,9 @@ public enum FrameType: UInt8, Sendable, CaseIterable, CustomStringConvertible {
         case .voiceStop: return "VOICE_STOP"
         case .voiceReport: return "VOICE_REPORT"
         case .presence: return "PRESENCE"
+        case .participants: return "PARTICIPANTS"
+        case .relayReport: return "RELAY_REPORT"
+        case .relayedVoice: return "RELAYED_VOICE"
         }
     }
 }
@@ -285,6 +301,12 @@ extension Frame: CustomStringConvertible {
         case .presence:
             // Key material: never logged.
             return "PRESENCE"
+        case .relayedVoice(let relayed):
+            return relayed.description
+        case .participants(let list):
+            return "PARTICIPANTS \(list.map(\.description).joined(separator: "; "))"
+        case .relayReport(let report):
+            return report.description
         }
     }
 }

@@ -49,6 +49,9 @@ extension Frame {
         case .voiceStop: return Frame.voiceStopBytes
         case .voiceReport: return Frame.voiceReportBytes
         case .presence: return Frame.presenceBytes
+        case .relayedVoice(let relayed): return Frame.relayedVoiceFixedBytes + relayed.payload.count
+        case .participants(let list): return Frame.participantsByteCount(list)
+        case .relayReport: return Frame.relayReportBytes
         }
     }
 
@@ -89,6 +92,17 @@ extension Frame {
             bytes.append(lossPercent)
         case .presence(let secret):
             bytes.append(contentsOf: secret)
+        case .relayedVoice(let relayed):
+            bytes.append(relayed.source.rawValue)
+            bytes.appendBigEndian(relayed.seq)
+            bytes.appendBigEndian(relayed.timestamp)
+            bytes.append(contentsOf: relayed.payload)
+        case .participants(let list):
+            Frame.appendParticipants(list, to: &bytes)
+        case .relayReport(let report):
+            bytes.append(report.source.rawValue)
+            bytes.append(report.lossPercent)
+            bytes.append(report.direct ? Frame.directFlag : 0)
         }
     }
 
@@ -202,6 +216,25 @@ extension Frame {
         case .presence:
             try requireExactly(Frame.presenceBytes)
             self = .presence(secret: Array(body.dropFirst()))
+
+        case .relayedVoice:
+            try require(Frame.relayedVoiceFixedBytes)
+            guard let source = RelaySource(rawValue: reader.readUInt8()) else { throw .invalidRelaySource }
+            let seq = reader.readUInt64()
+            let timestamp = reader.readUInt32()
+            self = .relayedVoice(try RelayedVoiceFrame(source: source, seq: seq, timestamp: timestamp, payload: Array(reader.readRest())))
+
+        case .participants:
+            self = .participants(try Frame.decodeParticipants(&reader, bodyBytes: body.count))
+
+        case .relayReport:
+            try requireExactly(Frame.relayReportBytes)
+            guard let source = RelaySource(rawValue: reader.readUInt8()) else { throw .invalidRelaySource }
+            let lossPercent = reader.readUInt8()
+            guard lossPercent <= 100 else { throw .invalidLossPercent(lossPercent) }
+            let flags = reader.readUInt8()
+            guard flags & ~Frame.directFlag == 0 else { throw .reservedFlags(.relayReport, flags) }
+            self = .relayReport(try RelayReport(source: source, lossPercent: lossPercent, direct: flags & Frame.directFlag != 0))
         }
     }
 
@@ -263,6 +296,12 @@ struct ByteReader {
 
     mutating func readID() -> ID128 {
         ID128(high: read(8), low: read(8))
+    }
+
+    /// The next `count` bytes (fewer if the slice ends first).
+    mutating func read(bytes count: Int) -> ArraySlice<UInt8> {
+        defer { bytes = bytes.dropFirst(count) }
+        return bytes.prefix(count)
     }
 
     /// Everything not read yet.

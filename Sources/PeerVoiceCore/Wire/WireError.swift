@@ -38,6 +38,18 @@ public enum WireError: Error, Equatable, Sendable, CustomStringConvertible {
     case voicePayloadTooLong(bytes: Int)
     /// A VOICE_REPORT frame's loss percentage is over 100.
     case invalidLossPercent(UInt8)
+    /// A RELAYED_VOICE, PARTICIPANTS entry or RELAY_REPORT names source 0.
+    case invalidRelaySource
+    /// A PARTICIPANTS entry's peer id is not 26 lower-case base32 characters.
+    case invalidPeerID
+    /// A PARTICIPANTS list longer than ``Wire/maxCallParticipants``.
+    case tooManyParticipants(Int)
+    /// Two PARTICIPANTS entries with the same source.
+    case duplicateParticipant(source: UInt8)
+    /// Two PARTICIPANTS entries with the same peer id.
+    case duplicateParticipantPeer
+    /// A flags byte with a bit this version does not define.
+    case reservedFlags(FrameType, UInt8)
     /// A datagram is shorter than the 4-byte length prefix.
     case datagramTooShort(bytes: Int)
     /// A datagram's length prefix does not match the bytes that follow it.
@@ -81,6 +93,18 @@ public enum WireError: Error, Equatable, Sendable, CustomStringConvertible {
             return "Opus payload of \(bytes) bytes exceeds the \(Wire.maxOpusPayloadBytes)-byte limit"
         case .invalidLossPercent(let value):
             return "VOICE_REPORT with \(value) % loss (at most 100)"
+        case .invalidRelaySource:
+            return "relay source 0 (sources are 1-255)"
+        case .invalidPeerID:
+            return "PARTICIPANTS entry whose peer id is not \(PeerID.base32Characters) lower-case base32 characters"
+        case .tooManyParticipants(let count):
+            return "PARTICIPANTS list of \(count) entries (at most \(Wire.maxCallParticipants))"
+        case .duplicateParticipant(let source):
+            return "PARTICIPANTS names source \(source) twice"
+        case .duplicateParticipantPeer:
+            return "PARTICIPANTS names one peer twice"
+        case .reservedFlags(let type, let flags):
+            return "\(type) frame with reserved flag bits set (0x\(hex2(flags)))"
         case .datagramTooShort(let bytes):
             return "datagram of \(bytes) bytes is shorter than a length prefix"
         case .datagramLengthMismatch(let declared, let actual):

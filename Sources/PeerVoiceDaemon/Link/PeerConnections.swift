@@ -15,7 +15,8 @@ protocol LinkVoice: AnyObject {
     func linkOpened(_ link: PeerLink, to peer: Peer)
     /// `peer`'s link closed or was replaced: its voice ends.
     func linkEnded(for peer: Peer, reason: String)
-    /// A voice frame on `peer`'s link (VOICE_START, VOICE_STOP, VOICE_REPORT, VOICE).
+    /// A voice frame on `peer`'s link (VOICE_START, VOICE_STOP, VOICE_REPORT, VOICE, and a call's
+    /// RELAYED_VOICE, PARTICIPANTS, RELAY_REPORT).
     func received(_ frame: Frame, from peer: Peer)
 }
 
@@ -586,7 +587,7 @@ extension PeerConnections: PeerLinkDelegate {
             delivery.received(text, from: peer.id, senderInstance: hello.instanceID)
         case .ack(let seq):
             delivery.acknowledged(upTo: seq, by: peer.id)
-        case .voiceStart, .voiceStop, .voiceReport, .voice:
+        case .voiceStart, .voiceStop, .voiceReport, .voice, .relayedVoice, .participants, .relayReport:
             voice?.received(frame, from: peer)
         case .presence(let secret):
             let secret = PresenceSecret(bytes: secret)

@@ -198,13 +198,13 @@ final class PeerLink {
         sendSealed(frame)
     }
 
-    /// Sends a VOICE frame on an open link unless earlier output still waits to be written: voice
+    /// Sends a VOICE (or RELAYED_VOICE) frame on an open link unless earlier output still waits to be written: voice
     /// that would queue behind a backlog (a long message, a slow Bluetooth channel) arrives too
     /// late to be played, so it is dropped instead, and the receiver conceals it. Returns whether
     /// it was sent.
-    func sendVoice(_ voice: VoiceFrame) -> Bool {
+    func sendVoice(_ voice: Frame) -> Bool {
         guard phase == .open, !connection.hasPendingOutput else { return false }
-        sendSealed(.voice(voice))
+        sendSealed(voice)
         return true
     }
 

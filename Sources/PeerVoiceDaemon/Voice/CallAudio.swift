@@ -90,12 +90,13 @@ final class CallAudio {
 
     var isStreaming: Bool { capture.state == .streaming && playback.state == .streaming }
 
-    /// Keeps the speaker fed with the mix of `participants`' voices, then encodes what the
-    /// microphone gave and sends it to them.
-    func pump(now: Int64, muted: Bool, metering: Bool, participants: [String: VoiceParticipant], socket: Socket) {
+    /// Keeps the speaker fed with the mix of `voices` (the participants' own and those relayed
+    /// to us), then encodes what the microphone gave and sends it to `participants`.
+    func pump(now: Int64, muted: Bool, metering: Bool, participants: [String: VoiceParticipant], voices: [any MixedVoice],
+              socket: Socket) {
         if let due = nextSourceCheck, now >= due, capture.state == .streaming { checkSourceForEchoCanceller(now: now) }
         // The speaker first: its ring holds only a few ms beyond a quantum, the microphone's a second.
-        feedPlayback(now: now, metering: metering, participants: participants)
+        feedPlayback(now: now, metering: metering, voices: voices)
         sendCaptured(muted: muted, metering: metering, participants: participants, socket: socket)
     }
 
@@ -150,29 +151,29 @@ final class CallAudio {
     /// (its jitter buffer idle, holding nothing to start) is left out; while every voice is, the
     /// speaker runs dry instead of being fed zeros in 2.5 ms steps for a wake-up every device
     /// quantum. The next packet wakes this thread, which then feeds the ring again.
-    private func feedPlayback(now: Int64, metering: Bool, participants: [String: VoiceParticipant]) {
+    private func feedPlayback(now: Int64, metering: Bool, voices: [any MixedVoice]) {
         while playbackRing.availableToRead < Self.playbackFillSamples {
             let wanted = Self.playbackFillSamples - playbackRing.availableToRead
-            for participant in participants.values { participant.remote.decode(untilQueued: wanted, now: now) }
+            for voice in voices { voice.remote.decode(untilQueued: wanted, now: now) }
             // The voice (or chime) with the least queued sets how much is mixed now.
             var frames = cue.count - cuePlayed > 0 ? (cue.count - cuePlayed) / Self.mixFrameSamples : Int.max
-            for participant in participants.values where participant.remote.queued > 0 {
-                frames = min(frames, max(1, participant.remote.queued / Self.mixFrameSamples))
+            for voice in voices where voice.remote.queued > 0 {
+                frames = min(frames, max(1, voice.remote.queued / Self.mixFrameSamples))
             }
             guard frames < Int.max else { break }
-            for _ in 0..<frames { mixFrame(participants, metering: metering) }
+            for _ in 0..<frames { mixFrame(voices, metering: metering) }
         }
-        for participant in participants.values { participant.remote.idle(now: now) }
-        let dormant = cuePlayed == cue.count && participants.values.allSatisfy { $0.remote.isDormant }
+        for voice in voices { voice.remote.idle(now: now) }
+        let dormant = cuePlayed == cue.count && voices.allSatisfy { $0.remote.isDormant }
         playbackSource.isDormant.store(dormant, ordering: .releasing)
     }
 
     /// Mixes one mixer frame of every voice that has something queued, and of the chime, into the ring.
-    private func mixFrame(_ participants: [String: VoiceParticipant], metering: Bool) {
+    private func mixFrame(_ voices: [any MixedVoice], metering: Bool) {
         voiceFrame.withUnsafeMutableBufferPointer { pcm in
-            for participant in participants.values where participant.remote.queued > 0 {
-                participant.remote.take(into: pcm, metering: metering)
-                mixer.add(UnsafeBufferPointer(pcm), channel: &participant.channel)
+            for voice in voices where voice.remote.queued > 0 {
+                voice.remote.take(into: pcm, metering: metering)
+                mixer.add(UnsafeBufferPointer(pcm), channel: &voice.channel)
             }
             if cuePlayed < cue.count {
                 cue.withUnsafeBufferPointer { chime in

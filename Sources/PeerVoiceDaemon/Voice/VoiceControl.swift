@@ -25,6 +25,9 @@ final class VoiceControl {
     private(set) var audioProcessing: [String]
     /// Our microphone holds speech, unmuted (`Speaking`, from the voice thread).
     private(set) var isMicrophoneSpeaking = false
+    /// The others in the calls our voice peers host, as their PARTICIPANTS name them, each peer
+    /// once (`Participants`): for display only.
+    private(set) var relayedParticipants: [CallParticipant] = []
 
     private let options: Options
     private let crypto: LibSodium
@@ -145,28 +148,83 @@ final class VoiceControl {
             Log.warning("voice with \(peer.id): \(error)")
             return
         }
+        let taken = Set(registry.all.compactMap { $0.voice.running ? $0.voice.source : nil })
+        guard let source = (1...255).lazy.compactMap({ RelaySource(rawValue: UInt8($0)) }).first(where: { !taken.contains($0) }) else {
+            Log.warning("voice with \(peer.id): the call is full")
+            return
+        }
         peer.voice.running = true
         peer.voice.generation += 1
-        engine.start(VoiceSessionSetup(peer: peer.id.description, generation: peer.voice.generation,
+        peer.voice.source = source
+        engine.start(VoiceSessionSetup(peer: peer.id.description, generation: peer.voice.generation, source: source,
                                       route: route, sealer: keys.makeSealer(), opener: keys.makeOpener(),
                                       localFrameMs: options.voice.frameMs, remoteFrameMs: Int(remote.frameMs),
                                       playback: peer.voice.playback))
+        if !peer.voice.call.isEmpty { engine.setRelayedParticipants(host: peer.id.description, peer.voice.call) }
+        callChanged()
+    }
+
+    /// Tells each peer in the call who else is in it (PARTICIPANTS) when that changed, tells
+    /// hosts whom we now hear directly (RELAY_REPORT), and updates `Participants`.
+    private func callChanged() {
+        let inCall = registry.all.filter { $0.voice.running }
+        for peer in inCall {
+            let others = inCall.filter { $0 !== peer }.compactMap { other -> CallParticipant? in
+                guard let source = other.voice.source, let frameMs = other.voice.remote?.frameMs else { return nil }
+                return try? CallParticipant(source: source, peer: other.id, frameMs: frameMs, speaking: other.voice.speaking,
+                                            name: Hello.truncatedName(other.name))
+            }.sorted { $0.source < $1.source }.prefix(Wire.maxCallParticipants)
+            guard Array(others) != peer.voice.announced, let frame = try? Frame.participants(checking: Array(others)) else { continue }
+            peer.voice.announced = Array(others)
+            peer.link?.send(frame)
+        }
+        for host in inCall where !host.voice.call.isEmpty { reportRelayed(by: host) }
+        let relayed = inCall.flatMap(\.voice.call)
+        var seen = Set<PeerID>()
+        let participants = relayed.filter { seen.insert($0.peer).inserted }
+        if participants != relayedParticipants {
+            relayedParticipants = participants
+            emit(.propertiesChanged([.participants]))
+        }
+    }
+
+    /// RELAY_REPORT to `host` for each source of its list whose report changed: our loss of it
+    /// (`lossChanged`), and whether we hear that peer in a voice session of our own (then the
+    /// host stops relaying it to us: the direct one wins). Nothing while a source is as the host
+    /// assumes at first (relayed, 0 %).
+    private func reportRelayed(by host: Peer, lossChanged: (source: RelaySource, percent: Int)? = nil) {
+        guard host.voice.running, let link = host.link else { return }
+        host.voice.relayReports = host.voice.relayReports.filter { source, _ in host.voice.call.contains { $0.source == source } }
+        for entry in host.voice.call {
+            // What the host assumes until told otherwise: relayed, nothing lost (0 is in range).
+            let last = host.voice.relayReports[entry.source] ?? (try! RelayReport(source: entry.source, lossPercent: 0, direct: false))
+            var loss = last.lossPercent
+            if let lossChanged, lossChanged.source == entry.source { loss = UInt8(min(100, lossChanged.percent)) }
+            let direct = registry[entry.peer]?.voice.running == true
+            guard let report = try? RelayReport(source: entry.source, lossPercent: loss, direct: direct), report != last else { continue }
+            host.voice.relayReports[entry.source] = report
+            if direct != last.direct {
+                Log.info("voice: asking \(host.id) \(direct ? "not to relay \(entry.peer): heard directly" : "to relay \(entry.peer) again")")
+            }
+            link.send(.relayReport(report))
+        }
     }
 
     /// Stops voice with `peer` here (the peer is told by the caller if it should be).
     private func endVoice(_ peer: Peer, reason: String) {
-        let wasActive = peer.voice.active
+        let wasActive = peer.voice.active, wasRunning = peer.voice.running
         if peer.voice.running { engine?.stop(peer: peer.id.description, reason: reason) }
         if peer.voice.droppedOnLink > 0 {
             Log.info("voice with \(peer.id): \(peer.voice.droppedOnLink) frames dropped rather than sent late on the link")
         }
         peer.voice = PeerVoice(generation: peer.voice.generation, destination: peer.voice.destination, playback: peer.voice.playback)
         if wasActive { emit(.voiceStateChanged(peer.id, .stopped)) }
+        if wasRunning { callChanged() }
     }
 
-    /// Our VOICE frame for a peer whose voice goes on its link (drop-stale: see
-    /// ``PeerLink/sendVoice(_:)``).
-    private func sendVoiceOnLink(_ frame: VoiceFrame, to id: String, queuedAt: Int64) {
+    /// Our VOICE (or a RELAYED_VOICE) frame for a peer whose voice goes on its link (drop-stale:
+    /// see ``PeerLink/sendVoice(_:)``).
+    private func sendVoiceOnLink(_ frame: Frame, to id: String, queuedAt: Int64) {
         guard let peer = peer(describedAs: id), let link = peer.link else { return }
         if VoiceEngine.monotonicNs() - queuedAt > Self.staleLinkVoiceNs || !link.sendVoice(frame) {
             peer.voice.droppedOnLink += 1
@@ -178,7 +236,8 @@ final class VoiceControl {
         PeerID(id).flatMap { registry[$0] }
     }
 
-    /// VOICE_START, VOICE_STOP, VOICE_REPORT and (on the link) VOICE from the peer.
+    /// VOICE_START, VOICE_STOP, VOICE_REPORT, (on the link) VOICE and RELAYED_VOICE, and the
+    /// call's PARTICIPANTS and RELAY_REPORT from the peer.
     func received(_ frame: Frame, from peer: Peer) {
         switch frame {
         case .voiceStart(let start):
@@ -191,9 +250,16 @@ final class VoiceControl {
             beginVoice(peer)
         case .voiceStop:
             endVoice(peer, reason: "the peer stopped voice")
-        case .voice(let frame):
+        case .voice, .relayedVoice:
             // Voice the peer sends on the link; our session (if any) takes it.
             if peer.voice.running { engine?.receivedOnLink(peer: peer.id.description, frame: frame) }
+        case .participants(let list):
+            // The call the peer hosts; kept for its session (ours may start just after).
+            peer.voice.call = list
+            if peer.voice.running { engine?.setRelayedParticipants(host: peer.id.description, list) }
+            callChanged()
+        case .relayReport(let report):
+            if peer.voice.running { engine?.listenerReported(peer: peer.id.description, report) }
         case .voiceReport(let lossPercent):
             if peer.voice.running { engine?.peerReportedLoss(peer: peer.id.description, percent: Int(lossPercent)) }
         default:
@@ -230,10 +296,14 @@ final class VoiceControl {
             guard let peer = peer(describedAs: id), peer.voice.running, peer.voice.generation == generation else { return }
             peer.voice.speaking = speaking
             peersChanged()
+            callChanged()
         case .microphoneSpeaking(let speaking):
             guard speaking != isMicrophoneSpeaking else { return }
             isMicrophoneSpeaking = speaking
             emit(.propertiesChanged([.speaking]))
+        case .relayedLossChanged(let id, let generation, let source, let percent):
+            guard let peer = peer(describedAs: id), peer.voice.running, peer.voice.generation == generation else { return }
+            reportRelayed(by: peer, lossChanged: (source, percent))
         }
     }
 
@@ -313,4 +383,12 @@ struct PeerVoice {
     var speaking = false
     /// Its volume and mute here; kept when voice stops, and across restarts for a paired peer.
     var playback = VoiceMixer.Channel.unity
+    /// The number we relay its voice under while its session runs (its PARTICIPANTS entry).
+    var source: RelaySource?
+    /// The list of the call we last sent it (PARTICIPANTS: the others in our call).
+    var announced: [CallParticipant] = []
+    /// The call it hosts, as its latest PARTICIPANTS names it.
+    var call: [CallParticipant] = []
+    /// The RELAY_REPORT we last sent it per source of its list.
+    var relayReports: [RelaySource: RelayReport] = [:]
 }

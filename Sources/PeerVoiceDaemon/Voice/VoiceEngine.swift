@@ -10,6 +10,8 @@ struct VoiceSessionSetup: Sendable {
     let peer: String
     /// Which of the peer's sessions this is: events carry it back.
     let generation: Int
+    /// The number the others of the call know the peer's relayed voice by, while we host it.
+    let source: RelaySource
     /// How our voice travels.
     let route: VoiceRoute
     let sealer: RecordSealer
@@ -51,6 +53,8 @@ enum VoiceEvent: Sendable {
     case peerSpeaking(peer: String, generation: Int, speaking: Bool)
     /// The microphone started or stopped being speech, unmuted (the service's `Speaking`).
     case microphoneSpeaking(Bool)
+    /// The share of a source the peer relays to us that we lose changed: tell the peer (RELAY_REPORT).
+    case relayedLossChanged(peer: String, generation: Int, source: RelaySource, percent: Int)
 }
 
 /// Settings of the audio side, from the command line.
@@ -87,10 +91,11 @@ final class VoiceEngine: Sendable {
     private let finished = DispatchSemaphore(value: 0)
 
     /// `socket`: the bound UDP socket voice arrives on; the voice thread takes it over. `onEvent`
-    /// and `sendOnLink` (a VOICE frame for a peer whose route is ``VoiceRoute/link``, and when it
-    /// was encoded) run on the voice thread; hop to the main context from them.
+    /// and `sendOnLink` (a VOICE or RELAYED_VOICE frame for a peer whose route is
+    /// ``VoiceRoute/link``, and when it was made) run on the voice thread; hop to the main
+    /// context from them.
     init(socket: Socket, options: VoiceAudioOptions, onEvent: @escaping @Sendable (VoiceEvent) -> Void,
-         sendOnLink: @escaping @Sendable (_ peer: String, _ frame: VoiceFrame, _ queuedAt: Int64) -> Void) {
+         sendOnLink: @escaping @Sendable (_ peer: String, _ frame: Frame, _ queuedAt: Int64) -> Void) {
         let fd = socket.release()
         // Not joined: `shutdown` waits for `finished` instead, so the handle keeps no thread object.
         _ = NamedThread(name: "peervoice-voice") { [unowned self] in
@@ -117,9 +122,19 @@ final class VoiceEngine: Sendable {
     /// Takes the peer out of the call; the call's streams stop with its last peer.
     func stop(peer: String, reason: String) { post(.stop(peer: peer, reason: reason)) }
 
-    /// A VOICE frame that came on `peer`'s link (already opened by it), stamped on arrival.
-    func receivedOnLink(peer: String, frame: VoiceFrame) {
+    /// A VOICE or RELAYED_VOICE frame that came on `peer`'s link (already opened by it), stamped on arrival.
+    func receivedOnLink(peer: String, frame: Frame) {
         post(.receivedOnLink(peer: peer, frame: frame, arrival: Self.monotonicNs()))
+    }
+
+    /// `peer`'s PARTICIPANTS: the others of the call it hosts, whose voices it relays to us.
+    func setRelayedParticipants(host peer: String, _ participants: [CallParticipant]) {
+        post(.setRelayedParticipants(host: peer, participants))
+    }
+
+    /// `peer`'s RELAY_REPORT on a source we relay to it.
+    func listenerReported(peer: String, _ report: RelayReport) {
+        post(.listenerReported(peer: peer, report))
     }
 
     /// The peer's VOICE_REPORT: how much of our voice it loses.
@@ -173,7 +188,9 @@ final class VoiceEngine: Sendable {
 private enum VoiceCommand: Sendable {
     case start(VoiceSessionSetup)
     case stop(peer: String, reason: String)
-    case receivedOnLink(peer: String, frame: VoiceFrame, arrival: Int64)
+    case receivedOnLink(peer: String, frame: Frame, arrival: Int64)
+    case setRelayedParticipants(host: String, [CallParticipant])
+    case listenerReported(peer: String, RelayReport)
     case peerReportedLoss(peer: String, percent: Int)
     case setPlayback(peer: String, VoiceMixer.Channel)
     case shutdown
@@ -193,16 +210,19 @@ private final class VoiceThread {
     private let options: VoiceAudioOptions
     private unowned let engine: VoiceEngine
     private let onEvent: @Sendable (VoiceEvent) -> Void
-    private let sendOnLink: @Sendable (_ peer: String, _ frame: VoiceFrame, _ queuedAt: Int64) -> Void
+    private let sendOnLink: @Sendable (_ peer: String, _ frame: Frame, _ queuedAt: Int64) -> Void
     private var context: PipeWireContext?
     private var call: CallAudio?
     private var participants: [String: VoiceParticipant] = [:]
+    /// Every voice the call mixes: each participant's own and the ones relayed to us (rebuilt by
+    /// ``voicesChanged()`` whenever either changes).
+    private var voices: [any MixedVoice] = []
     private var receiveBuffer = [UInt8](repeating: 0, count: 2048)
     /// When the levels were last published (while metering).
     private var levelsPublishedAt: Int64 = 0
 
     init(socket: Socket, options: VoiceAudioOptions, engine: VoiceEngine, onEvent: @escaping @Sendable (VoiceEvent) -> Void,
-         sendOnLink: @escaping @Sendable (_ peer: String, _ frame: VoiceFrame, _ queuedAt: Int64) -> Void) {
+         sendOnLink: @escaping @Sendable (_ peer: String, _ frame: Frame, _ queuedAt: Int64) -> Void) {
         (self.socket, self.options, self.engine, self.onEvent, self.sendOnLink) = (socket, options, engine, onEvent, sendOnLink)
     }
 
@@ -215,7 +235,10 @@ private final class VoiceThread {
                 switch command {
                 case .start(let setup): join(setup)
                 case .stop(let peer, let reason): leave(peer, reason: reason, report: false)
-                case .receivedOnLink(let peer, let frame, let arrival): participants[peer]?.receive(frame, arrival: arrival)
+                case .receivedOnLink(let peer, let frame, let arrival):
+                    if let participant = participants[peer] { received(frame, from: participant, arrival: arrival) }
+                case .setRelayedParticipants(let host, let list): setRelayedParticipants(host: host, list)
+                case .listenerReported(let peer, let report): listenerReported(peer, report)
                 case .peerReportedLoss(let peer, let percent): peerReportedLoss(peer, percent: percent)
                 case .setPlayback(let peer, let playback):
                     guard let participant = participants[peer] else { break }
@@ -240,7 +263,8 @@ private final class VoiceThread {
         }
         let now = VoiceEngine.monotonicNs()
         let metering = engine.metering.load(ordering: .relaxed)
-        call.pump(now: now, muted: engine.muted.load(ordering: .relaxed), metering: metering, participants: participants, socket: socket)
+        call.pump(now: now, muted: engine.muted.load(ordering: .relaxed), metering: metering, participants: participants,
+                  voices: voices, socket: socket)
         if metering && now - levelsPublishedAt >= Self.levelsPeriodNs {
             levelsPublishedAt = now
             engine.publish(VoiceLevels(inputDBFS: call.takeInputLevel(),
@@ -254,6 +278,11 @@ private final class VoiceThread {
             }
             if let speaking = participant.remote.speakingFlip() {
                 onEvent(.peerSpeaking(peer: peer, generation: participant.generation, speaking: speaking))
+            }
+            for (source, relayed) in participant.relayed {
+                if let loss = relayed.lossToReport() {
+                    onEvent(.relayedLossChanged(peer: peer, generation: participant.generation, source: source, percent: loss))
+                }
             }
         }
         if let processing = call.processingChanged() { onEvent(.processingChanged(processing)) }
@@ -276,6 +305,7 @@ private final class VoiceThread {
             let participant = try VoiceParticipant(setup: setup) { frame in sendOnLink(peer, frame, VoiceEngine.monotonicNs()) }
             try call.encoders.add(receiver: peer)
             participants[peer] = participant
+            voicesChanged()
             if options.cue { call.playCue(rising: true) }
             Log.info("voice with \(peer): session started (\(setup.localFrameMs) ms frames out, \(setup.remoteFrameMs) ms in), \(participants.count) in the call")
         } catch {
@@ -290,7 +320,14 @@ private final class VoiceThread {
     private func leave(_ peer: String, reason: String, report: Bool) {
         guard let participant = participants.removeValue(forKey: peer), let call else { return }
         Log.info("voice with \(peer) stopped (\(reason)): \(participant.statisticsSummary(fecHintPercent: call.encoders.packetLossPercent(for: peer), call: call.summary))")
+        for line in participant.relayedSummary { Log.info("voice: \(line)") }
         call.encoders.remove(receiver: peer)
+        // Its source number may go to someone else next: no report or request about it stays.
+        for other in participants.values {
+            other.listener(peer, reportedLossPercent: nil)
+            _ = other.setRelayed(participant.source, wanted: true)
+        }
+        voicesChanged()
         if participants.isEmpty {
             endCall(cue: options.cue)
         } else if options.cue {
@@ -331,12 +368,69 @@ private final class VoiceThread {
             let datagram = Array(receiveBuffer[0..<count])
             // The peers the datagram comes from first, then any other (a relay).
             func opened(fromPeerHost: Bool) -> Bool {
-                participants.values.contains {
-                    ($0.route.host == from.host) == fromPeerHost && $0.receive(datagram: datagram, arrival: arrival)
+                for participant in participants.values where (participant.route.host == from.host) == fromPeerHost {
+                    guard let frame = participant.open(datagram: datagram) else { continue }
+                    received(frame, from: participant, arrival: arrival)
+                    return true
                 }
+                return false
             }
             if !opened(fromPeerHost: true) && !opened(fromPeerHost: false) {
                 Log.debug("voice: dropped a datagram from \(from) that no session opens")
+            }
+        }
+    }
+
+    /// A VOICE or RELAYED_VOICE from `participant` (opened from a datagram, or from its link).
+    /// Its own voice we play and, hosting a call, relay at once to everyone else in it: one hop,
+    /// never buffered or re-encoded. Relayed voice is never relayed on.
+    private func received(_ frame: Frame, from participant: VoiceParticipant, arrival: Int64) {
+        switch frame {
+        case .voice(let voice):
+            participant.receive(voice, arrival: arrival)
+            guard participants.count > 1,
+                  let relayed = try? RelayedVoiceFrame(source: participant.source, seq: voice.seq, timestamp: voice.timestamp,
+                                                       payload: voice.payload) else { return }
+            for listener in participants.values where listener !== participant { listener.relay(relayed, socket: socket) }
+        case .relayedVoice(let relayed):
+            participant.receive(relayed, arrival: arrival)
+        default:
+            break
+        }
+    }
+
+    /// The host's list of its call: the voices it relays to us.
+    private func setRelayedParticipants(host: String, _ list: [CallParticipant]) {
+        guard let participant = participants[host] else { return }
+        do {
+            try participant.setRelayed(list)
+        } catch {
+            Log.warning("voice: cannot make a decoder for a voice \(host) relays: \(error)")
+        }
+        voicesChanged()
+    }
+
+    /// A listener's RELAY_REPORT: the loss of the source's relayed voice counts toward that
+    /// participant's VOICE_REPORT, and a listener that hears it directly no longer gets it from us.
+    private func listenerReported(_ listener: String, _ report: RelayReport) {
+        guard let participant = participants[listener],
+              let origin = participants.values.first(where: { $0.source == report.source && $0 !== participant }) else { return }
+        if participant.setRelayed(report.source, wanted: !report.direct) {
+            Log.info("voice: \(listener) \(report.direct ? "hears \(origin.peer) directly: not relaying it there" : "asks for \(origin.peer) again: relaying it there")")
+        }
+        if !report.direct { Log.debug("voice: \(listener) loses \(report.lossPercent) % of the voice of \(origin.peer) we relay") }
+        origin.listener(listener, reportedLossPercent: report.direct ? nil : Int(report.lossPercent))
+    }
+
+    /// Rebuilds the list of voices to mix. A relayed voice of a peer we have a session with
+    /// ourselves is muted: the direct one wins (until the host, told by RELAY_REPORT, stops it).
+    private func voicesChanged() {
+        voices = []
+        for participant in participants.values {
+            voices.append(participant)
+            for relayed in participant.relayed.values {
+                relayed.channel.muted = participants[relayed.peer] != nil
+                voices.append(relayed)
             }
         }
     }
