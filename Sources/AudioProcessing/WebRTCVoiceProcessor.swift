@@ -14,10 +14,12 @@ public final class WebRTCVoiceProcessor: VoiceProcessor, @unchecked Sendable {
 
     /// A processor running `processing` (which may be empty: then only voice activity is judged).
     public init(processing: Set<VoiceProcessing>) throws(VoiceCodecError) {
+        var settings = peervoice_webrtc_audio_default_settings()
+        settings.echo_cancel = processing.contains(.echoCancel) ? 1 : 0
+        settings.noise_suppression = processing.contains(.noiseSuppression) ? 1 : 0
+        settings.high_pass = processing.contains(.highPass) ? 1 : 0
         var error: Int32 = 0
-        guard let native = peervoice_webrtc_audio_create(processing.contains(.echoCancel) ? 1 : 0,
-                                                         processing.contains(.noiseSuppression) ? 1 : 0,
-                                                         processing.contains(.highPass) ? 1 : 0, &error) else {
+        guard let native = peervoice_webrtc_audio_create(&settings, &error) else {
             throw VoiceCodecError("webrtc-audio-processing refused its setup (error \(error))", code: error)
         }
         self.native = native
