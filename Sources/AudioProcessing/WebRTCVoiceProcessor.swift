@@ -2,9 +2,10 @@ import CWebRTCAudio
 import PeerVoiceCore
 
 /// webrtc-audio-processing 0.3 (the engine of PipeWire's echo-cancel module) behind
-/// PeerVoiceCore's ``VoiceProcessor``: the acoustic echo canceller with extended filter and
-/// delay-agnostic mode, noise suppression at its moderate level, its high-pass filter and voice
-/// activity detection. The only importer of `CWebRTCAudio`.
+/// PeerVoiceCore's ``VoiceProcessor``: the acoustic echo canceller with extended filter,
+/// delay-agnostic mode and low suppression, noise suppression at its moderate level, its high-pass
+/// filter and voice activity detection (the shim's default settings). The only importer of
+/// `CWebRTCAudio`.
 ///
 /// Not thread-safe: one thread (the voice thread) uses it. `Sendable` only so that it can be
 /// handed to that thread.
