@@ -3,9 +3,9 @@ import PeerVoiceCore
 
 /// webrtc-audio-processing 0.3 (the engine of PipeWire's echo-cancel module) behind
 /// PeerVoiceCore's ``VoiceProcessor``: the acoustic echo canceller with extended filter,
-/// delay-agnostic mode and low suppression, noise suppression at its moderate level, its high-pass
-/// filter and voice activity detection (the shim's default settings). The only importer of
-/// `CWebRTCAudio`.
+/// delay-agnostic mode and moderate suppression, noise suppression at its moderate level, its high-pass
+/// filter, adaptive digital gain control when asked for, and voice activity detection (the shim's
+/// default settings). The only importer of `CWebRTCAudio`.
 ///
 /// Not thread-safe: one thread (the voice thread) uses it. `Sendable` only so that it can be
 /// handed to that thread.
@@ -19,6 +19,7 @@ public final class WebRTCVoiceProcessor: VoiceProcessor, @unchecked Sendable {
         settings.echo_cancel = processing.contains(.echoCancel) ? 1 : 0
         settings.noise_suppression = processing.contains(.noiseSuppression) ? 1 : 0
         settings.high_pass = processing.contains(.highPass) ? 1 : 0
+        settings.gain_control = processing.contains(.gainControl) ? 1 : 0
         var error: Int32 = 0
         guard let native = peervoice_webrtc_audio_create(&settings, &error) else {
             throw VoiceCodecError("webrtc-audio-processing refused its setup (error \(error))", code: error)
