@@ -236,6 +236,13 @@ def analyze(data, speech_s, cpu):
     return result
 
 
+def load_average():
+    """The machine's 1-minute load average: it is shared, and load decides how far live runs are worth
+    reading."""
+    with open("/proc/loadavg") as f:
+        return float(f.read().split()[0])
+
+
 def median(values):
     values = [v for v in values if v is not None]
     return round(statistics.median(values), 2) if values else None
@@ -278,6 +285,7 @@ def main():
     workdir = tempfile.mkdtemp(prefix="peervoice-bench-echo-")
     rate16, speech = wavfile.read(voice.SPEECH)
     speech_s = len(speech) / rate16
+    loads = [load_average()]
     rotated = os.path.join(workdir, "rotated.wav")
     wavfile.write(rotated, rate16, np.roll(speech, -len(speech) // 2))
     results = {s: [] for s in systems}
@@ -295,6 +303,7 @@ def main():
                 else:
                     raise voice.BenchError(f"{kind}: B's speech did not reach A in {ATTEMPTS} attempts")
                 results[kind].append(result)
+                loads.append(load_average())
     except (voice.BenchError, voice.Terminated) as e:
         voice.log(f"bench-echo: {e}")
         voice.CHILDREN.stop_all()
@@ -313,9 +322,10 @@ def main():
             s["erle_series_db"] = [round(n - v, 1) for n, v in zip(none["return_series_db"], s["return_series_db"])]
             s["added_latency_ms"] = round(s["latency_ms"] - none["latency_ms"], 1)
     print_table(summary, a.runs)
+    print(f"machine load (1-minute average, /proc/loadavg) during the runs: {min(loads):.2f}-{max(loads):.2f}")
     os.makedirs(voice.RESULTS, exist_ok=True)
     out = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-           "host": platform.node(), "runs": a.runs, "room": {"delay_s": ROOM_DELAY_S, "gain_db": ROOM_GAIN_DB},
+           "host": platform.node(), "runs": a.runs, "load_1min": loads, "room": {"delay_s": ROOM_DELAY_S, "gain_db": ROOM_GAIN_DB},
            "summary": summary, "per_run": results}
     with open(os.path.join(voice.RESULTS, "echo.json"), "w") as f:
         json.dump(out, f, indent=1)
