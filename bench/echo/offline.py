@@ -7,8 +7,10 @@ this module builds the signals, sweeps the settings and scores the output:
   signals   A's speech as the far end: A alone, then A while B talks (B says the same speech rotated
             by half), then B alone; B's microphone = B + the room's echo of the far end + a -85 dBFS
             noise floor. Rooms: `bench` is the live bench's (67 ms, -18 dB, nothing else), `reverb`
-            adds an exponential tail (RT60 200 ms, 6 dB below the direct echo). The hint is 10 ms
-            (what the devices report); the room's delay is the canceller's to find.
+            adds an exponential tail (RT60 200 ms, 6 dB below the direct echo), `xrun` is `bench`
+            whose delay jumps by one 256-frame quantum, back and forth, every 1.5 s (what a graph
+            xrun does to pw-loopback's buffer on a loaded machine). The hint is 10 ms (what the
+            devices report); the room's delay is the canceller's to find.
   ERLE      the microphone's level against the output's, from A's first word, 1-3 s and 3-7 s
   PESQ-WB   the output against B's clean speech, in double talk and B alone (aligned by
             cross-correlation); `none` rows score the unprocessed microphone
@@ -76,6 +78,20 @@ def room_response(kind):
     return h
 
 
+def xrun_echo(far):
+    """`bench`'s echo with its delay one quantum longer in every other 1.5 s stretch."""
+    base = int((ROOM_MS + HINT_MS) * RATE / 1000)
+    echo = np.zeros(len(far))
+    stretch = int(1.5 * RATE)
+    for start in range(0, len(far), stretch):
+        delay = base + (256 if (start // stretch) % 2 else 0)
+        end = min(start + stretch, len(far))
+        src = np.arange(start, end) - delay
+        ok = src >= 0
+        echo[start:end][ok] = far[src[ok]] * 10 ** (ROOM_DB / 20)
+    return echo
+
+
 class Scene:
     """The three segments' signals for one room, written once as raw 16-bit files."""
 
@@ -88,7 +104,10 @@ class Scene:
         rotated = np.roll(speech, -n // 2)
         self.far = np.concatenate([speech, speech, np.zeros(n)])
         self.near = np.concatenate([np.zeros(n), rotated, rotated])
-        echo = signal.fftconvolve(self.far, room_response(room))[:len(self.far)]
+        if room == "xrun":
+            echo = xrun_echo(self.far)
+        else:
+            echo = signal.fftconvolve(self.far, room_response(room))[:len(self.far)]
         floor = np.random.default_rng(3).standard_normal(len(self.far)) * 10 ** (FLOOR_DBFS / 20)
         self.mic = self.near + echo + floor
         self.paths = {}
@@ -146,7 +165,7 @@ def sweep_settings():
     return grid
 
 
-def sweep(speech_path, workdir, log, rooms=("bench", "reverb")):
+def sweep(speech_path, workdir, log, rooms=("bench", "reverb", "xrun")):
     """Each of ``sweep_settings`` in each room, and the unprocessed microphone."""
     harness = build_harness()
     rows = []
