@@ -29,9 +29,9 @@ extern "C" peervoice_webrtc_audio_settings peervoice_webrtc_audio_default_settin
     settings.delay_agnostic = 1;
     // Moderate, the library's default. Offline (bench-echo --offline) the linear filter cancels
     // the echo at every level and low keeps double talk best (PESQ-WB 1.77 against 1.41); but
-    // through real PipeWire (VoiceTests+Processing's room) low took the echo only 19 dB down,
-    // moderate 38 dB (double-talk correlation 0.81 against 0.57): the live filter converges less
-    // deep, and the suppressor makes up for it. High cuts the near end further.
+    // through real PipeWire low left 22 dB of ERLE after 3 s in bench-echo (moderate 60 dB): the
+    // live echo path moves, the filter keeps re-converging, and the suppressor covers the gap.
+    // High cuts the near end further.
     settings.suppression_level = 1;
     // Moderate: on clean speech (the fixture, offline) PESQ-WB 3.85 against 4.37 at low, 3.02 at
     // high (what cost bench-echo 0.6 on B's speech alone) and 2.49 at very high.
