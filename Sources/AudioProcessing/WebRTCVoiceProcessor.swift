@@ -2,9 +2,10 @@ import CWebRTCAudio
 import PeerVoiceCore
 
 /// webrtc-audio-processing 0.3 (the engine of PipeWire's echo-cancel module) behind
-/// PeerVoiceCore's ``VoiceProcessor``: the acoustic echo canceller with extended filter and
-/// delay-agnostic mode, noise suppression at its moderate level, its high-pass filter and voice
-/// activity detection. The only importer of `CWebRTCAudio`.
+/// PeerVoiceCore's ``VoiceProcessor``: the acoustic echo canceller with extended filter,
+/// delay-agnostic mode and moderate suppression, noise suppression at its moderate level, its high-pass
+/// filter, adaptive digital gain control when asked for, and voice activity detection (the shim's
+/// default settings). The only importer of `CWebRTCAudio`.
 ///
 /// Not thread-safe: one thread (the voice thread) uses it. `Sendable` only so that it can be
 /// handed to that thread.
@@ -14,10 +15,13 @@ public final class WebRTCVoiceProcessor: VoiceProcessor, @unchecked Sendable {
 
     /// A processor running `processing` (which may be empty: then only voice activity is judged).
     public init(processing: Set<VoiceProcessing>) throws(VoiceCodecError) {
+        var settings = peervoice_webrtc_audio_default_settings()
+        settings.echo_cancel = processing.contains(.echoCancel) ? 1 : 0
+        settings.noise_suppression = processing.contains(.noiseSuppression) ? 1 : 0
+        settings.high_pass = processing.contains(.highPass) ? 1 : 0
+        settings.gain_control = processing.contains(.gainControl) ? 1 : 0
         var error: Int32 = 0
-        guard let native = peervoice_webrtc_audio_create(processing.contains(.echoCancel) ? 1 : 0,
-                                                         processing.contains(.noiseSuppression) ? 1 : 0,
-                                                         processing.contains(.highPass) ? 1 : 0, &error) else {
+        guard let native = peervoice_webrtc_audio_create(&settings, &error) else {
             throw VoiceCodecError("webrtc-audio-processing refused its setup (error \(error))", code: error)
         }
         self.native = native

@@ -50,6 +50,7 @@ public struct Options: Sendable {
           --no-echo-cancel    do not cancel the speaker's echo in the microphone (turns itself
                               off anyway when the microphone is PipeWire's echo canceller)
           --no-noise-suppression  do not suppress steady noise in the microphone
+          --gain-control      even out the microphone's level (automatic gain control)
           --voice-over-link   send voice to IP peers inside the encrypted TCP link rather than
                               over UDP, for networks that drop UDP (Bluetooth peers always do)
           --no-notify         no desktop notifications for messages and pairing requests
@@ -87,6 +88,7 @@ public struct Options: Sendable {
             case "--no-cue": options.voice.cue = false
             case "--no-echo-cancel": options.voice.processing.remove(.echoCancel)
             case "--no-noise-suppression": options.voice.processing.remove(.noiseSuppression)
+            case "--gain-control": options.voice.processing.insert(.gainControl)
             case "--voice-over-link": options.voice.overLink = true
             case "--no-notify": options.notify = false
             case "--no-lan": options.lan = false

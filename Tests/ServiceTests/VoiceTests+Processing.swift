@@ -124,6 +124,7 @@ extension VoiceTests {
     /// B's default source is PipeWire's own echo canceller (libpipewire-module-echo-cancel, run in
     /// a client process of B's PipeWire): once voice runs, B's canceller is off and says so in the
     /// log, and AudioProcessing no longer lists "echo-cancel" — never two cancellers in series.
+    /// B runs with `--gain-control`, which lists "gain-control" and stays through the swap.
     func testOwnCancellerTurnsOffOnPipeWiresEchoCanceller() throws {
         let pwB = try startPipeWire()
         let configuration = pwB.directory + "/echo-cancel.conf"
@@ -145,15 +146,16 @@ extension VoiceTests {
 
         let pwA = try startPipeWire()
         let a = try startPeer("alice", environment: pwA.environment)
-        let b = try startPeer("bob", environment: pwB.environment)
-        XCTAssertEqual(try b.client.property("AudioProcessing").children.map { $0.string! }, ["echo-cancel", "noise-suppression", "high-pass"])
+        let b = try startPeer("bob", environment: pwB.environment, extraArguments: ["--gain-control"])
+        XCTAssertEqual(try b.client.property("AudioProcessing").children.map { $0.string! },
+                       ["echo-cancel", "noise-suppression", "high-pass", "gain-control"])
         let markA = a.mark, markB = b.mark
         let link = try VoicePairing.connect(a, to: b)
         try waitActive(a, b, link, markA: markA, markB: markB)
         XCTAssertTrue(eventually(timeout: 5) { b.logCount("is PipeWire's echo canceller already: PeerVoice's echo cancellation is off") == 1 },
                       "no log line saying the canceller turned off: \(b.log.suffix(2_000))")
         XCTAssertTrue(eventually(timeout: 5) {
-            (try? b.client.property("AudioProcessing").children.map { $0.string! }) == ["noise-suppression", "high-pass"]
+            (try? b.client.property("AudioProcessing").children.map { $0.string! }) == ["noise-suppression", "high-pass", "gain-control"]
         }, "AudioProcessing still lists echo-cancel")
         XCTAssertTrue(b.client.signals[markB...].contains { $0.member == "PropertiesChanged" && $0.arguments[1].lookup("AudioProcessing") != nil },
                       "no PropertiesChanged for AudioProcessing")

@@ -30,6 +30,10 @@ rotated by half (double talk), then B alone. Measured:
 
 Medians of --runs (5). Prints a table, writes bench/results/echo.json and echo.png. Asserts
 nothing: exits non-zero only when a run could not be carried out.
+
+--offline runs the shim itself over simulated rooms instead (offline.py: deterministic, about a
+minute, no PipeWire): the settings sweep and the processing's own delay per part; it writes
+bench/results/echo-offline.json.
 """
 import argparse
 import datetime
@@ -48,6 +52,7 @@ sys.dont_write_bytecode = True
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "voice"))
 import analysis  # noqa: E402
+import offline  # noqa: E402
 import run as voice  # noqa: E402
 import numpy as np  # noqa: E402
 from scipy.io import wavfile  # noqa: E402
@@ -55,6 +60,9 @@ from scipy.io import wavfile  # noqa: E402
 RATE = voice.RATE
 ROOM_DELAY_S, ROOM_GAIN_DB = 0.05, -18.0
 SILENCE_DBFS = -100.0
+# Tries per run: on a loaded machine a call now and then carries nothing from B to A (its
+# packets all arrive late at A; seen at load 15-23 on 2 cores), which measures nothing.
+ATTEMPTS = 5
 SYSTEMS = ("none", "peervoice", "module")
 MODULE_CONF = """
 context.spa-libs = { audio.convert.* = audioconvert/libspa-audioconvert  support.* = support/libspa-support }
@@ -228,6 +236,13 @@ def analyze(data, speech_s, cpu):
     return result
 
 
+def load_average():
+    """The machine's 1-minute load average: it is shared, and load decides how far live runs are worth
+    reading."""
+    with open("/proc/loadavg") as f:
+        return float(f.read().split()[0])
+
+
 def median(values):
     values = [v for v in values if v is not None]
     return round(statistics.median(values), 2) if values else None
@@ -255,23 +270,29 @@ def summarize(runs):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--bin", required=True, help="the peervoiced to run (release build)")
+    parser.add_argument("--bin", help="the peervoiced to run (release build; not needed with --offline)")
+    parser.add_argument("--offline", action="store_true", help="the settings sweep and delays on simulated rooms")
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--systems", default=",".join(SYSTEMS))
     parser.add_argument("--keep-temp", action="store_true")
     a = parser.parse_args()
     signal.signal(signal.SIGTERM, voice.on_signal)
+    if a.offline:
+        return run_offline()
+    if not a.bin:
+        parser.error("--bin is required (or --offline)")
     systems = [s for s in a.systems.split(",") if s]
     workdir = tempfile.mkdtemp(prefix="peervoice-bench-echo-")
     rate16, speech = wavfile.read(voice.SPEECH)
     speech_s = len(speech) / rate16
+    loads = [load_average()]
     rotated = os.path.join(workdir, "rotated.wav")
     wavfile.write(rotated, rate16, np.roll(speech, -len(speech) // 2))
     results = {s: [] for s in systems}
     try:
         for r in range(a.runs):
             for kind in systems:  # interleaved, so slow drifts of the machine's load hit all alike
-                for attempt in range(1, 4):
+                for attempt in range(1, ATTEMPTS + 1):
                     voice.log(f"run {r + 1}/{a.runs}: {kind}" + (f" (attempt {attempt})" if attempt > 1 else ""))
                     result = one_run(kind, a.bin, workdir, f"{kind}-{r + 1}-{attempt}", rotated, speech_s)
                     # A call where B's speech never reached A measured nothing (seen under heavy load).
@@ -280,8 +301,9 @@ def main():
                         break
                     voice.log(f"{kind}: B's speech did not reach A (A's speaker at {heard} dBFS); again")
                 else:
-                    raise voice.BenchError(f"{kind}: B's speech did not reach A in 3 attempts")
+                    raise voice.BenchError(f"{kind}: B's speech did not reach A in {ATTEMPTS} attempts")
                 results[kind].append(result)
+                loads.append(load_average())
     except (voice.BenchError, voice.Terminated) as e:
         voice.log(f"bench-echo: {e}")
         voice.CHILDREN.stop_all()
@@ -300,13 +322,41 @@ def main():
             s["erle_series_db"] = [round(n - v, 1) for n, v in zip(none["return_series_db"], s["return_series_db"])]
             s["added_latency_ms"] = round(s["latency_ms"] - none["latency_ms"], 1)
     print_table(summary, a.runs)
+    print(f"machine load (1-minute average, /proc/loadavg) during the runs: {min(loads):.2f}-{max(loads):.2f}")
     os.makedirs(voice.RESULTS, exist_ok=True)
     out = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-           "host": platform.node(), "runs": a.runs, "room": {"delay_s": ROOM_DELAY_S, "gain_db": ROOM_GAIN_DB},
+           "host": platform.node(), "runs": a.runs, "load_1min": loads, "room": {"delay_s": ROOM_DELAY_S, "gain_db": ROOM_GAIN_DB},
            "summary": summary, "per_run": results}
     with open(os.path.join(voice.RESULTS, "echo.json"), "w") as f:
         json.dump(out, f, indent=1)
     plot(summary, os.path.join(voice.RESULTS, "echo.png"))
+    return 0
+
+
+def run_offline():
+    workdir = tempfile.mkdtemp(prefix="peervoice-bench-echo-offline-")
+    try:
+        delays = offline.latency_by_part(voice.SPEECH, workdir)
+        rows = offline.sweep(voice.SPEECH, workdir, voice.log)
+    finally:
+        subprocess.run(["rm", "-rf", workdir])
+    print("\nbench-echo --offline: the processing's own delay, no far end (speech cross-correlation; a click's peak)")
+    print("| parts | speech lag ms | click peak ms | CPU µs per 10 ms block |")
+    print("| --- | ---: | ---: | ---: |")
+    for d in delays:
+        print(f"| {d['parts']} | {d['speech_lag_ms']:.2f} | {d['click_peak_ms']:.2f} | {d['cpu_us_per_block']:.1f} |")
+    print(f"\nbench-echo --offline: settings sweep (hint {offline.HINT_MS} ms, room {offline.ROOM_MS} ms, "
+          f"{offline.ROOM_DB:.0f} dB; ef extended filter, da delay agnostic, sup canceller suppression, ns noise level)")
+    print("| room | settings | ERLE 1-3 s | ERLE 3-7 s | double-talk PESQ-WB | B alone PESQ-WB | latency ms | CPU µs/block |")
+    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for r in rows:
+        print(f"| {r['room']} | {r['settings']} | {fmt(r['erle_db']['1-3s'])} | {fmt(r['erle_db']['3-7s'])} "
+              f"| {fmt(r['double_talk'], '{:.2f}')} | {fmt(r['near_alone'], '{:.2f}')} | {fmt(r['latency_ms'])} "
+              f"| {fmt(r.get('cpu_us_per_block'))} |")
+    os.makedirs(voice.RESULTS, exist_ok=True)
+    with open(os.path.join(voice.RESULTS, "echo-offline.json"), "w") as f:
+        json.dump({"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                   "host": platform.node(), "delays": delays, "sweep": rows}, f, indent=1)
     return 0
 
 

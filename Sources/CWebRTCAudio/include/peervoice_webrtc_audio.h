@@ -13,11 +13,30 @@ typedef struct peervoice_webrtc_audio peervoice_webrtc_audio;
 /// Samples in one block: 10 ms at 48 kHz.
 #define PEERVOICE_WEBRTC_AUDIO_BLOCK_SAMPLES 480
 
-/// A processor with the given parts on (non-zero), or NULL when the library refuses the setup
-/// (`error`, if not NULL, receives its code). Echo cancellation uses the extended filter and
-/// delay-agnostic mode, moderate suppression; noise suppression is at the moderate level.
-peervoice_webrtc_audio *peervoice_webrtc_audio_create(int echo_cancel, int noise_suppression, int high_pass,
-                                                      int *error);
+/// How a processor is set up; non-zero is on. `peervoice_webrtc_audio_default_settings` gives
+/// what PeerVoice ships (docs/VOICE.md); bench/echo's offline sweep varies the rest.
+typedef struct peervoice_webrtc_audio_settings {
+    int echo_cancel;
+    int noise_suppression;
+    int high_pass;
+    /// Adaptive digital gain control.
+    int gain_control;
+    /// The canceller's longer filter (and its different suppressor tuning).
+    int extended_filter;
+    /// The canceller estimates the delay itself rather than trusting the hint.
+    int delay_agnostic;
+    /// The canceller's suppressor: 0 low, 1 moderate, 2 high.
+    int suppression_level;
+    /// The noise suppressor: 0 low, 1 moderate, 2 high, 3 very high.
+    int noise_level;
+} peervoice_webrtc_audio_settings;
+
+/// PeerVoice's settings with every part on except gain control.
+peervoice_webrtc_audio_settings peervoice_webrtc_audio_default_settings(void);
+
+/// A processor set up as `settings` says, or NULL when the library refuses the setup (`error`,
+/// if not NULL, receives its code).
+peervoice_webrtc_audio *peervoice_webrtc_audio_create(const peervoice_webrtc_audio_settings *settings, int *error);
 void peervoice_webrtc_audio_destroy(peervoice_webrtc_audio *processor);
 
 /// One block of what is being played (the far end), in the order it is played. 0 or the

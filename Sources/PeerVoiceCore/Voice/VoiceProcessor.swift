@@ -15,6 +15,11 @@ public enum VoiceProcessing: String, Sendable, CaseIterable {
     case echoCancel = "echo-cancel"
     case noiseSuppression = "noise-suppression"
     case highPass = "high-pass"
+    /// Automatic gain control: off unless asked for (`--gain-control`).
+    case gainControl = "gain-control"
+
+    /// What runs unless an option says otherwise.
+    public static let defaults: Set<VoiceProcessing> = [.echoCancel, .noiseSuppression, .highPass]
 }
 
 public protocol VoiceProcessor: AnyObject {

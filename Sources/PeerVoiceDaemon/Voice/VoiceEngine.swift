@@ -67,8 +67,9 @@ struct VoiceAudioOptions: Sendable {
     var autoStart = true
     /// Send voice to IP peers on the link rather than over UDP (for networks that drop UDP).
     var overLink = false
-    /// Capture processing (`--no-echo-cancel`, `--no-noise-suppression` take parts away).
-    var processing = Set(VoiceProcessing.allCases)
+    /// Capture processing (`--no-echo-cancel`, `--no-noise-suppression` take parts away,
+    /// `--gain-control` adds one).
+    var processing = VoiceProcessing.defaults
 }
 
 /// The control plane's handle on the voice thread: a command queue with the thread's wake-up,
