@@ -314,7 +314,9 @@ class PeerDaemon:
     """One peervoiced on its own private session bus, with a `gdbus monitor` of its signals in
     WORKDIR/LABEL.monitor and its log in WORKDIR/LABEL.log (bench/group starts several)."""
 
-    def __init__(self, pw, binary, workdir, label, name, source, sink, options):
+    def __init__(self, pw, binary, workdir, label, name, source, sink, options, niceness=None):
+        """`niceness`: run it under `nice -n NICENESS` (a negative one, as root, puts it ahead of
+        other work on a shared machine)."""
         self.workdir, self.label = workdir, label
         sock = os.path.join(workdir, f"{label}.bus")
         address = f"unix:path={sock}"
@@ -332,6 +334,7 @@ class PeerDaemon:
         self.monitor_process = CHILDREN.start(["stdbuf", "-oL", "gdbus", "monitor", "--session", "--dest", BUS[0]],
                                               env=self.env, log_path=self.monitor, name=f"monitor-{label}")
         self.process = CHILDREN.start(
+            (["nice", "-n", str(niceness)] if niceness is not None else []) +
             [binary, "--state-dir", os.path.join(workdir, f"{label}-state"), "--name", name,
              "--listen", "127.0.0.1:0", "--source", source, "--sink", sink, "--no-cue", "--verbose"] + list(options),
             env=self.env, log_path=self.log_path, name=f"peervoiced-{label}")
