@@ -440,12 +440,14 @@ def plot(results, sizes, builds, path):
     ]
     fig, axes = plt.subplots(2, 2, figsize=(10, 7))
     styles = {CURRENT: "-", BASE: "--"}
+    markers = {CURRENT: "o", BASE: "s"}
     for ax, (title, series) in zip(axes.flat, panels):
         for b in builds:
-            for key, name in series:
+            for i, (key, name) in enumerate(series):  # a colour per series, a line style per build
                 xs = [n for n in sizes if get(results, n, b, key) is not None]
                 if xs:
-                    ax.plot(xs, [get(results, n, b, key) for n in xs], styles.get(b, ":"), marker="o", label=f"{name} ({b})")
+                    ax.plot(xs, [get(results, n, b, key) for n in xs], styles.get(b, ":"), color=f"C{i}", marker=markers.get(b, "^"),
+                            label=f"{name} ({b})")
         if title.startswith("CPU, one"):
             host2 = get(results, 2, CURRENT, "one_host_cpu_pct")
             if host2 is not None:
