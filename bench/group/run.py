@@ -12,9 +12,10 @@ ONE pw-record taps every participant's microphone capture and speaker monitor in
 cycles, so the lag between any mic channel and any speaker channel is that pair's mouth-to-ear
 latency. Per start (a fresh set of daemons, bus and state), after voice runs:
 
-  idle   nobody talks for --idle s: CPU of every daemon
   one    A says Tests/Fixtures/speech.wav: latency A -> each listener (direct), PESQ-WB and STOI
-         of what each listener hears, CPU of the host (A, the talker) and of each listener
+         of what the first, middle and last listener hear, CPU of the host (A, the talker) and
+         of each listener
+  idle   then nobody talks for --idle s: CPU of every daemon
   many   (N >= 3) every participant but the last (L) talks at once, each the speech rotated by
          its own offset (k x 7.4 s / (N - 1): no two sources correlate within the lag window);
          at L: latency from A (direct) and from every other talker (relayed through A, when the
@@ -214,11 +215,6 @@ def one_run(pw, binary, size, workdir, label, speech, options, idle_s, niceness)
         if pipewire_pid:
             pids["pipewire"] = pipewire_pid
         time.sleep(1.0)
-        before = cpu_snapshot(pids)
-        t0 = time.monotonic()
-        time.sleep(idle_s)
-        result["idle"] = {"cpu_pct": cpu_pct(before, cpu_snapshot(pids), time.monotonic() - t0)}
-
         channels, cpu = talk(pw, call, {"A": speech[0]}, os.path.join(workdir, f"{label}-one.wav"), pids)
         listeners = {}
         scored = scored_listeners(call.letters)
@@ -227,6 +223,14 @@ def one_run(pw, binary, size, workdir, label, speech, options, idle_s, niceness)
             res.pop("window_latency_ms", None)
             listeners[x] = res
         result["one"] = {"cpu_pct": cpu, "listeners": listeners}
+
+        # Idle after a talk, not right after the start: then the daemons still settle (a first
+        # measurement there read above the talking figure), and a listener's talking - idle is
+        # its decode cost. The analysis above took longer than the 400 ms hangover.
+        before = cpu_snapshot(pids)
+        t0 = time.monotonic()
+        time.sleep(idle_s)
+        result["idle"] = {"cpu_pct": cpu_pct(before, cpu_snapshot(pids), time.monotonic() - t0)}
 
         if size >= 3:
             talkers = call.letters[:-1]
