@@ -264,7 +264,10 @@ class PipeWire:
             for _, name, mic in players:
                 self.run("pw-link", f"{name}:output_MONO", f"{mic}:input_MONO")
             for p, _, _ in players:
-                p.wait(60)
+                try:
+                    p.wait(60)
+                except subprocess.TimeoutExpired:
+                    raise BenchError(f"{p.bench_name} did not finish playing within 60 s (the graph stalled)")
         finally:
             for p, _, _ in players:
                 CHILDREN.stop(p, signal.SIGINT)
