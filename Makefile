@@ -287,7 +287,7 @@ bench-voice: deps bench-venv
 # a talker and a listener, mouth-to-ear direct and relayed, PESQ-WB; the per-peer engine of
 # BENCH_GROUP_BASE (built once under .build/bench-group-base/; empty: no baseline) interleaved in the
 # same run. Prints a table with issue 17's targets, writes bench/results/group.json and group.png.
-# About 18 minutes; BENCH_ARGS go to bench/group/run.py, e.g. BENCH_ARGS='--sizes 2,4 --runs 1'.
+# 13-18 minutes here; BENCH_ARGS go to bench/group/run.py, e.g. BENCH_ARGS='--sizes 2,4 --runs 1'.
 BENCH_GROUP_BASE ?= a8f3cf7^
 .PHONY: bench-group
 bench-group: deps bench-venv
