@@ -284,6 +284,20 @@ bench-voice: deps bench-venv
 	$(BENCH_VENV)/bin/python bench/voice/run.py \
 	    --bin "$$($(SWIFT) build -c release $(SWIFT_FLAGS) --show-bin-path)/peervoiced" $(BENCH_ARGS)
 
+# Group-call benchmark, not a test (bench/group/README.md): N = 2, 3, 4, 6, 8 release peervoiced in
+# one private headless PipeWire, A hosting the others; one talker and N - 1 talkers: CPU of the host,
+# a talker and a listener, mouth-to-ear direct and relayed, PESQ-WB; the per-peer engine of
+# BENCH_GROUP_BASE (built once under .build/bench-group-base/; empty: no baseline) interleaved in the
+# same run. Prints a table with issue 17's targets, writes bench/results/group.json and group.png.
+# 13-18 minutes here; BENCH_ARGS go to bench/group/run.py, e.g. BENCH_ARGS='--sizes 2,4 --runs 1'.
+BENCH_GROUP_BASE ?= a8f3cf7^
+.PHONY: bench-group
+bench-group: deps bench-venv
+	$(SWIFT) build -c release --product peervoiced $(SWIFT_FLAGS)
+	$(BENCH_VENV)/bin/python bench/group/run.py \
+	    --bin "$$($(SWIFT) build -c release $(SWIFT_FLAGS) --show-bin-path)/peervoiced" \
+	    $(if $(BENCH_GROUP_BASE),--base-rev '$(BENCH_GROUP_BASE)') $(BENCH_ARGS)
+
 # Echo cancellation benchmark, not a test (bench/echo/README.md): PeerVoice's processing against
 # PipeWire's libpipewire-module-echo-cancel on the same acoustic path, each in its own PipeWire:
 # ERLE over time, double-talk PESQ-WB, added latency, CPU; medians of 5 runs, about 8 minutes.

@@ -82,6 +82,12 @@ def quality(ref, deg, rate):
 def analyze(path, max_lag_ms=1000.0):
     """Latency, correlation, per-window latencies, PESQ-WB and STOI of one tap recording."""
     rate, mic, speaker = load_tap(path)
+    return analyze_channels(mic, speaker, rate, max_lag_ms)
+
+
+def analyze_channels(mic, speaker, rate, max_lag_ms=1000.0, scores=True):
+    """`analyze` of two channels of one tap (bench/group taps several mics and speakers at once);
+    without `scores`, latency and correlation only (no PESQ-WB or STOI)."""
     span = speech_span(mic, rate)
     if span is None:
         return {"error": "no speech in the microphone channel"}
@@ -97,6 +103,8 @@ def analyze(path, max_lag_ms=1000.0):
     if lags:
         res["window_latency_ms"] = lags
         res["window_min_ms"], res["window_max_ms"] = min(lags), max(lags)
+    if not scores:
+        return res
     # Quality on the aligned speech, with 0.2 s of context either side.
     pad = int(0.2 * rate)
     a, b = max(0, start - pad), min(len(mic), end + pad)

@@ -194,14 +194,20 @@ class PipeWire:
                 if line.startswith("export ") and "=" in line:
                     k, v = line[7:].strip().split("=", 1)
                     self.env[k] = v.strip("'")
-        for name, media_class in ((SPEAKER_A, "Audio/Sink"), (MIC_B, "Audio/Source/Virtual")):
+        self.add_devices([(SPEAKER_A, "Audio/Sink"), (MIC_B, "Audio/Source/Virtual")])
+        self.run("pw-metadata", "-n", "settings", "0", "clock.force-quantum", str(QUANTUM))
+        self.serial = 0
+
+    def add_devices(self, devices):
+        """Mono virtual devices like the session's two: (node name, "Audio/Sink" or
+        "Audio/Source/Virtual") each; returns once their ports are there."""
+        for name, media_class in devices:
             self.run("pw-cli", "create-node", "adapter",
                      "{ factory.name = support.null-audio-sink node.name = \"%s\" media.class = \"%s\" "
                      "audio.position = [ MONO ] audio.rate = 48000 object.linger = true monitor.channel-volumes = true "
                      "adapter.auto-port-config = { mode = dsp monitor = true position = preserve } }" % (name, media_class))
-        wait_for("the extra virtual devices", lambda: {f"{SPEAKER_A}:monitor_MONO", f"{MIC_B}:capture_MONO"} <= self.ports(), 10)
-        self.run("pw-metadata", "-n", "settings", "0", "clock.force-quantum", str(QUANTUM))
-        self.serial = 0
+        wait_for("the extra virtual devices", lambda: {f"{name}:monitor_MONO" if media_class == "Audio/Sink" else
+                                                       f"{name}:capture_MONO" for name, media_class in devices} <= self.ports(), 10)
 
     def run(self, *args, timeout=10):
         r = subprocess.run(args, env=self.env, capture_output=True, text=True, timeout=timeout)
@@ -227,29 +233,44 @@ class PipeWire:
     def wait_ports(self, names, timeout=10):
         wait_for(f"ports {names}", lambda: set(names) <= self.ports(), timeout)
 
-    def tap(self, path):
+    def tap(self, path, ports=(f"{MIC}:capture_MONO", f"{SPEAKER}:monitor_MONO")):
+        """ONE pw-record of `ports` (channel i = ports[i]), sampled in the same graph cycles."""
         self.serial += 1
         name = f"bench-tap-{self.serial}"
+        channels = ["FL", "FR"] if len(ports) == 2 else [f"AUX{i}" for i in range(len(ports))]
         p = CHILDREN.start(["pw-record", "--target", "0", "--latency", str(QUANTUM), "--rate", str(RATE),
-                            "--channels", "2", "--channel-map", "FL,FR", "--format", "s16",
+                            "--channels", str(len(ports)), "--channel-map", ",".join(channels), "--format", "s16",
                             "-P", "{ node.name = \"%s\" }" % name, path], env=self.env, name=name)
-        self.wait_ports([f"{name}:input_FL", f"{name}:input_FR"])
-        self.run("pw-link", f"{MIC}:capture_MONO", f"{name}:input_FL")
-        self.run("pw-link", f"{SPEAKER}:monitor_MONO", f"{name}:input_FR")
+        self.wait_ports([f"{name}:input_{c}" for c in channels])
+        for port, c in zip(ports, channels):
+            self.run("pw-link", port, f"{name}:input_{c}")
         return p
 
-    def speak(self, wav):
+    def speak(self, wav, mic=MIC):
         """Plays `wav` into the virtual mic; returns once it has played."""
-        self.serial += 1
-        name = f"bench-inject-{self.serial}"
-        p = CHILDREN.start(["pw-play", "--target", "0", "--latency", str(QUANTUM), "-P", "{ node.name = \"%s\" }" % name, wav],
-                           env=self.env, name=name)
-        self.wait_ports([f"{name}:output_MONO"])
-        self.run("pw-link", f"{name}:output_MONO", f"{MIC}:input_MONO")
+        self.speak_all([(wav, mic)])
+
+    def speak_all(self, speech):
+        """Plays each (wav, virtual mic) of `speech` at once; returns once all have played."""
+        players = []
         try:
-            p.wait(60)
+            for wav, mic in speech:
+                self.serial += 1
+                name = f"bench-inject-{self.serial}"
+                players.append((CHILDREN.start(["pw-play", "--target", "0", "--latency", str(QUANTUM),
+                                                "-P", "{ node.name = \"%s\" }" % name, wav], env=self.env, name=name),
+                                name, mic))
+            self.wait_ports([f"{name}:output_MONO" for _, name, _ in players])
+            for _, name, mic in players:
+                self.run("pw-link", f"{name}:output_MONO", f"{mic}:input_MONO")
+            for p, _, _ in players:
+                try:
+                    p.wait(60)
+                except subprocess.TimeoutExpired:
+                    raise BenchError(f"{p.bench_name} did not finish playing within 60 s (the graph stalled)")
         finally:
-            CHILDREN.stop(p, signal.SIGINT)
+            for p, _, _ in players:
+                CHILDREN.stop(p, signal.SIGINT)
 
     def stop(self):
         if self.started:
@@ -292,6 +313,119 @@ def stop_relay(p, logdir, label):
         return None
 
 
+class PeerDaemon:
+    """One peervoiced on its own private session bus, with a `gdbus monitor` of its signals in
+    WORKDIR/LABEL.monitor and its log in WORKDIR/LABEL.log (bench/group starts several)."""
+
+    def __init__(self, pw, binary, workdir, label, name, source, sink, options, niceness=None):
+        """`niceness`: run it under `nice -n NICENESS` (a negative one, as root, puts it ahead of
+        other work on a shared machine)."""
+        self.workdir, self.label = workdir, label
+        sock = os.path.join(workdir, f"{label}.bus")
+        address = f"unix:path={sock}"
+        self.bus = CHILDREN.start(["dbus-daemon", "--session", "--nofork", "--nopidfile", f"--address={address}"],
+                                  name=f"dbus-{label}")
+        wait_for("dbus-daemon", lambda: os.path.exists(sock), 10)
+        self.env = dict(pw.env)
+        self.env["DBUS_SESSION_BUS_ADDRESS"] = address
+        self.env["LANG"] = "C.UTF-8"
+        self.monitor = os.path.join(workdir, f"{label}.monitor")
+        self.log_path = os.path.join(workdir, f"{label}.log")
+        wait_for("the bus to answer", lambda: subprocess.run(
+            ["gdbus", "call", "--session", "-d", "org.freedesktop.DBus", "-o", "/org/freedesktop/DBus",
+             "-m", "org.freedesktop.DBus.GetId"], env=self.env, capture_output=True).returncode == 0, 10)
+        self.monitor_process = CHILDREN.start(["stdbuf", "-oL", "gdbus", "monitor", "--session", "--dest", BUS[0]],
+                                              env=self.env, log_path=self.monitor, name=f"monitor-{label}")
+        self.process = CHILDREN.start(
+            (["nice", "-n", str(niceness)] if niceness is not None else []) +
+            [binary, "--state-dir", os.path.join(workdir, f"{label}-state"), "--name", name,
+             "--listen", "127.0.0.1:0", "--source", source, "--sink", sink, "--no-cue", "--verbose"] + list(options),
+            env=self.env, log_path=self.log_path, name=f"peervoiced-{label}")
+
+    @property
+    def pid(self):
+        return self.process.pid
+
+    def monitor_size(self):
+        """Where the monitor's output ends now: pass it as `since` to see only what comes later."""
+        try:
+            return os.path.getsize(self.monitor)
+        except OSError:
+            return 0
+
+    def monitor_match(self, pattern, since=0):
+        try:
+            with open(self.monitor, errors="replace") as f:
+                f.seek(since)
+                m = re.search(pattern, f.read())
+        except OSError:
+            return None
+        return m.group(1) if m and m.groups() else (m.group(0) if m else None)
+
+    def call(self, method, *args):
+        r = subprocess.run(["gdbus", "call", "--session", "-d", BUS[0], "-o", BUS[1], "-m", f"{BUS[2]}.{method}", *args],
+                           env=self.env, capture_output=True, text=True, timeout=30)
+        if r.returncode != 0:
+            raise BenchError(f"{method} on {self.label}: {r.stderr.strip()}")
+        return r.stdout
+
+    def listen_port(self):
+        def get():
+            if self.process.poll() is not None:
+                with open(self.log_path, errors="replace") as f:
+                    raise BenchError(f"peervoiced {self.label} exited ({self.process.returncode}): {f.read()[-800:]}")
+            r = subprocess.run(["gdbus", "call", "--session", "-d", BUS[0], "-o", BUS[1], "-m",
+                                "org.freedesktop.DBus.Properties.Get", BUS[2], "ListenAddress"],
+                               env=self.env, capture_output=True, text=True)
+            m = re.search(r"127\.0\.0\.1:(\d+)", r.stdout)
+            return int(m.group(1)) if m and m.group(1) != "0" else None
+        return wait_for(f"peervoiced {self.label} to listen", get, 20, 0.05)
+
+    def stop_daemon(self):
+        CHILDREN.stop(self.process)
+
+    def stop_bus(self):
+        CHILDREN.stop(self.monitor_process)
+        CHILDREN.stop(self.bus)
+
+    def statistics(self):
+        """The receive statistics of the last voice session that ended (its closing log line)."""
+        try:
+            with open(self.log_path, errors="replace") as f:
+                lines = [line for line in f if "stopped (" in line and "received" in line]
+        except OSError:
+            return None
+        return lines[-1].split("): ", 1)[-1].strip() if lines else None
+
+
+def pair(dialer, answerer, target):
+    """`dialer` Connects to `target` (ip:HOST:PORT, `answerer` or a relay in front of it); both
+    confirm the code of the peer they were asked about (peers are named by key, pv:..., since peer
+    identity). Returns the answerer's id on the dialer, the dialer's id on the answerer, and where
+    both monitors ended before the Connect (for `voice_active`)."""
+    since = (dialer.monitor_size(), answerer.monitor_size())
+    connect = CHILDREN.start(["gdbus", "call", "--session", "--timeout", "90", "-d", BUS[0], "-o", BUS[1],
+                              "-m", f"{BUS[2]}.Connect", target], env=dialer.env, name="connect")
+    prompt = r"PairingRequested \('([^']+)'"
+    dialer_on_answerer = wait_for(f"PairingRequested on {answerer.label}",
+                                  lambda: answerer.monitor_match(prompt, since[1]), 20)
+    answerer_on_dialer = wait_for(f"{dialer.label}'s prompt", lambda: dialer.monitor_match(prompt, since[0]), 20)
+    dialer.call("ConfirmPairing", answerer_on_dialer, "true")
+    answerer.call("ConfirmPairing", dialer_on_answerer, "true")
+    try:
+        connect.wait(30)
+    except subprocess.TimeoutExpired:
+        raise BenchError("Connect did not return")
+    CHILDREN.stop(connect)
+    if connect.returncode != 0:
+        raise BenchError(f"Connect from {dialer.label} failed")
+    return answerer_on_dialer, dialer_on_answerer, since
+
+
+def voice_active(daemon, peer, since=0):
+    return daemon.monitor_match(r"VoiceStateChanged \('%s', 'active'\)" % re.escape(peer), since)
+
+
 class PeerVoice:
     kind = "peervoice"
     # The kind with --base-bin: the same harness on another daemon (the build before a change).
@@ -301,79 +435,20 @@ class PeerVoice:
         """`devices`: {side: (source, sink)} instead of A mic → B speaker; `extra_args`: {side: [options]}
         (bench/echo uses both)."""
         self.pw, self.workdir, self.label = pw, workdir, label
-        self.daemons, self.buses, self.monitors, self.relay, self.relay_stats = {}, {}, {}, None, None
-        self.env = {}
+        self.relay, self.relay_stats = None, None
         devices = devices or {"a": (MIC, SPEAKER_A), "b": (MIC_B, SPEAKER)}
-        for side, (source, sink) in sorted(devices.items()):
-            sock = os.path.join(workdir, f"{label}-{side}.bus")
-            address = f"unix:path={sock}"
-            self.buses[side] = CHILDREN.start(["dbus-daemon", "--session", "--nofork", "--nopidfile", f"--address={address}"],
-                                              name=f"dbus-{side}")
-            wait_for("dbus-daemon", lambda: os.path.exists(sock), 10)
-            env = dict(pw.env)
-            env["DBUS_SESSION_BUS_ADDRESS"] = address
-            env["LANG"] = "C.UTF-8"
-            self.env[side] = env
-            self.monitors[side] = os.path.join(workdir, f"{label}-{side}.monitor")
-            wait_for("the bus to answer", lambda: subprocess.run(
-                ["gdbus", "call", "--session", "-d", "org.freedesktop.DBus", "-o", "/org/freedesktop/DBus",
-                 "-m", "org.freedesktop.DBus.GetId"], env=env, capture_output=True).returncode == 0, 10)
-            CHILDREN.start(["stdbuf", "-oL", "gdbus", "monitor", "--session", "--dest", BUS[0]], env=env,
-                           log_path=self.monitors[side], name=f"monitor-{side}")
-            self.daemons[side] = CHILDREN.start(
-                [binary, "--state-dir", os.path.join(workdir, f"{label}-{side}-state"), "--name", f"bench-{side}",
-                 "--listen", "127.0.0.1:0", "--source", source, "--sink", sink, "--frame-ms", str(frame_ms),
-                 "--no-cue", "--verbose"] + (extra_args or {}).get(side, []),
-                env=env, log_path=os.path.join(workdir, f"{label}-{side}.log"), name=f"peervoiced-{side}")
-        self.ports = {side: self.listen_port(side) for side in ("a", "b")}
+        self.peers = {side: PeerDaemon(pw, binary, workdir, f"{label}-{side}", f"bench-{side}", source, sink,
+                                       ["--frame-ms", str(frame_ms)] + (extra_args or {}).get(side, []))
+                      for side, (source, sink) in sorted(devices.items())}
+        self.daemons = {side: peer.process for side, peer in self.peers.items()}
+        self.ports = {side: self.peers[side].listen_port() for side in ("a", "b")}
         dial = self.ports["b"]
         if impair is not None:
             dial = free_port(socket.SOCK_STREAM)
             self.relay = start_relay(dial, self.ports["b"], impair, True, workdir, label)
-        target = f"ip:127.0.0.1:{dial}"
-        connect = CHILDREN.start(["gdbus", "call", "--session", "--timeout", "90", "-d", BUS[0], "-o", BUS[1],
-                                  "-m", f"{BUS[2]}.Connect", target], env=self.env["a"], name="connect")
-        a_on_b = wait_for("PairingRequested on B", lambda: self.monitor_match("b", r"PairingRequested \('([^']+)'"), 20)
-        # Peers are named by key (pv:...) since peer identity: confirm the one each side was asked about.
-        b_on_a = wait_for("A's prompt", lambda: self.monitor_match("a", r"PairingRequested \('([^']+)'"), 20)
-        self.call("a", "ConfirmPairing", b_on_a, "true")
-        self.call("b", "ConfirmPairing", a_on_b, "true")
-        try:
-            connect.wait(30)
-        except subprocess.TimeoutExpired:
-            raise BenchError("Connect did not return")
-        CHILDREN.stop(connect)
-        if connect.returncode != 0:
-            raise BenchError("Connect failed")
-        wait_for("voice active on both sides", lambda: all(
-            self.monitor_match(s, r"VoiceStateChanged \('[^']+', 'active'\)") for s in ("a", "b")), 20)
-
-    def monitor_match(self, side, pattern):
-        try:
-            with open(self.monitors[side], errors="replace") as f:
-                m = re.search(pattern, f.read())
-        except OSError:
-            return None
-        return m.group(1) if m and m.groups() else (m.group(0) if m else None)
-
-    def call(self, side, method, *args):
-        r = subprocess.run(["gdbus", "call", "--session", "-d", BUS[0], "-o", BUS[1], "-m", f"{BUS[2]}.{method}", *args],
-                           env=self.env[side], capture_output=True, text=True, timeout=30)
-        if r.returncode != 0:
-            raise BenchError(f"{method} on {side}: {r.stderr.strip()}")
-        return r.stdout
-
-    def listen_port(self, side):
-        def get():
-            if self.daemons[side].poll() is not None:
-                with open(os.path.join(self.workdir, f"{self.label}-{side}.log"), errors="replace") as f:
-                    raise BenchError(f"peervoiced {side} exited ({self.daemons[side].returncode}): {f.read()[-800:]}")
-            r = subprocess.run(["gdbus", "call", "--session", "-d", BUS[0], "-o", BUS[1], "-m",
-                                "org.freedesktop.DBus.Properties.Get", BUS[2], "ListenAddress"],
-                               env=self.env[side], capture_output=True, text=True)
-            m = re.search(r"127\.0\.0\.1:(\d+)", r.stdout)
-            return int(m.group(1)) if m and m.group(1) != "0" else None
-        return wait_for(f"peervoiced {side} to listen", get, 20, 0.05)
+        b_on_a, a_on_b, since = pair(self.peers["a"], self.peers["b"], f"ip:127.0.0.1:{dial}")
+        wait_for("voice active on both sides", lambda: voice_active(self.peers["a"], b_on_a, since[0])
+                 and voice_active(self.peers["b"], a_on_b, since[1]), 20)
 
     @property
     def pids(self):
@@ -382,22 +457,17 @@ class PeerVoice:
     def stop(self):
         """Stops everything; returns B's receive statistics line (logged when voice stops)."""
         for side in ("a", "b"):
-            if side in self.daemons:
-                CHILDREN.stop(self.daemons[side])
+            if side in self.peers:
+                self.peers[side].stop_daemon()
         if self.relay:
             self.relay_stats = stop_relay(self.relay, self.workdir, self.label)
-        for p in list(CHILDREN.procs):
-            if p.bench_name.startswith(("monitor-", "dbus-")):
-                CHILDREN.stop(p)
+        for peer in self.peers.values():
+            peer.stop_bus()
         stats = {}
-        for side in ("a", "b"):
-            try:
-                with open(os.path.join(self.workdir, f"{self.label}-{side}.log"), errors="replace") as f:
-                    lines = [line for line in f if "stopped (" in line and "received" in line]
-                if lines:
-                    stats[side] = lines[-1].split("): ", 1)[-1].strip()
-            except OSError:
-                pass
+        for side, peer in self.peers.items():
+            line = peer.statistics()
+            if line:
+                stats[side] = line
         return stats
 
 
