@@ -113,9 +113,8 @@ final class JitterBufferTests: XCTestCase {
         let lastFrame = log.lastIndex { if case .frame = $0.output { return true } else { return false } }!
         let firstFrame = log.firstIndex { if case .frame = $0.output { return true } else { return false } }!
         XCTAssertFalse(log[firstFrame...lastFrame].contains { Self.isConceal($0.output) }, "no concealment while playing")
-        // Buffering beyond the network delay while frames play: within a step (2.5 ms) of
-        // nothing, never a frame. (After the last packet the buffer conceals, waiting for more.)
-        for p in log where p.stats.currentDelayMs > 0 && Self.playedIndices([p]).count == 1 {
+        // Buffering beyond the network delay: within a step (2.5 ms) of nothing, never a frame.
+        for p in log where p.stats.currentDelayMs > 0 {
             XCTAssertLessThanOrEqual(p.stats.currentDelayMs, 2.5)
         }
         XCTAssertLessThanOrEqual(log.map(\.stats.currentTargetMs).max()!, 2.5)
@@ -219,9 +218,9 @@ final class JitterBufferTests: XCTestCase {
         let log = Self.run(packets, buffer: &jb, end: Self.ms(8_100))
         XCTAssertEqual(Self.fecIndices(log), [], "the next packet is never here in time")
         let lastFrame = log.lastIndex { if case .frame = $0.output { return true } else { return false } }!
-        // One frame of concealment per loss, a step at a time (waiting for a late packet).
+        // Without jitter nothing is waited for: one frame of concealment per loss.
         let concealed = log[..<lastFrame].filter { Self.isConceal($0.output) }.map { $0.output.samples(frameSamples: Self.frame) }
-        XCTAssertEqual(concealed, [Int](repeating: 120, count: 4 * 8))
+        XCTAssertEqual(concealed, [960, 960, 960, 960], "one frame of concealment per loss")
         XCTAssertEqual(jb.statistics.merged, 0)
         XCTAssertEqual(Self.playedIndices(log), (0..<400).filter { !lost.contains($0) })
         XCTAssertLessThan(jb.statistics.currentTargetMs, 3)
@@ -261,15 +260,26 @@ final class JitterBufferTests: XCTestCase {
         XCTAssertEqual(jb.statistics.lost, 0, "it did arrive")
     }
 
-    /// How late one packet comes (beyond the others' steady 20 ms) → what becomes of it. A
-    /// packet that comes while its frame is being concealed, before a whole frame was, is played
-    /// after that concealment (merged), and the playout point stays that much later; one that
-    /// comes later than that is late and dropped.
+    /// A link that had jitter: for 2 s odd packets take 20 ms and even ones 32 (a spread the
+    /// buffer waits from on, the slow one first so that nothing is late while it learns), then
+    /// all 32; packet `late` takes `lateMs` more, `overtaking` (if any) only 12 ms, so it comes
+    /// just when the packet before it is due; the packets in `lost` never come.
+    static func jitteryTrace(count: Int, late: Int = -1, lateMs: Double = 0, overtaking: Int = -1,
+                             lost: Set<Int> = []) -> [Packet] {
+        trace(count: count) { i in
+            lost.contains(i) ? nil : i == late ? 32 + lateMs : i == overtaking ? 12 : i < 100 && i % 2 == 1 ? 20 : 32
+        }
+    }
+
+    /// How late one packet comes (beyond the others' steady 32 ms, on a link that had 12 ms of
+    /// jitter) → what becomes of it. A packet that comes while its frame is being concealed,
+    /// before a whole frame was, is played after that concealment (merged), and the playout point
+    /// stays that much later; one that comes later than that is late and dropped.
     func testALatePacketIsMergedWhileItsFrameIsStillBeingConcealed() {
-        let table: [(lateMs: Double, merged: Bool)] = [(1, true), (4, true), (9, true), (14, true), (19, false), (30, false), (400, false)]
+        let table: [(lateMs: Double, merged: Bool)] = [(3, true), (6, true), (9, true), (14, true), (19, false), (30, false), (400, false)]
         for row in table {
             var jb = JitterBuffer()
-            let packets = Self.trace(count: 300) { i in i == 150 ? 20 + row.lateMs : 20 }
+            let packets = Self.jitteryTrace(count: 300, late: 150, lateMs: row.lateMs)
             let log = Self.run(packets, buffer: &jb, end: Self.ms(6_500))
             let played = Self.playedIndices(log)
             let s = jb.statistics
@@ -301,8 +311,7 @@ final class JitterBufferTests: XCTestCase {
     func testAnOvertakenPacketIsWaitedForHalfAFrame() {
         for (lateMs, merged) in [(4.0, true), (8.0, true), (15.0, false)] {
             var jb = JitterBuffer()
-            // Packet 151 comes 1 ms after it was sent, i.e. just when 150 is due.
-            let packets = Self.trace(count: 200) { i in i == 150 ? 20 + lateMs : i == 151 ? 1 : 20 }
+            let packets = Self.jitteryTrace(count: 200, late: 150, lateMs: lateMs, overtaking: 151)
             let log = Self.run(packets, buffer: &jb, end: Self.ms(4_300))
             let s = jb.statistics
             XCTAssertEqual(Self.playedIndices(log).contains(150), merged, "\(lateMs) ms")
@@ -319,13 +328,13 @@ final class JitterBufferTests: XCTestCase {
     /// likely lost: it is concealed whole at once, and one that comes 9 ms late is late, as
     /// without merging; the same trace without merging plays the same.
     func testUnderLossAMissingFrameIsNotWaitedFor() {
-        // Every 10th packet lost from 1 s on; packet 155 is 9 ms late.
-        let packets = Self.trace(count: 300) { i in i >= 50 && i % 10 == 3 ? nil : i == 155 ? 29 : 20 }
+        // Every 10th packet lost from 1 s on; packet 156 is 9 ms late.
+        let packets = Self.jitteryTrace(count: 300, late: 156, lateMs: 9, lost: Set((50..<300).filter { $0 % 10 == 3 }))
         var merging = JitterBuffer()
         let log = Self.run(packets, buffer: &merging, end: Self.ms(6_500))
         var plain = JitterBuffer(configuration: .init(mergeLatePackets: false))
         let plainLog = Self.run(packets, buffer: &plain, end: Self.ms(6_500))
-        XCTAssertFalse(Self.playedIndices(log).contains(155))
+        XCTAssertFalse(Self.playedIndices(log).contains(156))
         XCTAssertEqual(merging.statistics.merged, 0)
         XCTAssertEqual(merging.statistics.late, 1)
         let afterLossWasSeen = log.filter { $0.time > Self.ms(2_000) && $0.time < Self.ms(5_900) }
@@ -334,16 +343,22 @@ final class JitterBufferTests: XCTestCase {
     }
 
     /// Without ``JitterBuffer/Configuration/mergeLatePackets`` a missing frame is concealed whole
-    /// at once and its packet, 9 ms late, is dropped (the playout before merging).
+    /// at once and its packet, 9 ms late, is dropped (the playout before merging); so it is with
+    /// merging on a link without jitter (a late packet there is a hiccup).
     func testWithoutMergingALatePacketIsConcealedAtOnce() {
         var jb = JitterBuffer(configuration: .init(mergeLatePackets: false))
-        let packets = Self.trace(count: 300) { i in i == 150 ? 29 : 20 }
+        let packets = Self.jitteryTrace(count: 300, late: 150, lateMs: 9)
         let log = Self.run(packets, buffer: &jb, end: Self.ms(6_500))
         XCTAssertEqual(Self.playedIndices(log), (0..<300).filter { $0 != 150 })
         let lastFrame = log.lastIndex { if case .frame = $0.output { return true } else { return false } }!
         XCTAssertEqual(log[..<lastFrame].filter { Self.isConceal($0.output) }.map(\.output), [.conceal(samples: 960)])
         XCTAssertEqual(jb.statistics.late, 1)
         XCTAssertEqual(jb.statistics.merged, 0)
+        var steady = JitterBuffer()
+        let steadyLog = Self.run(Self.trace(count: 300) { i in i == 150 ? 29 : 20 }, buffer: &steady, end: Self.ms(6_500))
+        XCTAssertEqual(Self.playedIndices(steadyLog), (0..<300).filter { $0 != 150 })
+        XCTAssertEqual(steady.statistics.late, 1)
+        XCTAssertEqual(steady.statistics.merged, 0)
     }
 
     // MARK: - Bounds and streams

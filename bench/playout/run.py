@@ -82,15 +82,36 @@ def median(values):
     return statistics.median(values) if values else None
 
 
+def print_table(results, reference):
+    """The cells as a Markdown table; dPESQ = the median over seeds of each seed's PESQ-WB minus the
+    reference playout's on the same trace (paired: the traces are the same)."""
+    print(f"\n| frame | network | playout | latency ms | buffer ms | PESQ-WB | dPESQ vs {reference} | late % | merged % | concealed ms | FEC | underruns |")
+    print("| ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for cell in results:
+        base = next((c for c in results if c["frame_ms"] == cell["frame_ms"] and c["condition"] == cell["condition"]
+                     and c["playout"] == reference), None)
+        delta = median([r["pesq_wb"] - b["pesq_wb"] for r, b in zip(cell["runs"], base["runs"])]) if base else None
+        print(f"| {cell['frame_ms']} | {cell['condition']} | {cell['playout']} | {cell['latency_ms']:.1f} | "
+              f"{cell['buffer_ms']:.1f} | {cell['pesq_wb']:.2f} | {'' if delta is None else f'{delta:+.2f}'} | "
+              f"{cell['late_pct']:.2f} | {cell['merged_pct']:.2f} | {cell['concealed_ms']:.0f} | {cell['fec']:.0f} | "
+              f"{cell['underruns']:.0f} |")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--bin", required=True, help="the playout-bench executable")
+    ap.add_argument("--bin", help="the playout-bench executable")
     ap.add_argument("--seeds", type=int, default=8)
     ap.add_argument("--frames", default="20,10")
     ap.add_argument("--conditions", default=",".join(CONDITIONS))
     ap.add_argument("--playouts", default="main,merge", help=f"of {', '.join(PLAYOUTS)}")
     ap.add_argument("--json", default=os.path.join(ROOT, "bench", "results", "playout.json"))
+    ap.add_argument("--replot", action="store_true", help="only print the table from --json")
     args = ap.parse_args()
+    if args.replot:
+        with open(args.json) as f:
+            cells = json.load(f)["cells"]
+        print_table(cells, args.playouts.split(",")[0])
+        return
 
     rate16, ref16 = wavfile.read(SPEECH)
     ref16 = ref16.astype(np.float64) / 32768.0
@@ -115,6 +136,7 @@ def main():
                           f"late {cell['late_pct']:.2f} %  merged {cell['merged_pct']:.2f} %  "
                           f"concealed {cell['concealed_ms']:.0f} ms  FEC {cell['fec']:.0f}  under {cell['underruns']:.0f}",
                           flush=True)
+    print_table(results, args.playouts.split(",")[0])
     os.makedirs(os.path.dirname(args.json), exist_ok=True)
     with open(args.json, "w") as f:
         json.dump({"seeds": args.seeds, "cells": results}, f, indent=1)

@@ -35,14 +35,17 @@
 ///   conceals just enough (``Output/conceal(samples:)``, a multiple of the step, at most a
 ///   frame) without advancing, so the missing frame gets that much longer to arrive.
 /// - **Late packets merge.** When the frame due is missing at or beyond the target, its
-///   successor is not here either and under ``waitBelowLoss`` of packets are being lost, the
+///   successor is not here either, the link has jitter (the recent spread of relative delays is
+///   ``waitAboveJitterMs`` or more) and under ``waitBelowLoss`` of packets are being lost, the
 ///   buffer conceals it a step at a time without advancing; if its packet comes before a whole
 ///   frame was concealed it is played right after that concealment (``Statistics/merged``: the
 ///   playout point moved later by what was concealed, and a slow shrink takes it back). Only then
 ///   is it given up, and counted ``Statistics/late`` if it comes. When its successor is here, it
 ///   is recovered from the successor's FEC, after waiting up to half a frame if it was likely
 ///   overtaken (the successor came less than half a frame ago). Under more loss a missing packet
-///   is most likely lost: it is concealed whole, or recovered, at once.
+///   is most likely lost, and on a link without jitter a late one is a scheduling hiccup whose
+///   wait would stay in the delay (no holes come to shrink it away): it is concealed whole, or
+///   recovered, at once.
 /// - **Slow shrink.** Only when the offset has exceeded the target by a step or more for
 ///   ``Configuration/shrinkHoldMs``, and at most once per ``Configuration/shrinkIntervalMs``:
 ///   a hole (a frame missing anyway) or a DTX frame is shortened or skipped; a speech frame is
@@ -247,6 +250,11 @@ public struct JitterBuffer: Sendable {
     /// Recent network loss (fraction) under which a missing frame is waited for, as late or
     /// overtaken; above it a missing packet is most likely lost, and waiting would only add delay.
     private static let waitBelowLoss = 0.02
+    /// Least spread of recent relative delays (95th percentile minus the fastest, ms) for which a
+    /// missing frame is waited for: the sender's capture-quantum ripple (up to 4.7 ms) and the
+    /// hosts' scheduling stay below it.
+    private static let waitAboveJitterMs = 10.0
+    private static let waitAboveJitter = Int64(waitAboveJitterMs * 48)
     /// Seq numbers further behind than this start a new stream.
     private static let maxSeqBack: Int64 = 1024
 
@@ -300,6 +308,8 @@ public struct JitterBuffer: Sendable {
     /// The same values, sorted (`sorted[0..<historyCount]`), kept up to date on each insert.
     private var sorted: [Int64]
     private var baseline: Int64 = 0
+    /// The 95th percentile of the recent relative delays minus `baseline` (samples).
+    private var spread: Int64 = 0
     private var target: Int64 = 0
     private var lastArrival: Int64?
     /// Whether the arrivals since the last one that followed a silence have all been bunched.
@@ -389,6 +399,7 @@ public struct JitterBuffer: Sendable {
         lastArrival = nil
         inBurst = false
         baseline = 0
+        spread = 0
         target = 0
         streamReceived = 0
     }
@@ -596,7 +607,8 @@ public struct JitterBuffer: Sendable {
                 if cut == remaining && successor != nil { offset -= frame; continue }
                 return conceal(remaining - min(cut, remaining - min(step, remaining)))
             }
-            let mayWait = configuration.mergeLatePackets && networkLossFraction < Self.waitBelowLoss
+            let mayWait = configuration.mergeLatePackets && spread >= Self.waitAboveJitter
+                && networkLossFraction < Self.waitBelowLoss
             if let successor {
                 if let last = lastPlayedSeq, successor.seq == last &+ 1 {
                     nextFrame += 1
@@ -678,7 +690,8 @@ public struct JitterBuffer: Sendable {
             return
         }
         baseline = sorted[0]
-        stats.jitterMs = Double(sorted[min(n - 1, n * 95 / 100)] - baseline) / 48
+        spread = sorted[min(n - 1, n * 95 / 100)] - baseline
+        stats.jitterMs = Double(spread) / 48
         let low = baseline + max(minimumDelay, n < configuration.warmupPackets ? initialDelay : 0)
         let high = max(low, baseline + maximumDelay)
         var offset = reference + Self.ceilDiv(low - reference, step) * step  // first candidate ≥ low
