@@ -103,7 +103,7 @@ def main():
     ap.add_argument("--seeds", type=int, default=8)
     ap.add_argument("--frames", default="20,10")
     ap.add_argument("--conditions", default=",".join(CONDITIONS))
-    ap.add_argument("--playouts", default="main,merge", help=f"of {', '.join(PLAYOUTS)}")
+    ap.add_argument("--playouts", default="main,kept,merge", help=f"of {', '.join(PLAYOUTS)}")
     ap.add_argument("--json", default=os.path.join(ROOT, "bench", "results", "playout.json"))
     ap.add_argument("--replot", action="store_true", help="only print the table from --json")
     args = ap.parse_args()
