@@ -71,7 +71,7 @@ let duration: OpusFrameDuration = options.frameMs == 10 ? .ms10 : .ms20
 let frame = duration.samples
 /// The device quantum of both ends (bench-voice pins it): capture delivers, playback draws this much.
 let quantum = 256
-let fillSamples = quantum + 128  // CallAudio.playbackFillSamples
+let fillSamples = quantum  // CallAudio.playbackFillSamples
 let rate = Int64(voiceSampleRate)
 func ns(samples: Int64) -> Int64 { samples * 1_000_000_000 / rate }
 
