@@ -254,6 +254,18 @@ bench-jitter:
 	scripts/deps.sh libspeexdsp-dev
 	bench/jitter/run.sh
 
+# Playout offline (bench/playout/README.md): the speech encoded by libopus, seeded arrival traces
+# (clean, 30 +- 10 ms jitter, + 5/10 % loss) through the core's JitterBuffer and VoicePlayout by a
+# simulated device and voice thread, PESQ-WB against the input; the playout before late packets
+# merged next to the current one, medians over seeds. Deterministic: no real time, no threads.
+# About 6 minutes (2 frame sizes, 4 networks, 3 playouts, 8 seeds). BENCH_ARGS go to
+# bench/playout/run.py, e.g. BENCH_ARGS='--seeds 4 --frames 20'.
+.PHONY: bench-playout
+bench-playout: bench-venv
+	$(SWIFT) build -c release --product playout-bench $(SWIFT_FLAGS)
+	$(BENCH_VENV)/bin/python bench/playout/run.py \
+	    --bin "$$($(SWIFT) build -c release $(SWIFT_FLAGS) --show-bin-path)/playout-bench" $(BENCH_ARGS)
+
 # VoiceMixer's cost per frame for 1-8 voices next to a plain clamped sum (docs/GROUP.md).
 .PHONY: bench-mixer
 bench-mixer:

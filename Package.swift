@@ -59,6 +59,8 @@ let package = Package(
         // The desktop app: what to show for which bus state (pure Swift), and its GTK window.
         .target(name: "PeerVoiceAppModel"),
         .executableTarget(name: "peervoice", dependencies: ["PeerVoiceAppModel", "PeerVoiceBus", "Gtk", "GIO"]),
+        // bench/playout's offline playout simulation (make bench-playout): not shipped.
+        .executableTarget(name: "playout-bench", dependencies: ["PeerVoiceCore", "Opus"], path: "bench/playout/driver"),
 
         .target(name: "TestHarness", dependencies: ["GIO", "PeerVoiceBus", "PeerVoiceCore", "Sodium"], path: "Tests/TestHarness"),
         .testTarget(name: "PeerVoiceCoreTests", dependencies: ["PeerVoiceCore"]),

@@ -218,8 +218,10 @@ final class JitterBufferTests: XCTestCase {
         let log = Self.run(packets, buffer: &jb, end: Self.ms(8_100))
         XCTAssertEqual(Self.fecIndices(log), [], "the next packet is never here in time")
         let lastFrame = log.lastIndex { if case .frame = $0.output { return true } else { return false } }!
+        // Without jitter nothing is waited for: one frame of concealment per loss.
         let concealed = log[..<lastFrame].filter { Self.isConceal($0.output) }.map { $0.output.samples(frameSamples: Self.frame) }
         XCTAssertEqual(concealed, [960, 960, 960, 960], "one frame of concealment per loss")
+        XCTAssertEqual(jb.statistics.merged, 0)
         XCTAssertEqual(Self.playedIndices(log), (0..<400).filter { !lost.contains($0) })
         XCTAssertLessThan(jb.statistics.currentTargetMs, 3)
     }
@@ -256,6 +258,107 @@ final class JitterBufferTests: XCTestCase {
         XCTAssertEqual(played, (0..<300).filter { $0 != 150 })
         XCTAssertEqual(jb.statistics.late, 1)
         XCTAssertEqual(jb.statistics.lost, 0, "it did arrive")
+    }
+
+    /// A link that had jitter: for 2 s odd packets take 20 ms and even ones 32 (a spread the
+    /// buffer waits from on, the slow one first so that nothing is late while it learns), then
+    /// all 32; packet `late` takes `lateMs` more, `overtaking` (if any) only 12 ms, so it comes
+    /// just when the packet before it is due; the packets in `lost` never come.
+    static func jitteryTrace(count: Int, late: Int = -1, lateMs: Double = 0, overtaking: Int = -1,
+                             lost: Set<Int> = []) -> [Packet] {
+        trace(count: count) { i in
+            lost.contains(i) ? nil : i == late ? 32 + lateMs : i == overtaking ? 12 : i < 100 && i % 2 == 1 ? 20 : 32
+        }
+    }
+
+    /// How late one packet comes (beyond the others' steady 32 ms, on a link that had 12 ms of
+    /// jitter) → what becomes of it. A packet that comes while its frame is being concealed,
+    /// before a whole frame was, is played after that concealment (merged), and the playout point
+    /// stays that much later; one that comes later than that is late and dropped.
+    func testALatePacketIsMergedWhileItsFrameIsStillBeingConcealed() {
+        let table: [(lateMs: Double, merged: Bool)] = [(3, true), (6, true), (9, true), (14, true), (19, false), (30, false), (400, false)]
+        for row in table {
+            var jb = JitterBuffer()
+            let packets = Self.jitteryTrace(count: 300, late: 150, lateMs: row.lateMs)
+            let log = Self.run(packets, buffer: &jb, end: Self.ms(6_500))
+            let played = Self.playedIndices(log)
+            let s = jb.statistics
+            let at = log.firstIndex { Self.isConceal($0.output) }!
+            let concealed = log[at...].prefix { Self.isConceal($0.output) }.map { $0.output.samples(frameSamples: Self.frame) }
+            XCTAssertEqual(played.contains(150), row.merged, "\(row)")
+            XCTAssertEqual(played, played.sorted(), "\(row)")
+            XCTAssertEqual(s.merged, row.merged ? 1 : 0, "\(row)")
+            XCTAssertEqual(s.late, row.merged ? 0 : 1, "\(row)")
+            XCTAssertTrue(concealed.allSatisfy { $0 == 120 }, "\(row): concealed a step at a time")
+            let concealedMs = Double(concealed.reduce(0, +)) / 48
+            if row.merged {
+                // Until it came: the lateness, rounded up to a step, less the little slack there was.
+                XCTAssertGreaterThan(concealedMs, row.lateMs - 2.5, "\(row)")
+                XCTAssertLessThanOrEqual(concealedMs, row.lateMs + 2.5, "\(row)")
+                XCTAssertEqual(played, Array(0..<300), "\(row)")
+                let next = log[at...].first { !Self.isConceal($0.output) }!
+                XCTAssertEqual(next.output, .frame(Self.payload(150)), "\(row): played right after the concealment")
+            } else {
+                XCTAssertEqual(concealedMs, 20, "\(row): a whole frame, then given up")
+            }
+            XCTAssertEqual(s.lost, 0, "\(row)")
+        }
+    }
+
+    /// A packet overtaken by its successor (the successor just came, nothing is being lost) is
+    /// waited for up to half a frame before the successor's FEC stands in for it; one that is
+    /// later than that is recovered from FEC and then late.
+    func testAnOvertakenPacketIsWaitedForHalfAFrame() {
+        for (lateMs, merged) in [(4.0, true), (8.0, true), (15.0, false)] {
+            var jb = JitterBuffer()
+            let packets = Self.jitteryTrace(count: 200, late: 150, lateMs: lateMs, overtaking: 151)
+            let log = Self.run(packets, buffer: &jb, end: Self.ms(4_300))
+            let s = jb.statistics
+            XCTAssertEqual(Self.playedIndices(log).contains(150), merged, "\(lateMs) ms")
+            XCTAssertEqual(s.merged, merged ? 1 : 0, "\(lateMs) ms")
+            XCTAssertEqual(s.fecRecovered, merged ? 0 : 1, "\(lateMs) ms")
+            XCTAssertEqual(s.late, merged ? 0 : 1, "\(lateMs) ms")
+            let at = log.firstIndex { Self.isConceal($0.output) }!
+            let waited = log[at...].prefix { Self.isConceal($0.output) }.map { $0.output.samples(frameSamples: Self.frame) }.reduce(0, +)
+            XCTAssertLessThanOrEqual(waited, Self.frame / 2, "\(lateMs) ms: at most half a frame of waiting")
+        }
+    }
+
+    /// Under loss (10 % here, above the 2 % the buffer waits below) a missing packet is most
+    /// likely lost: it is concealed whole at once, and one that comes 9 ms late is late, as
+    /// without merging; the same trace without merging plays the same.
+    func testUnderLossAMissingFrameIsNotWaitedFor() {
+        // Every 10th packet lost from 1 s on; packet 156 is 9 ms late.
+        let packets = Self.jitteryTrace(count: 300, late: 156, lateMs: 9, lost: Set((50..<300).filter { $0 % 10 == 3 }))
+        var merging = JitterBuffer()
+        let log = Self.run(packets, buffer: &merging, end: Self.ms(6_500))
+        var plain = JitterBuffer(configuration: .init(mergeLatePackets: false))
+        let plainLog = Self.run(packets, buffer: &plain, end: Self.ms(6_500))
+        XCTAssertFalse(Self.playedIndices(log).contains(156))
+        XCTAssertEqual(merging.statistics.merged, 0)
+        XCTAssertEqual(merging.statistics.late, 1)
+        let afterLossWasSeen = log.filter { $0.time > Self.ms(2_000) && $0.time < Self.ms(5_900) }
+        XCTAssertFalse(afterLossWasSeen.contains { $0.output == .conceal(samples: 120) }, "no waiting in steps")
+        XCTAssertEqual(log.filter { $0.time > Self.ms(2_000) }.map(\.output), plainLog.filter { $0.time > Self.ms(2_000) }.map(\.output))
+    }
+
+    /// Without ``JitterBuffer/Configuration/mergeLatePackets`` a missing frame is concealed whole
+    /// at once and its packet, 9 ms late, is dropped (the playout before merging); so it is with
+    /// merging on a link without jitter (a late packet there is a hiccup).
+    func testWithoutMergingALatePacketIsConcealedAtOnce() {
+        var jb = JitterBuffer(configuration: .init(mergeLatePackets: false))
+        let packets = Self.jitteryTrace(count: 300, late: 150, lateMs: 9)
+        let log = Self.run(packets, buffer: &jb, end: Self.ms(6_500))
+        XCTAssertEqual(Self.playedIndices(log), (0..<300).filter { $0 != 150 })
+        let lastFrame = log.lastIndex { if case .frame = $0.output { return true } else { return false } }!
+        XCTAssertEqual(log[..<lastFrame].filter { Self.isConceal($0.output) }.map(\.output), [.conceal(samples: 960)])
+        XCTAssertEqual(jb.statistics.late, 1)
+        XCTAssertEqual(jb.statistics.merged, 0)
+        var steady = JitterBuffer()
+        let steadyLog = Self.run(Self.trace(count: 300) { i in i == 150 ? 29 : 20 }, buffer: &steady, end: Self.ms(6_500))
+        XCTAssertEqual(Self.playedIndices(steadyLog), (0..<300).filter { $0 != 150 })
+        XCTAssertEqual(steady.statistics.late, 1)
+        XCTAssertEqual(steady.statistics.merged, 0)
     }
 
     // MARK: - Bounds and streams
@@ -320,7 +423,7 @@ final class JitterBufferTests: XCTestCase {
         // Between the talkspurts: a few frames of concealment (comfort noise), then silence.
         let between = log.filter { $0.time > Self.ms(1_050) && $0.time < Self.ms(2_950) }
         XCTAssertTrue(between.contains { Self.isSilence($0.output) })
-        let concealedMs = between.filter { Self.isConceal($0.output) }.count * 20
+        let concealedMs = between.filter { Self.isConceal($0.output) }.map { $0.output.samples(frameSamples: Self.frame) }.reduce(0, +) / 48
         XCTAssertLessThanOrEqual(concealedMs, 140, "goes idle after about 100 ms dry")
     }
 

@@ -284,7 +284,8 @@ public enum VoiceAnalysis {
 
 /// A relay on 127.0.0.1 for one peer link and its voice: TCP connections to `port` are relayed to
 /// 127.0.0.1:`targetPort`, and UDP datagrams arriving on the same port number are forwarded to
-/// UDP 127.0.0.1:`targetPort`, a seeded `lossPercent` of them dropped; datagrams from the target
+/// UDP 127.0.0.1:`targetPort`, a seeded `lossPercent` of them dropped (and, with ``setJitter(delayMs:jitterMs:)``,
+/// each delayed as bench/voice's relay.py does); datagrams from the target
 /// go back to the last sender. A daemon that dials the relay sends its voice there (voice goes to
 /// the address dialled), so the relay sees, drops and can record the sealed voice datagrams.
 public final class VoiceRelay: @unchecked Sendable {
@@ -302,6 +303,10 @@ public final class VoiceRelay: @unchecked Sendable {
     private var counts = (received: 0, dropped: 0, forwarded: 0, returned: 0, tampered: 0)
     private var tamperEvery = 0
     private var lastSender: sockaddr_in?
+    private var delayMs = 0.0
+    private var jitterMs = 0.0
+    /// Datagrams held back by the delay, with when they are due (monotonic s), in arrival order.
+    private var delayed: [(due: Double, datagram: [UInt8])] = []
 
     public init(targetPort: UInt16, lossPercent: Double = 0, seed: UInt64 = 1) throws {
         self.targetPort = targetPort
@@ -345,6 +350,11 @@ public final class VoiceRelay: @unchecked Sendable {
     public func tamper(every n: Int) { lock.withLock { tamperEvery = n } }
 
     public func setLoss(_ percent: Double) { lock.withLock { lossPercent = percent } }
+
+    /// From now on, delays each datagram forwarded to the target by `delayMs` + N(0, `jitterMs`)
+    /// ms, clipped to 5...100 ms when jittered (bench/voice/relay.py's network): datagrams may
+    /// overtake each other.
+    public func setJitter(delayMs: Double, jitterMs: Double) { lock.withLock { self.delayMs = delayMs; self.jitterMs = jitterMs } }
 
     /// Starts (or restarts, forgetting what was recorded) recording the datagrams that reach the
     /// relay from the dialler, as they arrived (dropped ones included).
@@ -393,7 +403,18 @@ public final class VoiceRelay: @unchecked Sendable {
         var target = loopbackAddress(port: targetPort)
         while !isStopping {
             var poller = pollfd(fd: udp, events: Int16(POLLIN), revents: 0)
-            guard poll(&poller, 1, 100) > 0 else { continue }
+            let due = lock.withLock { delayed.map(\.due).min() }
+            let wait = due.map { max(0, min(100, Int32((($0 - VoiceRig.monotonicSeconds()) * 1000).rounded(.up)))) } ?? 100
+            let ready = poll(&poller, 1, wait) > 0
+            let now = VoiceRig.monotonicSeconds()
+            for datagram in lock.withLock({ () -> [[UInt8]] in
+                let sent = delayed.filter { $0.due <= now }.sorted { $0.due < $1.due }.map(\.datagram)
+                delayed.removeAll { $0.due <= now }
+                return sent
+            }) {
+                Self.send(udp, datagram, to: &target)
+            }
+            guard ready else { continue }
             var from = sockaddr_in()
             var length = socklen_t(MemoryLayout<sockaddr_in>.size)
             let count = buffer.withUnsafeMutableBytes { raw in
@@ -424,7 +445,19 @@ public final class VoiceRelay: @unchecked Sendable {
                 }
                 return drop
             }
-            if !drop { Self.send(udp, forwarded, to: &target) }
+            guard !drop else { continue }
+            let delay: Double = lock.withLock {
+                guard jitterMs > 0 else { return delayMs }
+                // Box-Muller from two seeded uniforms.
+                let gaussian = (-2 * log(max(nextUniform(), 1e-12))).squareRoot() * cos(2 * Double.pi * nextUniform())
+                return min(100, max(5, delayMs + jitterMs * gaussian))
+            }
+            if delay > 0 {
+                let due = VoiceRig.monotonicSeconds() + delay / 1000
+                lock.withLock { delayed.append((due, forwarded)) }
+            } else {
+                Self.send(udp, forwarded, to: &target)
+            }
         }
     }
 

@@ -34,6 +34,18 @@
 /// - **Fast grow.** When the frame due is missing and the offset is below target, the buffer
 ///   conceals just enough (``Output/conceal(samples:)``, a multiple of the step, at most a
 ///   frame) without advancing, so the missing frame gets that much longer to arrive.
+/// - **Late packets merge.** When the frame due is missing at or beyond the target, its
+///   successor is not here either, the link has jitter (the recent spread of relative delays is
+///   ``waitAboveJitterMs`` or more) and under ``waitBelowLoss`` of packets are being lost, the
+///   buffer conceals it a step at a time without advancing; if its packet comes before a whole
+///   frame was concealed it is played right after that concealment (``Statistics/merged``: the
+///   playout point moved later by what was concealed, and a slow shrink takes it back). Only then
+///   is it given up, and counted ``Statistics/late`` if it comes. When its successor is here, it
+///   is recovered from the successor's FEC, after waiting up to half a frame if it was likely
+///   overtaken (the successor came less than half a frame ago). Under more loss a missing packet
+///   is most likely lost, and on a link without jitter a late one is a scheduling hiccup whose
+///   wait would stay in the delay (no holes come to shrink it away): it is concealed whole, or
+///   recovered, at once.
 /// - **Slow shrink.** Only when the offset has exceeded the target by a step or more for
 ///   ``Configuration/shrinkHoldMs``, and at most once per ``Configuration/shrinkIntervalMs``:
 ///   a hole (a frame missing anyway) or a DTX frame is shortened or skipped; a speech frame is
@@ -97,6 +109,10 @@ public struct JitterBuffer: Sendable {
         /// the buffer then keeps up to a frame more so that losses are recovered instead of
         /// concealed. Off by default: it costs delay (docs/VOICE.md has the numbers).
         public var planForFEC: Bool
+        /// Waits for a missing frame's packet a step at a time, and plays it if it comes before a
+        /// whole frame was concealed (the type's "Late packets merge"). On by default; off gives
+        /// the playout without it (bench/playout compares the two).
+        public var mergeLatePackets: Bool
 
         public init(
             frameSamples: Int = 960,
@@ -115,7 +131,8 @@ public struct JitterBuffer: Sendable {
             idleAfterMs: Double = 100,
             stallBacklogMs: Double = 40,
             dtxPayloadBytes: Int = 2,
-            planForFEC: Bool = false
+            planForFEC: Bool = false,
+            mergeLatePackets: Bool = true
         ) {
             self.frameSamples = frameSamples
             self.stepSamples = stepSamples
@@ -131,9 +148,10 @@ public struct JitterBuffer: Sendable {
             self.shrinkIntervalMs = shrinkIntervalMs
             self.shrinkForceMs = shrinkForceMs
             self.idleAfterMs = idleAfterMs
-        self.stallBacklogMs = stallBacklogMs
+            self.stallBacklogMs = stallBacklogMs
             self.dtxPayloadBytes = dtxPayloadBytes
             self.planForFEC = planForFEC
+            self.mergeLatePackets = mergeLatePackets
         }
     }
 
@@ -170,6 +188,9 @@ public struct JitterBuffer: Sendable {
         public var duplicates = 0
         /// Packets that came after their frame was played, concealed or skipped.
         public var late = 0
+        /// Packets that came while their frame was being concealed, before a whole frame was, and
+        /// were played after that concealment (not counted ``late``).
+        public var merged = 0
         /// Packets never received, from gaps in sequence numbers (reordered arrivals fill gaps).
         public var lost = 0
         /// ``Output/conceal(samples:)`` outputs (losses, DTX gaps, insertions, shortened holes).
@@ -226,6 +247,14 @@ public struct JitterBuffer: Sendable {
 
     /// Seq numbers further ahead than this start a new stream (about 20 min at 20 ms).
     private static let maxSeqJump: Int64 = 1 << 16
+    /// Recent network loss (fraction) under which a missing frame is waited for, as late or
+    /// overtaken; above it a missing packet is most likely lost, and waiting would only add delay.
+    private static let waitBelowLoss = 0.02
+    /// Least spread of recent relative delays (95th percentile minus the fastest, ms) for which a
+    /// missing frame is waited for: the sender's capture-quantum ripple (up to 4.7 ms) and the
+    /// hosts' scheduling stay below it.
+    private static let waitAboveJitterMs = 10.0
+    private static let waitAboveJitter = Int64(waitAboveJitterMs * 48)
     /// Seq numbers further behind than this start a new stream.
     private static let maxSeqBack: Int64 = 1024
 
@@ -248,6 +277,8 @@ public struct JitterBuffer: Sendable {
         var frame: Int64 = .min
         var seq: UInt64 = 0
         var payload: [UInt8] = []
+        /// When it arrived (samples of the monotonic clock).
+        var arrival: Int64 = 0
     }
     private var slots: [Slot]
     private var bufferedCount = 0
@@ -262,6 +293,9 @@ public struct JitterBuffer: Sendable {
     /// would follow the recovered audio with a gap).
     private var frameAfterFEC: Int64?
     private var dryStart: Int64?
+    /// The frame being waited for (late packets merge) and the samples concealed for it so far.
+    private var waitFrame: Int64 = .min
+    private var waited: Int64 = 0
     private var excessSince: Int64?
     private var lastShrinkAt: Int64 = .min / 2
 
@@ -274,6 +308,8 @@ public struct JitterBuffer: Sendable {
     /// The same values, sorted (`sorted[0..<historyCount]`), kept up to date on each insert.
     private var sorted: [Int64]
     private var baseline: Int64 = 0
+    /// The 95th percentile of the recent relative delays minus `baseline` (samples).
+    private var spread: Int64 = 0
     private var target: Int64 = 0
     private var lastArrival: Int64?
     /// Whether the arrivals since the last one that followed a silence have all been bunched.
@@ -354,6 +390,8 @@ public struct JitterBuffer: Sendable {
         lastPlayedSeq = nil
         frameAfterFEC = nil
         dryStart = nil
+        waitFrame = .min
+        waited = 0
         excessSince = nil
         lastShrinkAt = .min / 2
         historyHead = 0
@@ -361,6 +399,7 @@ public struct JitterBuffer: Sendable {
         lastArrival = nil
         inBurst = false
         baseline = 0
+        spread = 0
         target = 0
         streamReceived = 0
     }
@@ -420,10 +459,10 @@ public struct JitterBuffer: Sendable {
         updateLossFraction()
 
         let frameIndex = Self.floorDiv(timestampExt + frame / 2, frame)
-        place(frameIndex, seq: seq, payload: payload)
+        place(frameIndex, seq: seq, payload: payload, arrival: arrivalSamples)
     }
 
-    private mutating func place(_ frameIndex: Int64, seq: UInt64, payload: [UInt8]) {
+    private mutating func place(_ frameIndex: Int64, seq: UInt64, payload: [UInt8], arrival: Int64) {
         if playing || hasFloor {
             if frameIndex < nextFrame {
                 late()
@@ -454,7 +493,7 @@ public struct JitterBuffer: Sendable {
             stats.duplicates += 1  // another packet already holds this frame
             return
         }
-        slots[i] = Slot(frame: frameIndex, seq: seq, payload: payload)
+        slots[i] = Slot(frame: frameIndex, seq: seq, payload: payload, arrival: arrival)
         bufferedCount += 1
         maxFrame = max(maxFrame, frameIndex)
     }
@@ -535,6 +574,7 @@ public struct JitterBuffer: Sendable {
                     continue
                 }
                 _ = removeSlot(nextFrame)
+                if waitFrame == nextFrame && waited > 0 { stats.merged += 1 }
                 nextFrame += 1
                 lastPlayedSeq = slot.seq
                 stats.played += 1
@@ -556,26 +596,47 @@ public struct JitterBuffer: Sendable {
                 return conceal(min(frame, roundUp(target - offset)))
             }
             let successor = slot(nextFrame + 1)
+            // What is left of the frame's hole after the concealment already played for it.
+            let remaining = frame - (waitFrame == nextFrame ? waited : 0)
             if shrinkDue {
                 // Shorten the hole, or skip it if the next frame is here: a free shrink.
                 lastShrinkAt = now
                 shrinkDue = false
-                let cut = min(frame, roundDown(excess))
+                let cut = min(remaining, roundDown(excess))
                 nextFrame += 1
-                if cut == frame && successor != nil { offset -= frame; continue }
-                return conceal(frame - min(cut, frame - step))
+                if cut == remaining && successor != nil { offset -= frame; continue }
+                return conceal(remaining - min(cut, remaining - min(step, remaining)))
             }
-            nextFrame += 1
+            let mayWait = configuration.mergeLatePackets && spread >= Self.waitAboveJitter
+                && networkLossFraction < Self.waitBelowLoss
             if let successor {
                 if let last = lastPlayedSeq, successor.seq == last &+ 1 {
-                    return conceal(frame)  // nothing was sent for it: DTX
+                    nextFrame += 1
+                    return conceal(remaining)  // nothing was sent for it: DTX
                 }
+                if mayWait && remaining - step >= frame / 2 && now - successor.arrival < frame / 2 {
+                    // Overtaken rather than lost, perhaps (its successor has only just come):
+                    // wait up to half a frame for it.
+                    return waitStep()
+                }
+                nextFrame += 1
                 stats.fecRecovered += 1
                 frameAfterFEC = nextFrame
                 return .recoverWithFEC(successor.payload)
             }
-            return conceal(frame)
+            if mayWait && remaining > step {
+                return waitStep()  // its packet may still come, and be merged
+            }
+            nextFrame += 1
+            return conceal(remaining)
         }
+    }
+
+    /// Conceals a step of the frame due without advancing: its packet may still come.
+    private mutating func waitStep() -> Output {
+        if waitFrame != nextFrame { waitFrame = nextFrame; waited = 0 }
+        waited += step
+        return conceal(step)
     }
 
     private mutating func conceal(_ samples: Int64) -> Output {
@@ -629,7 +690,8 @@ public struct JitterBuffer: Sendable {
             return
         }
         baseline = sorted[0]
-        stats.jitterMs = Double(sorted[min(n - 1, n * 95 / 100)] - baseline) / 48
+        spread = sorted[min(n - 1, n * 95 / 100)] - baseline
+        stats.jitterMs = Double(spread) / 48
         let low = baseline + max(minimumDelay, n < configuration.warmupPackets ? initialDelay : 0)
         let high = max(low, baseline + maximumDelay)
         var offset = reference + Self.ceilDiv(low - reference, step) * step  // first candidate ≥ low

@@ -11,13 +11,12 @@ import PipeWire
 /// least one peer is in the call. Used only by the voice thread, except the rings, which
 /// PipeWire's real-time thread fills and drains.
 final class CallAudio {
-    /// Kept in the playback ring beyond one device quantum, so the device does not run dry if the
-    /// voice thread is slow to answer the playback callback's wake-up; small, since every sample
-    /// here is latency.
-    static let playbackMarginSamples = 128
     static let quantumSamples = VoiceAudio.defaultLatencyFrames
-    /// The playback ring is refilled (by mixing) whenever it holds less than this.
-    static let playbackFillSamples = quantumSamples + playbackMarginSamples
+    /// The playback ring is refilled (by mixing) whenever it holds less than this: one device
+    /// quantum, no margin. Woken when a callback left less than a quantum, the voice thread has
+    /// until the next callback (a quantum) to refill, whatever the margin: a margin only makes
+    /// some refills earlier, and every sample in the ring is latency (docs/VOICE.md, "Playback loop").
+    static let playbackFillSamples = quantumSamples
     /// The mixer's frame: the jitter buffer's 2.5 ms step, which every decoder output is a
     /// whole number of (frames, concealment and silence steps), so what the voices have queued
     /// is always whole mixer frames.

@@ -17,6 +17,8 @@ final class RemoteVoice {
 
     private var jitter: JitterBuffer
     private let decoder: OpusVoiceDecoder
+    /// Renders the jitter buffer's outputs with the decoder (concealment kept whole, merges).
+    private var playout: VoicePlayout
     /// Scratch for one decoder output.
     private var decoded = [Int16](repeating: 0, count: voiceMaxPacketSamples)
     /// Decoded samples not mixed yet: `queue[queueStart..<queueEnd]`.
@@ -40,6 +42,7 @@ final class RemoteVoice {
         let duration: OpusFrameDuration = frameMs == 10 ? .ms10 : .ms20
         decoder = try OpusVoiceDecoder(frameDuration: duration)
         jitter = JitterBuffer(configuration: .init(frameSamples: duration.samples))
+        playout = VoicePlayout(frameSamples: duration.samples)
     }
 
     /// Takes one VOICE frame, stamped with its arrival (CLOCK_MONOTONIC, ns).
@@ -145,25 +148,9 @@ final class RemoteVoice {
 
     /// Decodes (or conceals, or silences) what the jitter buffer asks for into `decoded`.
     private func produce(_ output: JitterBuffer.Output) -> Int {
+        var decoder = self.decoder
         do {
-            switch output {
-            case .frame(let payload):
-                return try payload.withUnsafeBufferPointer { p in
-                    try decoded.withUnsafeMutableBufferPointer { try decoder.decode(p, fec: false, into: $0) }
-                }
-            case .recoverWithFEC(let payload):
-                return try payload.withUnsafeBufferPointer { p in
-                    try decoded.withUnsafeMutableBufferPointer { try decoder.decode(p, fec: true, into: $0) }
-                }
-            case .conceal(let samples):
-                return try decoded.withUnsafeMutableBufferPointer {
-                    try decoder.decode(nil, fec: false, into: UnsafeMutableBufferPointer(rebasing: $0[0..<min(samples, $0.count)]))
-                }
-            case .silence(let samples):
-                let count = min(samples, decoded.count)
-                decoded.withUnsafeMutableBufferPointer { $0.update(repeating: 0) }
-                return count
-            }
+            return try decoded.withUnsafeMutableBufferPointer { try playout.render(output, decoder: &decoder, into: $0) }
         } catch {
             Log.debug("voice: decoding failed (\(error)); playing silence")
             let count = output.samples(frameSamples: decoder.frameSamples)

@@ -161,6 +161,6 @@ final class VoiceParticipant: MixedVoice {
     /// For the log line that ends the peer's session (tests read its numbers).
     func statisticsSummary(fecHintPercent: Int, call: String) -> String {
         let stats = remote.statistics
-        return "sent \(sent) packets, received \(received), late \(stats.late), lost \(stats.lost), concealed \(stats.concealed), FEC-recovered \(stats.fecRecovered), rejected \(opener.rejections.total), peer-reported loss \(peerLossPercent) %, FEC hint \(fecHintPercent) %, delay \(Int(stats.currentDelayMs)) ms, relayed to it \(relayedOut), \(call)"
+        return "sent \(sent) packets, received \(received), late \(stats.late), merged \(stats.merged), lost \(stats.lost), concealed \(stats.concealed), FEC-recovered \(stats.fecRecovered), rejected \(opener.rejections.total), peer-reported loss \(peerLossPercent) %, FEC hint \(fecHintPercent) %, delay \(Int(stats.currentDelayMs)) ms, relayed to it \(relayedOut), \(call)"
     }
 }

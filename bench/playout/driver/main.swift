@@ -1,0 +1,213 @@
+// playout-bench: the receive side of a call, offline and deterministic (bench/playout/README.md).
+// The speech (raw 48 kHz mono Int16) is encoded with libopus as the daemon does, sent on seeded
+// arrival traces, and played out through the core's JitterBuffer and VoicePlayout by a simulated
+// device and voice thread that refill the ring as CallAudio and RemoteVoice do; no real time,
+// no threads. Writes what the device played (raw Int16) and prints one JSON line of counts.
+import Foundation
+import Opus
+import PeerVoiceCore
+
+struct Options {
+    var input = ""
+    var output = ""
+    var frameMs = 20
+    var jitter = false
+    var lossPercent = 0.0
+    var seed: UInt64 = 1
+    /// The jitter buffer's `mergeLatePackets` (off: the playout before late packets merged).
+    var merge = true
+    /// Render with the core's VoicePlayout (off: the decoder is asked for each output as it
+    /// comes, concealment of any length included, as RemoteVoice did before).
+    var keepConcealment = true
+    /// h-jitter's integration: each output of one refill pass gets `now` advanced by what the
+    /// pass produced before it.
+    var advanceNow = false
+    /// h-jitter's integration: a refill pass that conceals fills the ring a quantum fuller, and the
+    /// device then wakes the voice thread a quantum earlier.
+    var raiseFill = false
+}
+
+var parsed = Options()
+var arguments = CommandLine.arguments.dropFirst().makeIterator()
+while let flag = arguments.next() {
+    func value() -> String {
+        guard let v = arguments.next() else { fatalError("\(flag) needs a value") }
+        return v
+    }
+    switch flag {
+    case "--input": parsed.input = value()
+    case "--output": parsed.output = value()
+    case "--frame-ms": parsed.frameMs = Int(value())!
+    case "--jitter": parsed.jitter = true
+    case "--loss": parsed.lossPercent = Double(value())!
+    case "--seed": parsed.seed = UInt64(value())!
+    case "--no-merge": parsed.merge = false
+    case "--direct-render": parsed.keepConcealment = false
+    case "--advance-now": parsed.advanceNow = true
+    case "--raise-fill": parsed.raiseFill = true
+    default: fatalError("unknown option \(flag)")
+    }
+}
+let options = parsed
+
+/// SplitMix64: the traces are the same for every playout.
+struct Random {
+    var state: UInt64
+    mutating func uniform() -> Double {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return Double((z ^ (z >> 31)) >> 11) / Double(1 << 53)
+    }
+    mutating func gaussian() -> Double {
+        (-2 * log(max(uniform(), 1e-12))).squareRoot() * cos(2 * Double.pi * uniform())
+    }
+}
+
+let data = try Data(contentsOf: URL(fileURLWithPath: options.input))
+let speech: [Int16] = data.withUnsafeBytes { Array($0.bindMemory(to: Int16.self)) }
+let duration: OpusFrameDuration = options.frameMs == 10 ? .ms10 : .ms20
+let frame = duration.samples
+/// The device quantum of both ends (bench-voice pins it): capture delivers, playback draws this much.
+let quantum = 256
+let fillSamples = quantum  // CallAudio.playbackFillSamples
+let rate = Int64(voiceSampleRate)
+func ns(samples: Int64) -> Int64 { samples * 1_000_000_000 / rate }
+
+// MARK: Send: encode as the daemon does (FEC hint 0 on a clean path, 5 % once the peer reports loss).
+
+struct Sent {
+    var seq: UInt64
+    var timestamp: UInt32
+    var payload: [UInt8]
+    var arrival: Int64
+}
+var random = Random(state: options.seed &* 0x2545_F491_4F6C_DD1D)
+let encoder = try OpusVoiceEncoder(configuration: .init(frameDuration: duration,
+                                                        packetLossPercent: options.lossPercent > 0 ? 5 : 0))
+var packets: [Sent] = []
+var packet = [UInt8](repeating: 0, count: 1500)
+var seq: UInt64 = 1000
+let timestamp0: UInt32 = 90_000
+for index in 0..<(speech.count / frame) {
+    let bytes = try speech.withUnsafeBufferPointer { pcm in
+        try packet.withUnsafeMutableBufferPointer { out in
+            try encoder.encode(UnsafeBufferPointer(rebasing: pcm[index * frame..<(index + 1) * frame]), into: out)
+        }
+    }
+    if bytes <= 2 { continue }  // DTX silence: not sent, seq not advanced
+    seq += 1
+    // A frame leaves when the capture quantum that completes it was delivered.
+    let complete = Int64(((index + 1) * frame + quantum - 1) / quantum * quantum)
+    let delayMs = options.jitter ? min(100, max(5, 30 + 10 * random.gaussian())) : 0.05
+    let lost = random.uniform() * 100 < options.lossPercent
+    if lost { continue }
+    packets.append(Sent(seq: seq, timestamp: timestamp0 &+ UInt32(index * frame), payload: Array(packet[0..<bytes]),
+                        arrival: ns(samples: complete) + Int64(delayMs * 1_000_000)))
+}
+packets.sort { $0.arrival < $1.arrival }
+
+// MARK: Receive: the device draws a quantum at a time; the voice thread refills the ring.
+
+/// The listener's device, ring and voice thread (one remote voice).
+final class Receiver {
+    let options: Options
+    var jitter: JitterBuffer
+    var playout: VoicePlayout
+    var decoder: OpusVoiceDecoder
+    var decoded = [Int16](repeating: 0, count: voiceMaxPacketSamples)
+    var ring: [Int16] = []  // what the device has not drawn yet: ring[ringStart...]
+    var ringStart = 0
+    /// The level under which the device wakes the voice thread (h-jitter raised it while concealing).
+    var wakeBelow = fillSamples
+    var played: [Int16] = []
+    /// The jitter buffer's delay beyond the fastest packet at each frame it played (ms).
+    var frameDelaysMs: [Double] = []
+    var underruns = 0
+
+    init(options: Options) throws {
+        self.options = options
+        jitter = JitterBuffer(configuration: .init(frameSamples: frame, mergeLatePackets: options.merge))
+        playout = VoicePlayout(frameSamples: frame)
+        decoder = try OpusVoiceDecoder(frameDuration: duration)
+    }
+
+    var isDormant: Bool { !jitter.isPlaying && jitter.isEmpty }
+
+    /// One output of the jitter buffer into `decoded`, as RemoteVoice renders it (or as it did).
+    func render(_ output: JitterBuffer.Output) throws -> Int {
+        try decoded.withUnsafeMutableBufferPointer { pcm in
+            if options.keepConcealment { return try playout.render(output, decoder: &decoder, into: pcm) }
+            switch output {
+            case .frame(let p): return try p.withUnsafeBufferPointer { try decoder.decode($0, fec: false, into: pcm) }
+            case .recoverWithFEC(let p): return try p.withUnsafeBufferPointer { try decoder.decode($0, fec: true, into: pcm) }
+            case .conceal(let n): return try decoder.decode(nil, fec: false, into: UnsafeMutableBufferPointer(rebasing: pcm[0..<n]))
+            case .silence(let n):
+                UnsafeMutableBufferPointer(rebasing: pcm[0..<n]).update(repeating: 0)
+                return n
+            }
+        }
+    }
+
+    /// CallAudio.feedPlayback with one voice: when woken below the wake-up level, decode until
+    /// the ring holds the fill level.
+    func feed(now: Int64) throws {
+        guard !isDormant, ring.count - ringStart < wakeBelow else { return }
+        var produced: Int64 = 0
+        var fill = fillSamples
+        while ring.count - ringStart < fill {
+            let output = jitter.next(now: options.advanceNow ? now + ns(samples: produced) : now)
+            if options.raiseFill, case .conceal = output { fill = fillSamples + quantum }
+            let count = try render(output)
+            if case .frame = output { frameDelaysMs.append(jitter.statistics.currentDelayMs) }
+            ring.append(contentsOf: decoded[0..<count])
+            produced += Int64(count)
+        }
+        if produced > 0 { wakeBelow = fill }
+    }
+
+    func run(_ packets: [Sent], devicePhase: Int64, end: Int64) throws {
+        var next = 0
+        var cycle: Int64 = 0
+        while true {
+            let deviceTime = ns(samples: devicePhase + cycle * Int64(quantum))
+            if deviceTime > end { break }
+            // Packets that came before this cycle: the voice thread took each as it came, and fed
+            // the ring if it was dormant (a packet wakes it).
+            while next < packets.count && packets[next].arrival <= deviceTime {
+                let p = packets[next]
+                let wasDormant = isDormant
+                jitter.insert(seq: p.seq, timestamp: p.timestamp, payload: p.payload, arrival: p.arrival)
+                if wasDormant { try feed(now: p.arrival) }
+                next += 1
+            }
+            // The device draws a quantum (zeros for what the ring lacks), then wakes the voice thread.
+            let count = min(quantum, ring.count - ringStart)
+            if count < quantum && !isDormant { underruns += 1 }
+            played.append(contentsOf: ring[ringStart..<ringStart + count])
+            played.append(contentsOf: [Int16](repeating: 0, count: quantum - count))
+            ringStart += count
+            if ringStart > 1 << 16 { ring.removeFirst(ringStart); ringStart = 0 }
+            try feed(now: deviceTime)
+            cycle += 1
+        }
+    }
+}
+
+let receiver = try Receiver(options: options)
+let devicePhase = Int64(random.uniform() * Double(quantum))
+try receiver.run(packets, devicePhase: devicePhase, end: ns(samples: Int64(speech.count)) + 1_000_000_000)
+
+let stats = receiver.jitter.statistics
+let outputData = receiver.played.withUnsafeBufferPointer { Data(buffer: $0) }
+try outputData.write(to: URL(fileURLWithPath: options.output))
+let summary: [String: Any] = [
+    "sent": Int(seq - 1000), "received": stats.received, "late": stats.late, "merged": stats.merged,
+    "lost": stats.lost, "concealed": stats.concealed, "concealed_ms": Double(stats.concealedSamples) / 48,
+    "fec": stats.fecRecovered, "dropped": stats.dropped, "underruns": receiver.underruns,
+    "device_start_ms": Double(ns(samples: devicePhase)) / 1e6,
+    "buffer_delay_ms": receiver.frameDelaysMs.isEmpty ? 0 : receiver.frameDelaysMs.reduce(0, +) / Double(receiver.frameDelaysMs.count),
+]
+let json = try JSONSerialization.data(withJSONObject: summary, options: [.sortedKeys])
+print(String(decoding: json, as: UTF8.self))

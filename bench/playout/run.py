@@ -1,0 +1,147 @@
+"""make bench-playout: the receive side's playout, offline and deterministic (bench/playout/README.md).
+
+For each frame size, network condition and seed, playout-bench encodes Tests/Fixtures/speech.wav
+with libopus as the daemon does, sends it on a seeded arrival trace, and plays it out through the
+core's JitterBuffer and VoicePlayout by a simulated device (one quantum per cycle) and voice thread
+(the ring refilled as CallAudio does); this scores what was played against the input: PESQ-WB
+(P.862.2 at 16 kHz) against the fixture, latency (lag of the global cross-correlation, mouth-to-ear but for the
+playback device's own quantum) and the receiver's counts. Medians over the seeds; every playout
+gets the same traces. No real time, no threads: the numbers do not depend on the machine's load.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+from scipy import signal
+from scipy.io import wavfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "bench", "voice"))
+from analysis import xcorr_lag  # noqa: E402
+from pesq import pesq  # noqa: E402
+
+SPEECH = os.path.join(ROOT, "Tests", "Fixtures", "speech.wav")
+CONDITIONS = {
+    "clean": [],
+    "j30": ["--jitter"],
+    "j30-loss5": ["--jitter", "--loss", "5"],
+    "j30-loss10": ["--jitter", "--loss", "10"],
+}
+# name -> playout-bench arguments
+PLAYOUTS = {
+    # main before issue 20: no merging, every output decoded as it comes
+    "main": ["--no-merge", "--direct-render"],
+    # no merging, concealment kept whole and handed out in steps (VoicePlayout)
+    "kept": ["--no-merge"],
+    # the daemon now: merging, VoicePlayout
+    "merge": [],
+    # h-jitter's integration choices, one at a time, on top of "merge"
+    "merge+advance-now": ["--advance-now"],
+    "merge+raise-fill": ["--raise-fill"],
+}
+RATE = 48000
+
+
+def run_one(binary, pcm_path, frame_ms, condition, playout, seed, work):
+    out = os.path.join(work, f"out-{frame_ms}-{condition}-{playout}-{seed}.raw")
+    line = subprocess.run([binary, "--input", pcm_path, "--output", out, "--frame-ms", str(frame_ms),
+                           "--seed", str(seed), *CONDITIONS[condition], *PLAYOUTS[playout]],
+                          check=True, capture_output=True, text=True).stdout
+    counts = json.loads(line)
+    played = np.fromfile(out, dtype=np.int16).astype(np.float64) / 32768.0
+    os.unlink(out)
+    return counts, played
+
+
+def score(ref48, ref16, played, counts):
+    lag, peak = xcorr_lag(ref48, played, int(0.5 * RATE))
+    deg = played[lag:lag + len(ref48)]
+    if len(deg) < len(ref48):
+        deg = np.concatenate([deg, np.zeros(len(ref48) - len(deg))])
+    pesq_wb = float(pesq(16000, ref16, signal.resample_poly(deg, 1, RATE // 16000), "wb"))
+    received = max(1, counts["received"])
+    return {
+        "latency_ms": lag * 1000.0 / RATE + counts["device_start_ms"],
+        "pesq_wb": pesq_wb,
+        "buffer_ms": counts["buffer_delay_ms"],
+        "late_pct": 100.0 * counts["late"] / received,
+        "merged_pct": 100.0 * counts["merged"] / received,
+        "concealed_ms": counts["concealed_ms"],
+        "fec": counts["fec"],
+        "underruns": counts["underruns"],
+    }
+
+
+def median(values):
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+
+def print_table(results, reference):
+    """The cells as a Markdown table; dPESQ = the median over seeds of each seed's PESQ-WB minus the
+    reference playout's on the same trace (paired: the traces are the same)."""
+    print(f"\n| frame | network | playout | latency ms | buffer ms | PESQ-WB | dPESQ vs {reference} | late % | merged % | concealed ms | FEC | underruns |")
+    print("| ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for cell in results:
+        base = next((c for c in results if c["frame_ms"] == cell["frame_ms"] and c["condition"] == cell["condition"]
+                     and c["playout"] == reference), None)
+        delta = median([r["pesq_wb"] - b["pesq_wb"] for r, b in zip(cell["runs"], base["runs"])]) if base else None
+        print(f"| {cell['frame_ms']} | {cell['condition']} | {cell['playout']} | {cell['latency_ms']:.1f} | "
+              f"{cell['buffer_ms']:.1f} | {cell['pesq_wb']:.2f} | {'' if delta is None else f'{delta:+.2f}'} | "
+              f"{cell['late_pct']:.2f} | {cell['merged_pct']:.2f} | {cell['concealed_ms']:.0f} | {cell['fec']:.0f} | "
+              f"{cell['underruns']:.0f} |")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--bin", help="the playout-bench executable")
+    ap.add_argument("--seeds", type=int, default=8)
+    ap.add_argument("--frames", default="20,10")
+    ap.add_argument("--conditions", default=",".join(CONDITIONS))
+    ap.add_argument("--playouts", default="main,kept,merge", help=f"of {', '.join(PLAYOUTS)}")
+    ap.add_argument("--json", default=os.path.join(ROOT, "bench", "results", "playout.json"))
+    ap.add_argument("--replot", action="store_true", help="only print the table from --json")
+    args = ap.parse_args()
+    if args.replot:
+        with open(args.json) as f:
+            cells = json.load(f)["cells"]
+        print_table(cells, args.playouts.split(",")[0])
+        return
+
+    rate16, ref16 = wavfile.read(SPEECH)
+    ref16 = ref16.astype(np.float64) / 32768.0
+    ref48 = signal.resample_poly(ref16, RATE // rate16, 1)
+    results = []
+    with tempfile.TemporaryDirectory(prefix="bench-playout-") as work:
+        pcm_path = os.path.join(work, "speech48k.raw")
+        np.clip(np.round(ref48 * 32768.0), -32768, 32767).astype(np.int16).tofile(pcm_path)
+        ref48 = np.fromfile(pcm_path, dtype=np.int16).astype(np.float64) / 32768.0
+        for frame_ms in [int(f) for f in args.frames.split(",")]:
+            for condition in args.conditions.split(","):
+                for playout in args.playouts.split(","):
+                    runs = []
+                    for seed in range(1, args.seeds + 1):
+                        counts, played = run_one(args.bin, pcm_path, frame_ms, condition, playout, seed, work)
+                        runs.append(score(ref48, ref16, played, counts))
+                    cell = {"frame_ms": frame_ms, "condition": condition, "playout": playout, "runs": runs}
+                    cell.update({k: median([r[k] for r in runs]) for k in runs[0]})
+                    results.append(cell)
+                    print(f"{frame_ms:>3} {condition:<11} {playout:<18} latency {cell['latency_ms']:6.1f} ms  "
+                          f"buffer {cell['buffer_ms']:5.1f} ms  PESQ-WB {cell['pesq_wb']:.2f}  "
+                          f"late {cell['late_pct']:.2f} %  merged {cell['merged_pct']:.2f} %  "
+                          f"concealed {cell['concealed_ms']:.0f} ms  FEC {cell['fec']:.0f}  under {cell['underruns']:.0f}",
+                          flush=True)
+    print_table(results, args.playouts.split(",")[0])
+    os.makedirs(os.path.dirname(args.json), exist_ok=True)
+    with open(args.json, "w") as f:
+        json.dump({"seeds": args.seeds, "cells": results}, f, indent=1)
+    print(f"medians over {args.seeds} seeds; written to {args.json}")
+
+
+if __name__ == "__main__":
+    main()
