@@ -42,11 +42,17 @@ extension VoiceTests {
         try waitActive(a, c, ac, markA: markA, markB: markC)
         let directory = try TemporaryDirectory("peervoice-group-audio")
         directories.append(directory)
+        return GroupRig(a: a, b: b, c: c, pwA: pwA, pwB: pwB, pwC: pwC, ab: ab, ac: ac,
+                        directory: directory.path, backwards: try backwardsSpeech(in: directory.path))
+    }
+
+    /// The speech file said backwards, written into `directory`: a second voice that does not
+    /// correlate with the first (and that an echo canceller cannot take for its echo).
+    func backwardsSpeech(in directory: String) throws -> String {
         var backwards = try WAVAudio(contentsOf: Self.speech)
         backwards.samples.reverse()
-        try backwards.write(to: directory.path + "/backwards.wav")
-        return GroupRig(a: a, b: b, c: c, pwA: pwA, pwB: pwB, pwC: pwC, ab: ab, ac: ac,
-                        directory: directory.path, backwards: directory.path + "/backwards.wav")
+        try backwards.write(to: directory + "/backwards.wav")
+        return directory + "/backwards.wav"
     }
 
     /// The peer object of `peer` (an id) on `daemon`'s bus.
