@@ -26,9 +26,9 @@ pv_wait PeerStateChanged "'$aid', 'connected'" 90 || { pv_dump; fail "A never co
 barrier connected-1 || fail "A did not see the connection"
 pv_wait VoiceStateChanged "'$aid', 'active'" 60 || { pv_dump; fail "voice with A did not become active"; }
 
-pv_wait MessageReceived "'$aid', '[0-9a-f]{32}', 'hello from A'" 30 || { pv_dump; fail "no message from A"; }
+pv_wait MessageReceived "'$aid', '[0-9a-f]{32}', 'hello from A'" 90 || { pv_dump; fail "no message from A"; }
 pv Send "$a" "hello from B" > /dev/null || fail "Send to A failed"
-pv_wait MessageDelivered "'$aid'" 30 || { pv_dump; fail "no MessageDelivered from A"; }
+pv_wait MessageDelivered "'$aid'" 90 || { pv_dump; fail "no MessageDelivered from A"; }
 
 pv_mark
 pv_wait PeerStateChanged "'$aid', 'disconnected'" 30 || { pv_dump; fail "A's Disconnect not seen"; }
