@@ -245,7 +245,7 @@ BLUETOOTH_OUT ?= .build/bluetooth-vm/peervoice
 test-bluetooth: deps
 	scripts/deps.sh $(VM_PACKAGES) $(BUSCTL_PACKAGE)
 	$(SWIFT) build --product peervoiced $(SWIFT_FLAGS)
-	tests/bluetooth-vm/run-pair.sh --out $(BLUETOOTH_OUT) --timeout 400 \
+	tests/bluetooth-vm/run-pair.sh --out $(BLUETOOTH_OUT) --timeout 600 \
 	    --guest-a tests/bluetooth-vm/peervoice-a.sh --guest-b tests/bluetooth-vm/peervoice-b.sh
 
 # Jitter buffer against speexdsp's on the same synthetic arrival traces (speexdsp only in the bench).

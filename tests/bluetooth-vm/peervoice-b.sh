@@ -24,9 +24,9 @@ aid=$(pv_identified "$a" 90) || { pv_dump; fail "no PeerIdentified for $a"; }
 pv_wait PeerStateChanged "'$aid', 'connected'" 90 || { pv_dump; fail "A never connected"; }
 [[ $(device_prop "$a" Trusted) == true ]] || fail "A is not Trusted after the accepted pairing"
 barrier connected-1 || fail "A did not see the connection"
-pv_wait VoiceStateChanged "'$aid', 'active'" 60 || { pv_dump; fail "voice with A did not become active"; }
+pv_wait VoiceStateChanged "'$aid', 'active'" 150 || { pv_dump; fail "voice with A did not become active"; }
 
-pv_wait MessageReceived "'$aid', '[0-9a-f]{32}', 'hello from A'" 90 || { pv_dump; fail "no message from A"; }
+pv_wait MessageReceived "'$aid', '[0-9a-f]{32}', 'hello from A'" 200 || { pv_dump; fail "no message from A"; }
 pv Send "$a" "hello from B" > /dev/null || fail "Send to A failed"
 pv_wait MessageDelivered "'$aid'" 90 || { pv_dump; fail "no MessageDelivered from A"; }
 
