@@ -87,7 +87,7 @@ pv_wait PeerStateChanged "'$bid', 'connected'" 10 || fail "B not connected after
 timing reconnect_after_restart "$t0"
 barrier connected-2 || fail "B did not see the second connection"
 pv Send "$b" "after the restart" > /dev/null || fail "Send after the restart failed"
-pv_wait MessageReceived "'$bid', '[0-9a-f]{32}', 'B got it'" 30 || { pv_dump; fail "no answer from B after the restart"; }
+pv_wait MessageReceived "'$bid', '[0-9a-f]{32}', 'B got it'" 90 || { pv_dump; fail "no answer from B after the restart"; }
 pv_mark
 pv Disconnect "$b" > /dev/null || fail "second Disconnect failed"
 pv_wait PeerStateChanged "'$bid', 'disconnected'" 10 || fail "B not disconnected after the second Disconnect"

@@ -40,7 +40,7 @@ log "voice with A over RFCOMM: sent ${sent:-?} packets, received ${received:-?}"
 # --- A's bluetoothd restarts; A connects again (already paired: no prompt)
 pv_wait PeerStateChanged "'$aid', 'connected'" 90 || { pv_dump; fail "A did not connect again"; }
 barrier connected-2 || fail "A did not see the second connection"
-pv_wait MessageReceived "'$aid', '[0-9a-f]{32}', 'after the restart'" 30 || { pv_dump; fail "no message after A's restart"; }
+pv_wait MessageReceived "'$aid', '[0-9a-f]{32}', 'after the restart'" 90 || { pv_dump; fail "no message after A's restart"; }
 pv Send "$a" "B got it" > /dev/null || fail "Send after A's restart failed"
 pv_mark
 pv_wait PeerStateChanged "'$aid', 'disconnected'" 30 || { pv_dump; fail "A's second Disconnect not seen"; }

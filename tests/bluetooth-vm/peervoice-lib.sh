@@ -121,7 +121,7 @@ pv_confirm_until_done() {
 # stops ("voice with PEER stopped (...): sent N packets, received N, ...").
 pv_voice_counts() {
     # The voice thread writes that line once it has wound the session down: wait for it.
-    pv_wait_log "voice with $1 stopped (" 20 >&2 || return 0
+    pv_wait_log "voice with $1 stopped (" 90 >&2 || return 0
     grep "voice with $1 stopped (" "$PV_LOG" | tail -n 1 | sed -E 's/.*sent ([0-9]+) packets, received ([0-9]+),.*/\1 \2/'
 }
 

@@ -86,7 +86,7 @@ for vm in a b; do
         printf 'PEER_NAME=%q\nADAPTER=hci0\n' "$peer"
         printf 'BTVM_BTMON=%q\n' "${BTVM_BTMON:-1}"
         printf 'BTVM_BLUETOOTHD_ARGS=%q\n' "${BTVM_BLUETOOTHD_ARGS:--d}"
-        printf 'BTVM_WAIT_TIMEOUT=%q\n' "${BTVM_WAIT_TIMEOUT:-90}"
+        printf 'BTVM_WAIT_TIMEOUT=%q\n' "${BTVM_WAIT_TIMEOUT:-180}"
         for kv_pair in "${envs[@]}"; do printf 'export %s=%q\n' "${kv_pair%%=*}" "${kv_pair#*=}"; done
     } > "$out/.btvm/$vm.env"
 done
