@@ -9,8 +9,9 @@ struct PeerSummary {
     let state: PeerState
 }
 
-/// A peer the service knows: a device, named by its key. Its addresses are routes; its link and
-/// voice are what it is doing now (its dials are `PeerConnections`', its delivery `MessageDelivery`'s).
+/// A peer the service knows: a device, named by its key. Its addresses are routes; its link is
+/// what it is doing now (its dials are `PeerConnections`', its delivery `MessageDelivery`'s, its
+/// voice `VoiceControl`'s).
 final class Peer {
     let id: PeerID
     let key: PublicKey
@@ -34,8 +35,9 @@ final class Peer {
     /// Set by our `Disconnect` (kept across restarts), the peer's user-disconnect goodbye, or a
     /// refused pairing: do not redial until the next `Connect`.
     var stayDisconnected = false
-    /// Voice with this peer (`VoiceControl`).
-    var voice = PeerVoice()
+    /// Its voice's volume and mute here (`SetVolume`, `SetPeerMuted`), kept across restarts for a
+    /// paired peer.
+    var playback = VoiceMixer.Channel.unity
     /// `Connect` calls waiting for the link.
     var connectWaiters: [ConnectWaiter] = []
 
@@ -84,8 +86,8 @@ final class Peer {
 
     var known: KnownPeer {
         KnownPeer(id: id, key: key, name: name, instance: instance?.hex, routes: routes, stayDisconnected: stayDisconnected,
-                  presenceSecret: presenceSecret, volume: voice.playback.volume == 1 ? nil : voice.playback.volume,
-                  muted: voice.playback.muted ? true : nil)
+                  presenceSecret: presenceSecret, volume: playback.volume == 1 ? nil : playback.volume,
+                  muted: playback.muted ? true : nil)
     }
 }
 

@@ -274,8 +274,8 @@ final class PeerVoiceService {
                     path: PeerObjects.peerPath(id), id: id.description, name: peer.name, state: peer.state,
                     transport: peer.transport,
                     routes: peer.routes.map { .init(transport: $0.transport, address: $0.address.description, lastSeenMs: $0.lastSeenMs) },
-                    fingerprint: peer.key.fingerprint, paired: peer.paired, voice: peer.voice.active ? .active : .stopped,
-                    speaking: peer.voice.speaking, volume: peer.voice.playback.volume, muted: peer.voice.playback.muted)
+                    fingerprint: peer.key.fingerprint, paired: peer.paired, voice: voice.isActive(id) ? .active : .stopped,
+                    speaking: voice.isSpeaking(id), volume: peer.playback.volume, muted: peer.playback.muted)
             case .address(let address):
                 return PeerObjectSnapshot(
                     path: PeerObjects.foundPath(transport: address.transport, address: address.description), id: "",

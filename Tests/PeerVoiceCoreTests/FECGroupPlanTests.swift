@@ -2,7 +2,7 @@ import PeerVoiceCore
 import XCTest
 
 final class FECGroupPlanTests: XCTestCase {
-    private typealias Encoder = FECGroupPlan.Encoder
+    private typealias Encoder = FECGroupPlan<String>.Encoder
 
     func testGroupsFromOneRoundOfReports() {
         let table: [(String, [String: Int], [Encoder])] = [
@@ -17,14 +17,14 @@ final class FECGroupPlanTests: XCTestCase {
              [Encoder(packetLossPercent: 0, receivers: ["B", "D"]), Encoder(packetLossPercent: 5, receivers: ["C", "E"])]),
         ]
         for (name, reports, expected) in table {
-            var plan = FECGroupPlan()
+            var plan = FECGroupPlan<String>()
             plan.update(reportedLossPercent: reports)
             XCTAssertEqual(plan.encoders, expected, name)
         }
     }
 
     func testAReceiverNearTheThresholdDoesNotSwitchAtEveryReport() {
-        var plan = FECGroupPlan()
+        var plan = FECGroupPlan<String>()
         // (C's report, C's encoder hint, whether the plan changed)
         let transcript: [(Int, Int, Bool)] = [
             (0, 0, true),  // first plan
@@ -44,7 +44,7 @@ final class FECGroupPlanTests: XCTestCase {
     }
 
     func testReceiversThatLeaveAreForgotten() {
-        var plan = FECGroupPlan()
+        var plan = FECGroupPlan<String>()
         plan.update(reportedLossPercent: ["B": 0, "C": 4])
         XCTAssertEqual(plan.encoders.count, 2)
         XCTAssertTrue(plan.update(reportedLossPercent: ["B": 0]))

@@ -4,7 +4,10 @@ import XCTest
 final class MeteringSubscriptionsTests: XCTestCase {
     private let ms: Int64 = 1_000_000
 
-    private func levels(_ input: Double, _ peers: [String: Double] = [:]) -> VoiceLevels {
+    private let peerA = PeerID("pv:" + String(repeating: "a", count: PeerID.base32Characters))!
+    private let peerB = PeerID("pv:" + String(repeating: "b", count: PeerID.base32Characters))!
+
+    private func levels(_ input: Double, _ peers: [PeerID: Double] = [:]) -> VoiceLevels {
         VoiceLevels(inputDBFS: input, peersDBFS: peers)
     }
 
@@ -26,8 +29,8 @@ final class MeteringSubscriptionsTests: XCTestCase {
             (250, -38.9, -60, []),
             (400, -20, -60, [":1.7", ":1.9"]), // both due (the timer came late for :1.7)
         ]
-        for (time, input, peerA, expected) in transcript {
-            XCTAssertEqual(metering.tick(now: time * ms, levels: levels(input, ["pv:A": peerA])), expected, "at \(time) ms")
+        for (time, input, levelA, expected) in transcript {
+            XCTAssertEqual(metering.tick(now: time * ms, levels: levels(input, [peerA: levelA])), expected, "at \(time) ms")
         }
         XCTAssertEqual(metering.nextDue, 450 * ms, ":1.7 next, an interval after the late tick")
     }
@@ -35,11 +38,11 @@ final class MeteringSubscriptionsTests: XCTestCase {
     func testAPeerJoiningOrLeavingIsAChange() throws {
         var metering = MeteringSubscriptions()
         try metering.start(client: "c", intervalMs: 100, now: 0)
-        XCTAssertEqual(metering.tick(now: 0, levels: levels(-50, ["pv:A": -30])), ["c"])
-        XCTAssertEqual(metering.tick(now: 100 * ms, levels: levels(-50, ["pv:A": -30, "pv:B": -100])), ["c"], "B joined")
-        XCTAssertEqual(metering.tick(now: 200 * ms, levels: levels(-50, ["pv:B": -100])), ["c"], "A left")
-        XCTAssertEqual(metering.tick(now: 300 * ms, levels: levels(-50, ["pv:B": -100])), [])
-        XCTAssertEqual(metering.tick(now: 350 * ms, levels: levels(0, ["pv:B": -100])), [], "not due yet")
+        XCTAssertEqual(metering.tick(now: 0, levels: levels(-50, [peerA: -30])), ["c"])
+        XCTAssertEqual(metering.tick(now: 100 * ms, levels: levels(-50, [peerA: -30, peerB: -100])), ["c"], "B joined")
+        XCTAssertEqual(metering.tick(now: 200 * ms, levels: levels(-50, [peerB: -100])), ["c"], "A left")
+        XCTAssertEqual(metering.tick(now: 300 * ms, levels: levels(-50, [peerB: -100])), [])
+        XCTAssertEqual(metering.tick(now: 350 * ms, levels: levels(0, [peerB: -100])), [], "not due yet")
     }
 
     func testSubscriptionsEndWithStopOrWhenTheClientLeaves() throws {

@@ -12,27 +12,27 @@
 ///   get at most 2 points more FEC than they need, which costs little).
 /// - One group only (or no receiver lossy): one encoder. Both: two, the clean one first. Never
 ///   more: the hints a lossy group can need span only 3–5 %.
-public struct FECGroupPlan: Sendable, Equatable {
+public struct FECGroupPlan<Receiver: Hashable & Comparable & Sendable>: Sendable, Equatable {
     /// One encoder of the microphone: its packet-loss hint and the receivers its packets go to.
     public struct Encoder: Sendable, Equatable {
         /// For ``VoiceEncoder/setPacketLossPercent(_:)``.
         public var packetLossPercent: Int
-        /// Peer ids, sorted.
-        public var receivers: [String]
+        /// Sorted.
+        public var receivers: [Receiver]
 
-        public init(packetLossPercent: Int, receivers: [String]) {
+        public init(packetLossPercent: Int, receivers: [Receiver]) {
             self.packetLossPercent = packetLossPercent
             self.receivers = receivers
         }
     }
 
     /// A lossy receiver whose report falls below this rejoins the clean group (percent).
-    public static let leaveLossPercent = FECPolicy.minimumLossPercent - 1
+    public static var leaveLossPercent: Int { FECPolicy.minimumLossPercent - 1 }
 
     /// The encoders to run now: none without receivers, else one or two.
     public private(set) var encoders: [Encoder] = []
 
-    private var lossy: Set<String> = []
+    private var lossy: Set<Receiver> = []
 
     public init() {}
 
@@ -40,7 +40,7 @@ public struct FECGroupPlan: Sendable, Equatable {
     /// counts as 0, like a session's start); receivers not listed have left the call. Returns
     /// whether ``encoders`` changed, so the engine reconfigures only then.
     @discardableResult
-    public mutating func update(reportedLossPercent reports: [String: Int]) -> Bool {
+    public mutating func update(reportedLossPercent reports: [Receiver: Int]) -> Bool {
         lossy = Set(reports.compactMap { peer, percent in
             let staysLossy = lossy.contains(peer) && percent >= Self.leaveLossPercent
             return staysLossy || FECPolicy.encoderHint(reportedLossPercent: percent) > 0 ? peer : nil

@@ -2,9 +2,9 @@
 /// and each remote voice as decoded, before the local volume (by peer id), in dBFS (``LevelMeter``).
 public struct VoiceLevels: Sendable, Equatable {
     public var inputDBFS: Double
-    public var peersDBFS: [String: Double]
+    public var peersDBFS: [PeerID: Double]
 
-    public init(inputDBFS: Double, peersDBFS: [String: Double]) {
+    public init(inputDBFS: Double, peersDBFS: [PeerID: Double]) {
         self.inputDBFS = inputDBFS
         self.peersDBFS = peersDBFS
     }

@@ -57,7 +57,7 @@ final class LevelsMetering {
         let levels = engine()?.levels ?? VoiceLevels(inputDBFS: LevelMeter.silenceDBFS, peersDBFS: [:])
         // A voice engine made after metering started (PipeWire came later) learns of it here.
         engine()?.metering.store(true, ordering: .relaxed)
-        let peers = levels.peersDBFS.sorted { $0.key < $1.key }.map { Variant(dictionaryEntry: Variant($0.key), Variant($0.value)) }
+        let peers = levels.peersDBFS.sorted { $0.key < $1.key }.map { Variant(dictionaryEntry: Variant($0.key.description), Variant($0.value)) }
         let arguments = Variant(tuple: [Variant(levels.inputDBFS), Variant(array: peers, elementType: "{sd}")])
         for client in subscriptions.tick(now: VoiceEngine.monotonicNs(), levels: levels) {
             do {

@@ -18,8 +18,8 @@ final class PeerRegistry {
             peer.instance = known.instance.flatMap { InstanceID(hex: $0) }
             peer.stayDisconnected = known.stayDisconnected
             peer.presenceSecret = known.presenceSecret
-            if let volume = known.volume { try? peer.voice.playback.setVolume(volume) }  // a bad value in the file: 1.0
-            peer.voice.playback.muted = known.muted ?? false
+            if let volume = known.volume { try? peer.playback.setVolume(volume) }  // a bad value in the file: 1.0
+            peer.playback.muted = known.muted ?? false
             peers[known.id] = peer
         }
     }

@@ -91,7 +91,7 @@ final class CallAudio {
 
     /// Keeps the speaker fed with the mix of `voices` (the participants' own and those relayed
     /// to us), then encodes what the microphone gave and sends it to `participants`.
-    func pump(now: Int64, muted: Bool, metering: Bool, participants: [String: VoiceParticipant], voices: [any MixedVoice],
+    func pump(now: Int64, muted: Bool, metering: Bool, participants: [PeerID: VoiceParticipant], voices: [any MixedVoice],
               socket: Socket) {
         if let due = nextSourceCheck, now >= due, capture.state == .streaming { checkSourceForEchoCanceller(now: now) }
         // The speaker first: its ring holds only a few ms beyond a quantum, the microphone's a second.
@@ -105,7 +105,7 @@ final class CallAudio {
         return inputMeter.dBFS
     }
 
-    private func sendCaptured(muted: Bool, metering: Bool, participants: [String: VoiceParticipant], socket: Socket) {
+    private func sendCaptured(muted: Bool, metering: Bool, participants: [PeerID: VoiceParticipant], socket: Socket) {
         if muted, let flip = speaking.end() { speakingFlip = flip }
         while captureRing.availableToRead >= frame.count {
             frame.withUnsafeMutableBufferPointer { buffer in

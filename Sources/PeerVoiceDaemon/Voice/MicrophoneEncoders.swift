@@ -7,10 +7,10 @@ import PeerVoiceCore
 /// every receiver of its group (sealed per link by the caller). Voice thread only.
 final class MicrophoneEncoders {
     private let frameDuration: OpusFrameDuration
-    private var plan = FECGroupPlan()
+    private var plan = FECGroupPlan<PeerID>()
     /// Every receiver's latest VOICE_REPORT (0 until it reports, like a new session).
-    private var reports: [String: Int] = [:]
-    private var encoders: [(encoder: OpusVoiceEncoder, group: FECGroupPlan.Encoder)] = []
+    private var reports: [PeerID: Int] = [:]
+    private var encoders: [(encoder: OpusVoiceEncoder, group: FECGroupPlan<PeerID>.Encoder)] = []
     private var packet = [UInt8](repeating: 0, count: 1500)
 
     init(frameDuration: OpusFrameDuration) {
@@ -20,25 +20,25 @@ final class MicrophoneEncoders {
     /// How many encoders run (for the log and the tests: 1, or 2 with clean and lossy receivers).
     var count: Int { encoders.count }
 
-    func add(receiver: String) throws(VoiceCodecError) {
+    func add(receiver: PeerID) throws(VoiceCodecError) {
         reports[receiver] = 0
         try replan()
     }
 
-    func remove(receiver: String) {
+    func remove(receiver: PeerID) {
         reports[receiver] = nil
         try? replan()  // dropping a receiver creates no encoder, so it cannot fail
     }
 
     /// The receiver's VOICE_REPORT: how much of our voice it loses.
-    func report(receiver: String, lossPercent: Int) throws(VoiceCodecError) {
+    func report(receiver: PeerID, lossPercent: Int) throws(VoiceCodecError) {
         guard reports[receiver] != nil else { return }
         reports[receiver] = lossPercent
         try replan()
     }
 
     /// The packet-loss hint of the encoder whose packets `receiver` gets (0: no FEC).
-    func packetLossPercent(for receiver: String) -> Int {
+    func packetLossPercent(for receiver: PeerID) -> Int {
         encoders.first { $0.group.receivers.contains(receiver) }?.encoder.packetLossPercent ?? 0
     }
 
@@ -51,7 +51,7 @@ final class MicrophoneEncoders {
     /// `dtxPacketBytes` are not worth sending, and are not handed on) to `deliver` with the
     /// receivers of its group.
     func encode(_ frame: UnsafeBufferPointer<Int16>, dtxPacketBytes: Int,
-                deliver: (_ payload: [UInt8], _ receivers: [String]) -> Void) {
+                deliver: (_ payload: [UInt8], _ receivers: [PeerID]) -> Void) {
         for (encoder, group) in encoders {
             let bytes: Int
             do {
@@ -70,7 +70,7 @@ final class MicrophoneEncoders {
     private func replan() throws(VoiceCodecError) {
         guard plan.update(reportedLossPercent: reports) else { return }
         var old = encoders
-        var next: [(encoder: OpusVoiceEncoder, group: FECGroupPlan.Encoder)] = []
+        var next: [(encoder: OpusVoiceEncoder, group: FECGroupPlan<PeerID>.Encoder)] = []
         for group in plan.encoders {
             let lossy = group.packetLossPercent > 0
             let kept = old.firstIndex { ($0.group.packetLossPercent > 0) == lossy }

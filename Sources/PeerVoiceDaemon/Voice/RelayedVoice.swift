@@ -14,7 +14,7 @@ protocol MixedVoice: AnyObject {
 /// Used only by the voice thread.
 final class RelayedVoice: MixedVoice {
     /// The participant's peer id, as the host's list names it.
-    let peer: String
+    let peer: PeerID
     let frameMs: Int
     let remote: RemoteVoice
     /// Unity, or muted while we hear the same peer in a voice session of our own (docs/GROUP.md,
@@ -23,7 +23,7 @@ final class RelayedVoice: MixedVoice {
     /// The loss we last told the host about (RELAY_REPORT).
     private var reportedLossPercent = 0
 
-    init(peer: String, frameMs: Int) throws(VoiceCodecError) {
+    init(peer: PeerID, frameMs: Int) throws(VoiceCodecError) {
         self.peer = peer
         self.frameMs = frameMs
         remote = try RemoteVoice(frameMs: frameMs)

@@ -38,6 +38,10 @@ final class VoiceControl {
     /// Something a peer object shows changed without an event of its own.
     private let peersChanged: () -> Void
     private var retryTimer: EventSource?
+    /// Voice with each peer that has a link (or had one, until it ended).
+    private var voices: [PeerID: PeerVoice] = [:]
+    /// Tells voice-thread sessions apart, so a late event from an ended one is ignored.
+    private var lastGeneration = 0
 
     init(options: Options, crypto: LibSodium, ip: IPTransport, registry: PeerRegistry, bluetooth: BluetoothPeers,
          emit: @escaping (ServiceEvent) -> Void, peersChanged: @escaping () -> Void) {
@@ -83,13 +87,32 @@ final class VoiceControl {
             let control = MainContextReference(self)
             engine = VoiceEngine(socket: socket, options: options.voice) { event in
                 runOnMainContext { control.object?.voiceEngineReported(event) }
-            } sendOnLink: { peer, frame, queuedAt in
-                runOnMainContext { control.object?.sendVoiceOnLink(frame, to: peer, queuedAt: queuedAt) }
+            } sendOnLink: { id, frame, queuedAt in
+                runOnMainContext { control.object?.sendVoiceOnLink(frame, to: id, queuedAt: queuedAt) }
             }
         } catch {
             Log.warning("voice is off: cannot receive voice on UDP \(endpoint): \(error)")
         }
     }
+
+    /// The peer's voice state, made on first use.
+    private func voice(of peer: Peer) -> PeerVoice {
+        if let voice = voices[peer.id] { return voice }
+        let voice = PeerVoice()
+        voices[peer.id] = voice
+        return voice
+    }
+
+    /// The peers whose voice-thread session runs, with their voice state.
+    private var inCall: [(peer: Peer, voice: PeerVoice)] {
+        registry.all.compactMap { peer in voices[peer.id].flatMap { $0.running ? (peer, $0) : nil } }
+    }
+
+    /// The peer object's `Voice`: its session is active.
+    func isActive(_ id: PeerID) -> Bool { voices[id]?.active == true }
+
+    /// The peer object's `Speaking`.
+    func isSpeaking(_ id: PeerID) -> Bool { voices[id]?.speaking == true }
 
     /// Why voice with `peer` cannot run now, or nil.
     private func voiceUnavailableReason(for peer: Peer) -> String? {
@@ -107,14 +130,14 @@ final class VoiceControl {
     /// in datagrams to where the peer receives them; nil when it announced nowhere.
     private func voiceRoute(for peer: Peer) -> VoiceRoute? {
         if peer.link?.transport == .bluetooth || options.voice.overLink { return .link }
-        return peer.voice.destination.map { .datagrams($0) }
+        return voices[peer.id]?.destination.map { .datagrams($0) }
     }
 
     func startVoice(_ ref: PeerRef) throws(ServiceError) {
         let peer = try registry.resolve(ref)
         if !peer.isConnected, let unavailable = bluetooth.unavailable(for: peer.transport) { throw unavailable }
         guard peer.isConnected else { throw .notConnected("\(peer.id) is not connected: Connect to it first") }
-        peer.voice.wanted = true
+        voice(of: peer).wanted = true
         if let reason = voiceUnavailableReason(for: peer) { throw .notAvailable(reason) }
         beginVoice(peer)
     }
@@ -122,24 +145,25 @@ final class VoiceControl {
     func stopVoice(_ ref: PeerRef) throws(ServiceError) {
         let peer = try registry.resolve(ref)
         guard peer.isConnected else { throw .notConnected("\(peer.id) is not connected") }
-        if peer.voice.localSession != nil { peer.link?.send(.voiceStop) }
+        if voices[peer.id]?.localSession != nil { peer.link?.send(.voiceStop) }
         endVoice(peer, reason: "StopVoice was called")
     }
 
     /// Announces our session to the peer (if not done yet) and starts once both are known.
     private func beginVoice(_ peer: Peer) {
-        guard peer.voice.wanted, let link = peer.link, voiceUnavailableReason(for: peer) == nil else { return }
-        if peer.voice.localSession == nil {
+        let voice = voice(of: peer)
+        guard voice.wanted, let link = peer.link, voiceUnavailableReason(for: peer) == nil else { return }
+        if voice.localSession == nil {
             let session = VoiceKeys.makeSessionID(crypto: crypto)
-            peer.voice.localSession = session
+            voice.localSession = session
             // 10 and 20 are the only values Options accepts.
             link.send(.voiceStart(try! VoiceStart(sessionID: session, frameMs: UInt8(options.voice.frameMs))))
         }
-        startVoiceSessionIfReady(peer)
+        startVoiceSessionIfReady(peer, voice)
     }
 
-    private func startVoiceSessionIfReady(_ peer: Peer) {
-        guard !peer.voice.running, let engine, let local = peer.voice.localSession, let remote = peer.voice.remote,
+    private func startVoiceSessionIfReady(_ peer: Peer, _ voice: PeerVoice) {
+        guard !voice.running, let engine, let local = voice.localSession, let remote = voice.remote,
               let result = peer.link?.result, let route = voiceRoute(for: peer) else { return }
         let keys: VoiceKeys
         do {
@@ -148,37 +172,38 @@ final class VoiceControl {
             Log.warning("voice with \(peer.id): \(error)")
             return
         }
-        let taken = Set(registry.all.compactMap { $0.voice.running ? $0.voice.source : nil })
+        let taken = Set(inCall.compactMap(\.voice.source))
         guard let source = (1...255).lazy.compactMap({ RelaySource(rawValue: UInt8($0)) }).first(where: { !taken.contains($0) }) else {
             Log.warning("voice with \(peer.id): the call is full")
             return
         }
-        peer.voice.running = true
-        peer.voice.generation += 1
-        peer.voice.source = source
-        engine.start(VoiceSessionSetup(peer: peer.id.description, generation: peer.voice.generation, source: source,
+        lastGeneration += 1
+        voice.running = true
+        voice.generation = lastGeneration
+        voice.source = source
+        engine.start(VoiceSessionSetup(peer: peer.id, generation: voice.generation, source: source,
                                       route: route, sealer: keys.makeSealer(), opener: keys.makeOpener(),
                                       localFrameMs: options.voice.frameMs, remoteFrameMs: Int(remote.frameMs),
-                                      playback: peer.voice.playback))
-        if !peer.voice.call.isEmpty { engine.setRelayedParticipants(host: peer.id.description, peer.voice.call) }
+                                      playback: peer.playback))
+        if !voice.call.isEmpty { engine.setRelayedParticipants(host: peer.id, voice.call) }
         callChanged()
     }
 
     /// Tells each peer in the call who else is in it (PARTICIPANTS) when that changed, tells
     /// hosts whom we now hear directly (RELAY_REPORT), and updates `Participants`.
     private func callChanged() {
-        let inCall = registry.all.filter { $0.voice.running }
-        for peer in inCall {
-            let others = inCall.filter { $0 !== peer }.compactMap { other -> CallParticipant? in
-                guard let source = other.voice.source, let frameMs = other.voice.remote?.frameMs else { return nil }
-                return try? CallParticipant(source: source, peer: other.id, frameMs: frameMs, speaking: other.voice.speaking,
+        let inCall = inCall
+        for (peer, voice) in inCall {
+            let others = inCall.filter { $0.peer !== peer }.compactMap { other, otherVoice -> CallParticipant? in
+                guard let source = otherVoice.source, let frameMs = otherVoice.remote?.frameMs else { return nil }
+                return try? CallParticipant(source: source, peer: other.id, frameMs: frameMs, speaking: otherVoice.speaking,
                                             name: Hello.truncatedName(other.name))
             }.sorted { $0.source < $1.source }.prefix(Wire.maxCallParticipants)
-            guard Array(others) != peer.voice.announced, let frame = try? Frame.participants(checking: Array(others)) else { continue }
-            peer.voice.announced = Array(others)
+            guard Array(others) != voice.announced, let frame = try? Frame.participants(checking: Array(others)) else { continue }
+            voice.announced = Array(others)
             peer.link?.send(frame)
         }
-        for host in inCall where !host.voice.call.isEmpty { reportRelayed(by: host) }
+        for (host, voice) in inCall where !voice.call.isEmpty { reportRelayed(by: host, voice) }
         let relayed = inCall.flatMap(\.voice.call)
         var seen = Set<PeerID>()
         let participants = relayed.filter { seen.insert($0.peer).inserted }
@@ -192,17 +217,17 @@ final class VoiceControl {
     /// (`lossChanged`), and whether we hear that peer in a voice session of our own (then the
     /// host stops relaying it to us: the direct one wins). Nothing while a source is as the host
     /// assumes at first (relayed, 0 %).
-    private func reportRelayed(by host: Peer, lossChanged: (source: RelaySource, percent: Int)? = nil) {
-        guard host.voice.running, let link = host.link else { return }
-        host.voice.relayReports = host.voice.relayReports.filter { source, _ in host.voice.call.contains { $0.source == source } }
-        for entry in host.voice.call {
+    private func reportRelayed(by host: Peer, _ voice: PeerVoice, lossChanged: (source: RelaySource, percent: Int)? = nil) {
+        guard voice.running, let link = host.link else { return }
+        voice.relayReports = voice.relayReports.filter { source, _ in voice.call.contains { $0.source == source } }
+        for entry in voice.call {
             // What the host assumes until told otherwise: relayed, nothing lost (0 is in range).
-            let last = host.voice.relayReports[entry.source] ?? (try! RelayReport(source: entry.source, lossPercent: 0, direct: false))
+            let last = voice.relayReports[entry.source] ?? (try! RelayReport(source: entry.source, lossPercent: 0, direct: false))
             var loss = last.lossPercent
             if let lossChanged, lossChanged.source == entry.source { loss = UInt8(min(100, lossChanged.percent)) }
-            let direct = registry[entry.peer]?.voice.running == true
+            let direct = voices[entry.peer]?.running == true
             guard let report = try? RelayReport(source: entry.source, lossPercent: loss, direct: direct), report != last else { continue }
-            host.voice.relayReports[entry.source] = report
+            voice.relayReports[entry.source] = report
             if direct != last.direct {
                 Log.info("voice: asking \(host.id) \(direct ? "not to relay \(entry.peer): heard directly" : "to relay \(entry.peer) again")")
             }
@@ -210,58 +235,64 @@ final class VoiceControl {
         }
     }
 
-    /// Stops voice with `peer` here (the peer is told by the caller if it should be).
+    /// Stops voice with `peer` here (the peer is told by the caller if it should be); where its
+    /// datagrams go is kept while the link lasts.
     private func endVoice(_ peer: Peer, reason: String) {
-        let wasActive = peer.voice.active, wasRunning = peer.voice.running
-        if peer.voice.running { engine?.stop(peer: peer.id.description, reason: reason) }
-        if peer.voice.droppedOnLink > 0 {
-            Log.info("voice with \(peer.id): \(peer.voice.droppedOnLink) frames dropped rather than sent late on the link")
+        guard let voice = voices[peer.id] else { return }
+        if voice.running { engine?.stop(peer: peer.id, reason: reason) }
+        if voice.droppedOnLink > 0 {
+            Log.info("voice with \(peer.id): \(voice.droppedOnLink) frames dropped rather than sent late on the link")
         }
-        peer.voice = PeerVoice(generation: peer.voice.generation, destination: peer.voice.destination, playback: peer.voice.playback)
-        if wasActive { emit(.voiceStateChanged(peer.id, .stopped)) }
-        if wasRunning { callChanged() }
+        let ended = PeerVoice()
+        ended.destination = voice.destination
+        voices[peer.id] = ended
+        if voice.active { emit(.voiceStateChanged(peer.id, .stopped)) }
+        if voice.running { callChanged() }
     }
 
     /// Our VOICE (or a RELAYED_VOICE) frame for a peer whose voice goes on its link (drop-stale:
     /// see ``PeerLink/sendVoice(_:)``).
-    private func sendVoiceOnLink(_ frame: Frame, to id: String, queuedAt: Int64) {
-        guard let peer = peer(describedAs: id), let link = peer.link else { return }
+    private func sendVoiceOnLink(_ frame: Frame, to id: PeerID, queuedAt: Int64) {
+        guard let link = registry[id]?.link, let voice = voices[id] else { return }
         if VoiceEngine.monotonicNs() - queuedAt > Self.staleLinkVoiceNs || !link.sendVoice(frame) {
-            peer.voice.droppedOnLink += 1
+            voice.droppedOnLink += 1
         }
     }
 
-    /// The peer the voice thread names `id` (it knows peers by their ids' text).
-    private func peer(describedAs id: String) -> Peer? {
-        PeerID(id).flatMap { registry[$0] }
+    /// The peer and voice state of the voice-thread session `generation` with `id`, while it runs.
+    private func session(_ id: PeerID, _ generation: Int) -> (peer: Peer, voice: PeerVoice)? {
+        guard let peer = registry[id], let voice = voices[id], voice.running, voice.generation == generation else { return nil }
+        return (peer, voice)
     }
 
     /// VOICE_START, VOICE_STOP, VOICE_REPORT, (on the link) VOICE and RELAYED_VOICE, and the
     /// call's PARTICIPANTS and RELAY_REPORT from the peer.
     func received(_ frame: Frame, from peer: Peer) {
+        let running = voices[peer.id]?.running == true
         switch frame {
         case .voiceStart(let start):
-            if peer.voice.remote != nil && peer.voice.remote?.sessionID != start.sessionID {
+            if let remote = voices[peer.id]?.remote, remote.sessionID != start.sessionID {
                 // The peer restarted its session: restart ours too, with fresh keys both ways.
                 endVoice(peer, reason: "the peer restarted voice")
             }
-            peer.voice.remote = start
-            peer.voice.wanted = true
+            let voice = voice(of: peer)
+            voice.remote = start
+            voice.wanted = true
             beginVoice(peer)
         case .voiceStop:
             endVoice(peer, reason: "the peer stopped voice")
         case .voice, .relayedVoice:
             // Voice the peer sends on the link; our session (if any) takes it.
-            if peer.voice.running { engine?.receivedOnLink(peer: peer.id.description, frame: frame) }
+            if running { engine?.receivedOnLink(peer: peer.id, frame: frame) }
         case .participants(let list):
             // The call the peer hosts; kept for its session (ours may start just after).
-            peer.voice.call = list
-            if peer.voice.running { engine?.setRelayedParticipants(host: peer.id.description, list) }
+            voice(of: peer).call = list
+            if running { engine?.setRelayedParticipants(host: peer.id, list) }
             callChanged()
         case .relayReport(let report):
-            if peer.voice.running { engine?.listenerReported(peer: peer.id.description, report) }
+            if running { engine?.listenerReported(peer: peer.id, report) }
         case .voiceReport(let lossPercent):
-            if peer.voice.running { engine?.peerReportedLoss(peer: peer.id.description, percent: Int(lossPercent)) }
+            if running { engine?.peerReportedLoss(peer: peer.id, percent: Int(lossPercent)) }
         default:
             break
         }
@@ -270,22 +301,19 @@ final class VoiceControl {
     private func voiceEngineReported(_ event: VoiceEvent) {
         switch event {
         case .active(let id, let generation):
-            guard let peer = peer(describedAs: id),
-                  peer.voice.running, peer.voice.generation == generation, !peer.voice.active else { return }
-            peer.voice.active = true
+            guard let (peer, voice) = session(id, generation), !voice.active else { return }
+            voice.active = true
             emit(.voiceStateChanged(peer.id, .active))
         case .stopped(let id, let generation, let reason):
-            guard let peer = peer(describedAs: id),
-                  peer.voice.running, peer.voice.generation == generation else { return }
+            guard let (peer, voice) = session(id, generation) else { return }
             // The streams failed (PipeWire went away): keep wanting voice, renegotiate fresh keys
             // when it can run again.
             Log.info("voice with \(peer.id) stopped: \(reason)")
-            let wanted = peer.voice.wanted
-            if peer.voice.localSession != nil { peer.link?.send(.voiceStop) }
+            if voice.localSession != nil { peer.link?.send(.voiceStop) }
             endVoice(peer, reason: reason)
-            peer.voice.wanted = wanted
+            self.voice(of: peer).wanted = voice.wanted
         case .lossChanged(let id, let generation, let percent):
-            guard let peer = peer(describedAs: id), peer.voice.running, peer.voice.generation == generation else { return }
+            guard let (peer, _) = session(id, generation) else { return }
             peer.link?.send(.voiceReport(lossPercent: UInt8(min(100, percent))))
         case .processingChanged(let processing):
             let names = CaptureProcessing.names(processing)
@@ -293,8 +321,8 @@ final class VoiceControl {
             audioProcessing = names
             emit(.propertiesChanged([.audioProcessing]))
         case .peerSpeaking(let id, let generation, let speaking):
-            guard let peer = peer(describedAs: id), peer.voice.running, peer.voice.generation == generation else { return }
-            peer.voice.speaking = speaking
+            guard let (_, voice) = session(id, generation) else { return }
+            voice.speaking = speaking
             peersChanged()
             callChanged()
         case .microphoneSpeaking(let speaking):
@@ -302,8 +330,8 @@ final class VoiceControl {
             isMicrophoneSpeaking = speaking
             emit(.propertiesChanged([.speaking]))
         case .relayedLossChanged(let id, let generation, let source, let percent):
-            guard let peer = peer(describedAs: id), peer.voice.running, peer.voice.generation == generation else { return }
-            reportRelayed(by: peer, lossChanged: (source, percent))
+            guard let (peer, voice) = session(id, generation) else { return }
+            reportRelayed(by: peer, voice, lossChanged: (source, percent))
         }
     }
 
@@ -311,7 +339,7 @@ final class VoiceControl {
     func setVolume(_ ref: PeerRef, volume: Double) throws(ServiceError) {
         _ = try VoiceMixer.Channel(volume: volume)  // the argument first: InvalidArgument before UnknownPeer
         let peer = try registry.resolve(ref)
-        try peer.voice.playback.setVolume(volume)
+        try peer.playback.setVolume(volume)
         playbackChanged(peer)
         if peer.paired { registry.remember(peer) }
     }
@@ -320,20 +348,21 @@ final class VoiceControl {
     /// a paired peer).
     func setPeerMuted(_ ref: PeerRef, muted: Bool) throws(ServiceError) {
         let peer = try registry.resolve(ref)
-        peer.voice.playback.muted = muted
+        peer.playback.muted = muted
         playbackChanged(peer)
         if peer.paired { registry.remember(peer) }
     }
 
     private func playbackChanged(_ peer: Peer) {
-        Log.info("voice of \(peer.id) plays at volume \(peer.voice.playback.volume)\(peer.voice.playback.muted ? ", muted" : "") here")
-        if peer.voice.running { engine?.setPlayback(peer: peer.id.description, peer.voice.playback) }
+        Log.info("voice of \(peer.id) plays at volume \(peer.playback.volume)\(peer.playback.muted ? ", muted" : "") here")
+        if voices[peer.id]?.running == true { engine?.setPlayback(peer: peer.id, peer.playback) }
         peersChanged()
     }
 
     /// Brings up voice that is wanted but not running, e.g. once PipeWire has appeared.
     private func retryWantedVoice() {
-        for peer in registry.all where peer.isConnected && peer.voice.wanted && !peer.voice.running {
+        for peer in registry.all where peer.isConnected {
+            guard let voice = voices[peer.id], voice.wanted, !voice.running else { continue }
             beginVoice(peer)
         }
     }
@@ -342,13 +371,15 @@ final class VoiceControl {
 extension VoiceControl: LinkVoice {
     func linkOpened(_ link: PeerLink, to peer: Peer) {
         guard let hello = link.peerHello else { return }
-        peer.voice.destination = Self.voiceDestination(link: link, hello: hello)
-        if options.voice.autoStart { peer.voice.wanted = true }
+        let voice = voice(of: peer)
+        voice.destination = Self.voiceDestination(link: link, hello: hello)
+        if options.voice.autoStart { voice.wanted = true }
         beginVoice(peer)
     }
 
     func linkEnded(for peer: Peer, reason: String) {
         endVoice(peer, reason: reason)
+        voices[peer.id] = nil
     }
 
     /// Voice goes to the voice port the peer announced, else to the address we dialled (a relay
@@ -360,8 +391,8 @@ extension VoiceControl: LinkVoice {
     }
 }
 
-/// A peer's voice state on the control plane.
-struct PeerVoice {
+/// Voice with one peer on the control plane (``VoiceControl``'s alone).
+private final class PeerVoice {
     /// Voice should run with this peer (auto voice on connect, StartVoice, or the peer started it).
     var wanted = false
     /// Our session id, once announced in VOICE_START.
@@ -372,7 +403,7 @@ struct PeerVoice {
     var running = false
     /// VoiceStateChanged(active) was emitted.
     var active = false
-    /// Tells this peer's voice-thread sessions apart, so a late event from an old one is ignored.
+    /// The running voice-thread session's number (``VoiceControl/lastGeneration``).
     var generation = 0
     /// Where our voice datagrams go: the peer's voice port, the address we dialled, or its listen
     /// port (`voiceDestination(of:link:hello:)`).
@@ -381,8 +412,6 @@ struct PeerVoice {
     var droppedOnLink = 0
     /// The peer's voice holds speech (its peer object's `Speaking`).
     var speaking = false
-    /// Its volume and mute here; kept when voice stops, and across restarts for a paired peer.
-    var playback = VoiceMixer.Channel.unity
     /// The number we relay its voice under while its session runs (its PARTICIPANTS entry).
     var source: RelaySource?
     /// The list of the call we last sent it (PARTICIPANTS: the others in our call).

@@ -7,7 +7,7 @@ import Synchronization
 
 /// What the control plane hands the voice thread to start one peer's voice session.
 struct VoiceSessionSetup: Sendable {
-    let peer: String
+    let peer: PeerID
     /// Which of the peer's sessions this is: events carry it back.
     let generation: Int
     /// The number the others of the call know the peer's relayed voice by, while we host it.
@@ -41,20 +41,20 @@ enum VoiceRoute: Sendable {
 /// What the voice thread reports back (delivered on the main context).
 enum VoiceEvent: Sendable {
     /// Both streams run and the peer's frames arrive.
-    case active(peer: String, generation: Int)
+    case active(peer: PeerID, generation: Int)
     /// The session failed or could not start; `reason` is for the log.
-    case stopped(peer: String, generation: Int, reason: String)
+    case stopped(peer: PeerID, generation: Int, reason: String)
     /// The share of the peer's voice we lose changed: tell the peer (VOICE_REPORT).
-    case lossChanged(peer: String, generation: Int, percent: Int)
+    case lossChanged(peer: PeerID, generation: Int, percent: Int)
     /// The capture processing the call runs (known once its microphone was checked for an echo
     /// canceller of its own).
     case processingChanged(Set<VoiceProcessing>)
     /// The peer's voice started or stopped being speech (`Speaking` on its peer object).
-    case peerSpeaking(peer: String, generation: Int, speaking: Bool)
+    case peerSpeaking(peer: PeerID, generation: Int, speaking: Bool)
     /// The microphone started or stopped being speech, unmuted (the service's `Speaking`).
     case microphoneSpeaking(Bool)
     /// The share of a source the peer relays to us that we lose changed: tell the peer (RELAY_REPORT).
-    case relayedLossChanged(peer: String, generation: Int, source: RelaySource, percent: Int)
+    case relayedLossChanged(peer: PeerID, generation: Int, source: RelaySource, percent: Int)
 }
 
 /// Settings of the audio side, from the command line.
@@ -96,7 +96,7 @@ final class VoiceEngine: Sendable {
     /// ``VoiceRoute/link``, and when it was made) run on the voice thread; hop to the main
     /// context from them.
     init(socket: Socket, options: VoiceAudioOptions, onEvent: @escaping @Sendable (VoiceEvent) -> Void,
-         sendOnLink: @escaping @Sendable (_ peer: String, _ frame: Frame, _ queuedAt: Int64) -> Void) {
+         sendOnLink: @escaping @Sendable (_ peer: PeerID, _ frame: Frame, _ queuedAt: Int64) -> Void) {
         let fd = socket.release()
         // Not joined: `shutdown` waits for `finished` instead, so the handle keeps no thread object.
         _ = NamedThread(name: "peervoice-voice") { [unowned self] in
@@ -121,30 +121,30 @@ final class VoiceEngine: Sendable {
     func start(_ setup: VoiceSessionSetup) { post(.start(setup)) }
 
     /// Takes the peer out of the call; the call's streams stop with its last peer.
-    func stop(peer: String, reason: String) { post(.stop(peer: peer, reason: reason)) }
+    func stop(peer: PeerID, reason: String) { post(.stop(peer: peer, reason: reason)) }
 
     /// A VOICE or RELAYED_VOICE frame that came on `peer`'s link (already opened by it), stamped on arrival.
-    func receivedOnLink(peer: String, frame: Frame) {
+    func receivedOnLink(peer: PeerID, frame: Frame) {
         post(.receivedOnLink(peer: peer, frame: frame, arrival: Self.monotonicNs()))
     }
 
     /// `peer`'s PARTICIPANTS: the others of the call it hosts, whose voices it relays to us.
-    func setRelayedParticipants(host peer: String, _ participants: [CallParticipant]) {
+    func setRelayedParticipants(host peer: PeerID, _ participants: [CallParticipant]) {
         post(.setRelayedParticipants(host: peer, participants))
     }
 
     /// `peer`'s RELAY_REPORT on a source we relay to it.
-    func listenerReported(peer: String, _ report: RelayReport) {
+    func listenerReported(peer: PeerID, _ report: RelayReport) {
         post(.listenerReported(peer: peer, report))
     }
 
     /// The peer's VOICE_REPORT: how much of our voice it loses.
-    func peerReportedLoss(peer: String, percent: Int) {
+    func peerReportedLoss(peer: PeerID, percent: Int) {
         post(.peerReportedLoss(peer: peer, percent: percent))
     }
 
     /// The peer's volume and mute here (``VoiceMixer/Channel``: it ramps to them over one frame).
-    func setPlayback(peer: String, _ playback: VoiceMixer.Channel) {
+    func setPlayback(peer: PeerID, _ playback: VoiceMixer.Channel) {
         post(.setPlayback(peer: peer, playback))
     }
 
@@ -188,12 +188,12 @@ final class VoiceEngine: Sendable {
 
 private enum VoiceCommand: Sendable {
     case start(VoiceSessionSetup)
-    case stop(peer: String, reason: String)
-    case receivedOnLink(peer: String, frame: Frame, arrival: Int64)
-    case setRelayedParticipants(host: String, [CallParticipant])
-    case listenerReported(peer: String, RelayReport)
-    case peerReportedLoss(peer: String, percent: Int)
-    case setPlayback(peer: String, VoiceMixer.Channel)
+    case stop(peer: PeerID, reason: String)
+    case receivedOnLink(peer: PeerID, frame: Frame, arrival: Int64)
+    case setRelayedParticipants(host: PeerID, [CallParticipant])
+    case listenerReported(peer: PeerID, RelayReport)
+    case peerReportedLoss(peer: PeerID, percent: Int)
+    case setPlayback(peer: PeerID, VoiceMixer.Channel)
     case shutdown
 }
 
@@ -211,10 +211,10 @@ private final class VoiceThread {
     private let options: VoiceAudioOptions
     private unowned let engine: VoiceEngine
     private let onEvent: @Sendable (VoiceEvent) -> Void
-    private let sendOnLink: @Sendable (_ peer: String, _ frame: Frame, _ queuedAt: Int64) -> Void
+    private let sendOnLink: @Sendable (_ peer: PeerID, _ frame: Frame, _ queuedAt: Int64) -> Void
     private var context: PipeWireContext?
     private var call: CallAudio?
-    private var participants: [String: VoiceParticipant] = [:]
+    private var participants: [PeerID: VoiceParticipant] = [:]
     /// Every voice the call mixes: each participant's own and the ones relayed to us (rebuilt by
     /// ``voicesChanged()`` whenever either changes).
     private var voices: [any MixedVoice] = []
@@ -223,7 +223,7 @@ private final class VoiceThread {
     private var levelsPublishedAt: Int64 = 0
 
     init(socket: Socket, options: VoiceAudioOptions, engine: VoiceEngine, onEvent: @escaping @Sendable (VoiceEvent) -> Void,
-         sendOnLink: @escaping @Sendable (_ peer: String, _ frame: Frame, _ queuedAt: Int64) -> Void) {
+         sendOnLink: @escaping @Sendable (_ peer: PeerID, _ frame: Frame, _ queuedAt: Int64) -> Void) {
         (self.socket, self.options, self.engine, self.onEvent, self.sendOnLink) = (socket, options, engine, onEvent, sendOnLink)
     }
 
@@ -318,7 +318,7 @@ private final class VoiceThread {
     }
 
     /// Takes `peer` out of the call; `report` tells the control plane, which did not ask for it.
-    private func leave(_ peer: String, reason: String, report: Bool) {
+    private func leave(_ peer: PeerID, reason: String, report: Bool) {
         guard let participant = participants.removeValue(forKey: peer), let call else { return }
         Log.info("voice with \(peer) stopped (\(reason)): \(participant.statisticsSummary(fecHintPercent: call.encoders.packetLossPercent(for: peer), call: call.summary))")
         for line in participant.relayedSummary { Log.info("voice: \(line)") }
@@ -346,7 +346,7 @@ private final class VoiceThread {
     }
 
     /// The peer's VOICE_REPORT: the microphone's encoders regroup by it (FECGroupPlan).
-    private func peerReportedLoss(_ peer: String, percent: Int) {
+    private func peerReportedLoss(_ peer: PeerID, percent: Int) {
         guard let participant = participants[peer], let call else { return }
         participant.peerReported(lossPercent: percent)
         let before = call.encoders.packetLossPercent(for: peer)
@@ -401,7 +401,7 @@ private final class VoiceThread {
     }
 
     /// The host's list of its call: the voices it relays to us.
-    private func setRelayedParticipants(host: String, _ list: [CallParticipant]) {
+    private func setRelayedParticipants(host: PeerID, _ list: [CallParticipant]) {
         guard let participant = participants[host] else { return }
         do {
             try participant.setRelayed(list)
@@ -413,7 +413,7 @@ private final class VoiceThread {
 
     /// A listener's RELAY_REPORT: the loss of the source's relayed voice counts toward that
     /// participant's VOICE_REPORT, and a listener that hears it directly no longer gets it from us.
-    private func listenerReported(_ listener: String, _ report: RelayReport) {
+    private func listenerReported(_ listener: PeerID, _ report: RelayReport) {
         guard let participant = participants[listener],
               let origin = participants.values.first(where: { $0.source == report.source && $0 !== participant }) else { return }
         if participant.setRelayed(report.source, wanted: !report.direct) {

@@ -6,7 +6,7 @@ import PeerVoiceCore
 /// (the same sealing, RELAYED_VOICE); as a listener, the voices it relays to us (``relayed``).
 /// Used only by the voice thread.
 final class VoiceParticipant: MixedVoice {
-    let peer: String
+    let peer: PeerID
     let route: VoiceRoute
     /// Which of the peer's sessions this is: events carry it back.
     let generation: Int
@@ -20,7 +20,7 @@ final class VoiceParticipant: MixedVoice {
     /// What the other listeners of this peer's relayed voice lose of it, by listener (RELAY_REPORT):
     /// the peer's VOICE_REPORT is the worst of these and our own loss, so its encoder sizes its
     /// FEC for its worst listener.
-    private var listenerLossPercent: [String: Int] = [:]
+    private var listenerLossPercent: [PeerID: Int] = [:]
     /// The peer's volume and mute here (`SetVolume`, `SetPeerMuted`).
     var channel: VoiceMixer.Channel
     private var sealer: RecordSealer
@@ -101,17 +101,17 @@ final class VoiceParticipant: MixedVoice {
     func setRelayed(_ participants: [CallParticipant]) throws(VoiceCodecError) {
         var next: [RelaySource: RelayedVoice] = [:]
         for entry in participants {
-            if let kept = relayed[entry.source], kept.peer == entry.peer.description, kept.frameMs == Int(entry.frameMs) {
+            if let kept = relayed[entry.source], kept.peer == entry.peer, kept.frameMs == Int(entry.frameMs) {
                 next[entry.source] = kept
             } else {
-                next[entry.source] = try RelayedVoice(peer: entry.peer.description, frameMs: Int(entry.frameMs))
+                next[entry.source] = try RelayedVoice(peer: entry.peer, frameMs: Int(entry.frameMs))
             }
         }
         relayed = next
     }
 
     /// A listener's RELAY_REPORT on this peer's relayed voice (nil: the listener left the call).
-    func listener(_ listener: String, reportedLossPercent percent: Int?) {
+    func listener(_ listener: PeerID, reportedLossPercent percent: Int?) {
         listenerLossPercent[listener] = percent
     }
 
