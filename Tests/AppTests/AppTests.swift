@@ -171,7 +171,7 @@ final class AppTests: XCTestCase {
         XCTAssertNotNil(app.ui("text", "Pairing code"))
         try alpha.client.call("ConfirmPairing", [Variant(charlie.id), Variant(true)])
         app.ui("wait-gone", "Pairing code")
-        alpha.client.drain(for: 0.2)
+        dispatchEvents(for: 0.2)
         XCTAssertEqual(alpha.states(of: charlie.id).last, "pairing", "the dialog went before the pairing ended")
         XCTAssertNotNil(charlie.pairingRequest(for: alpha.id, after: charlieMark))
         try charlie.client.call("ConfirmPairing", [Variant(alpha.id), Variant(true)])

@@ -20,7 +20,7 @@ final class MockBlueZ {
         directory = try TemporaryDirectory("peervoice-arch-system-bus")
         bus = try PrivateBus(in: directory)
         let bus = bus
-        let client = try whenBusListens { try APIClient(address: bus.address) }
+        let client = try APIClient(address: bus.address)
         mock = try DBusMock(template: "bluez5", busName: "org.bluez", path: "/", bus: bus, systemBus: true,
                             client: client, in: directory, name: "bluez")
         try mock.call("org.bluez.Mock", "AddAdapter", [Variant("hci0"), Variant("arch-test")])

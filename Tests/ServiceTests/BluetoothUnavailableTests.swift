@@ -6,44 +6,31 @@ import XCTest
 /// peervoiced whose system bus has no BlueZ (a private bus nobody serves org.bluez on), or no
 /// system bus at all: Bluetooth calls answer NotAvailable saying BlueZ is not running, IP works.
 final class BluetoothUnavailableTests: XCTestCase {
-    private var directory: TemporaryDirectory!
-    private var systemDirectory: TemporaryDirectory!
-    private var bus: PrivateBus!
-    private var systemBus: PrivateBus!
+    private var buses: SessionAndSystemBus!
     private var daemon: Daemon!
-    private var client: APIClient!
 
     private static let notAvailable = "org.example.PeerVoice.Error.NotAvailable"
 
     override func setUpWithError() throws {
-        directory = try TemporaryDirectory()
-        systemDirectory = try TemporaryDirectory("peervoice-system-bus")
-        bus = try PrivateBus(in: directory)
-        systemBus = try PrivateBus(in: systemDirectory)
-        client = try whenBusListens { try APIClient(address: bus.address) }
-        // peervoiced must find the system bus listening: its Bluetooth then waits for org.bluez.
-        _ = try whenBusListens { try DBusConnection.connect(address: systemBus.address) }
+        buses = try SessionAndSystemBus()
     }
 
     override func tearDown() {
         daemon?.process.kill()
-        systemBus?.stop()
-        bus?.stop()
-        systemDirectory?.remove()
-        directory?.remove()
+        buses?.stop()
     }
 
     private func startDaemon(systemBusAddress: String? = nil, arguments: [String] = []) throws {
-        daemon = try Daemon(bus: bus, in: directory, arguments: arguments,
-                            environment: ["DBUS_SYSTEM_BUS_ADDRESS": systemBusAddress ?? systemBus.address])
-        XCTAssertTrue(client.waitForService(), "peervoiced did not own its name: \(daemon.process.log)")
+        daemon = try Daemon(bus: buses.bus, in: buses.directory, arguments: arguments,
+                            environment: ["DBUS_SYSTEM_BUS_ADDRESS": systemBusAddress ?? buses.systemBus.address])
+        XCTAssertTrue(buses.client.waitForService(), "peervoiced did not own its name: \(daemon.process.log)")
     }
 
     /// Asserts that `method` fails with NotAvailable and a message saying BlueZ is not running.
     private func assertBlueZNotRunning(_ method: String, _ arguments: [Variant] = [],
                                        file: StaticString = #filePath, line: UInt = #line) {
         do {
-            try client.call(method, arguments)
+            try buses.client.call(method, arguments)
             XCTFail("\(method) succeeded without BlueZ", file: file, line: line)
         } catch {
             XCTAssertEqual(error.name, Self.notAvailable, "\(method): \(error.message)", file: file, line: line)
@@ -57,20 +44,20 @@ final class BluetoothUnavailableTests: XCTestCase {
         assertBlueZNotRunning("StopDiscovery")
         assertBlueZNotRunning("Connect", [Variant("AA:BB:CC:DD:EE:FF")])
         assertBlueZNotRunning("Connect", [Variant("aa:bb:cc:dd:ee:01")])
-        XCTAssertEqual(try client.property("Adapter").string, "")
-        XCTAssertEqual(try client.property("Discovering").bool, false)
-        XCTAssertEqual(try client.property("DiscoveryMethods").strings, [])
-        XCTAssertEqual(try client.call("ListPeers")[0].count, 0)
+        XCTAssertEqual(try buses.client.property("Adapter").string, "")
+        XCTAssertEqual(try buses.client.property("Discovering").bool, false)
+        XCTAssertEqual(try buses.client.property("DiscoveryMethods").strings, [])
+        XCTAssertEqual(try buses.client.call("ListPeers")[0].count, 0)
         // An unknown Bluetooth peer is still unknown first; nothing is pending for it.
-        XCTAssertEqual(client.errorName("StartVoice", [Variant("AA:BB:CC:DD:EE:FF")]), "org.example.PeerVoice.Error.UnknownPeer")
-        XCTAssertEqual(client.errorName("ConfirmPairing", [Variant("AA:BB:CC:DD:EE:FF"), Variant(true)]),
+        XCTAssertEqual(buses.client.errorName("StartVoice", [Variant("AA:BB:CC:DD:EE:FF")]), "org.example.PeerVoice.Error.UnknownPeer")
+        XCTAssertEqual(buses.client.errorName("ConfirmPairing", [Variant("AA:BB:CC:DD:EE:FF"), Variant(true)]),
                        "org.example.PeerVoice.Error.InvalidArgument")
         XCTAssertTrue(daemon.process.isRunning)
     }
 
     func testVoiceWithAKnownBluetoothPeerSaysBlueZIsNotRunning() throws {
         // A peer paired over Bluetooth in an earlier run: its key, and its address as its route.
-        let state = directory.path + "/daemon-state"
+        let state = buses.directory.path + "/daemon-state"
         try FileManager.default.createDirectory(atPath: state, withIntermediateDirectories: true)
         let key = SecureLink.newIdentity()
         let id = SecureLink.peerID(of: key)
@@ -78,7 +65,7 @@ final class BluetoothUnavailableTests: XCTestCase {
         try Data(#"{"format":4,"peers":[{"id":"\#(id)","key":"\#(keyHex)","name":"laptop","routes":[{"address":"AA:BB:CC:DD:EE:FF","lastSeenMs":1}],"stayDisconnected":false}]}"#.utf8)
             .write(to: URL(fileURLWithPath: state + "/peers.json"))
         try startDaemon()
-        let peers = try client.call("ListPeers")[0]
+        let peers = try buses.client.call("ListPeers")[0]
         XCTAssertEqual(peers.count, 1)
         XCTAssertEqual(peers[0][0].string, id)
         XCTAssertEqual(peers[0][2].string, "bluetooth")
@@ -92,23 +79,23 @@ final class BluetoothUnavailableTests: XCTestCase {
     func testStartDiscoveryWithoutBlueZOrAvahiSaysWhyForBoth() throws {
         try startDaemon()
         do {
-            try client.call("StartDiscovery")
+            try buses.client.call("StartDiscovery")
             XCTFail("StartDiscovery succeeded without BlueZ and Avahi")
         } catch {
             XCTAssertEqual(error.name, Self.notAvailable)
             XCTAssertTrue(error.message.contains("BlueZ is not running"), error.message)
             XCTAssertTrue(error.message.contains("Avahi is not running"), error.message)
         }
-        XCTAssertEqual(try client.property("ListenAddress").string, "")
-        XCTAssertEqual(try client.property("Discovering").bool, false)
+        XCTAssertEqual(try buses.client.property("ListenAddress").string, "")
+        XCTAssertEqual(try buses.client.property("Discovering").bool, false)
         XCTAssertTrue(daemon.process.isRunning)
     }
 
     func testNoLANLeavesOnlyBluetoothInTheMessage() throws {
         try startDaemon(arguments: ["--no-lan"])
-        XCTAssertEqual(try client.property("DiscoveryMethods").strings, [])
+        XCTAssertEqual(try buses.client.property("DiscoveryMethods").strings, [])
         do {
-            try client.call("StartDiscovery")
+            try buses.client.call("StartDiscovery")
             XCTFail("StartDiscovery succeeded without BlueZ")
         } catch {
             XCTAssertTrue(error.message.contains("LAN discovery is off (--no-lan)"), error.message)
@@ -117,36 +104,23 @@ final class BluetoothUnavailableTests: XCTestCase {
 
     func testIPWorksWithoutBlueZ() throws {
         try startDaemon(arguments: ["--listen", "127.0.0.1:0"])
-        XCTAssertEqual(client.errorName("Send", [Variant("ip:127.0.0.1:9"), Variant("hello")]),
+        XCTAssertEqual(buses.client.errorName("Send", [Variant("ip:127.0.0.1:9"), Variant("hello")]),
                        "org.example.PeerVoice.Error.UnknownPeer")
-        XCTAssertNotEqual(try client.property("ListenAddress").string, "")
+        XCTAssertNotEqual(try buses.client.property("ListenAddress").string, "")
     }
 
     func testNoSystemBusAtAll() throws {
-        try startDaemon(systemBusAddress: "unix:path=" + systemDirectory.path + "/nothing-here")
+        try startDaemon(systemBusAddress: "unix:path=" + buses.systemDirectory.path + "/nothing-here")
         assertBlueZNotRunning("StartDiscovery")
         assertBlueZNotRunning("Connect", [Variant("AA:BB:CC:DD:EE:FF")])
-        XCTAssertEqual(try client.property("Adapter").string, "")
-        XCTAssertEqual(client.errorName("Send", [Variant("ip:127.0.0.1:9"), Variant("hello")]),
+        XCTAssertEqual(try buses.client.property("Adapter").string, "")
+        XCTAssertEqual(buses.client.errorName("Send", [Variant("ip:127.0.0.1:9"), Variant("hello")]),
                        "org.example.PeerVoice.Error.UnknownPeer")
     }
 
     func testHelpMentionsDefaultAgent() throws {
-        let help = try ChildProcess(Binaries.peervoiced, ["--help"], logPath: directory.path + "/help.log")
+        let help = try ChildProcess(Binaries.peervoiced, ["--help"], logPath: buses.directory.path + "/help.log")
         XCTAssertEqual(help.wait(timeout: 5), 0)
         XCTAssertTrue(help.log.contains("--default-agent"), help.log)
-    }
-}
-
-/// Runs `connect` until it stops failing, for up to 5 s: a private bus's socket file appears a
-/// moment before dbus-daemon listens on it ("Connection refused").
-func whenBusListens<T>(_ connect: () throws -> T) throws -> T {
-    let deadline = Date().addingTimeInterval(5)
-    while true {
-        do {
-            return try connect()
-        } catch _ where Date() < deadline {
-            usleep(20_000)
-        }
     }
 }

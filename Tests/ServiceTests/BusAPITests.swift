@@ -191,7 +191,7 @@ final class BusAPITests: XCTestCase {
 
         client.clearSignals()
         try client.call("Mute", [Variant(true)])
-        client.drain(for: 0.3)
+        dispatchEvents(for: 0.3)
         XCTAssertTrue(client.signals("MuteChanged").isEmpty, "Mute(true) while muted must not signal")
         XCTAssertTrue(client.signals("PropertiesChanged").isEmpty)
 

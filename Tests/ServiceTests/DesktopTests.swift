@@ -108,7 +108,7 @@ final class DesktopTests: XCTestCase {
         // someone else's notification, and one that is not ours, change nothing.
         try notifyA.emit(Self.notifications, "ActionInvoked", "us", [Variant(UInt32(77)), Variant("accept")])
         try notifyA.emit(Self.notifications, "ActionInvoked", "us", [Variant(UInt32(1)), Variant("default")])
-        a.client.drain(for: 0.3)
+        dispatchEvents(for: 0.3)
         XCTAssertEqual(a.states(of: b.id, after: markA).last, "pairing")
         try notifyA.emit(Self.notifications, "ActionInvoked", "us", [Variant(UInt32(1)), Variant("accept")])
         try b.client.call("ConfirmPairing", [Variant(a.id), Variant(true)])
@@ -136,7 +136,7 @@ final class DesktopTests: XCTestCase {
         let markB2 = b.mark
         try a.client.call("Send", [Variant(b.id), Variant("coming")])
         XCTAssertNotNil(b.client.waitForSignalIndex("MessageReceived", after: markB2, timeout: 10), b.log)
-        b.client.drain(for: 0.5)
+        dispatchEvents(for: 0.5)
         XCTAssertEqual(notifyB.calls("Notify").count, 0)
         XCTAssertEqual(notifyB.calls("GetCapabilities").count, 0)
         XCTAssertEqual(waitForCalls(notifyA, "Notify", count: 2).count, 2, "one notification per event")
@@ -213,7 +213,7 @@ final class DesktopTests: XCTestCase {
         XCTAssertNotNil(b.client.waitForSignalIndex("PairingSettled", after: markB, timeout: 10) {
             $0.string(0) == a.id && $0.arguments[1].bool == false
         }, "ConfirmPairing(false) settles B's prompt")
-        a.client.drain(for: 0.3)
+        dispatchEvents(for: 0.3)
         XCTAssertEqual(notifyA.calls("Notify").count, 0, "a pairing notification while a prompt handler is on the bus")
 
         // The handler leaves the bus: prompts are notified again.
@@ -270,7 +270,7 @@ final class DesktopTests: XCTestCase {
                                "\(shortcut) \(pressed ? "pressed" : "released"): \(daemon.process.log.suffix(2_000))")
                 XCTAssertEqual(try client.property("Muted").bool, muted)
             } else {
-                client.drain(for: 0.3)
+                dispatchEvents(for: 0.3)
                 XCTAssertEqual(client.signals[mark...].filter { $0.member == "MuteChanged" }.count, 0,
                                "\(shortcut) \(pressed ? "pressed" : "released") changed Mute")
             }

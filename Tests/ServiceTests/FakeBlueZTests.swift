@@ -72,40 +72,29 @@ private final class FakeBlueZ {
 /// peervoiced against a fake BlueZ: registration, re-registration when org.bluez comes back, the
 /// Adapter property, and pairing prompts answered through ConfirmPairing.
 final class FakeBlueZTests: XCTestCase {
-    private var directory: TemporaryDirectory!
-    private var systemDirectory: TemporaryDirectory!
-    private var bus: PrivateBus!
-    private var systemBus: PrivateBus!
+    private var buses: SessionAndSystemBus!
     private var daemon: Daemon!
-    private var client: APIClient!
     private var bluez: FakeBlueZ!
 
     private static let peer = "AA:BB:CC:DD:EE:01"
     private static let devicePath = "/org/bluez/hci0/dev_AA_BB_CC_DD_EE_01"
 
     override func setUpWithError() throws {
-        directory = try TemporaryDirectory()
-        systemDirectory = try TemporaryDirectory("peervoice-system-bus")
-        bus = try PrivateBus(in: directory)
-        systemBus = try PrivateBus(in: systemDirectory)
-        client = try whenBusListens { try APIClient(address: bus.address) }
-        bluez = try whenBusListens { try FakeBlueZ(address: systemBus.address) }
-        daemon = try Daemon(bus: bus, in: directory, arguments: ["--default-agent", "--verbose"],
-                            environment: ["DBUS_SYSTEM_BUS_ADDRESS": systemBus.address])
-        XCTAssertTrue(client.waitForService(), "peervoiced did not own its name: \(daemon.process.log)")
+        buses = try SessionAndSystemBus()
+        bluez = try FakeBlueZ(address: buses.systemBus.address)
+        daemon = try Daemon(bus: buses.bus, in: buses.directory, arguments: ["--default-agent", "--verbose"],
+                            environment: buses.environment)
+        XCTAssertTrue(buses.client.waitForService(), "peervoiced did not own its name: \(daemon.process.log)")
     }
 
     override func tearDown() {
         daemon?.process.kill()
         bluez = nil
-        systemBus?.stop()
-        bus?.stop()
-        systemDirectory?.remove()
-        directory?.remove()
+        buses?.stop()
     }
 
     private func waitForAdapter(_ name: String) -> Bool {
-        client.waitForSignal("PropertiesChanged", timeout: 10) { $0.arguments[1].lookup("Adapter")?.string == name } != nil
+        buses.client.waitForSignal("PropertiesChanged", timeout: 10) { $0.arguments[1].lookup("Adapter")?.string == name } != nil
     }
 
     private func waitForRegistrations(_ count: Int) -> Bool {
@@ -113,13 +102,13 @@ final class FakeBlueZTests: XCTestCase {
     }
 
     func testRegistersWithBlueZAndAgainWhenItComesBack() throws {
-        XCTAssertEqual(try client.property("Adapter").string, "")
-        XCTAssertEqual(try client.property("DiscoveryMethods").strings, [])
+        XCTAssertEqual(try buses.client.property("Adapter").string, "")
+        XCTAssertEqual(try buses.client.property("DiscoveryMethods").strings, [])
         try bluez.start()
         XCTAssertTrue(waitForAdapter("hci0"), daemon.process.log)
-        XCTAssertEqual(try client.property("Adapter").string, "hci0")
+        XCTAssertEqual(try buses.client.property("Adapter").string, "hci0")
         // Bluetooth only: nothing owns org.freedesktop.Avahi on this system bus.
-        XCTAssertEqual(try client.property("DiscoveryMethods").strings, ["bluetooth"])
+        XCTAssertEqual(try buses.client.property("DiscoveryMethods").strings, ["bluetooth"])
         XCTAssertTrue(waitForRegistrations(1), daemon.process.log)
 
         let profile = try XCTUnwrap(bluez.calls("RegisterProfile").first).arguments
@@ -137,11 +126,11 @@ final class FakeBlueZTests: XCTestCase {
         XCTAssertEqual(agent[1].string, "DisplayYesNo")
 
         // bluetoothd exits: Bluetooth is unavailable, saying why.
-        client.clearSignals()
+        buses.client.clearSignals()
         bluez.stop()
         XCTAssertTrue(waitForAdapter(""), daemon.process.log)
         do {
-            try client.call("StartDiscovery")
+            try buses.client.call("StartDiscovery")
             XCTFail("StartDiscovery succeeded without BlueZ")
         } catch {
             XCTAssertEqual(error.name, "org.example.PeerVoice.Error.NotAvailable")
@@ -149,7 +138,7 @@ final class FakeBlueZTests: XCTestCase {
         }
 
         // bluetoothd is back: everything is registered again.
-        client.clearSignals()
+        buses.client.clearSignals()
         try bluez.start()
         XCTAssertTrue(waitForAdapter("hci0"), daemon.process.log)
         XCTAssertTrue(waitForRegistrations(2), daemon.process.log)
@@ -169,38 +158,38 @@ final class FakeBlueZTests: XCTestCase {
         bluez.askAgent(daemonOnSystemBus, "RequestConfirmation", [Variant(objectPath: Self.devicePath), Variant(UInt32(42))]) {
             answer = $0
         }
-        let prompt = try XCTUnwrap(client.waitForSignal("PairingRequested"), daemon.process.log)
+        let prompt = try XCTUnwrap(buses.client.waitForSignal("PairingRequested"), daemon.process.log)
         XCTAssertEqual(prompt.arguments[0].string, Self.peer)
         XCTAssertEqual(prompt.arguments[2].string, "000042")
-        XCTAssertEqual(client.signals("PairingPrompt").first?.arguments[3].string, "confirm", "a code to confirm")
-        XCTAssertNotNil(client.waitForSignal("PeerStateChanged") { $0.arguments[0].string == Self.peer && $0.arguments[1].string == "pairing" })
+        XCTAssertEqual(buses.client.signals("PairingPrompt").first?.arguments[3].string, "confirm", "a code to confirm")
+        XCTAssertNotNil(buses.client.waitForSignal("PeerStateChanged") { $0.arguments[0].string == Self.peer && $0.arguments[1].string == "pairing" })
         XCTAssertNil(answer, "BlueZ got an answer before anyone confirmed")
-        try client.call("ConfirmPairing", [Variant(Self.peer.lowercased()), Variant(true)])
+        try buses.client.call("ConfirmPairing", [Variant(Self.peer.lowercased()), Variant(true)])
         XCTAssertTrue(eventually(timeout: 10) { answer != nil })
         if case .failure(let error) = answer { XCTFail("accepted pairing answered \(error)") }
-        XCTAssertEqual(client.waitForSignal("PairingSettled")?.arguments[1].bool, true)
+        XCTAssertEqual(buses.client.waitForSignal("PairingSettled")?.arguments[1].bool, true)
         // The prompt is gone.
-        XCTAssertEqual(client.errorName("ConfirmPairing", [Variant(Self.peer), Variant(true)]),
+        XCTAssertEqual(buses.client.errorName("ConfirmPairing", [Variant(Self.peer), Variant(true)]),
                        "org.example.PeerVoice.Error.InvalidArgument")
 
         // Refused.
-        client.clearSignals()
+        buses.client.clearSignals()
         answer = nil
         bluez.askAgent(daemonOnSystemBus, "RequestConfirmation", [Variant(objectPath: Self.devicePath), Variant(UInt32(123456))]) {
             answer = $0
         }
-        XCTAssertEqual(client.waitForSignal("PairingRequested")?.arguments[2].string, "123456")
-        try client.call("ConfirmPairing", [Variant(Self.peer), Variant(false)])
+        XCTAssertEqual(buses.client.waitForSignal("PairingRequested")?.arguments[2].string, "123456")
+        try buses.client.call("ConfirmPairing", [Variant(Self.peer), Variant(false)])
         XCTAssertTrue(eventually(timeout: 10) { answer != nil })
         guard case .failure(let error) = answer else { return XCTFail("refused pairing answered with success") }
         XCTAssertEqual(error.name, "org.bluez.Error.Rejected")
-        XCTAssertNotNil(client.waitForSignal("PeerStateChanged") { $0.arguments[0].string == Self.peer && $0.arguments[1].string == "disconnected" })
-        XCTAssertEqual(client.waitForSignal("PairingSettled")?.arguments[1].bool, false)
+        XCTAssertNotNil(buses.client.waitForSignal("PeerStateChanged") { $0.arguments[0].string == Self.peer && $0.arguments[1].string == "disconnected" })
+        XCTAssertEqual(buses.client.waitForSignal("PairingSettled")?.arguments[1].bool, false)
 
         // A passkey only to show (DisplayPasskey, nothing typed yet): a prompt with nothing to answer.
-        client.clearSignals()
+        buses.client.clearSignals()
         bluez.askAgent(daemonOnSystemBus, "DisplayPasskey", [Variant(objectPath: Self.devicePath), Variant(UInt32(654321)), Variant(parsing: "uint16 0")!]) { _ in }
-        let shown = try XCTUnwrap(client.waitForSignal("PairingPrompt"), daemon.process.log)
+        let shown = try XCTUnwrap(buses.client.waitForSignal("PairingPrompt"), daemon.process.log)
         XCTAssertEqual(shown.arguments[2].string, "654321")
         XCTAssertEqual(shown.arguments[3].string, "display")
     }
@@ -209,7 +198,7 @@ final class FakeBlueZTests: XCTestCase {
         try bluez.start()
         XCTAssertTrue(waitForRegistrations(1), daemon.process.log)
         let daemonOnSystemBus = try XCTUnwrap(bluez.calls("RegisterAgent").first).sender
-        let stranger = try DBusConnection.connect(address: systemBus.address)
+        let stranger = try DBusConnection.connect(address: buses.systemBus.address)
         do {
             try stranger.call(destination: daemonOnSystemBus, path: "/org/example/PeerVoice/bluetooth/agent",
                               interface: "org.bluez.Agent1", method: "RequestConfirmation",
@@ -218,7 +207,7 @@ final class FakeBlueZTests: XCTestCase {
         } catch {
             XCTAssertEqual(error.name, "org.bluez.Error.Rejected")
         }
-        client.drain(for: 0.3)
-        XCTAssertTrue(client.signals("PairingRequested").isEmpty)
+        dispatchEvents(for: 0.3)
+        XCTAssertTrue(buses.client.signals("PairingRequested").isEmpty)
     }
 }

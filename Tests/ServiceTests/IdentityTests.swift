@@ -47,7 +47,7 @@ final class IdentityTests: XCTestCase {
                                     file: StaticString = #filePath, line: UInt = #line) {
         let wanted = Set(ids)
         let all = eventually(timeout: timeout) {
-            to.client.drain(for: 0.05)
+            dispatchEvents(for: 0.05)
             return wanted.isSubset(of: Set(to.client.signals("MessageReceived").map { $0.string(1) }))
         }
         XCTAssertTrue(all, "\(to.name) is missing \(wanted.subtracting(to.client.signals("MessageReceived").map { $0.string(1) }).count) of \(ids.count) messages", file: file, line: line)
@@ -62,7 +62,7 @@ final class IdentityTests: XCTestCase {
                                  file: StaticString = #filePath, line: UInt = #line) {
         let wanted = Set(ids)
         XCTAssertTrue(eventually(timeout: timeout) {
-            from.client.drain(for: 0.05)
+            dispatchEvents(for: 0.05)
             return wanted.isSubset(of: Set(from.client.signals("MessageDelivered").map { $0.string(1) }))
         }, "\(from.name) did not report every message delivered", file: file, line: line)
         XCTAssertEqual(from.client.signals("MessageDelivered").filter { wanted.contains($0.string(1)) }.count, ids.count,
@@ -238,7 +238,7 @@ final class IdentityTests: XCTestCase {
             XCTAssertEqual(try fromA.result?.get()[0].string, b.id)
             XCTAssertEqual(try fromB.result?.get()[0].string, a.id)
             // Settled: connected on both sides, and it stays so (no link keeps replacing the other).
-            a.client.drain(for: 1)
+            dispatchEvents(for: 1)
             XCTAssertEqual(a.states(of: b.id, after: markA).last, "connected")
             XCTAssertEqual(b.states(of: a.id, after: markB).last, "connected")
             XCTAssertEqual(try a.client.call("ListPeers")[0].children.map { $0[3].string! }, ["connected"])
@@ -304,7 +304,7 @@ final class IdentityTests: XCTestCase {
 
         let fingerprint = try XCTUnwrap(try b.client.property("Fingerprint").string)
         XCTAssertTrue(eventually(timeout: 5) {
-            a.client.drain(for: 0.05)
+            dispatchEvents(for: 0.05)
             return (try? a.client.peerObjects()[peerPath]?.lookup("State")?.string) == "connected"
         })
         let objects = try a.client.peerObjects()

@@ -133,7 +133,7 @@ final class LANTests: XCTestCase {
         } catch {
             XCTAssertEqual(error.name, "org.example.PeerVoice.Error.Rejected", error.message)
         }
-        b.drain(for: 0.3)
+        dispatchEvents(for: 0.3)
         XCTAssertTrue(b.signals("PairingRequested").isEmpty, "B's person was asked about the stranger")
         // The known peer is still welcome: A's messages still reach B.
         try a.call("Send", [Variant(Self.addressB), Variant("still here")])
@@ -293,7 +293,7 @@ final class LANTests: XCTestCase {
         let bAgain = try start(on: lan.b, name: "Bob desktop")
         XCTAssertNotNil(bAgain.waitForSignal("MessageReceived", timeout: 30) { $0.string(2) == "found again" },
                         "A did not find B at its new address\n\(logs)")
-        bAgain.drain(for: 0.5)
+        dispatchEvents(for: 0.5)
         XCTAssertEqual(bAgain.signals("MessageReceived").count, 1)
         XCTAssertTrue(a.signals("PeerFound").isEmpty, "presence was reported: \(a.signals("PeerFound"))")
         let routes = try XCTUnwrap(try a.peerObjects().values.first { $0.lookup("Id")?.string == idB }?.lookup("Routes"))
@@ -311,7 +311,7 @@ final class LANTests: XCTestCase {
         try a.call("Send", [Variant(idB), Variant("after the move")])
         XCTAssertNotNil(b.waitForSignal("MessageReceived", timeout: 30) { $0.string(2) == "after the move" },
                         "A did not find B at its new address\n\(logs)")
-        b.drain(for: 0.5)
+        dispatchEvents(for: 0.5)
         XCTAssertEqual(b.signals("MessageReceived").filter { $0.string(2) == "after the move" }.count, 1)
         XCTAssertTrue(daemons[1].process.log.contains("the network changed"), logs)
         let after = try presenceNames(at: "10.77.0.3")
@@ -348,7 +348,7 @@ final class LANTests: XCTestCase {
         try a.call("StartDiscovery")
         // Reported under B's id: the advertisement carries B's key.
         XCTAssertNotNil(foundSignal(a, idB), logs)
-        a.drain(for: 1)
+        dispatchEvents(for: 1)
 
         // The claimed route is the most recent, so it is dialled first; another key answers.
         let connect = a.callAsync("Connect", [Variant(idB)])
@@ -359,7 +359,7 @@ final class LANTests: XCTestCase {
         XCTAssertEqual(reply[0].string, idB)
         XCTAssertTrue(daemons[0].process.log.contains("another key answered there"), "the fake route was never dialled: the test proves nothing\n\(logs)")
         XCTAssertNotNil(b.waitForSignal("MessageReceived") { $0.string(2) == "past the impostor" }, logs)
-        b.drain(for: 0.5)
+        dispatchEvents(for: 0.5)
         XCTAssertEqual(b.signals("MessageReceived").filter { $0.string(2) == "past the impostor" }.count, 1)
         let routes = try XCTUnwrap(try a.peerObjects().values.first { $0.lookup("Id")?.string == idB }?.lookup("Routes"))
         XCTAssertEqual(routes.children.map { $0[1].string! }, [Self.addressB], "a claimed route was kept")

@@ -70,7 +70,7 @@ final class MessagingTests: XCTestCase {
         let again = Date()
         try a.client.call("Connect", [Variant(b.id)], timeout: .seconds(30))
         XCTAssertLessThan(Date().timeIntervalSince(again), 2)
-        a.client.drain(for: 0.2)
+        dispatchEvents(for: 0.2)
         XCTAssertEqual(a.states(of: b.id, after: markA), ["pairing", "connected"])
         XCTAssertEqual(a.pairingRequests().count, 1)
         XCTAssertEqual(b.pairingRequests().count, 1)
@@ -120,7 +120,7 @@ final class MessagingTests: XCTestCase {
                        Self.tooLarge, "65537 bytes of multi-byte text")
 
         // Every message was announced exactly once on each side.
-        a.client.drain(for: 0.3)
+        dispatchEvents(for: 0.3)
         for message in expected {
             let (sender, receiver) = message.fromA ? (a, b) : (b, a)
             XCTAssertEqual(receiver.client.signals("MessageReceived").filter { $0.string(1) == message.id }.count, 1)
@@ -173,7 +173,7 @@ final class MessagingTests: XCTestCase {
         }
         print("1000 sends took \(String(format: "%.2f", sendSeconds)) s; all delivered after \(String(format: "%.2f", Date().timeIntervalSince(started))) s")
         XCTAssertTrue(done, "received \(logB.received.count), delivered \(logA.delivered.count)")
-        a.client.drain(for: 0.5)
+        dispatchEvents(for: 0.5)
         logA.update()
         logB.update()
 
@@ -215,7 +215,7 @@ final class MessagingTests: XCTestCase {
         XCTAssertTrue(eventually(timeout: 10) {
             a.client.signals[markA...].filter { $0.member == "MessageDelivered" && $0.string(1) == id }.count >= 2
         })
-        a.client.drain(for: 0.3)
+        dispatchEvents(for: 0.3)
         let deliveredTo = a.client.signals[markA...].filter { $0.member == "MessageDelivered" && $0.string(1) == id }.map { $0.string(0) }
         XCTAssertEqual(deliveredTo.sorted(), [b.id, c.id].sorted())
         XCTAssertEqual(try history(a, of: b.id, max: 10).map { [$0.id, $0.status] }, [[id, "delivered"]])
@@ -257,7 +257,7 @@ final class MessagingTests: XCTestCase {
         print("large outbox: \(logA.delivered.count) delivered after \(String(format: "%.2f", Date().timeIntervalSince(restarted))) s")
         XCTAssertTrue(done, "delivered \(logA.delivered.count), received \(logB.received.count) of 400; A's link to B went "
                       + a.states(of: b.id, after: markRestart).prefix(12).joined(separator: ", "))
-        a.client.drain(for: 0.3)
+        dispatchEvents(for: 0.3)
         logA.update()
         logB.update()
         XCTAssertNil(firstDifference(logB.received.map(\.id), ids), "MessageReceived on B")
@@ -314,7 +314,7 @@ final class MessagingTests: XCTestCase {
             return Set(logA.delivered.map(\.id)).isSuperset(of: ids)
         }
         XCTAssertTrue(allDelivered, "delivered \(Set(logA.delivered.map(\.id)).intersection(ids).count) of \(ids.count)")
-        a.client.drain(for: 0.5)
+        dispatchEvents(for: 0.5)
         logA.update()
         logB.update()
 
@@ -384,7 +384,7 @@ final class MessagingTests: XCTestCase {
             return Set(logB.received.map(\.id)).isSuperset(of: ids) && Set(logA.delivered.map(\.id)).isSuperset(of: ids)
         }
         XCTAssertTrue(arrived, "received \(logB.received.count), delivered \(logA.delivered.count) of \(ids.count)")
-        a.client.drain(for: 0.5)
+        dispatchEvents(for: 0.5)
         logA.update()
         logB.update()
 
@@ -415,7 +415,7 @@ final class MessagingTests: XCTestCase {
         // B has messages for A, but A said goodbye: B must not dial A.
         let queued = [try send(b, to: a.id, "queued 1"), try send(b, to: a.id, "queued 2 ⏳")]
         let quietA = a.mark, quietB = b.mark
-        a.client.drain(for: 2.0)
+        dispatchEvents(for: 2.0)
         XCTAssertEqual(b.states(of: a.id, after: quietB), [], "B redialled A after its goodbye")
         XCTAssertEqual(a.states(of: b.id, after: quietA), [], "A's state changed after its own Disconnect")
         XCTAssertTrue(a.client.signals("MessageReceived").isEmpty)
@@ -450,7 +450,7 @@ final class MessagingTests: XCTestCase {
         XCTAssertTrue(eventually(timeout: 10) {
             a.client.signals[markKill...].filter { $0.member == "MessageFailed" }.count >= 3
         })
-        a.client.drain(for: 1.0)
+        dispatchEvents(for: 1.0)
         let failures = a.client.signals[markKill...].filter { $0.member == "MessageFailed" }
         XCTAssertEqual(failures.map { $0.string(1) }, ids)
         XCTAssertEqual(Set(failures.map { $0.string(0) }), [b.id])
@@ -563,7 +563,7 @@ final class MessagingTests: XCTestCase {
         let acks3 = try fakeLink(fake, to: b, texts: messages, expectAck: 4, firstContact: false)
         XCTAssertEqual(acks3.last, 4, "ACKs \(acks3)")
         XCTAssertNotNil(b.waitForState("disconnected", of: fake.id, after: mark), b.log)
-        b.client.drain(for: 0.3)
+        dispatchEvents(for: 0.3)
         logB.update()
         XCTAssertEqual(logB.received.map(\.id), hexIDs, "each message announced once, in order")
         XCTAssertEqual(logB.received.map(\.text), messages.map(\.text))

@@ -44,22 +44,22 @@ final class ReliabilityTests: XCTestCase {
         let cutAt = Date()
         while Date().timeIntervalSince(cutAt) < 10 {
             try send(10)
-            a.client.drain(for: 0.5)
+            dispatchEvents(for: 0.5)
         }
         relay = try Relay(targetPort: b.port, listenPort: relayPort)
         relays.append(relay)
         let healedAt = Date()
         let everything = eventually(timeout: 30) {
-            a.client.drain(for: 0.1)
+            dispatchEvents(for: 0.1)
             return Set(b.client.signals("MessageReceived").map { $0.string(1) }).isSuperset(of: sent)
         }
         XCTAssertTrue(everything, "not every message arrived after the path came back")
         print("link cut 10 s: \(sent.count) messages, all delivered \(String(format: "%.1f", Date().timeIntervalSince(healedAt))) s after it healed")
-        b.client.drain(for: 0.5)
+        dispatchEvents(for: 0.5)
         let received = b.client.signals("MessageReceived").map { $0.string(1) }
         XCTAssertEqual(received, sent, "each message once, in order")
         XCTAssertTrue(eventually(timeout: 10) {
-            a.client.drain(for: 0.1)
+            dispatchEvents(for: 0.1)
             return Set(a.client.signals("MessageDelivered").map { $0.string(1) }).isSuperset(of: sent)
         })
         XCTAssertEqual(a.client.signals("MessageDelivered").count, sent.count, "MessageDelivered once per message")
@@ -118,10 +118,10 @@ final class ReliabilityTests: XCTestCase {
         XCTAssertEqual(errors, [])
         let sent = ids.compactMap { $0 }
         XCTAssertTrue(eventually(timeout: 60) {
-            b.client.drain(for: 0.1)
+            dispatchEvents(for: 0.1)
             return b.client.signals("MessageReceived").count >= count
         }, "\(b.client.signals("MessageReceived").count) of \(count) received")
-        b.client.drain(for: 0.5)
+        dispatchEvents(for: 0.5)
         XCTAssertEqual(b.client.signals("MessageReceived").map { $0.string(1) }, sent, "lost, duplicated or reordered")
         let rssAfter = residentKiB(of: a.daemon.process.pid)
         print("burst: \(count) Sends, RSS of the sender \(rssBefore) KiB before, \(rssAfter) KiB after")

@@ -106,7 +106,7 @@ final class SecurityTests: XCTestCase {
 
         // While the people look, nothing flows: a message A queues does not leave.
         let queued = try XCTUnwrap(try a.client.call("Send", [Variant(relay.address), Variant("not before you confirm")])[0].string)
-        a.client.drain(for: 0.8)
+        dispatchEvents(for: 0.8)
         XCTAssertEqual(a.states(of: relay.address, after: markA), ["connecting"])
         XCTAssertEqual(a.states(of: mitm, after: markA), ["pairing"])
         XCTAssertEqual(b.states(of: impostorOfA, after: markB), ["pairing"])
@@ -117,7 +117,7 @@ final class SecurityTests: XCTestCase {
         XCTAssertNotNil(b.waitForState("disconnected", of: impostorOfA, after: markB))
         XCTAssertEqual(try history(a, of: relay.address).map { [$0.id, $0.status] }, [[queued, "queued"]])
         // A failed first contact is not redialled, though a message waits (each try would ask a person).
-        a.client.drain(for: 0.6)
+        dispatchEvents(for: 0.6)
         XCTAssertEqual(a.states(of: mitm, after: markA), ["pairing", "disconnected"])
         XCTAssertEqual(relay.connections, 1)
 
@@ -146,7 +146,7 @@ final class SecurityTests: XCTestCase {
         XCTAssertNotNil(b.waitForState("disconnected", of: impostorOfAAgain, after: markB))
 
         // Never connected, nothing received, nothing pinned, nothing but decisions crossed the relay.
-        b.client.drain(for: 0.3)
+        dispatchEvents(for: 0.3)
         XCTAssertFalse(a.client.signals("PeerStateChanged").contains { $0.string(1) == "connected" })
         XCTAssertFalse(b.client.signals("PeerStateChanged").contains { $0.string(1) == "connected" })
         XCTAssertEqual(b.client.signals("MessageReceived").count, 0)
@@ -191,7 +191,7 @@ final class SecurityTests: XCTestCase {
         }
         XCTAssertTrue(arrived, "not every message arrived: \(relay.events)")
         print("delivered after \(String(format: "%.2f", Date().timeIntervalSince(sentAt))) s")
-        a.client.drain(for: 0.5)
+        dispatchEvents(for: 0.5)
 
         XCTAssertEqual(relay.applied, 2, "\(relay.events)")
         XCTAssertTrue(b.log.contains("does not authenticate (tampered or forged)); 1 so far"), "B did not count the record")
@@ -228,7 +228,7 @@ final class SecurityTests: XCTestCase {
         XCTAssertTrue(eventually(timeout: 5) { b.log.contains("was replayed or reordered); 1 so far") }, "B did not reject the replayed TEXT")
         XCTAssertTrue(eventually(timeout: 5) { a.log.contains("was replayed or reordered); 1 so far") }, "A did not reject the replayed ACK")
         _ = try sendAndConfirm(a, to: b, toID: relay.address, fromID: a.id, "and the link still works")
-        a.client.drain(for: 0.3)
+        dispatchEvents(for: 0.3)
         XCTAssertEqual(b.client.signals("MessageReceived").filter { $0.string(1) == id }.count, 1)
         XCTAssertEqual(a.client.signals("MessageDelivered").filter { $0.string(1) == id }.count, 1)
         XCTAssertEqual(a.states(of: b.id, after: markA), [])
@@ -342,7 +342,7 @@ final class SecurityTests: XCTestCase {
                 XCTAssertTrue(error.message.contains("identity key other than the pinned one"), error.message)
                 XCTAssertTrue(error.message.contains("RemovePeer"), "the message says what to do: \(error.message)")
             }
-            b.client.drain(for: 0.5)
+            dispatchEvents(for: 0.5)
             XCTAssertEqual(a.states(of: oldID, after: markA), ["connecting", "disconnected"])
             XCTAssertEqual(a.pairingRequests(after: markA).count, 0)
             XCTAssertEqual(b.pairingRequests(after: markB).count, 0, "B was asked though A never finished the key exchange")
@@ -410,7 +410,7 @@ final class SecurityTests: XCTestCase {
         XCTAssertEqual(Array(attempts.map(\.outcome).prefix(3)), [.prompted, .prompted, .prompted])
         XCTAssertTrue(attempts.dropFirst(3).allSatisfy { if case .closed = $0.outcome { $0.code == nil } else { false } },
                       "past 3 a minute the host is turned away before message 3: \(attempts.map(\.outcome))")
-        a.client.drain(for: 0.3)
+        dispatchEvents(for: 0.3)
         let shown = a.pairingRequests(for: impostorID)
         XCTAssertEqual(shown.count, 3, "A asked its person more than 3 times a minute for one host")
         XCTAssertEqual(shown.map { $0.string(2) }, attempts.prefix(3).map { $0.code ?? "" }, "A shows its handshake's code")
@@ -432,7 +432,7 @@ final class SecurityTests: XCTestCase {
         XCTAssertEqual(Array(others.prefix(7)), Array(repeating: .prompted, count: 7), "3 + 3 + 1 prompts")
         XCTAssertTrue(others.dropFirst(7).allSatisfy { if case .closed = $0 { true } else { false } },
                       "then the overall limit of 10 a minute turns hosts away: \(others)")
-        a.client.drain(for: 0.3)
+        dispatchEvents(for: 0.3)
         XCTAssertEqual(a.pairingRequests().count, 10)
 
         print("code search: wanted \(wanted), got \(attempts.map { "\($0.code ?? "-") \($0.outcome)" })")
@@ -458,7 +458,7 @@ final class SecurityTests: XCTestCase {
         XCTAssertEqual(Array(outcomes.prefix(3)), Array(repeating: .abortedAfterCode, count: 3), "\(outcomes)")
         XCTAssertTrue(outcomes.dropFirst(3).allSatisfy { if case .closed = $0 { true } else { false } },
                       "past the limit A must end each key exchange: \(outcomes)")
-        a.client.drain(for: 0.3)
+        dispatchEvents(for: 0.3)
         XCTAssertEqual(a.pairingRequests().count, 0)
         // The next first contact from this host within the minute never reaches A's person.
         let full = CodeSearch.attempt(port: a.port, hello: impostorOfB)

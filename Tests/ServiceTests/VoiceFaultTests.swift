@@ -49,7 +49,7 @@ extension VoiceTests {
         let (rig, _) = try makeRig()
         let (a, b, link) = (rig.a, rig.b, rig.link)
         let intoA = try rig.pwA.inject(Self.speech)
-        pause(1.0)
+        dispatchEvents(for: 1.0)
         let markA = a.mark
         let killed = VoiceRig.monotonicSeconds()
         b.daemon.process.signal(SIGKILL)
@@ -173,7 +173,7 @@ extension VoiceTests {
             talker = try rig.pwA.inject(Self.speech)
             talkerStarted = VoiceRig.monotonicSeconds()
         }
-        pause(2)
+        dispatchEvents(for: 2)
         let rssStart = (a: residentKiB(of: a.daemon.process.pid), b: residentKiB(of: b.daemon.process.pid))
         let began = VoiceRig.monotonicSeconds()
         var samplesTaken: [(at: Double, transfer: VoiceTransfer, windows: [VoiceTransfer])] = []
@@ -182,7 +182,7 @@ extension VoiceTests {
             let due = began + seconds * Double(index + 1) / Double(samples) - 2.5
             while VoiceRig.monotonicSeconds() < due {
                 try keepTalking()
-                pause(min(0.5, max(0.01, due - VoiceRig.monotonicSeconds())))
+                dispatchEvents(for: min(0.5, max(0.01, due - VoiceRig.monotonicSeconds())))
             }
             try keepTalking(secondsLeft: 2.9)  // enough speech left for the window
             let audio = try TemporaryDirectory("peervoice-soak")
@@ -190,7 +190,7 @@ extension VoiceTests {
             let recordA = try TimedRecording(rig.pwA, to: audio.path + "/a.wav")
             let recordB = try TimedRecording(rig.pwB, to: audio.path + "/b.wav")
             let start = VoiceRig.monotonicSeconds()
-            pause(2.5)
+            dispatchEvents(for: 2.5)
             let tapA = try recordA.stop(), tapB = try recordB.stop()
             let mic = TimedTrack(tapA, .mic)
             let (from, to) = try speechSpan(mic, from: start, to: VoiceRig.monotonicSeconds() - 0.3, seconds: 2.0)

@@ -91,9 +91,9 @@ extension VoiceTests {
         }
         let start = VoiceRig.monotonicSeconds()
         let injections = try talkers.map { try $0.0.inject($0.1) }
-        pause(seconds)
+        dispatchEvents(for: seconds)
         injections.forEach { $0.stop() }
-        pause(settle)
+        dispatchEvents(for: settle)
         let end = VoiceRig.monotonicSeconds()
         let speakers = try hearing.map { TimedTrack(try $0.stop(), .speaker) }
         return try saying.enumerated().map { talker, recording in
@@ -186,10 +186,10 @@ extension VoiceTests {
         let recordB = try TimedRecording(rig.pwB, to: rig.directory + "/b.wav")
         let recordC = try TimedRecording(rig.pwC, to: rig.directory + "/c.wav")
         let intoA = try rig.pwA.inject(Self.speech)
-        pause(1.3)
+        dispatchEvents(for: 1.3)
         try a.client.call("Mute", [Variant(true)])
         let muted = VoiceRig.monotonicSeconds()
-        pause(1.0)
+        dispatchEvents(for: 1.0)
         let speakers = [("B", TimedTrack(try recordB.stop(), .speaker)), ("C", TimedTrack(try recordC.stop(), .speaker))]
         intoA.stop()
         for (name, speaker) in speakers {
@@ -223,12 +223,12 @@ extension VoiceTests {
         let recordB2 = try TimedRecording(rig.pwB, to: rig.directory + "/b2.wav")
         let start = VoiceRig.monotonicSeconds()
         let intoA2 = try rig.pwA.inject(Self.speech)
-        pause(0.8)
+        dispatchEvents(for: 0.8)
         rig.c.daemon.process.signal(SIGKILL)
         let killed = VoiceRig.monotonicSeconds()
-        pause(2.4)
+        dispatchEvents(for: 2.4)
         intoA2.stop()
-        pause(0.3)
+        dispatchEvents(for: 0.3)
         let mic = TimedTrack(try recordA.stop(), .mic), speaker = TimedTrack(try recordB2.stop(), .speaker)
         let (from, to) = try speechSpan(mic, from: start, to: VoiceRig.monotonicSeconds(), seconds: 3.0)
         let windows = diagnose("A→B while C dies", mic: mic, speaker: speaker, from: from, to: to)
@@ -268,7 +268,7 @@ extension VoiceTests {
                                        environment: ["DBUS_SESSION_BUS_ADDRESS": a.bus.address],
                                        logPath: rig.directory + "/monitor-levels.log")
         let intoA = try rig.pwA.inject(Self.speech)
-        pause(2.5)
+        dispatchEvents(for: 2.5)
         intoA.stop()
         monitor.signal(SIGINT)
         XCTAssertNotNil(monitor.wait(timeout: 5), "peervoicectl monitor did not end on Ctrl-C")
@@ -286,9 +286,9 @@ extension VoiceTests {
         XCTAssertFalse(other.signals.contains { $0.member == "Levels" }, "another client got Levels")
 
         try meter.call("StopMetering")
-        pause(0.3)
+        dispatchEvents(for: 0.3)
         let afterStop = received.count
-        pause(0.7)
+        dispatchEvents(for: 0.7)
         XCTAssertEqual(received.count, afterStop, "Levels after StopMetering")
         withExtendedLifetime(subscription) {}
 

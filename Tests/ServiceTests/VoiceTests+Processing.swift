@@ -32,7 +32,7 @@ extension VoiceTests {
         // A talks twice in a row: first alone (echo only), then while B talks.
         let aloneFrom = VoiceRig.monotonicSeconds()
         var intoA = try [on, off].map { try $0.pwA.inject(Self.speech) }
-        pause(7.3)
+        dispatchEvents(for: 7.3)
         intoA.forEach { $0.stop() }
         let aloneTo = VoiceRig.monotonicSeconds()
         intoA = try [on, off].map { try $0.pwA.inject(Self.speech) }
@@ -41,7 +41,7 @@ extension VoiceTests {
             try TimedRecording(rig.pwB, to: rig.directory + "/b-said.wav", channel0: "\(injection.node):output_MONO")
         }
         let bothFrom = VoiceRig.monotonicSeconds()
-        pause(5.5)
+        dispatchEvents(for: 5.5)
         (intoA + intoB).forEach { $0.stop() }
         let bothTo = VoiceRig.monotonicSeconds()
         let tapsA = try recordings.map { try $0.stop() }
@@ -98,7 +98,7 @@ extension VoiceTests {
         let saidByB = try zip([on, off], intoB).map { rig, injection in
             try TimedRecording(rig.pwB, to: rig.directory + "/b-said.wav", channel0: "\(injection.node):output_MONO")
         }
-        pause(8.3)
+        dispatchEvents(for: 8.3)
         intoB.forEach { $0.stop() }
         let tapsA = try recordings.map { try $0.stop() }
         let tapsB = try saidByB.map { try $0.stop() }

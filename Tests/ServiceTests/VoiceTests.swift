@@ -96,11 +96,6 @@ final class VoiceTests: XCTestCase {
         print("voice active on both sides after \(ms(VoiceRig.monotonicSeconds() - started)) ms")
     }
 
-    /// Lets signals arrive while `seconds` pass.
-    func pause(_ seconds: Double) {
-        eventually(timeout: seconds) { false }
-    }
-
     func ms(_ seconds: Double) -> String { String(format: "%.1f", seconds * 1000) }
 
     /// The part of `mic` between `from` and `to` that holds speech (first to last window above
@@ -128,9 +123,9 @@ final class VoiceTests: XCTestCase {
         let recordListener = try TimedRecording(listener, to: directory + "/listener.wav")
         let start = VoiceRig.monotonicSeconds()
         let injection = try talker.inject(Self.speech)
-        pause(seconds)
+        dispatchEvents(for: seconds)
         injection.stop()
-        pause(0.3)
+        dispatchEvents(for: 0.3)
         let mic = TimedTrack(try recordTalker.stop(), .mic)
         let speaker = TimedTrack(try recordListener.stop(), .speaker)
         let (from, to) = try speechSpan(mic, from: start, to: VoiceRig.monotonicSeconds(), seconds: spanSeconds)
@@ -217,10 +212,10 @@ final class VoiceTests: XCTestCase {
         let start = VoiceRig.monotonicSeconds()
         let intoA = try rig.pwA.inject(Self.speech)
         let intoB = try rig.pwB.inject(rig.directory + "/backwards.wav")
-        pause(3.2)
+        dispatchEvents(for: 3.2)
         intoA.stop()
         intoB.stop()
-        pause(0.3)
+        dispatchEvents(for: 0.3)
         let tapA = try recordA.stop(), tapB = try recordB.stop()
         let end = VoiceRig.monotonicSeconds()
 
@@ -258,13 +253,13 @@ final class VoiceTests: XCTestCase {
         let recordA = try TimedRecording(rig.pwA, to: rig.directory + "/a.wav")
         let recordB = try TimedRecording(rig.pwB, to: rig.directory + "/b.wav")
         let intoA = try rig.pwA.inject(Self.speech)
-        pause(1.3)
+        dispatchEvents(for: 1.3)
         try rig.a.client.call("Mute", [Variant(true)])
         let muted = VoiceRig.monotonicSeconds()
-        pause(1.2)
+        dispatchEvents(for: 1.2)
         try rig.a.client.call("Mute", [Variant(false)])
         let unmuted = VoiceRig.monotonicSeconds()
-        pause(2.0)
+        dispatchEvents(for: 2.0)
         intoA.stop()
         let tapA = try recordA.stop(), tapB = try recordB.stop()
         let mic = TimedTrack(tapA, .mic), speaker = TimedTrack(tapB, .speaker)
@@ -297,14 +292,14 @@ final class VoiceTests: XCTestCase {
         let recordA = try TimedRecording(rig.pwA, to: rig.directory + "/a.wav")
         let recordB = try TimedRecording(rig.pwB, to: rig.directory + "/b.wav")
         let intoA = try rig.pwA.inject(Self.speech)
-        pause(1.2)
+        dispatchEvents(for: 1.2)
         var markA = a.mark, markB = b.mark
         try a.client.call("StopVoice", [Variant(link.bOnA)])
         let stopped = VoiceRig.monotonicSeconds()
         XCTAssertNotNil(a.waitForVoiceState("stopped", of: link.bOnA, after: markA, timeout: 5), "A: no 'stopped'")
         XCTAssertNotNil(b.waitForVoiceState("stopped", of: link.aOnB, after: markB, timeout: 5), "B: no 'stopped'")
         print("StopVoice: 'stopped' on both after \(ms(VoiceRig.monotonicSeconds() - stopped)) ms")
-        pause(max(0, stopped + 1.0 - VoiceRig.monotonicSeconds()))
+        dispatchEvents(for: max(0, stopped + 1.0 - VoiceRig.monotonicSeconds()))
 
         markA = a.mark
         markB = b.mark
@@ -312,7 +307,7 @@ final class VoiceTests: XCTestCase {
         let restarted = VoiceRig.monotonicSeconds()
         try waitActive(a, b, link, markA: markA, markB: markB)
         let active = VoiceRig.monotonicSeconds()
-        pause(2.2)
+        dispatchEvents(for: 2.2)
         intoA.stop()
         let tapA = try recordA.stop(), tapB = try recordB.stop()
         let mic = TimedTrack(tapA, .mic), speaker = TimedTrack(tapB, .speaker)
@@ -423,7 +418,7 @@ final class VoiceTests: XCTestCase {
             XCTAssertTrue(error.message.contains("PipeWire"), "message: \(error.message)")
             print("StartVoice without PipeWire: \(error.name): \(error.message)")
         }
-        pause(0.5)
+        dispatchEvents(for: 0.5)
         XCTAssertFalse(a.voiceStates(of: link.bOnA, after: markA).contains("active"))
         XCTAssertFalse(b.voiceStates(of: link.aOnB, after: markB).contains("active"))
 
@@ -457,19 +452,19 @@ final class VoiceTests: XCTestCase {
         let (a, b, link) = (rig.a, rig.b, rig.link)
         let relay = try XCTUnwrap(relayOrNil)
         let intoA = try rig.pwA.inject(Self.speech)
-        pause(1.0)
+        dispatchEvents(for: 1.0)
         var markA = a.mark, markB = b.mark
         try a.client.call("StopVoice", [Variant(link.bOnA)])
         XCTAssertNotNil(a.waitForVoiceState("stopped", of: link.bOnA, after: markA, timeout: 5))
         XCTAssertNotNil(b.waitForVoiceState("stopped", of: link.aOnB, after: markB, timeout: 5))
-        pause(0.3)
+        dispatchEvents(for: 0.3)
         let first = relay.stopCapture()
         relay.startCapture()
         markA = a.mark
         markB = b.mark
         try a.client.call("StartVoice", [Variant(link.bOnA)])
         try waitActive(a, b, link, markA: markA, markB: markB)
-        pause(1.5)
+        dispatchEvents(for: 1.5)
         let second = relay.stopCapture()
 
         func parse(_ datagrams: [[UInt8]]) -> [UInt64: [UInt8]] {

@@ -54,11 +54,6 @@ public final class APIClient {
         waitForSignalIndex(member, after: start, timeout: timeout, matching: matching).map { signals[$0] }
     }
 
-    /// Lets signals already on their way arrive, for `seconds`.
-    public func drain(for seconds: Double) {
-        eventually(timeout: seconds) { false }
-    }
-
     public func signals(_ member: String) -> [BusSignal] { signals.filter { $0.member == member } }
 
     public func clearSignals() { signals.removeAll() }

@@ -34,3 +34,8 @@ public func eventually(timeout: Double, _ condition: () -> Bool) -> Bool {
     }
     return true
 }
+
+/// Lets signals and replies already on their way arrive while `seconds` pass.
+public func dispatchEvents(for seconds: Double) {
+    eventually(timeout: seconds) { false }
+}

@@ -49,3 +49,31 @@ public final class PrivateBus {
         if process.wait(timeout: 5) == nil { process.kill() }
     }
 }
+
+/// A session bus for peervoiced and a client on it, and a system bus of their own (where a
+/// stand-in BlueZ, or nobody, serves org.bluez): what the Bluetooth tests start from.
+public final class SessionAndSystemBus {
+    public let directory: TemporaryDirectory
+    public let bus: PrivateBus
+    public let client: APIClient
+    public let systemDirectory: TemporaryDirectory
+    public let systemBus: PrivateBus
+
+    public init() throws {
+        directory = try TemporaryDirectory()
+        bus = try PrivateBus(in: directory)
+        client = try APIClient(address: bus.address)
+        systemDirectory = try TemporaryDirectory("peervoice-system-bus")
+        systemBus = try PrivateBus(in: systemDirectory)
+    }
+
+    /// What a peervoiced needs to use this system bus.
+    public var environment: [String: String] { ["DBUS_SYSTEM_BUS_ADDRESS": systemBus.address] }
+
+    public func stop() {
+        systemBus.stop()
+        bus.stop()
+        systemDirectory.remove()
+        directory.remove()
+    }
+}
