@@ -62,9 +62,13 @@ let package = Package(
         // bench/playout's offline playout simulation (make bench-playout): not shipped.
         .executableTarget(name: "playout-bench", dependencies: ["PeerVoiceCore", "Opus"], path: "bench/playout/driver"),
 
-        .target(name: "TestHarness", dependencies: ["GIO", "PeerVoiceBus", "PeerVoiceCore", "Sodium"], path: "Tests/TestHarness"),
-        .testTarget(name: "PeerVoiceCoreTests", dependencies: ["PeerVoiceCore"]),
-        .testTarget(name: "SodiumTests", dependencies: ["Sodium", "PeerVoiceCore"]),
+        // Seeded randomness for tests and benchmarks; assertions and handshake runs for the core's tests.
+        .target(name: "SeededRandom", path: "Tests/SeededRandom"),
+        .target(name: "CoreTestSupport", dependencies: ["PeerVoiceCore"], path: "Tests/CoreTestSupport"),
+        .target(name: "TestHarness", dependencies: ["GIO", "PeerVoiceBus", "PeerVoiceCore", "Sodium", "SeededRandom"],
+                path: "Tests/TestHarness"),
+        .testTarget(name: "PeerVoiceCoreTests", dependencies: ["PeerVoiceCore", "SeededRandom", "CoreTestSupport"]),
+        .testTarget(name: "SodiumTests", dependencies: ["Sodium", "PeerVoiceCore", "CoreTestSupport"]),
         .testTarget(name: "OpusTests", dependencies: ["Opus", "PeerVoiceCore"]),
         .testTarget(name: "AudioProcessingTests", dependencies: ["AudioProcessing", "PeerVoiceCore"]),
         .testTarget(name: "PipeWireTests", dependencies: ["PipeWire", "PeerVoiceCore", "TestHarness"]),

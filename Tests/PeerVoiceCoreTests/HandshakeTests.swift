@@ -1,5 +1,7 @@
 import Foundation
+import CoreTestSupport
 import PeerVoiceCore
+import SeededRandom
 import XCTest
 
 /// The handshake state machine (ordering, sizes, timing of what it reveals) with a deterministic
@@ -13,35 +15,6 @@ final class HandshakeTests: XCTestCase {
         let initiator = try Handshake(role: .initiator, identity: .generate(using: crypto), payload: initiatorPayload, crypto: crypto)
         let responder = try Handshake(role: .responder, identity: .generate(using: crypto), payload: responderPayload, crypto: crypto)
         return (initiator, responder)
-    }
-
-    /// Passes messages until both are complete; returns the messages in order.
-    @discardableResult
-    private func run(_ initiator: Handshake, _ responder: Handshake) throws -> [[UInt8]] {
-        var messages: [[UInt8]] = []
-        while !(initiator.isComplete && responder.isComplete) {
-            if case .send = initiator.nextAction {
-                messages.append(try initiator.writeMessage())
-                try responder.readMessage(messages.last!)
-            } else if case .send = responder.nextAction {
-                messages.append(try responder.writeMessage())
-                try initiator.readMessage(messages.last!)
-            } else {
-                XCTFail("nobody can send: \(initiator.nextAction) / \(responder.nextAction)")
-                break
-            }
-        }
-        return messages
-    }
-
-    private func assertThrows(_ expected: HandshakeError, file: StaticString = #filePath, line: UInt = #line,
-                              _ body: () throws -> Void) {
-        do {
-            try body()
-            XCTFail("expected \(expected)", file: file, line: line)
-        } catch {
-            XCTAssertEqual(error as? HandshakeError, expected, file: file, line: line)
-        }
     }
 
     // MARK: - Ordering
@@ -70,7 +43,7 @@ final class HandshakeTests: XCTestCase {
     func testMessageSizes() throws {
         let (initiator, responder) = try makePair(initiatorPayload: [UInt8](repeating: 1, count: 27),
                                                   responderPayload: [UInt8](repeating: 2, count: 283))
-        let sizes = try run(initiator, responder).map(\.count)
+        let sizes = try exchange(initiator, responder).map(\.count)
         XCTAssertEqual(sizes, [33, 33, 33, 65 + 283, 65 + 27])
         XCTAssertEqual(Handshake.identityMessageOverhead, 65)
         XCTAssertEqual(Handshake.maxPayloadBytes, 959)
@@ -78,10 +51,10 @@ final class HandshakeTests: XCTestCase {
 
     func testWritingOutOfTurnFailsForGood() throws {
         let (initiator, responder) = try makePair()
-        assertThrows(.outOfTurn(attempted: "writeMessage()", next: .commitment)) { _ = try responder.writeMessage() }
+        assertThrows(HandshakeError.outOfTurn(attempted: "writeMessage()", next: .commitment)) { _ = try responder.writeMessage() }
         // The error is final.
         XCTAssertEqual(responder.nextAction, .failed(.outOfTurn(attempted: "writeMessage()", next: .commitment)))
-        assertThrows(.outOfTurn(attempted: "writeMessage()", next: .commitment)) {
+        assertThrows(HandshakeError.outOfTurn(attempted: "writeMessage()", next: .commitment)) {
             try responder.readMessage(try initiator.writeMessage())
         }
     }
@@ -91,7 +64,7 @@ final class HandshakeTests: XCTestCase {
         try responder.readMessage(try initiator.writeMessage())
         // The responder must answer msg1 before reading anything else: a second message from the
         // initiator (it did not wait) is a protocol error.
-        assertThrows(.outOfTurn(attempted: "readMessage(_:)", next: .responderEphemeral)) {
+        assertThrows(HandshakeError.outOfTurn(attempted: "readMessage(_:)", next: .responderEphemeral)) {
             try responder.readMessage([0x23] + [UInt8](repeating: 7, count: 32))
         }
     }
@@ -100,10 +73,10 @@ final class HandshakeTests: XCTestCase {
         let (initiator, responder) = try makePair()
         _ = try initiator.writeMessage()
         // The initiator awaits msg2; a msg4-typed message (skipping msg2/msg3) is refused.
-        assertThrows(.unexpectedMessage(type: 0x24, expected: .responderEphemeral)) {
+        assertThrows(HandshakeError.unexpectedMessage(type: 0x24, expected: .responderEphemeral)) {
             try initiator.readMessage([0x24] + [UInt8](repeating: 0, count: 80))
         }
-        assertThrows(.unexpectedMessage(type: 0x04, expected: .commitment)) {
+        assertThrows(HandshakeError.unexpectedMessage(type: 0x04, expected: .commitment)) {
             try responder.readMessage(Frame.keepalive.encodedBody() + [UInt8](repeating: 0, count: 32))
         }
         XCTAssertTrue(HandshakeError.unexpectedMessage(type: 0x01, expected: .commitment).description
@@ -112,9 +85,9 @@ final class HandshakeTests: XCTestCase {
 
     func testMessageAfterCompletionIsRejected() throws {
         let (initiator, responder) = try makePair()
-        let messages = try run(initiator, responder)
-        assertThrows(.unexpectedMessage(type: 0x25, expected: nil)) { try responder.readMessage(messages[4]) }
-        assertThrows(.outOfTurn(attempted: "writeMessage()", next: nil)) { _ = try initiator.writeMessage() }
+        let messages = try exchange(initiator, responder)
+        assertThrows(HandshakeError.unexpectedMessage(type: 0x25, expected: nil)) { try responder.readMessage(messages[4]) }
+        assertThrows(HandshakeError.outOfTurn(attempted: "writeMessage()", next: nil)) { _ = try initiator.writeMessage() }
     }
 
     // MARK: - Sizes
@@ -129,13 +102,13 @@ final class HandshakeTests: XCTestCase {
 
         // Checked before anything else, even the type.
         let responder = try Handshake(role: .responder, identity: identity, payload: [], crypto: crypto)
-        assertThrows(.messageTooLarge(bytes: 1025)) { try responder.readMessage([UInt8](repeating: 0x21, count: 1025)) }
+        assertThrows(HandshakeError.messageTooLarge(bytes: 1025)) { try responder.readMessage([UInt8](repeating: 0x21, count: 1025)) }
         let another = try Handshake(role: .responder, identity: identity, payload: [], crypto: crypto)
-        assertThrows(.emptyMessage) { try another.readMessage([]) }
+        assertThrows(HandshakeError.emptyMessage) { try another.readMessage([]) }
 
         for count in [1, 32, 34, 100] {
             let fresh = try Handshake(role: .responder, identity: identity, payload: [], crypto: crypto)
-            assertThrows(.wrongMessageSize(.commitment, bytes: count)) {
+            assertThrows(HandshakeError.wrongMessageSize(.commitment, bytes: count)) {
                 try fresh.readMessage([0x21] + [UInt8](repeating: 9, count: count - 1))
             }
         }
@@ -147,7 +120,7 @@ final class HandshakeTests: XCTestCase {
         try initiator.readMessage(try responder.writeMessage())
         try responder.readMessage(try initiator.writeMessage())
         let message4 = try responder.writeMessage()
-        assertThrows(.wrongMessageSize(.responderIdentity, bytes: 64)) { try initiator.readMessage(message4.prefix(64)) }
+        assertThrows(HandshakeError.wrongMessageSize(.responderIdentity, bytes: 64)) { try initiator.readMessage(message4.prefix(64)) }
         XCTAssertEqual(HandshakeError.wrongMessageSize(.responderIdentity, bytes: 64).description,
                        "handshake message 4 (responder's identity and payload) has 64 bytes (must have 65-1024)")
     }
@@ -155,7 +128,7 @@ final class HandshakeTests: XCTestCase {
     func testLargestPayloadFillsTheLargestMessage() throws {
         let big = [UInt8](repeating: 0xAB, count: Handshake.maxPayloadBytes)
         let (initiator, responder) = try makePair(initiatorPayload: big, responderPayload: big)
-        let messages = try run(initiator, responder)
+        let messages = try exchange(initiator, responder)
         XCTAssertEqual(messages[3].count, Handshake.maxMessageBytes)
         XCTAssertEqual(messages[4].count, Handshake.maxMessageBytes)
         XCTAssertEqual(responder.result?.remotePayload, big)
@@ -163,7 +136,7 @@ final class HandshakeTests: XCTestCase {
 
     func testEmptyPayloads() throws {
         let (initiator, responder) = try makePair(initiatorPayload: [], responderPayload: [])
-        let messages = try run(initiator, responder)
+        let messages = try exchange(initiator, responder)
         XCTAssertEqual(messages[3].count, 65)
         XCTAssertEqual(initiator.result?.remotePayload, [])
         XCTAssertEqual(responder.result?.remotePayload, [])
@@ -226,12 +199,12 @@ final class HandshakeTests: XCTestCase {
         message1[5] ^= 0x01
         try responder.readMessage(message1)
         try initiator.readMessage(try responder.writeMessage())
-        assertThrows(.commitmentMismatch) { try responder.readMessage(try initiator.writeMessage()) }
+        assertThrows(HandshakeError.commitmentMismatch) { try responder.readMessage(try initiator.writeMessage()) }
     }
 
     func testResultChannelsTalkToEachOther() throws {
         let (initiator, responder) = try makePair()
-        try run(initiator, responder)
+        try exchange(initiator, responder)
         var sealer = try XCTUnwrap(initiator.result).makeLinkSealer()
         var opener = try XCTUnwrap(responder.result).makeLinkOpener()
         XCTAssertEqual(try opener.open(try sealer.seal([1, 2, 3])), [1, 2, 3])

@@ -1,5 +1,6 @@
 import Foundation
 import PeerVoiceCore
+import SeededRandom
 import XCTest
 
 /// Synthetic traces through ``JitterBuffer``: packets sent every 20 ms, each arriving after a
@@ -78,21 +79,6 @@ final class JitterBufferTests: XCTestCase {
     static func isConceal(_ o: JitterBuffer.Output) -> Bool { if case .conceal = o { return true } else { return false } }
     static func isSilence(_ o: JitterBuffer.Output) -> Bool { if case .silence = o { return true } else { return false } }
 
-    /// Deterministic Gaussian noise.
-    struct Noise {
-        var state: UInt64
-        mutating func uniform() -> Double {
-            state &+= 0x9E37_79B9_7F4A_7C15
-            var z = state
-            z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-            z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-            return Double((z ^ (z >> 31)) >> 11) / Double(1 << 53)
-        }
-        mutating func gaussian() -> Double {
-            (-2 * Foundation.log(max(uniform(), 1e-12))).squareRoot() * cos(2 * Double.pi * uniform())
-        }
-    }
-
     // MARK: - Timing
 
     func testSilenceBeforeAnyPacket() {
@@ -130,7 +116,7 @@ final class JitterBufferTests: XCTestCase {
 
     func testJitterGrowsTargetToCoverIt() {
         var jb = JitterBuffer()
-        var noise = Noise(state: 42)
+        var noise = SplitMix64(seed: 42)
         let delays = (0..<3000).map { _ in min(100, max(5, 30 + 10 * noise.gaussian())) }
         let packets = Self.trace(count: 3000) { delays[$0] }
         let log = Self.run(packets, buffer: &jb, end: Self.ms(61_000))
@@ -149,7 +135,7 @@ final class JitterBufferTests: XCTestCase {
 
     func testShrinksAgainAfterJitterCalms() {
         var jb = JitterBuffer()
-        var noise = Noise(state: 7)
+        var noise = SplitMix64(seed: 7)
         // 8 s of heavy jitter (20–100 ms), then 40 s of a steady 20 ms.
         let packets = Self.trace(count: 2400) { i in i < 400 ? 20 + 80 * noise.uniform() : 20 }
         let log = Self.run(packets, buffer: &jb, end: Self.ms(48_200))
@@ -169,7 +155,7 @@ final class JitterBufferTests: XCTestCase {
 
     func testRandomLossIsRecoveredWithFECWhenTheNextPacketIsHere() {
         var jb = JitterBuffer(configuration: .init(planForFEC: true))
-        var noise = Noise(state: 99)
+        var noise = SplitMix64(seed: 99)
         let lost = Set((0..<2000).filter { $0 > 5 && $0 < 1995 && noise.uniform() < 0.10 })
         let packets = Self.trace(count: 2000) { lost.contains($0) ? nil : 20 }
         let log = Self.run(packets, buffer: &jb, end: Self.ms(40_100))
@@ -452,7 +438,7 @@ final class JitterBufferTests: XCTestCase {
 
     func testConcealmentComesInStepsOfAtMostAFrame() {
         var jb = JitterBuffer()
-        var noise = Noise(state: 5)
+        var noise = SplitMix64(seed: 5)
         let packets = Self.trace(count: 1500) { _ in noise.uniform() < 0.05 ? nil : 10 + 60 * noise.uniform() }
         let log = Self.run(packets, buffer: &jb, end: Self.ms(30_500))
         for p in log {

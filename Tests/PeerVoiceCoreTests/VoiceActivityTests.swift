@@ -1,5 +1,6 @@
 import Foundation
 import PeerVoiceCore
+import SeededRandom
 import XCTest
 
 final class VoiceActivityTests: XCTestCase {

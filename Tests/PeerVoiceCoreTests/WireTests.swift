@@ -1,5 +1,7 @@
 import Foundation
+import CoreTestSupport
 import PeerVoiceCore
+import SeededRandom
 import XCTest
 
 final class WireTests: XCTestCase {
@@ -17,14 +19,14 @@ final class WireTests: XCTestCase {
         XCTAssertNoThrow(try Preamble.check([0x50, 0x56, 0x4C, 0x4B, 0x00, 0x06, 0xAB, 0xCD]))
         // Version 5 lacks the call's frames, 4 PRESENCE, 2 VOICE_REPORT: each would close the
         // link on one, so they are refused up front.
-        assertThrows(.unsupportedVersion(5)) { try Preamble.check([0x50, 0x56, 0x4C, 0x4B, 0x00, 0x05, 0x00, 0x00]) }
-        assertThrows(.unsupportedVersion(4)) { try Preamble.check([0x50, 0x56, 0x4C, 0x4B, 0x00, 0x04, 0x00, 0x00]) }
-        assertThrows(.unsupportedVersion(2)) { try Preamble.check([0x50, 0x56, 0x4C, 0x4B, 0x00, 0x02, 0x00, 0x00]) }
-        assertThrows(.notPeerVoice) { try Preamble.check(Array("GET / HT".utf8)) }
-        assertThrows(.notPeerVoice) { try Preamble.check(Array(Preamble.bytes.prefix(7))) }
-        assertThrows(.notPeerVoice) { try Preamble.check(Preamble.bytes + [0]) }
-        assertThrows(.unsupportedVersion(1)) { try Preamble.check([0x50, 0x56, 0x4C, 0x4B, 0x00, 0x01, 0x00, 0x00]) }
-        assertThrows(.unsupportedVersion(0)) { try Preamble.check([0x50, 0x56, 0x4C, 0x4B, 0x00, 0x00, 0x00, 0x00]) }
+        assertThrows(WireError.unsupportedVersion(5)) { try Preamble.check([0x50, 0x56, 0x4C, 0x4B, 0x00, 0x05, 0x00, 0x00]) }
+        assertThrows(WireError.unsupportedVersion(4)) { try Preamble.check([0x50, 0x56, 0x4C, 0x4B, 0x00, 0x04, 0x00, 0x00]) }
+        assertThrows(WireError.unsupportedVersion(2)) { try Preamble.check([0x50, 0x56, 0x4C, 0x4B, 0x00, 0x02, 0x00, 0x00]) }
+        assertThrows(WireError.notPeerVoice) { try Preamble.check(Array("GET / HT".utf8)) }
+        assertThrows(WireError.notPeerVoice) { try Preamble.check(Array(Preamble.bytes.prefix(7))) }
+        assertThrows(WireError.notPeerVoice) { try Preamble.check(Preamble.bytes + [0]) }
+        assertThrows(WireError.unsupportedVersion(1)) { try Preamble.check([0x50, 0x56, 0x4C, 0x4B, 0x00, 0x01, 0x00, 0x00]) }
+        assertThrows(WireError.unsupportedVersion(0)) { try Preamble.check([0x50, 0x56, 0x4C, 0x4B, 0x00, 0x00, 0x00, 0x00]) }
     }
 
     func testDecoderRejectsWrongMagicAtFirstWrongByte() {
@@ -32,23 +34,23 @@ final class WireTests: XCTestCase {
         decoder.append([0x50, 0x56])  // "PV": so far so good
         XCTAssertNil(try decoder.next())
         decoder.append([0x58])  // "PVX"
-        assertThrows(.notPeerVoice) { try decoder.next() }
+        assertThrows(WireError.notPeerVoice) { try decoder.next() }
     }
 
     func testDecoderRejectsHTTP() {
         var decoder = FrameDecoder()
         decoder.append(Array("GET / HTTP/1.1\r\n".utf8))
-        assertThrows(.notPeerVoice) { try decoder.next() }
+        assertThrows(WireError.notPeerVoice) { try decoder.next() }
     }
 
     func testDecoderRejectsWrongVersionBeforeReservedBytes() {
         var decoder = FrameDecoder()
         decoder.append([0x50, 0x56, 0x4C, 0x4B, 0x00, 0x01])
-        assertThrows(.unsupportedVersion(1)) { try decoder.next() }
+        assertThrows(WireError.unsupportedVersion(1)) { try decoder.next() }
 
         var other = FrameDecoder()
         other.append([0x50, 0x56, 0x4C, 0x4B, 0xFF, 0xFF, 0, 0])
-        assertThrows(.unsupportedVersion(65535)) { try other.next() }
+        assertThrows(WireError.unsupportedVersion(65535)) { try other.next() }
     }
 
     func testDecoderWaitsForWholePreamble() throws {
@@ -271,21 +273,21 @@ final class WireTests: XCTestCase {
     func testZeroLength() {
         var decoder = FrameDecoder()
         decoder.append(Preamble.bytes + [0, 0, 0, 0])
-        assertThrows(.emptyFrame) { try decoder.next() }
+        assertThrows(WireError.emptyFrame) { try decoder.next() }
     }
 
     func testLengthOverLimitIsRejectedBeforeTheBody() throws {
         var decoder = FrameDecoder()
         decoder.append(Preamble.bytes + [0x00, 0x0F, 0x42, 0x40])  // 1_000_000, no body at all
-        assertThrows(.frameTooLarge(bodyBytes: 1_000_000)) { try decoder.next() }
+        assertThrows(WireError.frameTooLarge(bodyBytes: 1_000_000)) { try decoder.next() }
 
         var justOver = FrameDecoder(expectingPreamble: false)
         justOver.append([0x00, 0x01, 0x11, 0x71])  // 70_001
-        assertThrows(.frameTooLarge(bodyBytes: 70_001)) { try justOver.next() }
+        assertThrows(WireError.frameTooLarge(bodyBytes: 70_001)) { try justOver.next() }
 
         var largest = FrameDecoder(expectingPreamble: false)
         largest.append([0xFF, 0xFF, 0xFF, 0xFF])
-        assertThrows(.frameTooLarge(bodyBytes: UInt32.max)) { try largest.next() }
+        assertThrows(WireError.frameTooLarge(bodyBytes: UInt32.max)) { try largest.next() }
 
         // Exactly at the limit is fine: the decoder waits for the body.
         var atLimit = FrameDecoder(expectingPreamble: false)
@@ -296,15 +298,15 @@ final class WireTests: XCTestCase {
     func testDecoderStaysFailed() {
         var decoder = FrameDecoder()
         decoder.append(Preamble.bytes + [0, 0, 0, 0])
-        assertThrows(.emptyFrame) { try decoder.next() }
+        assertThrows(WireError.emptyFrame) { try decoder.next() }
         decoder.append(Frame.keepalive.encoded())
-        assertThrows(.emptyFrame) { try decoder.next() }
-        assertThrows(.emptyFrame) { try decoder.nextBody() }
+        assertThrows(WireError.emptyFrame) { try decoder.next() }
+        assertThrows(WireError.emptyFrame) { try decoder.nextBody() }
 
         var badBody = FrameDecoder(expectingPreamble: false)
         badBody.append([0, 0, 0, 1, 0x99] + Frame.keepalive.encoded())
-        assertThrows(.unknownFrameType(0x99)) { try badBody.next() }
-        assertThrows(.unknownFrameType(0x99)) { try badBody.next() }
+        assertThrows(WireError.unknownFrameType(0x99)) { try badBody.next() }
+        assertThrows(WireError.unknownFrameType(0x99)) { try badBody.next() }
     }
 
     // MARK: - Malformed bodies
@@ -356,7 +358,7 @@ final class WireTests: XCTestCase {
         // Through the stream decoder as well.
         var decoder = FrameDecoder(expectingPreamble: false)
         decoder.append(Wire.lengthPrefixed(textBody(seq: 1, text: Array(repeating: 0x61, count: 65_537))))
-        assertThrows(.textTooLong(bytes: 65_537)) { try decoder.next() }
+        assertThrows(WireError.textTooLong(bytes: 65_537)) { try decoder.next() }
     }
 
     func testBadUTF8Text() {
@@ -410,15 +412,15 @@ final class WireTests: XCTestCase {
     func testDatagrams() throws {
         let voice = Frame.voice(try VoiceFrame(seq: 3, timestamp: 480, payload: [1, 2, 3]))
         XCTAssertEqual(try Frame(datagram: voice.encoded()), voice)
-        assertThrows(.datagramTooShort(bytes: 3)) { try Frame(datagram: [0, 0, 0]) }
-        assertThrows(.datagramLengthMismatch(declaredBodyBytes: 16, actualBodyBytes: 15)) {
+        assertThrows(WireError.datagramTooShort(bytes: 3)) { try Frame(datagram: [0, 0, 0]) }
+        assertThrows(WireError.datagramLengthMismatch(declaredBodyBytes: 16, actualBodyBytes: 15)) {
             try Frame(datagram: Array(voice.encoded().dropLast()))
         }
-        assertThrows(.datagramLengthMismatch(declaredBodyBytes: 16, actualBodyBytes: 17)) {
+        assertThrows(WireError.datagramLengthMismatch(declaredBodyBytes: 16, actualBodyBytes: 17)) {
             try Frame(datagram: voice.encoded() + [0])
         }
-        assertThrows(.emptyFrame) { try Frame(datagram: [0, 0, 0, 0]) }
-        assertThrows(.frameTooLarge(bodyBytes: 70_001)) { try Frame(datagram: [0x00, 0x01, 0x11, 0x71, 0x10]) }
+        assertThrows(WireError.emptyFrame) { try Frame(datagram: [0, 0, 0, 0]) }
+        assertThrows(WireError.frameTooLarge(bodyBytes: 70_001)) { try Frame(datagram: [0x00, 0x01, 0x11, 0x71, 0x10]) }
     }
 
     // MARK: - Identifiers
@@ -729,17 +731,6 @@ final class WireTests: XCTestCase {
         var decoder = FrameDecoder()
         decoder.append(Preamble.bytes + Wire.lengthPrefixed(body))
         assertThrows(expected, line: line) { try decoder.next() }
-    }
-
-    private func assertThrows<T>(_ expected: WireError, line: UInt = #line, _ body: () throws -> T) {
-        do {
-            let value = try body()
-            XCTFail("expected \(expected), got \(value)", line: line)
-        } catch let error as WireError {
-            XCTAssertEqual(error, expected, line: line)
-        } catch {
-            XCTFail("expected \(expected), got \(error)", line: line)
-        }
     }
 }
 

@@ -1,3 +1,4 @@
+import CoreTestSupport
 import PeerVoiceCore
 import Sodium
 import XCTest
@@ -12,37 +13,13 @@ final class HandshakeSodiumTests: XCTestCase {
         try Handshake(role: role, identity: identity, payload: Array(payload.utf8), crypto: crypto)
     }
 
-    /// Passes messages between two sides until both are complete; returns the messages.
-    @discardableResult
-    private func run(_ initiator: Handshake, _ responder: Handshake) throws -> [[UInt8]] {
-        var messages: [[UInt8]] = []
-        for _ in 0..<5 {
-            let (from, to) = initiator.nextAction == .send(HandshakeMessage.allCases[messages.count])
-                ? (initiator, responder) : (responder, initiator)
-            messages.append(try from.writeMessage())
-            try to.readMessage(messages.last!)
-        }
-        XCTAssertTrue(initiator.isComplete && responder.isComplete)
-        return messages
-    }
-
-    private func assertThrows(_ expected: HandshakeError, file: StaticString = #filePath, line: UInt = #line,
-                              _ body: () throws -> Void) {
-        do {
-            try body()
-            XCTFail("expected \(expected)", file: file, line: line)
-        } catch {
-            XCTAssertEqual(error as? HandshakeError, expected, file: file, line: line)
-        }
-    }
-
     // MARK: - Honest runs
 
     func testHandshakeAgreesOnEverything() throws {
         let alice = StaticIdentity.generate(using: crypto), bob = StaticIdentity.generate(using: crypto)
         let initiator = try handshake(.initiator, alice, "hello from alice")
         let responder = try handshake(.responder, bob, "hello from bob")
-        let messages = try run(initiator, responder)
+        let messages = try exchange(initiator, responder)
         XCTAssertEqual(messages.map(\.count), [33, 33, 33, 65 + 14, 65 + 16])
         XCTAssertEqual(messages.map { $0[0] }, [0x21, 0x22, 0x23, 0x24, 0x25])
 
@@ -84,7 +61,7 @@ final class HandshakeSodiumTests: XCTestCase {
         var sendKeys = Set<[UInt8]>(), hashes = Set<[UInt8]>()
         for _ in 0..<20 {
             let initiator = try handshake(.initiator, alice, "a"), responder = try handshake(.responder, bob, "b")
-            try run(initiator, responder)
+            try exchange(initiator, responder)
             sendKeys.insert(initiator.result!.sendKey)
             sendKeys.insert(initiator.result!.receiveKey)
             hashes.insert(initiator.result!.handshakeHash)
@@ -97,7 +74,7 @@ final class HandshakeSodiumTests: XCTestCase {
         // Recompute h3 and the code from messages 1-3 as docs/SECURITY.md describes them.
         let initiator = try handshake(.initiator, .generate(using: crypto), "x")
         let responder = try handshake(.responder, .generate(using: crypto), "y")
-        let messages = try run(initiator, responder)
+        let messages = try exchange(initiator, responder)
         var h = crypto.hash(Array(Handshake.protocolName.utf8), key: nil)
         for message in messages.prefix(3) {
             h = crypto.hash(h + [message[0]], key: nil)
@@ -160,7 +137,7 @@ final class HandshakeSodiumTests: XCTestCase {
         XCTAssertEqual(bobsEphemeral.count, 32)
         // She now searches for an ephemeral key giving a code of her choice...
         let searched = crypto.x25519KeyPair()
-        assertThrows(.commitmentMismatch) { try bobSide.readMessage([0x23] + searched.publicKey) }
+        assertThrows(HandshakeError.commitmentMismatch) { try bobSide.readMessage([0x23] + searched.publicKey) }
         XCTAssertEqual(bobSide.nextAction, .failed(.commitmentMismatch))
 
         // The committed key is accepted (new attempt; Bob's side is now closed for good).
@@ -198,7 +175,7 @@ final class HandshakeSodiumTests: XCTestCase {
 
         // Alice dials Bob, whose key she pinned: it works with Bob...
         let good = try Handshake(role: .initiator, identity: alice, payload: [1], expectedRemoteStaticKey: bob.publicKey, crypto: crypto)
-        try run(good, try handshake(.responder, bob, "b"))
+        try exchange(good, try handshake(.responder, bob, "b"))
         XCTAssertEqual(good.result?.remoteStaticKey, bob.publicKey)
 
         // ...and an impostor is refused after msg4: Alice never sends msg5 (her identity).
@@ -207,7 +184,7 @@ final class HandshakeSodiumTests: XCTestCase {
         try impostor.readMessage(try dialling.writeMessage())
         try dialling.readMessage(try impostor.writeMessage())
         try impostor.readMessage(try dialling.writeMessage())
-        assertThrows(.unexpectedRemoteKey) { try dialling.readMessage(try impostor.writeMessage()) }
+        assertThrows(HandshakeError.unexpectedRemoteKey) { try dialling.readMessage(try impostor.writeMessage()) }
         XCTAssertEqual(dialling.nextAction, .failed(.unexpectedRemoteKey))
         XCTAssertThrowsError(try dialling.writeMessage())
 
@@ -218,7 +195,7 @@ final class HandshakeSodiumTests: XCTestCase {
         try caller.readMessage(try answering.writeMessage())
         try answering.readMessage(try caller.writeMessage())
         try caller.readMessage(try answering.writeMessage())
-        assertThrows(.unexpectedRemoteKey) { try answering.readMessage(try caller.writeMessage()) }
+        assertThrows(HandshakeError.unexpectedRemoteKey) { try answering.readMessage(try caller.writeMessage()) }
         XCTAssertNil(answering.result)
     }
 
@@ -277,7 +254,7 @@ final class HandshakeSodiumTests: XCTestCase {
         for point in lowOrderPoints {
             let initiator = try handshake(.initiator, .generate(using: crypto), "i")
             _ = try initiator.writeMessage()
-            assertThrows(.lowOrderPoint(.ephemeralKey)) { try initiator.readMessage([0x22] + point) }
+            assertThrows(HandshakeError.lowOrderPoint(.ephemeralKey)) { try initiator.readMessage([0x22] + point) }
             // It never reveals its ephemeral key afterwards.
             XCTAssertThrowsError(try initiator.writeMessage())
         }
@@ -288,21 +265,21 @@ final class HandshakeSodiumTests: XCTestCase {
             let responder = try handshake(.responder, .generate(using: crypto), "r")
             try responder.readMessage([0x21] + Handshake.commitment(to: point, crypto: crypto))
             _ = try responder.writeMessage()
-            assertThrows(.lowOrderPoint(.ephemeralKey)) { try responder.readMessage([0x23] + point) }
+            assertThrows(HandshakeError.lowOrderPoint(.ephemeralKey)) { try responder.readMessage([0x23] + point) }
         }
     }
 
     func testLowOrderStaticKeysAreRefused() throws {
         for point in lowOrderPoints.prefix(3) {
             // A hostile responder whose "identity" is a low-order point.
-            let liar = StaticIdentity.generate(using: LowOrderIdentityCrypto(point: point))
+            let liar = StaticIdentity.generate(using: SodiumWithKeyPair { (point, LibSodium().x25519KeyPair().secretKey) })
             XCTAssertEqual(liar.publicKey, point)
             let initiator = try handshake(.initiator, .generate(using: crypto), "i")
             let responder = try handshake(.responder, liar, "r")
             try responder.readMessage(try initiator.writeMessage())
             try initiator.readMessage(try responder.writeMessage())
             try responder.readMessage(try initiator.writeMessage())
-            assertThrows(.lowOrderPoint(.staticKey)) { try initiator.readMessage(try responder.writeMessage()) }
+            assertThrows(HandshakeError.lowOrderPoint(.staticKey)) { try initiator.readMessage(try responder.writeMessage()) }
 
             // A hostile initiator likewise.
             let initiator2 = try handshake(.initiator, liar, "i")
@@ -311,7 +288,7 @@ final class HandshakeSodiumTests: XCTestCase {
             try initiator2.readMessage(try responder2.writeMessage())
             try responder2.readMessage(try initiator2.writeMessage())
             try initiator2.readMessage(try responder2.writeMessage())
-            assertThrows(.lowOrderPoint(.staticKey)) { try responder2.readMessage(try initiator2.writeMessage()) }
+            assertThrows(HandshakeError.lowOrderPoint(.staticKey)) { try responder2.readMessage(try initiator2.writeMessage()) }
         }
     }
 
@@ -320,28 +297,10 @@ final class HandshakeSodiumTests: XCTestCase {
     func testWrongSizesAreRefusedWithRealKeys() throws {
         let initiator = try handshake(.initiator, .generate(using: crypto), "i")
         _ = try initiator.writeMessage()
-        assertThrows(.wrongMessageSize(.responderEphemeral, bytes: 32)) { try initiator.readMessage([0x22] + [UInt8](repeating: 7, count: 31)) }
+        assertThrows(HandshakeError.wrongMessageSize(.responderEphemeral, bytes: 32)) { try initiator.readMessage([0x22] + [UInt8](repeating: 7, count: 31)) }
         let responder = try handshake(.responder, .generate(using: crypto), "r")
-        assertThrows(.messageTooLarge(bytes: 4096)) { try responder.readMessage([UInt8](repeating: 0x21, count: 4096)) }
+        assertThrows(HandshakeError.messageTooLarge(bytes: 4096)) { try responder.readMessage([UInt8](repeating: 0x21, count: 4096)) }
     }
-}
-
-/// LibSodium, except that its key pairs claim a given (low-order) public key: how a hostile peer
-/// would present a bad static key.
-private struct LowOrderIdentityCrypto: CryptoPrimitives {
-    let point: [UInt8]
-    let real = LibSodium()
-    func randomBytes(_ count: Int) -> [UInt8] { real.randomBytes(count) }
-    func x25519KeyPair() -> (publicKey: [UInt8], secretKey: [UInt8]) { (point, real.x25519KeyPair().secretKey) }
-    func x25519(_ secretKey: [UInt8], _ publicKey: [UInt8]) -> [UInt8]? { real.x25519(secretKey, publicKey) }
-    func hash(_ data: [UInt8], key: [UInt8]?) -> [UInt8] { real.hash(data, key: key) }
-    func seal(key: [UInt8], nonce: [UInt8], plaintext: [UInt8], associatedData: [UInt8]) -> [UInt8] {
-        real.seal(key: key, nonce: nonce, plaintext: plaintext, associatedData: associatedData)
-    }
-    func open(key: [UInt8], nonce: [UInt8], ciphertext: [UInt8], associatedData: [UInt8]) -> [UInt8]? {
-        real.open(key: key, nonce: nonce, ciphertext: ciphertext, associatedData: associatedData)
-    }
-    func wipe(_ bytes: inout [UInt8]) { real.wipe(&bytes) }
 }
 
 func contains(_ haystack: [UInt8], _ needle: [UInt8]) -> Bool {

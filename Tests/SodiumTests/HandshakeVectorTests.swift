@@ -17,11 +17,11 @@ final class HandshakeVectorTests: XCTestCase {
         let initiator = try Handshake(role: .initiator,
                                       identity: StaticIdentity(secretKey: Self.initiatorStatic, using: crypto),
                                       payload: Array("alice".utf8),
-                                      crypto: FixedEphemeral(secretKey: Self.initiatorEphemeral))
+                                      crypto: SodiumWithKeyPair(fixedSecretKey: Self.initiatorEphemeral))
         let responder = try Handshake(role: .responder,
                                       identity: StaticIdentity(secretKey: Self.responderStatic, using: crypto),
                                       payload: Array("bob".utf8),
-                                      crypto: FixedEphemeral(secretKey: Self.responderEphemeral))
+                                      crypto: SodiumWithKeyPair(fixedSecretKey: Self.responderEphemeral))
         var messages: [[UInt8]] = []
         for index in 0..<5 {
             let (from, to) = index % 2 == 0 ? (initiator, responder) : (responder, initiator)
@@ -65,23 +65,4 @@ final class HandshakeVectorTests: XCTestCase {
         "record 00000000000000009486320acaf8409cd577c3895814575c53",
         "voice 3e2c6b3ca72a990b291194e8a1dda7f656f331bacbed0e7271bb1c25e0034d36",
     ]
-}
-
-/// LibSodium whose one key pair is fixed (for the ephemeral key of a test vector).
-private struct FixedEphemeral: CryptoPrimitives {
-    let secretKey: [UInt8]
-    let real = LibSodium()
-    func randomBytes(_ count: Int) -> [UInt8] { real.randomBytes(count) }
-    func x25519KeyPair() -> (publicKey: [UInt8], secretKey: [UInt8]) {
-        (real.x25519(secretKey, [9] + [UInt8](repeating: 0, count: 31))!, secretKey)
-    }
-    func x25519(_ secretKey: [UInt8], _ publicKey: [UInt8]) -> [UInt8]? { real.x25519(secretKey, publicKey) }
-    func hash(_ data: [UInt8], key: [UInt8]?) -> [UInt8] { real.hash(data, key: key) }
-    func seal(key: [UInt8], nonce: [UInt8], plaintext: [UInt8], associatedData: [UInt8]) -> [UInt8] {
-        real.seal(key: key, nonce: nonce, plaintext: plaintext, associatedData: associatedData)
-    }
-    func open(key: [UInt8], nonce: [UInt8], ciphertext: [UInt8], associatedData: [UInt8]) -> [UInt8]? {
-        real.open(key: key, nonce: nonce, ciphertext: ciphertext, associatedData: associatedData)
-    }
-    func wipe(_ bytes: inout [UInt8]) { real.wipe(&bytes) }
 }

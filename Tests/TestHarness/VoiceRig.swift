@@ -1,6 +1,7 @@
 import Foundation
 import GIO
 import Glibc
+import SeededRandom
 
 // Voice between two real peervoiced processes, each with its own headless PipeWire:
 // TestPeer's voice helpers, pairing, recordings whose samples are placed on the monotonic clock
@@ -295,7 +296,7 @@ public final class VoiceRelay: @unchecked Sendable {
     private let udp: Int32
     private let lock = NSLock()
     private var lossPercent: Double
-    private var random: UInt64
+    private var random: SplitMix64
     private var stopping = false
     private let threads = DispatchGroup()
     private var captureOn = false
@@ -311,7 +312,7 @@ public final class VoiceRelay: @unchecked Sendable {
     public init(targetPort: UInt16, lossPercent: Double = 0, seed: UInt64 = 1) throws {
         self.targetPort = targetPort
         self.lossPercent = lossPercent
-        random = seed
+        random = SplitMix64(seed: seed)
         var attempt = 0
         while true {
             attempt += 1
@@ -388,16 +389,6 @@ public final class VoiceRelay: @unchecked Sendable {
         thread.start()
     }
 
-    /// SplitMix64: the same drops for the same seed and datagram order.
-    private func nextUniform() -> Double {
-        random &+= 0x9E37_79B9_7F4A_7C15
-        var z = random
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        z ^= z >> 31
-        return Double(z >> 11) / Double(1 << 53)
-    }
-
     private func datagramLoop() {
         var buffer = [UInt8](repeating: 0, count: 65_536)
         var target = loopbackAddress(port: targetPort)
@@ -435,7 +426,7 @@ public final class VoiceRelay: @unchecked Sendable {
                 lastSender = from
                 counts.received += 1
                 if captureOn { captured.append(datagram) }
-                let drop = lossPercent > 0 && nextUniform() * 100 < lossPercent
+                let drop = lossPercent > 0 && random.uniform() * 100 < lossPercent
                 if drop { counts.dropped += 1 } else { counts.forwarded += 1 }
                 if !drop, tamperEvery > 0, counts.forwarded % tamperEvery == 0, datagram.count > 4 {
                     // Past the u32 length prefix, a different bit each time.
@@ -449,7 +440,7 @@ public final class VoiceRelay: @unchecked Sendable {
             let delay: Double = lock.withLock {
                 guard jitterMs > 0 else { return delayMs }
                 // Box-Muller from two seeded uniforms.
-                let gaussian = (-2 * log(max(nextUniform(), 1e-12))).squareRoot() * cos(2 * Double.pi * nextUniform())
+                let gaussian = random.gaussian()
                 return min(100, max(5, delayMs + jitterMs * gaussian))
             }
             if delay > 0 {

@@ -9,26 +9,7 @@
 import CSpeexSim
 import Foundation
 
-// MARK: - Deterministic randomness
-
-struct SplitMix64 {
-    var state: UInt64
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-    /// Uniform in [0, 1).
-    mutating func uniform() -> Double { Double(next() >> 11) / Double(1 << 53) }
-    mutating func gaussian() -> Double {
-        let u1 = max(uniform(), 1e-12)
-        let u2 = uniform()
-        return (-2 * Foundation.log(u1)).squareRoot() * cos(2 * Double.pi * u2)
-    }
-    mutating func exponential(mean: Double) -> Double { -mean * Foundation.log(max(uniform(), 1e-12)) }
-}
+// SplitMix64 (the seeded draws) is Tests/SeededRandom's, compiled in by run.sh.
 
 // MARK: - Traces
 
@@ -56,7 +37,7 @@ struct TraceSpec {
 }
 
 func makeTrace(_ spec: TraceSpec, seed: UInt64, frames: Int, frameMs: Double, frameSamples: Int) -> Trace {
-    var rng = SplitMix64(state: seed)
+    var rng = SplitMix64(seed: seed)
     let delayOf = spec.delay(seed)
     let seq0 = rng.next()
     // Start near the 32-bit wrap so both buffers cross it.
@@ -89,7 +70,7 @@ func gaussianDelay(mean: Double, sd: Double, floor: Double, cap: Double, loss: D
 /// Wi-Fi-like: Gilbert-Elliott bursty loss, small jitter, and stalls (every ~8 s on average, 100–300
 /// ms long) during which packets queue and then arrive together.
 func burstyDelay(seed: UInt64, durationMs: Double) -> (inout SplitMix64, Int, Double) -> Double? {
-    var stallRng = SplitMix64(state: seed ^ 0xAB_CDEF)
+    var stallRng = SplitMix64(seed: seed ^ 0xAB_CDEF)
     var stalls: [(start: Double, end: Double)] = []
     var t = stallRng.exponential(mean: 8000)
     while t < durationMs {
@@ -334,7 +315,7 @@ for spec in specs {
         // Each run: another draw of the same conditions, and another receiver tick phase.
         let seed = spec.seed &+ UInt64(run) &* 1_000_003
         let trace = makeTrace(spec, seed: seed, frames: frames, frameMs: frameMs, frameSamples: frameSamples)
-        var phaseRng = SplitMix64(state: seed &* 7919)
+        var phaseRng = SplitMix64(seed: seed &* 7919)
         let firstTickNs = Int64(phaseRng.uniform() * Double(tickNs))
         let lastArrival = trace.packets.compactMap(\.arrivalNs).max() ?? 0
         let ticks = Int((lastArrival - firstTickNs) / tickNs) + Int(1000 / frameMs)

@@ -14,7 +14,7 @@ CC="${CC:-cc}"
 "$CC" -O2 -Wall -c bench/jitter/speex_sim.c -I bench/jitter $(pkg-config --cflags speexdsp) -o "$out/speex_sim.o"
 "$SWIFTC" -O -swift-version 6 -module-name JitterBench \
     -I bench/jitter/CSpeexSim \
-    bench/jitter/main.swift Sources/PeerVoiceCore/Voice/JitterBuffer.swift \
+    bench/jitter/main.swift Tests/SeededRandom/SplitMix64.swift Sources/PeerVoiceCore/Voice/JitterBuffer.swift \
     "$out/speex_sim.o" $(pkg-config --libs speexdsp) \
     -o "$out/bench-jitter"
 "$out/bench-jitter" --json bench/results/jitter.json "$@"
