@@ -248,7 +248,7 @@ test-bluetooth: deps
 	tests/bluetooth-vm/run-pair.sh --out $(BLUETOOTH_OUT) --timeout 600 \
 	    --guest-a tests/bluetooth-vm/peervoice-a.sh --guest-b tests/bluetooth-vm/peervoice-b.sh
 
-# Jitter buffer against speexdsp's on the same synthetic arrival traces (speexdsp only in the bench).
+# Jitter buffer against speexdsp's on the same synthetic arrival traces (bench/jitter/README.md; speexdsp only in the bench).
 .PHONY: bench-jitter
 bench-jitter:
 	scripts/deps.sh libspeexdsp-dev
@@ -266,7 +266,7 @@ bench-playout: bench-venv
 	$(BENCH_VENV)/bin/python bench/playout/run.py \
 	    --bin "$$($(SWIFT) build -c release $(SWIFT_FLAGS) --show-bin-path)/playout-bench" $(BENCH_ARGS)
 
-# VoiceMixer's cost per frame for 1-8 voices next to a plain clamped sum (docs/GROUP.md).
+# VoiceMixer's cost per frame for 1-8 voices next to a plain clamped sum (bench/mixer/README.md).
 .PHONY: bench-mixer
 bench-mixer:
 	bench/mixer/run.sh

@@ -151,7 +151,7 @@ final class VoiceMixerTests: XCTestCase {
     }
 
     func testCostOfEightVoicesPerFrame() throws {
-        // A printout for docs/GROUP.md, not an assertion: the test build is unoptimized.
+        // A printout for bench/mixer/README.md, not an assertion: the test build is unoptimized.
         let voices = (0..<8).map { sine(hz: 200 + 97 * Double($0), dBFS: -6, frames: 1) }
         var channels = try (0..<8).map { _ in try VoiceMixer.Channel(volume: 0.8) }
         var mixer = VoiceMixer(frameSamples: frame)

@@ -332,7 +332,7 @@ final class VoiceTests: XCTestCase {
     /// A dials a relay that drops 10 % of A's voice datagrams (seeded): the speech still arrives.
     ///
     /// The bound: Opus FEC recovers a lost frame when the next packet is buffered and PLC fills
-    /// the rest, so a tenth of the frames come out approximate (docs/VOICE.md: FEC 0.81, PLC 0.49
+    /// the rest, so a tenth of the frames come out approximate (bench/fec/README.md: FEC 0.81, PLC 0.49
     /// correlation with the lossless decode) while the other nine tenths correlate as on a clean
     /// link (≥ 0.8 here). Expected ≈ 0.7 — but a single lag over 3 s undersells it: after a loss
     /// the jitter buffer may stretch or shorten the playout by a few ms, and the rest of the speech
