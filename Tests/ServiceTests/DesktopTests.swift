@@ -22,11 +22,6 @@ final class DesktopTests: XCTestCase {
     private var directory: TemporaryDirectory?
     private var bus: PrivateBus?
     private var daemons: [Daemon] = []
-    private var startedAt = Date()
-
-    override func setUp() {
-        startedAt = Date()
-    }
 
     override func tearDown() {
         let failedTest = (testRun?.totalFailureCount ?? 0) > 0
@@ -44,7 +39,6 @@ final class DesktopTests: XCTestCase {
         mocks = []
         peers = []
         daemons = []
-        print("\(name) took \(String(format: "%.2f", Date().timeIntervalSince(startedAt))) s")
     }
 
     /// dbusmock's notification daemon, with the capabilities GNOME Shell, Plasma and dunst

@@ -10,15 +10,9 @@ import XCTest
 /// objects that show it all.
 final class IdentityTests: XCTestCase {
     private let started = StartedPeers()
-    private var startedAt = Date()
-
-    override func setUp() {
-        startedAt = Date()
-    }
 
     override func tearDown() {
         started.shutdown(printingLogs: (testRun?.totalFailureCount ?? 0) > 0)
-        print("\(name) took \(String(format: "%.2f", Date().timeIntervalSince(startedAt))) s")
     }
 
     private func makePeer(_ name: String, port: UInt16 = 0, listens: Bool = true) throws -> TestPeer {

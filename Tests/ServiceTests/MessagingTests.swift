@@ -18,15 +18,9 @@ final class MessagingTests: XCTestCase {
     private static let preamble: [UInt8] = [0x50, 0x56, 0x4C, 0x4B, 0x00, 0x06, 0x00, 0x00]
 
     private let started = StartedPeers()
-    private var startedAt = Date()
-
-    override func setUp() {
-        startedAt = Date()
-    }
 
     override func tearDown() {
         started.shutdown(printingLogs: (testRun?.totalFailureCount ?? 0) > 0)
-        print("\(name) took \(String(format: "%.2f", Date().timeIntervalSince(startedAt))) s")
     }
 
     // MARK: Connect and ListPeers

@@ -17,11 +17,6 @@ final class SecurityTests: XCTestCase {
     private let started = StartedPeers()
     private var relays: [Relay] = []
     private var cleanups: [() -> Void] = []
-    private var startedAt = Date()
-
-    override func setUp() {
-        startedAt = Date()
-    }
 
     override func tearDown() {
         relays.forEach { $0.stop() }
@@ -33,7 +28,6 @@ final class SecurityTests: XCTestCase {
         cleanups.reversed().forEach { $0() }
         relays = []
         cleanups = []
-        print("\(name) took \(String(format: "%.2f", Date().timeIntervalSince(startedAt))) s")
     }
 
     // MARK: Pairing

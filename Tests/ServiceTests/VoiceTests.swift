@@ -23,11 +23,6 @@ final class VoiceTests: XCTestCase {
     var pipewires: [PipeWireSession] = []
     var relays: [VoiceRelay] = []
     var directories: [TemporaryDirectory] = []
-    var startedAt = Date()
-
-    override func setUp() {
-        startedAt = Date()
-    }
 
     override func tearDown() {
         let failed = (testRun?.totalFailureCount ?? 0) > 0
@@ -39,7 +34,6 @@ final class VoiceTests: XCTestCase {
         pipewires.forEach { $0.stop() }
         directories.forEach { $0.remove() }
         (relays, peers, pipewires, directories) = ([], [], [], [])
-        print("\(name) took \(String(format: "%.2f", Date().timeIntervalSince(startedAt))) s")
     }
 
     // MARK: Rig

@@ -94,7 +94,7 @@ public final class Relay: @unchecked Sendable {
     private let rules: [Rule]
     private let mitm: ManInTheMiddle?
     private let lock = NSLock()
-    private let threads = DispatchGroup()
+    private let threads = Threads()
     private var stopping = false
     private var fired: [Int]
     private var eventList: [String] = []
@@ -123,7 +123,7 @@ public final class Relay: @unchecked Sendable {
         self.rules = rules
         self.mitm = mitm
         fired = Array(repeating: 0, count: rules.count)
-        spawn { [self] in acceptLoop() }
+        threads.spawn { [self] in acceptLoop() }
     }
 
     deinit { stop() }
@@ -158,20 +158,11 @@ public final class Relay: @unchecked Sendable {
         }
         // Wake blocked readers; the threads close their own sockets as they leave.
         open.forEach { $0.shutdownBoth() }
-        if threads.wait(timeout: .now() + 10) == .timedOut {
+        if !threads.wait(seconds: 10) {
             print("Relay: threads did not end within 10 s")
         }
         listener.close()
         lock.withLock { streams }.forEach { $0.close() }
-    }
-
-    private func spawn(_ body: @escaping @Sendable () -> Void) {
-        threads.enter()
-        let thread = Thread { [threads] in
-            body()
-            threads.leave()
-        }
-        thread.start()
     }
 
     private func track(_ stream: TCPStream) -> Bool {
@@ -187,22 +178,29 @@ public final class Relay: @unchecked Sendable {
             lock.withLock { connectionCount += 1 }
             guard track(client) else { client.close(); return }
             if mitm != nil {
-                spawn { [self] in manInTheMiddle(client: client) }
+                threads.spawn { [self] in manInTheMiddle(client: client) }
                 continue
             }
-            let server: TCPStream
-            do {
-                server = try TCPStream.connect(port: targetPort)
-            } catch {
-                note("cannot reach the server: \(error)")
-                client.close()
-                continue
-            }
-            guard track(server) else { server.close(); client.close(); return }
+            guard let server = connectToServer(for: client) else { continue }
             note("relaying connection \(connections)")
-            spawn { [self] in pump(from: client, to: server, .fromClient) }
-            spawn { [self] in pump(from: server, to: client, .fromServer) }
+            threads.spawn { [self] in pump(from: client, to: server, .fromClient) }
+            threads.spawn { [self] in pump(from: server, to: client, .fromServer) }
         }
+    }
+
+    /// The relay's side toward the server for `client`, or nil (and `client` closed) when the
+    /// server cannot be reached or the relay is stopping.
+    private func connectToServer(for client: TCPStream) -> TCPStream? {
+        let server: TCPStream
+        do {
+            server = try TCPStream.connect(port: targetPort)
+        } catch {
+            note("cannot reach the server: \(error)")
+            client.close()
+            return nil
+        }
+        guard track(server) else { server.close(); client.close(); return nil }
+        return server
     }
 
     // MARK: Byte relay
@@ -306,16 +304,7 @@ public final class Relay: @unchecked Sendable {
     // MARK: Man in the middle
 
     private func manInTheMiddle(client: TCPStream) {
-        guard let options = mitm else { return }
-        let server: TCPStream
-        do {
-            server = try TCPStream.connect(port: targetPort)
-        } catch {
-            note("cannot reach the server: \(error)")
-            client.close()
-            return
-        }
-        guard track(server) else { server.close(); client.close(); return }
+        guard let options = mitm, let server = connectToServer(for: client) else { return }
         let towardServer: SecureLink, towardClient: SecureLink
         do {
             towardServer = try SecureLink(stream: server, role: .initiator, identity: options.identityTowardServer,
@@ -348,7 +337,7 @@ public final class Relay: @unchecked Sendable {
             }
             return
         }
-        spawn { [self] in forward(from: towardClient, to: towardServer, .fromClient) }
+        threads.spawn { [self] in forward(from: towardClient, to: towardServer, .fromClient) }
         forward(from: towardServer, to: towardClient, .fromServer)
     }
 

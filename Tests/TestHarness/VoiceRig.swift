@@ -298,7 +298,7 @@ public final class VoiceRelay: @unchecked Sendable {
     private var lossPercent: Double
     private var random: SplitMix64
     private var stopping = false
-    private let threads = DispatchGroup()
+    private let threads = Threads()
     private var captureOn = false
     private var captured: [[UInt8]] = []
     private var counts = (received: 0, dropped: 0, forwarded: 0, returned: 0, tampered: 0)
@@ -335,8 +335,8 @@ public final class VoiceRelay: @unchecked Sendable {
             if datagrams >= 0 { close(datagrams) }
             if attempt == 20 { throw HarnessError("relay: no port free for both TCP and UDP") }
         }
-        spawn { [self] in acceptLoop() }
-        spawn { [self] in datagramLoop() }
+        threads.spawn { [self] in acceptLoop() }
+        threads.spawn { [self] in datagramLoop() }
     }
 
     deinit { stop() }
@@ -373,21 +373,12 @@ public final class VoiceRelay: @unchecked Sendable {
     public func stop() {
         let already = lock.withLock { () -> Bool in defer { stopping = true }; return stopping }
         guard !already else { return }
-        _ = threads.wait(timeout: .now() + 5)
+        threads.wait(seconds: 5)
         close(listener)
         close(udp)
     }
 
     private var isStopping: Bool { lock.withLock { stopping } }
-
-    private func spawn(_ body: @escaping @Sendable () -> Void) {
-        threads.enter()
-        let thread = Thread { [threads] in
-            body()
-            threads.leave()
-        }
-        thread.start()
-    }
 
     private func datagramLoop() {
         var buffer = [UInt8](repeating: 0, count: 65_536)
@@ -468,7 +459,7 @@ public final class VoiceRelay: @unchecked Sendable {
                 close(server)
                 continue
             }
-            spawn { [self] in pipe(client, server) }
+            threads.spawn { [self] in pipe(client, server) }
         }
     }
 
