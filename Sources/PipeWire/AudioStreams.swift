@@ -34,20 +34,18 @@ public enum VoiceAudio {
     public static let defaultLatencyFrames = 256
 }
 
-/// Captures the microphone (48 kHz mono) into a `SampleSink`.
-///
-/// The node is `peervoice-capture` (media.role Communication); the session manager links it to
-/// `target` (a node name) or to the default source.
-public final class CaptureStream: Sendable {
-    public static let defaultNodeName = "peervoice-capture"
+/// A stream's direction, as a type: ``AudioStream`` is a ``CaptureStream`` or a ``PlaybackStream``.
+public protocol StreamDirection: Sendable {}
+public enum CaptureDirection: StreamDirection {}
+public enum PlaybackDirection: StreamDirection {}
+
+/// One PipeWire stream of 48 kHz mono samples, in the direction `Direction`; what both directions
+/// share is here, their own parts in the extensions below.
+public final class AudioStream<Direction: StreamDirection>: Sendable {
     private let native: NativeStream
 
-    public init(context: PipeWireContext, sink: any SampleSink, target: String? = nil, format: SampleFormat = .s16,
-                latencyFrames: Int = VoiceAudio.defaultLatencyFrames, nodeName: String = CaptureStream.defaultNodeName,
-                onStateChange: StreamStateHandler? = nil) throws(PipeWireError) {
-        native = try NativeStream(context: context, direction: .capture, sink: sink, source: nil, target: target,
-                                  format: format, latencyFrames: latencyFrames, nodeName: nodeName,
-                                  onStateChange: onStateChange)
+    fileprivate init(native: NativeStream) {
+        self.native = native
     }
 
     /// Connects the stream (autoconnect); samples flow once the state is `.streaming`.
@@ -55,44 +53,58 @@ public final class CaptureStream: Sendable {
     /// Disconnects the stream; `start()` connects it again.
     public func stop() { native.stop() }
     public var state: StreamState { native.state }
-    /// Frames received from PipeWire since creation (including those the sink had no room for).
+    /// Frames PipeWire's callbacks asked for or delivered since creation (silence and what did not
+    /// fit included).
     public var framesProcessed: UInt64 { native.framesProcessed.load(ordering: .relaxed) }
-    /// Samples dropped because the sink was full.
-    public var droppedSamples: UInt64 { native.shortfalls.load(ordering: .relaxed) }
     /// The node's id in the PipeWire graph, once connected.
     public var nodeID: UInt32? { native.nodeID }
-    /// How long ago (in 48 kHz frames) the device took the samples a callback delivers now, as
-    /// the stream's last time report says (`pw_time.delay`); 0 before the first. Any thread.
+    /// The stream's last time report (`pw_time.delay`), in 48 kHz frames; 0 before the first. Any
+    /// thread. Capture: how long ago the device took the samples a callback delivers now.
+    /// Playback: how long the samples a callback hands over now take to reach the device.
     public var deviceDelayFrames: Int { native.deviceDelayFrames }
+    fileprivate var shortfalls: UInt64 { native.shortfalls.load(ordering: .relaxed) }
+}
+
+/// Captures the microphone (48 kHz mono) into a `SampleSink`.
+///
+/// The node is `peervoice-capture` (media.role Communication); the session manager links it to
+/// `target` (a node name) or to the default source.
+public typealias CaptureStream = AudioStream<CaptureDirection>
+
+extension AudioStream where Direction == CaptureDirection {
+    public static var defaultNodeName: String { "peervoice-capture" }
+
+    public convenience init(context: PipeWireContext, sink: any SampleSink, target: String? = nil, format: SampleFormat = .s16,
+                            latencyFrames: Int = VoiceAudio.defaultLatencyFrames, nodeName: String = CaptureStream.defaultNodeName,
+                            onStateChange: StreamStateHandler? = nil) throws(PipeWireError) {
+        self.init(native: try NativeStream(context: context, direction: .capture, sink: sink, source: nil, target: target,
+                                           format: format, latencyFrames: latencyFrames, nodeName: nodeName,
+                                           onStateChange: onStateChange))
+    }
+
+    /// Samples dropped because the sink was full.
+    public var droppedSamples: UInt64 { shortfalls }
 }
 
 /// Plays 48 kHz mono samples taken from a `SampleSource`, silence when it runs dry.
 ///
 /// The node is `peervoice-playback` (media.role Communication); the session manager links it to
 /// `target` (a node name) or to the default sink.
-public final class PlaybackStream: Sendable {
-    public static let defaultNodeName = "peervoice-playback"
-    private let native: NativeStream
+public typealias PlaybackStream = AudioStream<PlaybackDirection>
 
-    public init(context: PipeWireContext, source: any SampleSource, target: String? = nil, format: SampleFormat = .s16,
-                latencyFrames: Int = VoiceAudio.defaultLatencyFrames, nodeName: String = PlaybackStream.defaultNodeName,
-                onStateChange: StreamStateHandler? = nil) throws(PipeWireError) {
-        native = try NativeStream(context: context, direction: .playback, sink: nil, source: source, target: target,
-                                  format: format, latencyFrames: latencyFrames, nodeName: nodeName,
-                                  onStateChange: onStateChange)
+extension AudioStream where Direction == PlaybackDirection {
+    public static var defaultNodeName: String { "peervoice-playback" }
+
+    public convenience init(context: PipeWireContext, source: any SampleSource, target: String? = nil, format: SampleFormat = .s16,
+                            latencyFrames: Int = VoiceAudio.defaultLatencyFrames, nodeName: String = PlaybackStream.defaultNodeName,
+                            onStateChange: StreamStateHandler? = nil) throws(PipeWireError) {
+        self.init(native: try NativeStream(context: context, direction: .playback, sink: nil, source: source, target: target,
+                                           format: format, latencyFrames: latencyFrames, nodeName: nodeName,
+                                           onStateChange: onStateChange))
     }
 
-    public func start() throws(PipeWireError) { try native.start() }
-    public func stop() { native.stop() }
-    public var state: StreamState { native.state }
-    /// Frames handed to PipeWire since creation, silence included.
-    public var framesProcessed: UInt64 { native.framesProcessed.load(ordering: .relaxed) }
     /// Cycles in which the source had fewer samples than PipeWire asked for (the rest was silence).
-    public var underruns: UInt64 { native.shortfalls.load(ordering: .relaxed) }
-    public var nodeID: UInt32? { native.nodeID }
-    /// How long (in 48 kHz frames) the samples a callback hands over now take to reach the
-    /// device, as the stream's last time report says (`pw_time.delay`); 0 before the first. Any thread.
-    public var deviceDelayFrames: Int { native.deviceDelayFrames }
+    public var underruns: UInt64 { shortfalls }
 }
 
 /// One pw_stream and its real-time callback. Everything but `process` runs on PipeWire's loop
