@@ -11,7 +11,7 @@
 #   make test-bluetooth     PeerVoice over real BlueZ in two QEMU VMs (tests/bluetooth-vm/peervoice-*.sh)
 #   make run-app        build, then run the desktop app peervoice on your desktop (translations from po/)
 #   make screenshots    the app's screenshots in docs/ (peer list, pairing, chat, settings, voice), from AppTests
-#   make install        release build, installed under $(DESTDIR)$(PREFIX)
+#   make install        release build, installed under $(DESTDIR)$(PREFIX) (INSTALL_CONFIGURATION=debug: the debug build)
 #   make deps           install the Debian packages below that are missing
 #   make clean          swift package clean
 
@@ -169,14 +169,17 @@ soak: deps
 	$(SWIFT) build --build-tests $(SWIFT_FLAGS)
 	PEERVOICE_SOAK_SECONDS=$(SOAK_SECONDS) $(SWIFT) test $(SWIFT_FLAGS) --filter 'VoiceTests.testACallWithFivePercentLossStaysBoundedOverTime'
 
+# CtlTests installs the debug build the suite already made: a release build from scratch would add
+# minutes to `make test`, and what it checks is the installed tree and bus activation.
+INSTALL_CONFIGURATION ?= release
 install: deps
-	$(SWIFT) build -c release $(SWIFT_FLAGS)
+	$(SWIFT) build -c $(INSTALL_CONFIGURATION) $(SWIFT_FLAGS)
 	mkdir -p $(GEN_DIR)
 	sed 's|@bindir@|$(BINDIR)|g' dbus/org.example.PeerVoice.service.in > $(GEN_DIR)/org.example.PeerVoice.service
 	sed 's|@bindir@|$(BINDIR)|g' desktop/peervoiced.service.in > $(GEN_DIR)/peervoiced.service
 	sed 's|@bindir@|$(BINDIR)|g' desktop/peervoiced.desktop > $(GEN_DIR)/peervoiced.desktop
 	sed 's|@bindir@|$(BINDIR)|g' desktop/org.example.PeerVoice.App.desktop > $(GEN_DIR)/org.example.PeerVoice.App.desktop
-	bin="$$($(SWIFT) build -c release $(SWIFT_FLAGS) --show-bin-path)"; \
+	bin="$$($(SWIFT) build -c $(INSTALL_CONFIGURATION) $(SWIFT_FLAGS) --show-bin-path)"; \
 	install -Dm755 "$$bin/peervoiced" "$(DESTDIR)$(BINDIR)/peervoiced"; \
 	install -Dm755 "$$bin/peervoicectl" "$(DESTDIR)$(BINDIR)/peervoicectl"; \
 	install -Dm755 "$$bin/peervoice" "$(DESTDIR)$(BINDIR)/peervoice"

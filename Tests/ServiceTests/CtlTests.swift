@@ -813,13 +813,15 @@ final class CtlTests: XCTestCase {
     func testMakeInstallProducesTheExpectedTree() throws {
         let root = directory.path + "/root"
         let started = Date()
-        // -o deps: the test does not install Debian packages. --ignore-lock: `swift test` holds
-        // SwiftPM's lock on .build while tests run (so no other build runs now); the release build
-        // would wait for it forever. timeout(1) ends the whole process group (make, swift-build,
-        // the compilers) if it takes too long.
+        // -o deps: the test does not install Debian packages. INSTALL_CONFIGURATION=debug: the build
+        // `make test` made (the recipe is the same for release, which would take minutes more).
+        // --ignore-lock: `swift test` holds SwiftPM's lock on .build while tests run; the build
+        // (here a check that everything is up to date) would wait for it forever. timeout(1) ends
+        // the whole process group (make, swift-build, the compilers) if it takes too long.
         let flags = (ProcessInfo.processInfo.environment["SWIFT_FLAGS"].map { $0 + " " } ?? "") + "--ignore-lock"
         let make = try ChildProcess("timeout", ["-k", "10", "420", "make", "-C", Self.packageDirectory, "-o", "deps",
-                                                "install", "DESTDIR=\(root)", "PREFIX=/usr", "SWIFT_FLAGS=\(flags)"],
+                                                "install", "DESTDIR=\(root)", "PREFIX=/usr", "SWIFT_FLAGS=\(flags)",
+                                                "INSTALL_CONFIGURATION=debug"],
                                     logPath: directory.path + "/make-install.log")
         let status = make.wait(timeout: 450)
         if status == nil { make.kill() }
