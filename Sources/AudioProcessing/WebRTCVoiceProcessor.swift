@@ -3,7 +3,8 @@ import PeerVoiceCore
 
 /// webrtc-audio-processing 0.3 (the engine of PipeWire's echo-cancel module) behind
 /// PeerVoiceCore's ``VoiceProcessor``: the acoustic echo canceller with extended filter,
-/// delay-agnostic mode and moderate suppression, noise suppression at its moderate level, its high-pass
+/// delay-agnostic mode and moderate suppression (low while the near end talks over the echo),
+/// noise suppression at its low level, its high-pass
 /// filter, adaptive digital gain control when asked for, and voice activity detection (the shim's
 /// default settings). The only importer of `CWebRTCAudio`.
 ///

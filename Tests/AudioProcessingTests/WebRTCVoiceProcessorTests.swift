@@ -72,6 +72,42 @@ final class WebRTCVoiceProcessorTests: XCTestCase {
         XCTAssertLessThan(abs(Self.rmsDB(mic[after]) - Self.rmsDB(untouched[after])), 1)
     }
 
+    /// Double talk: A's speech echoes back (40 ms, -18 dB) while B says the same speech rotated by
+    /// half. B's speech comes out of all three parts close to as it went in: the median over 0.5 s
+    /// windows of its correlation with B's speech (14 ms later, the processing's own delay) is at
+    /// least 0.89. Measured: 0.90 as shipped, the canceller running at low while B talks over the
+    /// echo; 0.88 with it at moderate throughout, which suppresses B's speech with the echo.
+    func testDoubleTalkKeepsTheNearEndsSpeech() throws {
+        let speech = try Self.speech()
+        let half = speech.count / 2
+        let near = Array(speech[half...] + speech[..<half])
+        let delay = 40 * 48, processingDelay = 672
+        let far = speech + speech
+        let mic = (0..<far.count).map { n -> Int16 in
+            let echo = n < delay ? 0 : Double(far[n - delay]) * 0.126
+            return Int16(clamping: Int((echo + (n < speech.count ? 0 : Double(near[n - speech.count]))).rounded()))
+        }
+        let output = try process(WebRTCVoiceProcessor(processing: [.echoCancel, .noiseSuppression, .highPass]),
+                                 far: far, mic: mic, delayMs: 40)
+        let window = 24_000
+        var correlations: [Double] = []
+        for start in stride(from: speech.count + 48_000, to: far.count - 48_000 - window, by: window) {
+            let said = near[(start - speech.count - processingDelay)..<(start - speech.count - processingDelay + window)]
+            let heard = output[start..<start + window]
+            guard Self.rmsDB(said) > 30 else { continue }  // B's pauses
+            var dot = 0.0, saidEnergy = 0.0, heardEnergy = 0.0
+            for (s, h) in zip(said, heard) {
+                dot += Double(s) * Double(h)
+                saidEnergy += Double(s) * Double(s)
+                heardEnergy += Double(h) * Double(h)
+            }
+            correlations.append(dot / max((saidEnergy * heardEnergy).squareRoot(), 1))
+        }
+        let median = correlations.sorted()[correlations.count / 2]
+        print(String(format: "double talk: B's speech at correlation %.3f (median of %d windows)", median, correlations.count))
+        XCTAssertGreaterThanOrEqual(median, 0.89)
+    }
+
     /// Voice activity follows the talker: set in most blocks of the syllables, rare in silence.
     func testReportsVoiceActivity() throws {
         let processor = try WebRTCVoiceProcessor(processing: [.noiseSuppression, .highPass])

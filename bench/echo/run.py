@@ -338,6 +338,7 @@ def run_offline():
     try:
         delays = offline.latency_by_part(voice.SPEECH, workdir)
         rows = offline.sweep(voice.SPEECH, workdir, voice.log)
+        noise = offline.noise_by_level(workdir)
     finally:
         subprocess.run(["rm", "-rf", workdir])
     print("\nbench-echo --offline: the processing's own delay, no far end (speech cross-correlation; a click's peak)")
@@ -345,8 +346,14 @@ def run_offline():
     print("| --- | ---: | ---: | ---: |")
     for d in delays:
         print(f"| {d['parts']} | {d['speech_lag_ms']:.2f} | {d['click_peak_ms']:.2f} | {d['cpu_us_per_block']:.1f} |")
+    print("\nbench-echo --offline: pink noise alone (-35 dBFS) through the noise suppressor, 3-6 s in")
+    print("| noise suppression | less noise dB |")
+    print("| --- | ---: |")
+    for row in noise:
+        print(f"| {row['noise_level']} | {row['less_noise_db']:.1f} |")
     print(f"\nbench-echo --offline: settings sweep (hint {offline.HINT_MS} ms, room {offline.ROOM_MS} ms, "
-          f"{offline.ROOM_DB:.0f} dB; ef extended filter, da delay agnostic, sup canceller suppression, ns noise level)")
+          f"{offline.ROOM_DB:.0f} dB; ef extended filter, da delay agnostic, sup canceller suppression, dt its level "
+          f"in double talk (same: sup throughout), ns noise level, jitter late voice-thread passes)")
     print("| room | settings | ERLE 1-3 s | ERLE 3-7 s | double-talk PESQ-WB | B alone PESQ-WB | latency ms | CPU µs/block |")
     print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
     for r in rows:
@@ -356,7 +363,8 @@ def run_offline():
     os.makedirs(voice.RESULTS, exist_ok=True)
     with open(os.path.join(voice.RESULTS, "echo-offline.json"), "w") as f:
         json.dump({"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                   "host": platform.node(), "delays": delays, "sweep": rows}, f, indent=1)
+                   "host": platform.node(), "delays": delays, "noise": noise,
+                   "sweep": rows}, f, indent=1)
     return 0
 
 

@@ -27,6 +27,9 @@ typedef struct peervoice_webrtc_audio_settings {
     int delay_agnostic;
     /// The canceller's suppressor: 0 low, 1 moderate, 2 high.
     int suppression_level;
+    /// The suppressor's level while the near end talks over the echo (double talk, told by how
+    /// little the processing takes off the microphone), or -1: always `suppression_level`.
+    int double_talk_suppression_level;
     /// The noise suppressor: 0 low, 1 moderate, 2 high, 3 very high.
     int noise_level;
 } peervoice_webrtc_audio_settings;
