@@ -146,23 +146,26 @@ public final class PipeWireContext: @unchecked Sendable {
     }
 
     /// What PipeWire's data thread is called (the kernel keeps 15 bytes).
-    public static let dataThreadName = "peervoice-rt"
+    static let dataThreadName = "peervoice-rt"
 
     /// The calling thread's name (/proc/thread-self/comm; nil if it cannot be read); setting it
     /// renames the thread.
     private static var threadName: String? {
         get {
-            guard let file = fopen("/proc/thread-self/comm", "r") else { return nil }
-            defer { fclose(file) }
-            var buffer = [CChar](repeating: 0, count: 32)
-            guard fgets(&buffer, Int32(buffer.count), file) != nil else { return nil }
-            let name = String(cString: buffer)
-            return name.hasSuffix("\n") ? String(name.dropLast()) : name
+            let fd = open("/proc/thread-self/comm", O_RDONLY)
+            guard fd >= 0 else { return nil }
+            defer { close(fd) }
+            var bytes = [UInt8](repeating: 0, count: 32)
+            let count = read(fd, &bytes, bytes.count)
+            guard count > 0 else { return nil }
+            return String(decoding: bytes[0..<count].filter { $0 != UInt8(ascii: "\n") }, as: UTF8.self)
         }
         set {
-            guard let newValue, let file = fopen("/proc/thread-self/comm", "w") else { return }
-            fputs(newValue, file)
-            fclose(file)
+            guard let newValue else { return }
+            let fd = open("/proc/thread-self/comm", O_WRONLY)
+            guard fd >= 0 else { return }
+            defer { close(fd) }
+            _ = Array(newValue.utf8).withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
         }
     }
 

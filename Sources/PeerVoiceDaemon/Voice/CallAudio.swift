@@ -30,6 +30,10 @@ final class CallAudio {
     /// While resting, one frame of silence is encoded and sent this often, as Opus's DTX sends a
     /// comfort-noise update: the peers still hear from us (their sessions turn active on that).
     static let restKeepaliveMs = 400
+    /// While resting (and not cleaning in step with the speaker), the captured zeros are taken
+    /// this much at a time: the voice thread wakes 10 times a second for them instead of once a
+    /// frame. Sound wakes it at once; a keepalive goes out up to this much later.
+    static let restingBatchMs = 100
 
     let encoders: MicrophoneEncoders
     private let captureRing = AudioRing(minimumCapacity: 48_000)
@@ -37,6 +41,7 @@ final class CallAudio {
     private let capture: CaptureStream
     private let playback: PlaybackStream
     private let playbackSource: PlaybackRingSource
+    private let captureSink: CaptureRingSink
     private let context: PipeWireContext
     private let processing: CaptureProcessing
     /// When to look (again) at what the microphone stream is linked to; nil once done.
@@ -71,7 +76,8 @@ final class CallAudio {
         self.context = context
         processing = CaptureProcessing(processor: try WebRTCVoiceProcessor(processing: options.processing))
         // The streams reach the rings through these, which wake the voice thread when there is work.
-        let captureSink = CaptureRingSink(ring: captureRing, frameSamples: frame.count, wakeup: wakeup)
+        captureSink = CaptureRingSink(ring: captureRing, frameSamples: frame.count,
+                                      restingBatchSamples: Self.restingBatchMs * voiceSampleRate / 1000, wakeup: wakeup)
         playbackSource = PlaybackRingSource(ring: playbackRing, refillBelowSamples: Self.playbackFillSamples, wakeup: wakeup,
                                             played: processing.playedRing)
         capture = try CaptureStream(context: context, sink: captureSink, target: options.source)
@@ -107,8 +113,10 @@ final class CallAudio {
 
     private func sendCaptured(muted: Bool, metering: Bool, participants: [String: VoiceParticipant], socket: Socket) {
         if muted, let flip = speaking.end() { speakingFlip = flip }
+        // Whether the microphone gave exact zeros in the last frame taken now (nil: none was whole).
+        var sourceSilent: Bool?
         while captureRing.availableToRead >= frame.count {
-            frame.withUnsafeMutableBufferPointer { buffer in
+            sourceSilent = frame.withUnsafeMutableBufferPointer { buffer in
                 _ = captureRing.read(into: buffer)
                 let digitalSilence = !buffer.contains { $0 != 0 }
                 // Processed even when muted or silent, so the canceller keeps pace with the far end.
@@ -121,6 +129,7 @@ final class CallAudio {
                 // silence (no comfort noise), so the encoder can rest on it.
                 if muted || digitalSilence { buffer.update(repeating: 0) }
                 if metering { inputMeter.add(UnsafeBufferPointer(buffer)) }
+                return digitalSilence
             }
             // Every frame moves the timestamp, sent or not: the receivers tell silence from loss.
             defer { timestamp &+= UInt32(frame.count) }
@@ -140,6 +149,14 @@ final class CallAudio {
                     for receiver in receivers { participants[receiver]?.send(payload, timestamp: timestamp, socket: socket) }
                 }
             }
+        }
+        // The canceller learns the echo path from each frame heard next to what played at its
+        // time: while anything plays, frames are cleaned as they come.
+        let inStep = processing.processing.contains(.echoCancel) && !playbackSource.isDormant.load(ordering: .relaxed)
+        if inStep {
+            captureSink.isResting.store(false, ordering: .relaxed)
+        } else if let sourceSilent {
+            captureSink.isResting.store(sourceSilent && silentFrames > silenceHangoverFrames, ordering: .relaxed)
         }
     }
 
