@@ -32,7 +32,8 @@ final class CallAudio {
     static let restKeepaliveMs = 400
     /// While resting (and not cleaning in step with the speaker), the captured zeros are taken
     /// this much at a time: the voice thread wakes 10 times a second for them instead of once a
-    /// frame. Sound wakes it at once; a keepalive goes out up to this much later.
+    /// frame. Sound wakes it as soon as a frame of it is whole, and a keepalive frame when it is
+    /// (its peers time their playout by when packets come).
     static let restingBatchMs = 100
 
     let encoders: MicrophoneEncoders
@@ -51,6 +52,7 @@ final class CallAudio {
     private var frame: [Int16]
     private let silenceHangoverFrames: Int
     private let restKeepaliveFrames: Int
+    private let restingBatchFrames: Int
     /// Captured frames in a row that were all zeros.
     private var silentFrames = 0
     /// The call's RTP-style timestamp: every peer gets the same one with each packet.
@@ -73,11 +75,11 @@ final class CallAudio {
         frame = [Int16](repeating: 0, count: duration.samples)
         silenceHangoverFrames = Self.silenceHangoverMs / options.frameMs
         restKeepaliveFrames = Self.restKeepaliveMs / options.frameMs
+        restingBatchFrames = Self.restingBatchMs / options.frameMs
         self.context = context
         processing = CaptureProcessing(processor: try WebRTCVoiceProcessor(processing: options.processing))
         // The streams reach the rings through these, which wake the voice thread when there is work.
-        captureSink = CaptureRingSink(ring: captureRing, frameSamples: frame.count,
-                                      restingBatchSamples: Self.restingBatchMs * voiceSampleRate / 1000, wakeup: wakeup)
+        captureSink = CaptureRingSink(ring: captureRing, frameSamples: frame.count, wakeup: wakeup)
         playbackSource = PlaybackRingSource(ring: playbackRing, refillBelowSamples: Self.playbackFillSamples, wakeup: wakeup,
                                             played: processing.playedRing)
         capture = try CaptureStream(context: context, sink: captureSink, target: options.source)
@@ -153,10 +155,14 @@ final class CallAudio {
         // The canceller learns the echo path from each frame heard next to what played at its
         // time: while anything plays, frames are cleaned as they come.
         let inStep = processing.processing.contains(.echoCancel) && !playbackSource.isDormant.load(ordering: .relaxed)
+        let resting = silentFrames - silenceHangoverFrames
         if inStep {
-            captureSink.isResting.store(false, ordering: .relaxed)
+            captureSink.restingWakeSamples.store(0, ordering: .relaxed)
         } else if let sourceSilent {
-            captureSink.isResting.store(sourceSilent && silentFrames > silenceHangoverFrames, ordering: .relaxed)
+            // What is left in the ring is less than a frame: wake for a batch, or for the next
+            // keepalive frame if that is due sooner.
+            let frames = min(restingBatchFrames, restKeepaliveFrames - max(0, resting) % restKeepaliveFrames)
+            captureSink.restingWakeSamples.store(sourceSilent && resting > 0 ? frames * frame.count : 0, ordering: .relaxed)
         }
     }
 

@@ -49,33 +49,33 @@ final class VoiceWakeup: Sendable {
 
 /// What the capture stream writes into: the session's capture ring, waking the voice thread when
 /// the ring holds a whole frame to encode (not on every quantum), or, while the voice thread
-/// says the microphone rests on digital silence, a whole batch of frames, unless sound came.
+/// says the microphone rests on digital silence, the number of samples it asked for, unless sound came.
 final class CaptureRingSink: SampleSink {
     /// Set by the voice thread while the microphone gives exact zeros, its encoders rest, and no
     /// frame has to be cleaned in step with what plays (the echo canceller is off, or the speaker
-    /// is dormant): the frames then only need to be taken (and cleaned) some time, not each at once.
-    let isResting = Atomic<Bool>(false)
+    /// is dormant): wake it when the ring holds this many samples (whole frames); 0: each frame.
+    let restingWakeSamples = Atomic<Int>(0)
     /// A sample that was not zero came while resting: frames wake the voice thread again (the
     /// first frame of sound is taken as soon as it is whole, as when not resting).
     private let heardSound = Atomic<Bool>(false)
     private let ring: AudioRing
     private let frameSamples: Int
-    private let restingBatchSamples: Int
     private let wakeup: VoiceWakeup
 
-    init(ring: AudioRing, frameSamples: Int, restingBatchSamples: Int, wakeup: VoiceWakeup) {
-        (self.ring, self.frameSamples, self.restingBatchSamples, self.wakeup) = (ring, frameSamples, restingBatchSamples, wakeup)
+    init(ring: AudioRing, frameSamples: Int, wakeup: VoiceWakeup) {
+        (self.ring, self.frameSamples, self.wakeup) = (ring, frameSamples, wakeup)
     }
 
     /// PipeWire's real-time thread.
     func write(_ samples: UnsafeBufferPointer<Int16>) -> Int {
         let taken = ring.write(samples)
         var wakeAt = frameSamples
-        if isResting.load(ordering: .relaxed) {
+        let resting = restingWakeSamples.load(ordering: .relaxed)
+        if resting > 0 {
             if !heardSound.load(ordering: .relaxed) && samples.contains(where: { $0 != 0 }) {
                 heardSound.store(true, ordering: .relaxed)
             }
-            if !heardSound.load(ordering: .relaxed) { wakeAt = restingBatchSamples }
+            if !heardSound.load(ordering: .relaxed) { wakeAt = resting }
         } else {
             heardSound.store(false, ordering: .relaxed)
         }
