@@ -280,13 +280,15 @@ bench-mixer:
 # of medians next to the targets, writes bench/results/voice.json and voice.png; asserts nothing.
 # BENCH_ARGS go to bench/voice/run.py, e.g. BENCH_ARGS='--runs 1 --frames 20 --conditions clean'.
 # About 15 minutes with the defaults. BENCH_PACKAGES: GStreamer 1.22 (gst-launch, the base and good
-# plugins, the PipeWire elements) for the baseline; python3-venv, python3-dev and gcc for the venv
+# plugins, the PipeWire elements; the bad plugins for webrtcdsp, the baseline with capture
+# processing) for the baseline; python3-venv, python3-dev and gcc for the venv
 # in .build/ that holds numpy, scipy, pesq (built from source), pystoi and matplotlib from PyPI;
 # g++ for bench-echo's offline harness (bench/echo/offline.cpp).
 BENCH_PACKAGES := \
 	gstreamer1.0-tools \
 	gstreamer1.0-plugins-base \
 	gstreamer1.0-plugins-good \
+	gstreamer1.0-plugins-bad \
 	gstreamer1.0-pipewire \
 	python3-venv \
 	python3-dev \

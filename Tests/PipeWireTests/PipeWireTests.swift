@@ -77,7 +77,14 @@ final class PipeWireTests: XCTestCase {
     func testCaptureStreamReceivesInjectedAudio() throws {
         let session = try startSession()
         defer { session.stop() }
+        let callerName = try Self.threadName(at: "/proc/thread-self/comm")
         let context = try PipeWireContext(remote: session.socketPath)
+        // PipeWire's data thread, which runs the callbacks, is named for itself (it would take
+        // this thread's name otherwise); this thread keeps its name.
+        XCTAssertEqual(try Self.threadName(at: "/proc/thread-self/comm"), callerName)
+        let threads = try FileManager.default.contentsOfDirectory(atPath: "/proc/self/task")
+        XCTAssertTrue(try threads.contains { try Self.threadName(at: "/proc/self/task/\($0)/comm") == "peervoice-rt" },
+                      "no thread named peervoice-rt")
         let sink = CollectingSink(capacity: 10 * 48_000)
         let states = Mutex<[StreamState]>([])
         let capture = try CaptureStream(context: context, sink: sink, onStateChange: { state in
@@ -142,6 +149,10 @@ final class PipeWireTests: XCTestCase {
         let framesBefore = capture.framesProcessed
         try capture.start()
         XCTAssertTrue(eventually(timeout: 5) { capture.framesProcessed > framesBefore && capture.state == .streaming })
+    }
+
+    private static func threadName(at path: String) throws -> String {
+        try String(contentsOfFile: path, encoding: .utf8).trimmingCharacters(in: .newlines)
     }
 
     // MARK: Playback

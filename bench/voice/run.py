@@ -15,6 +15,10 @@ latency without clock skew. The other two devices are the far ends nobody listen
   gstreamer  pipewiresrc → opusenc (voice, 24 kbit/s, F ms) → rtpopuspay → udpsink | udpsrc →
              rtpjitterbuffer latency=40 → rtpopusdepay → opusdec plc=true → pipewiresink sync=false
              (--gst-latency N sets rtpjitterbuffer's latency, for its delay/quality trade-off)
+  gstreamer-call  the same elements as a call: each side one gst-launch that sends and receives
+             (A: mic + bench-speaker-a, B: bench-mic-b + speaker), as each peervoiced does
+  gstreamer-dsp   gstreamer-call with webrtcdsp + webrtcechoprobe (webrtc-audio-processing 0.3, set as
+             PeerVoice's capture processing) on each side: PeerVoice with its processing on
 
 Network: `clean` (loopback), or through bench/voice/relay.py: 30 ms + N(0, 10 ms) delay clipped
 to [5, 100] ms (reordering allowed), with 0, 5 or 10 % random loss. For PeerVoice A dials the
@@ -510,6 +514,64 @@ class GStreamer:
         return {}
 
 
+class GStreamerCall:
+    """The same Opus/RTP elements as `GStreamer`, as a call: each side ONE gst-launch process that
+    captures, encodes and sends AND receives, decodes and plays, like each peervoiced (A: the mic
+    and bench-speaker-a; B: bench-mic-b and the speaker). With `dsp`, each side also cleans its
+    microphone with gst-plugins-bad's `webrtcdsp` (webrtc-audio-processing 0.3, the library
+    PeerVoice uses) set as PeerVoice's defaults (echo cancellation with the extended filter and
+    delay-agnostic mode, moderate noise suppression, high-pass, voice detection, no gain control),
+    hearing what its side plays through a `webrtcechoprobe` before its sink."""
+
+    KINDS = {"gstreamer-call": False, "gstreamer-dsp": True}
+    DSP = ("webrtcdsp", "echo-cancel=true", "extended-filter=true", "delay-agnostic=true", "noise-suppression=true",
+           "noise-suppression-level=moderate", "echo-suppression-level=moderate", "high-pass-filter=true",
+           "gain-control=false", "experimental-agc=false", "voice-detection=true")
+
+    def __init__(self, pw, frame_ms, impair, workdir, label, jitter_buffer_ms, dsp):
+        self.pw, self.workdir, self.label, self.relay, self.relay_stats = pw, workdir, label, None, None
+        ports = {"a": free_port(), "b": free_port()}
+        send_to = {"a": ports["b"], "b": ports["a"]}
+        if impair is not None:  # A's voice through the relay, as for PeerVoice
+            send_to["a"] = free_port()
+            self.relay = start_relay(send_to["a"], ports["b"], impair, False, workdir, label)
+        caps = "application/x-rtp,media=audio,encoding-name=OPUS,clock-rate=48000,payload=96"
+        raw = "audio/x-raw,format=S16LE,rate=48000,channels=1"
+        devices = {"a": (MIC, SPEAKER_A), "b": (MIC_B, SPEAKER)}
+        self.processes = {}
+        for side, (mic, speaker) in devices.items():
+            probe = f"probe-{side}"
+            send = ["pipewiresrc", f"target-object={mic}", f"client-name=gst-{side}-send", "!", raw, "!", "audioconvert",
+                    "!", "audioresample", "!", raw]
+            if dsp:
+                # pipewiresrc marks every buffer discontinuous, and webrtcdsp then drops what it had
+                # gathered of its 10 ms block (it never processes one): hand it whole 10 ms buffers.
+                send += ["!", "audiobuffersplit", "output-buffer-duration=1/100", "!", *self.DSP, f"probe={probe}"]
+            send += ["!", "opusenc", "audio-type=voice", "bitrate=24000", f"frame-size={frame_ms}", "!", "rtpopuspay", "pt=96",
+                     "!", "udpsink", "host=127.0.0.1", f"port={send_to[side]}", "sync=false", "async=false"]
+            receive = ["udpsrc", f"port={ports[side]}", f"caps={caps}", "!", "rtpjitterbuffer", f"latency={jitter_buffer_ms}",
+                       "!", "rtpopusdepay", "!", "opusdec", "plc=true", "!", "audioconvert", "!", "audioresample", "!", raw]
+            if dsp:
+                receive += ["!", "webrtcechoprobe", f"name={probe}"]
+            receive += ["!", "pipewiresink", f"target-object={speaker}", f"client-name=gst-{side}-recv", "sync=false"]
+            self.processes[side] = CHILDREN.start(["gst-launch-1.0", "-q", *receive, *send], env=pw.env,
+                                                  log_path=os.path.join(workdir, f"{label}-{side}.log"), name=f"gst-{side}")
+        for side, (mic, speaker) in devices.items():
+            wait_for(f"GStreamer {side} linked to its mic", lambda: pw.linked(mic, f"gst-{side}-send"), 20, 0.1)
+            wait_for(f"GStreamer {side} linked to its speaker", lambda: pw.linked(f"gst-{side}-recv", speaker), 20, 0.1)
+
+    @property
+    def pids(self):
+        return {"sender": self.processes["a"].pid, "receiver": self.processes["b"].pid}
+
+    def stop(self):
+        for p in self.processes.values():
+            CHILDREN.stop(p, signal.SIGINT)
+        if self.relay:
+            self.relay_stats = stop_relay(self.relay, self.workdir, self.label)
+        return {}
+
+
 # ---------------------------------------------------------------------------------------------
 # Runs
 
@@ -602,7 +664,7 @@ def fmt(v, spec="{:.1f}"):
     return "-" if v is None else spec.format(v)
 
 
-SYSTEMS = ("peervoice", PeerVoice.BASE, "gstreamer")
+SYSTEMS = ("peervoice", PeerVoice.BASE, "gstreamer", *GStreamerCall.KINDS)
 
 
 def ideal_ms(results, f, cond):
@@ -684,9 +746,13 @@ def evaluate(results, frames):
                 ours, before = get(f, "j30-loss10", "peervoice", key), get(f, "j30-loss10", base, key)
                 check(f"{f} ms frames, j30-loss10: {name} {'>=' if key == 'pesq_wb' else '<='} before", ours, before,
                       ours is not None and before is not None and better(ours, before))
-        ours, theirs = get(f, "clean", "peervoice", "cpu_total_pct"), get(f, "clean", "gstreamer", "cpu_total_pct")
-        check(f"{f} ms frames, clean: CPU of both PeerVoice processes <= GStreamer sender + receiver", ours, theirs,
-              ours is not None and theirs is not None and ours <= theirs)
+        ours = get(f, "clean", "peervoice", "cpu_total_pct")
+        for kind in ("gstreamer", *GStreamerCall.KINDS):
+            theirs = get(f, "clean", kind, "cpu_total_pct")
+            if theirs is None and kind != "gstreamer":
+                continue
+            check(f"{f} ms frames, clean: CPU of both PeerVoice processes <= {kind} A + B", ours, theirs,
+                  ours is not None and theirs is not None and ours <= theirs)
     print("Targets (issue 20; 'baseline' is the reference named in each line)")
     for c in checks:
         print(f"  [{'met' if c['met'] else 'MISSED'}] {c['target']}: PeerVoice {fmt(c['peervoice'], '{:.2f}')}, "
@@ -733,7 +799,8 @@ def main():
     ap.add_argument("--frames", default="20,10", help="Opus frame lengths in ms (default 20,10)")
     ap.add_argument("--conditions", default=",".join(CONDITIONS), help=f"networks (default {','.join(CONDITIONS)})")
     ap.add_argument("--systems", default=None,
-                    help="default peervoice,gstreamer; with --base-bin peervoice,peervoice-base,gstreamer")
+                    help="default peervoice,gstreamer; with --base-bin peervoice,peervoice-base,gstreamer; "
+                         "also gstreamer-call, gstreamer-dsp (a call: both directions in each process; with webrtcdsp)")
     ap.add_argument("--base-bin", help="a second peervoiced (e.g. the commit before a change), run as peervoice-base "
                                        "in the same session, interleaved")
     ap.add_argument("--gst-latency", type=int, default=40,
@@ -791,6 +858,9 @@ def main():
                         try:
                             if kind == "gstreamer":
                                 system = GStreamer(pw, f, impair, workdir, f"{label}-{r + 1}", a.gst_latency)
+                            elif kind in GStreamerCall.KINDS:
+                                system = GStreamerCall(pw, f, impair, workdir, f"{label}-{r + 1}", a.gst_latency,
+                                                       GStreamerCall.KINDS[kind])
                             else:
                                 system = PeerVoice(pw, a.base_bin if kind == PeerVoice.BASE else a.bin, f, impair,
                                                    workdir, f"{label}-{r + 1}", extra_args={"a": daemon_args, "b": daemon_args})

@@ -30,6 +30,11 @@ final class CallAudio {
     /// While resting, one frame of silence is encoded and sent this often, as Opus's DTX sends a
     /// comfort-noise update: the peers still hear from us (their sessions turn active on that).
     static let restKeepaliveMs = 400
+    /// While resting (and not cleaning in step with the speaker), the captured zeros are taken
+    /// this much at a time: the voice thread wakes 10 times a second for them instead of once a
+    /// frame. Sound wakes it as soon as a frame of it is whole, and a keepalive frame when it is
+    /// (its peers time their playout by when packets come).
+    static let restingBatchMs = 100
 
     let encoders: MicrophoneEncoders
     private let captureRing = AudioRing(minimumCapacity: 48_000)
@@ -37,6 +42,7 @@ final class CallAudio {
     private let capture: CaptureStream
     private let playback: PlaybackStream
     private let playbackSource: PlaybackRingSource
+    private let captureSink: CaptureRingSink
     private let context: PipeWireContext
     private let processing: CaptureProcessing
     /// When to look (again) at what the microphone stream is linked to; nil once done.
@@ -46,6 +52,7 @@ final class CallAudio {
     private var frame: [Int16]
     private let silenceHangoverFrames: Int
     private let restKeepaliveFrames: Int
+    private let restingBatchFrames: Int
     /// Captured frames in a row that were all zeros.
     private var silentFrames = 0
     /// The call's RTP-style timestamp: every peer gets the same one with each packet.
@@ -68,10 +75,11 @@ final class CallAudio {
         frame = [Int16](repeating: 0, count: duration.samples)
         silenceHangoverFrames = Self.silenceHangoverMs / options.frameMs
         restKeepaliveFrames = Self.restKeepaliveMs / options.frameMs
+        restingBatchFrames = Self.restingBatchMs / options.frameMs
         self.context = context
         processing = CaptureProcessing(processor: try WebRTCVoiceProcessor(processing: options.processing))
         // The streams reach the rings through these, which wake the voice thread when there is work.
-        let captureSink = CaptureRingSink(ring: captureRing, frameSamples: frame.count, wakeup: wakeup)
+        captureSink = CaptureRingSink(ring: captureRing, frameSamples: frame.count, wakeup: wakeup)
         playbackSource = PlaybackRingSource(ring: playbackRing, refillBelowSamples: Self.playbackFillSamples, wakeup: wakeup,
                                             played: processing.playedRing)
         capture = try CaptureStream(context: context, sink: captureSink, target: options.source)
@@ -107,8 +115,10 @@ final class CallAudio {
 
     private func sendCaptured(muted: Bool, metering: Bool, participants: [PeerID: VoiceParticipant], socket: Socket) {
         if muted, let flip = speaking.end() { speakingFlip = flip }
+        // Whether the microphone gave exact zeros in the last frame taken now (nil: none was whole).
+        var sourceSilent: Bool?
         while captureRing.availableToRead >= frame.count {
-            frame.withUnsafeMutableBufferPointer { buffer in
+            sourceSilent = frame.withUnsafeMutableBufferPointer { buffer in
                 _ = captureRing.read(into: buffer)
                 let digitalSilence = !buffer.contains { $0 != 0 }
                 // Processed even when muted or silent, so the canceller keeps pace with the far end.
@@ -121,6 +131,7 @@ final class CallAudio {
                 // silence (no comfort noise), so the encoder can rest on it.
                 if muted || digitalSilence { buffer.update(repeating: 0) }
                 if metering { inputMeter.add(UnsafeBufferPointer(buffer)) }
+                return digitalSilence
             }
             // Every frame moves the timestamp, sent or not: the receivers tell silence from loss.
             defer { timestamp &+= UInt32(frame.count) }
@@ -140,6 +151,18 @@ final class CallAudio {
                     for receiver in receivers { participants[receiver]?.send(payload, timestamp: timestamp, socket: socket) }
                 }
             }
+        }
+        // The canceller learns the echo path from each frame heard next to what played at its
+        // time: while anything plays, frames are cleaned as they come.
+        let inStep = processing.processing.contains(.echoCancel) && !playbackSource.isDormant.load(ordering: .relaxed)
+        let resting = silentFrames - silenceHangoverFrames
+        if inStep {
+            captureSink.restingWakeSamples.store(0, ordering: .relaxed)
+        } else if let sourceSilent {
+            // What is left in the ring is less than a frame: wake for a batch, or for the next
+            // keepalive frame if that is due sooner.
+            let frames = min(restingBatchFrames, restKeepaliveFrames - max(0, resting) % restKeepaliveFrames)
+            captureSink.restingWakeSamples.store(sourceSilent && resting > 0 ? frames * frame.count : 0, ordering: .relaxed)
         }
     }
 

@@ -48,8 +48,16 @@ final class VoiceWakeup: Sendable {
 }
 
 /// What the capture stream writes into: the session's capture ring, waking the voice thread when
-/// the ring holds a whole frame to encode (not on every quantum).
+/// the ring holds a whole frame to encode (not on every quantum), or, while the voice thread
+/// says the microphone rests on digital silence, the number of samples it asked for, unless sound came.
 final class CaptureRingSink: SampleSink {
+    /// Set by the voice thread while the microphone gives exact zeros, its encoders rest, and no
+    /// frame has to be cleaned in step with what plays (the echo canceller is off, or the speaker
+    /// is dormant): wake it when the ring holds this many samples (whole frames); 0: each frame.
+    let restingWakeSamples = Atomic<Int>(0)
+    /// A sample that was not zero came while resting: frames wake the voice thread again (the
+    /// first frame of sound is taken as soon as it is whole, as when not resting).
+    private let heardSound = Atomic<Bool>(false)
     private let ring: AudioRing
     private let frameSamples: Int
     private let wakeup: VoiceWakeup
@@ -61,7 +69,17 @@ final class CaptureRingSink: SampleSink {
     /// PipeWire's real-time thread.
     func write(_ samples: UnsafeBufferPointer<Int16>) -> Int {
         let taken = ring.write(samples)
-        if ring.availableToRead >= frameSamples { wakeup.signal() }
+        var wakeAt = frameSamples
+        let resting = restingWakeSamples.load(ordering: .relaxed)
+        if resting > 0 {
+            if !heardSound.load(ordering: .relaxed) && samples.contains(where: { $0 != 0 }) {
+                heardSound.store(true, ordering: .relaxed)
+            }
+            if !heardSound.load(ordering: .relaxed) { wakeAt = resting }
+        } else {
+            heardSound.store(false, ordering: .relaxed)
+        }
+        if ring.availableToRead >= wakeAt { wakeup.signal() }
         return taken
     }
 }
