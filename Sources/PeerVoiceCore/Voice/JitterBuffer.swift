@@ -90,6 +90,13 @@ public struct JitterBuffer: Sendable {
         public var historyMs: Double
         /// Timings needed before ``initialDelayMs`` stops applying.
         public var warmupPackets: Int
+        /// While fewer timings than this are known and the link has jitter (the recent spread is
+        /// 10 ms or more), the target is at least the 99th percentile of a normal distribution
+        /// with the history's mean and standard deviation (mean + 2.33 standard deviations): a
+        /// few dozen timings say how much jitter there is long before their own 99th percentile
+        /// does, so the first talkspurt of a call does not learn it by concealing inside speech.
+        /// 0: off.
+        public var estimatedUntilPackets: Int
         /// How long the offset must exceed the target by a step before it is shrunk (ms).
         public var shrinkHoldMs: Double
         /// Least time between two shrinks (ms).
@@ -125,6 +132,7 @@ public struct JitterBuffer: Sendable {
             initialDelayMs: Double = 0,
             historyMs: Double = 10000,
             warmupPackets: Int = 25,
+            estimatedUntilPackets: Int = 500,
             shrinkHoldMs: Double = 1000,
             shrinkIntervalMs: Double = 500,
             shrinkForceMs: Double = 2000,
@@ -144,6 +152,7 @@ public struct JitterBuffer: Sendable {
             self.initialDelayMs = initialDelayMs
             self.historyMs = historyMs
             self.warmupPackets = warmupPackets
+            self.estimatedUntilPackets = estimatedUntilPackets
             self.shrinkHoldMs = shrinkHoldMs
             self.shrinkIntervalMs = shrinkIntervalMs
             self.shrinkForceMs = shrinkForceMs
@@ -692,7 +701,10 @@ public struct JitterBuffer: Sendable {
         baseline = sorted[0]
         spread = sorted[min(n - 1, n * 95 / 100)] - baseline
         stats.jitterMs = Double(spread) / 48
-        let low = baseline + max(minimumDelay, n < configuration.warmupPackets ? initialDelay : 0)
+        var low = baseline + max(minimumDelay, n < configuration.warmupPackets ? initialDelay : 0)
+        if n < configuration.estimatedUntilPackets && spread >= Self.waitAboveJitter {
+            low = max(low, baseline + estimatedPercentile99())
+        }
         let high = max(low, baseline + maximumDelay)
         var offset = reference + Self.ceilDiv(low - reference, step) * step  // first candidate ≥ low
         var best = offset
@@ -718,6 +730,23 @@ public struct JitterBuffer: Sendable {
             offset += step
         }
         target = bestCost.isFinite ? best : offset
+    }
+
+    /// Mean + 2.33 standard deviations of the history's relative delays beyond `baseline`
+    /// (samples): a normal distribution's 99th percentile.
+    private func estimatedPercentile99() -> Int64 {
+        let n = historyCount
+        guard n > 1 else { return 0 }
+        var sum = 0.0
+        var sumSquares = 0.0
+        for i in 0..<n {
+            let d = Double(sorted[i] - baseline)
+            sum += d
+            sumSquares += d * d
+        }
+        let mean = sum / Double(n)
+        let variance = max(0, sumSquares / Double(n) - mean * mean)
+        return Int64(mean + 2.33 * variance.squareRoot())
     }
 
     /// The first index in `array[0..<count]` whose value is ≥ `value`.
