@@ -140,7 +140,7 @@ def main():
             for condition in args.conditions.split(","):
                 for playout in args.playouts.split(","):
                     if playout.startswith("oracle") and "loss" in condition:
-                        continue  # the oracle tells a lost packet from DTX no better than by its absence
+                        continue  # an oracle plays a lost packet's frame as DTX: not meant for loss
                     runs = []
                     for seed in range(1, args.seeds + 1):
                         counts, played = run_one(args.bin, pcm_path, frame_ms, condition, playout, seed, work)

@@ -28,6 +28,11 @@
 ///   ``Configuration/maximumDelayMs``] and with at most ``Configuration/maxLateFraction`` late.
 ///   With ``Configuration/planForFEC`` (off by default), recent network losses that FEC could
 ///   not repair at that offset (their successor would not be here a frame early) count as late too.
+/// - **Early estimate.** While the history holds fewer than
+///   ``Configuration/estimatedUntilPackets`` timings and their spread is 10 ms or more, the
+///   target is at least mean + 2.33 standard deviations of the history (a normal distribution's
+///   99th percentile): the first talkspurt of a call then takes its delay from a few dozen
+///   packets instead of growing it miss by miss, each miss a step inside the speech.
 /// - **Stalls.** A burst of packets arriving together after a silence of two frames or more (a
 ///   Wi-Fi or radio stall releasing its backlog) is recorded as one timing, its first: one stall
 ///   weighs as one late packet, so a rare stall does not inflate everyone's delay afterwards.
