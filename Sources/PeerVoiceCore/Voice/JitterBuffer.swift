@@ -269,6 +269,8 @@ public struct JitterBuffer: Sendable {
     /// hosts' scheduling stay below it.
     private static let waitAboveJitterMs = 10.0
     private static let waitAboveJitter = Int64(waitAboveJitterMs * 48)
+    /// The 99th percentile of a standard normal distribution (the early estimate's).
+    private static let normalPercentile99 = 2.33
     /// Seq numbers further behind than this start a new stream.
     private static let maxSeqBack: Int64 = 1024
 
@@ -751,7 +753,7 @@ public struct JitterBuffer: Sendable {
         }
         let mean = sum / Double(n)
         let variance = max(0, sumSquares / Double(n) - mean * mean)
-        return Int64(mean + 2.33 * variance.squareRoot())
+        return Int64(mean + Self.normalPercentile99 * variance.squareRoot())
     }
 
     /// The first index in `array[0..<count]` whose value is ≥ `value`.
