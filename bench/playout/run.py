@@ -35,13 +35,13 @@ CONDITIONS = {
 # name -> playout-bench arguments
 PLAYOUTS = {
     # main before issue 20: no merging, every output decoded as it comes
-    "main": ["--no-merge", "--direct-render", "--set", "estimatedUntilPackets=0"],
+    "main": ["--no-merge", "--direct-render"],
     # no merging, concealment kept whole and handed out in steps (VoicePlayout)
-    "kept": ["--no-merge", "--set", "estimatedUntilPackets=0"],
-    # the merge without the early estimate of the jitter (the daemon before it)
-    "merge-only": ["--set", "estimatedUntilPackets=0"],
-    # the daemon now: merging, the early estimate, VoicePlayout
+    "kept": ["--no-merge"],
+    # the daemon now: merging, VoicePlayout
     "merge": [],
+    # and the jitter buffer's early estimate of the jitter (off in the daemon)
+    "merge+estimate": ["--set", "estimatedUntilPackets=500"],
     # h-jitter's integration choices, one at a time, on top of "merge"
     "merge+advance-now": ["--advance-now"],
     "merge+raise-fill": ["--raise-fill"],
@@ -118,7 +118,7 @@ def main():
     ap.add_argument("--seeds", type=int, default=8)
     ap.add_argument("--frames", default="20,10")
     ap.add_argument("--conditions", default=",".join(CONDITIONS))
-    ap.add_argument("--playouts", default="main,kept,merge-only,merge,oracle-p99,oracle-max", help=f"of {', '.join(PLAYOUTS)}")
+    ap.add_argument("--playouts", default="main,kept,merge,merge+estimate,oracle-p99,oracle-max", help=f"of {', '.join(PLAYOUTS)}")
     ap.add_argument("--json", default=os.path.join(ROOT, "bench", "results", "playout.json"))
     ap.add_argument("--replot", action="store_true", help="only print the table from --json")
     args = ap.parse_args()
