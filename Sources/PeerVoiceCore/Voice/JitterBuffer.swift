@@ -102,8 +102,9 @@ public struct JitterBuffer: Sendable {
         /// deviations, from the interquartile range): a few dozen timings say how much jitter
         /// there is long before their own 99th percentile does, so the first talkspurt of a call
         /// does not learn it by concealing inside speech. 0 (the default): off. bench/playout
-        /// gains 0.27–0.34 PESQ-WB under 30 ± 10 ms jitter with 500, but in the daemon the group
-        /// relay test's speech correlation failed with it (docs/VOICE.md, "Early estimate").
+        /// gains 0.27–0.34 PESQ-WB under 30 ± 10 ms jitter with 500; it stays off until the group
+        /// relay test, which failed with it on a loaded machine, clears it (docs/VOICE.md,
+        /// "Early estimate").
         public var estimatedUntilPackets: Int
         /// How long the offset must exceed the target by a step before it is shrunk (ms).
         public var shrinkHoldMs: Double
