@@ -259,9 +259,10 @@ bench-jitter:
 
 # Playout offline (bench/playout/README.md): the speech encoded by libopus, seeded arrival traces
 # (clean, 30 +- 10 ms jitter, + 5/10 % loss) through the core's JitterBuffer and VoicePlayout by a
-# simulated device and voice thread, PESQ-WB against the input; the playout before late packets
-# merged next to the current one, medians over seeds. Deterministic: no real time, no threads.
-# About 6 minutes (2 frame sizes, 4 networks, 3 playouts, 8 seeds). BENCH_ARGS go to
+# simulated device and voice thread, PESQ-WB against the input; the playout before issue 20 next
+# to the current one and to oracles (one fixed offset known in advance), medians over seeds.
+# Deterministic: no real time, no threads. About 3 minutes (2 frame sizes, 4 networks, 6
+# playouts, 8 seeds). BENCH_ARGS go to
 # bench/playout/run.py, e.g. BENCH_ARGS='--seeds 4 --frames 20'.
 .PHONY: bench-playout
 bench-playout: bench-venv

@@ -57,6 +57,7 @@ func makeConfiguration(_ input: inout Input, defaults: Bool) -> JitterBuffer.Con
     configuration.dtxPayloadBytes = Int(b[8] >> 4 & 3)
     configuration.planForFEC = b[8] & 64 != 0
     configuration.maxLateFraction = Double(b[9] & 31) / 31
+    configuration.estimatedUntilPackets = [500, 0, 25, 5000, 2, 100, 1, 50][Int(b[9] >> 5)]
     return configuration
 }
 

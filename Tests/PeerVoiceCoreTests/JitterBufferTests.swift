@@ -151,6 +151,54 @@ final class JitterBufferTests: XCTestCase {
         XCTAssertEqual(played, played.sorted())
     }
 
+    /// The first 3 s of a call (one talkspurt, the history empty at its start), by arrival
+    /// pattern → how often the playout point moves inside the speech once it started (a
+    /// concealment that grows the delay or waits for a late packet: each a step in the speech),
+    /// with the early estimate (500 packets) and with the target learned from the history alone,
+    /// over 8 traces of each pattern. On a link with jitter the estimate covers it after a few
+    /// dozen packets, where the history alone learns its tail miss by miss; on a link without
+    /// (a steady delay, the sender's capture ripple: a spread under 10 ms) it changes nothing.
+    func testTheFirstTalkspurtLearnsTheJitterFromAFewDozenPackets() {
+        // Seen: 0 and 0, 0 and 0, 12 and 16, 4 and 9 (the late packets of the 30 ± 10 ms tail
+        // move it with either).
+        let table: [(pattern: String, delayMs: (inout Noise, Int) -> Double, jittery: Bool, movesAtMost: Int)] = [
+            ("steady 20 ms", { _, _ in 20 }, false, 0),
+            ("capture ripple 0-4.5 ms", { _, i in 20 + Double(i * 15 % 16) * 0.3 }, false, 0),
+            ("30 ± 10 ms", { n, _ in min(100, max(5, 30 + 10 * n.gaussian())) }, true, 13),
+            ("20-60 ms uniform", { n, _ in 20 + 40 * n.uniform() }, true, 5),
+        ]
+        for row in table {
+            var moves = 0, learnedMoves = 0
+            for seed in 1...8 {
+                var noise = Noise(state: UInt64(seed))
+                let delays = (0..<150).map { row.delayMs(&noise, $0) }
+                let packets = Self.trace(count: 150) { delays[$0] }
+                let lastArrival = packets.map(\.arrival).max()!
+                func play(_ configuration: JitterBuffer.Configuration) -> [Played] {
+                    var jb = JitterBuffer(configuration: configuration)
+                    return Self.run(packets, buffer: &jb, end: Self.ms(3_100))
+                }
+                /// Concealments (runs of them) from 200 ms, when the first packets have been played, to the last packet.
+                func movesInSpeech(_ log: [Played]) -> Int {
+                    log.indices.filter { i in
+                        log[i].time > Self.ms(200) && log[i].time < lastArrival && Self.isConceal(log[i].output)
+                            && !Self.isConceal(log[i - 1].output)
+                    }.count
+                }
+                let estimated = play(Self.estimatedTarget), learned = play(Self.learnedTarget)
+                moves += movesInSpeech(estimated)
+                learnedMoves += movesInSpeech(learned)
+                XCTAssertEqual(Self.playedIndices(estimated), Self.playedIndices(estimated).sorted(), row.pattern)
+                if !row.jittery {
+                    XCTAssertEqual(estimated.map(\.output), learned.map(\.output), "\(row.pattern): the same playout")
+                }
+            }
+            print("\(row.pattern): the playout point moved \(moves) times inside the speech of 8 traces; from the history alone \(learnedMoves)")
+            XCTAssertLessThanOrEqual(moves, row.movesAtMost, row.pattern)
+            if row.jittery { XCTAssertLessThan(moves, learnedMoves, "\(row.pattern): fewer moves than learning miss by miss") }
+        }
+    }
+
     // MARK: - Repairs
 
     func testRandomLossIsRecoveredWithFECWhenTheNextPacketIsHere() {
@@ -246,6 +294,13 @@ final class JitterBufferTests: XCTestCase {
         XCTAssertEqual(jb.statistics.lost, 0, "it did arrive")
     }
 
+    /// The merge on a target learned from the history alone (the default): the early estimate
+    /// (``JitterBuffer/Configuration/estimatedUntilPackets``) would keep the target above these
+    /// traces' late packets for their whole length (its own test is above).
+    static let learnedTarget = JitterBuffer.Configuration(estimatedUntilPackets: 0)
+    /// The early estimate on, as bench/playout measured it.
+    static let estimatedTarget = JitterBuffer.Configuration(estimatedUntilPackets: 500)
+
     /// A link that had jitter: for 2 s odd packets take 20 ms and even ones 32 (a spread the
     /// buffer waits from on, the slow one first so that nothing is late while it learns), then
     /// all 32; packet `late` takes `lateMs` more, `overtaking` (if any) only 12 ms, so it comes
@@ -264,7 +319,7 @@ final class JitterBufferTests: XCTestCase {
     func testALatePacketIsMergedWhileItsFrameIsStillBeingConcealed() {
         let table: [(lateMs: Double, merged: Bool)] = [(3, true), (6, true), (9, true), (14, true), (19, false), (30, false), (400, false)]
         for row in table {
-            var jb = JitterBuffer()
+            var jb = JitterBuffer(configuration: Self.learnedTarget)
             let packets = Self.jitteryTrace(count: 300, late: 150, lateMs: row.lateMs)
             let log = Self.run(packets, buffer: &jb, end: Self.ms(6_500))
             let played = Self.playedIndices(log)
@@ -296,7 +351,7 @@ final class JitterBufferTests: XCTestCase {
     /// later than that is recovered from FEC and then late.
     func testAnOvertakenPacketIsWaitedForHalfAFrame() {
         for (lateMs, merged) in [(4.0, true), (8.0, true), (15.0, false)] {
-            var jb = JitterBuffer()
+            var jb = JitterBuffer(configuration: Self.learnedTarget)
             let packets = Self.jitteryTrace(count: 200, late: 150, lateMs: lateMs, overtaking: 151)
             let log = Self.run(packets, buffer: &jb, end: Self.ms(4_300))
             let s = jb.statistics
@@ -316,9 +371,9 @@ final class JitterBufferTests: XCTestCase {
     func testUnderLossAMissingFrameIsNotWaitedFor() {
         // Every 10th packet lost from 1 s on; packet 156 is 9 ms late.
         let packets = Self.jitteryTrace(count: 300, late: 156, lateMs: 9, lost: Set((50..<300).filter { $0 % 10 == 3 }))
-        var merging = JitterBuffer()
+        var merging = JitterBuffer(configuration: Self.learnedTarget)
         let log = Self.run(packets, buffer: &merging, end: Self.ms(6_500))
-        var plain = JitterBuffer(configuration: .init(mergeLatePackets: false))
+        var plain = JitterBuffer(configuration: .init(estimatedUntilPackets: 0, mergeLatePackets: false))
         let plainLog = Self.run(packets, buffer: &plain, end: Self.ms(6_500))
         XCTAssertFalse(Self.playedIndices(log).contains(156))
         XCTAssertEqual(merging.statistics.merged, 0)
@@ -332,7 +387,7 @@ final class JitterBufferTests: XCTestCase {
     /// at once and its packet, 9 ms late, is dropped (the playout before merging); so it is with
     /// merging on a link without jitter (a late packet there is a hiccup).
     func testWithoutMergingALatePacketIsConcealedAtOnce() {
-        var jb = JitterBuffer(configuration: .init(mergeLatePackets: false))
+        var jb = JitterBuffer(configuration: .init(estimatedUntilPackets: 0, mergeLatePackets: false))
         let packets = Self.jitteryTrace(count: 300, late: 150, lateMs: 9)
         let log = Self.run(packets, buffer: &jb, end: Self.ms(6_500))
         XCTAssertEqual(Self.playedIndices(log), (0..<300).filter { $0 != 150 })

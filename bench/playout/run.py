@@ -40,17 +40,30 @@ PLAYOUTS = {
     "kept": ["--no-merge"],
     # the daemon now: merging, VoicePlayout
     "merge": [],
+    # and the jitter buffer's early estimate of the jitter (off in the daemon)
+    "merge+estimate": ["--set", "estimatedUntilPackets=500"],
     # h-jitter's integration choices, one at a time, on top of "merge"
     "merge+advance-now": ["--advance-now"],
     "merge+raise-fill": ["--raise-fill"],
+    # oracles: one fixed playout offset, a quantile of the whole trace's relative delays, no adaptation
+    "oracle-p95": ["--oracle-quantile", "0.95"],
+    "oracle-p99": ["--oracle-quantile", "0.99"],
+    "oracle-p99.5": ["--oracle-quantile", "0.995"],
+    "oracle-max": ["--oracle-quantile", "1"],
 }
 RATE = 48000
+
+
+def playout_arguments(playout):
+    """A named playout, or a named one with jitter buffer tunables: `merge@initialDelayMs=40@...`."""
+    name, *tunables = playout.split("@")
+    return PLAYOUTS[name] + [a for t in tunables for a in ("--set", t)]
 
 
 def run_one(binary, pcm_path, frame_ms, condition, playout, seed, work):
     out = os.path.join(work, f"out-{frame_ms}-{condition}-{playout}-{seed}.raw")
     line = subprocess.run([binary, "--input", pcm_path, "--output", out, "--frame-ms", str(frame_ms),
-                           "--seed", str(seed), *CONDITIONS[condition], *PLAYOUTS[playout]],
+                           "--seed", str(seed), *CONDITIONS[condition], *playout_arguments(playout)],
                           check=True, capture_output=True, text=True).stdout
     counts = json.loads(line)
     played = np.fromfile(out, dtype=np.int16).astype(np.float64) / 32768.0
@@ -74,6 +87,8 @@ def score(ref48, ref16, played, counts):
         "concealed_ms": counts["concealed_ms"],
         "fec": counts["fec"],
         "underruns": counts["underruns"],
+        "inserted": counts.get("inserted", 0),
+        "dropped": counts["dropped"],
     }
 
 
@@ -103,7 +118,7 @@ def main():
     ap.add_argument("--seeds", type=int, default=8)
     ap.add_argument("--frames", default="20,10")
     ap.add_argument("--conditions", default=",".join(CONDITIONS))
-    ap.add_argument("--playouts", default="main,kept,merge", help=f"of {', '.join(PLAYOUTS)}")
+    ap.add_argument("--playouts", default="main,kept,merge,merge+estimate,oracle-p99,oracle-max", help=f"of {', '.join(PLAYOUTS)}")
     ap.add_argument("--json", default=os.path.join(ROOT, "bench", "results", "playout.json"))
     ap.add_argument("--replot", action="store_true", help="only print the table from --json")
     args = ap.parse_args()
@@ -124,6 +139,8 @@ def main():
         for frame_ms in [int(f) for f in args.frames.split(",")]:
             for condition in args.conditions.split(","):
                 for playout in args.playouts.split(","):
+                    if playout.startswith("oracle") and "loss" in condition:
+                        continue  # an oracle plays a lost packet's frame as DTX: not meant for loss
                     runs = []
                     for seed in range(1, args.seeds + 1):
                         counts, played = run_one(args.bin, pcm_path, frame_ms, condition, playout, seed, work)
@@ -134,7 +151,8 @@ def main():
                     print(f"{frame_ms:>3} {condition:<11} {playout:<18} latency {cell['latency_ms']:6.1f} ms  "
                           f"buffer {cell['buffer_ms']:5.1f} ms  PESQ-WB {cell['pesq_wb']:.2f}  "
                           f"late {cell['late_pct']:.2f} %  merged {cell['merged_pct']:.2f} %  "
-                          f"concealed {cell['concealed_ms']:.0f} ms  FEC {cell['fec']:.0f}  under {cell['underruns']:.0f}",
+                          f"concealed {cell['concealed_ms']:.0f} ms  FEC {cell['fec']:.0f}  inserted {cell['inserted']:.0f}  "
+                          f"dropped {cell['dropped']:.0f}  under {cell['underruns']:.0f}",
                           flush=True)
     print_table(results, args.playouts.split(",")[0])
     os.makedirs(os.path.dirname(args.json), exist_ok=True)

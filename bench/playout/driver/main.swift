@@ -25,6 +25,13 @@ struct Options {
     /// h-jitter's integration: a refill pass that conceals fills the ring a quantum fuller, and the
     /// device then wakes the voice thread a quantum earlier.
     var raiseFill = false
+    /// An oracle instead of the jitter buffer: a fixed playout offset, this quantile (0...1) of
+    /// the whole trace's relative delays, known in advance; no adaptation (nil: the jitter buffer).
+    var oracleQuantile: Double?
+    /// Each output of the playout on stderr (diagnosis).
+    var logOutputs = false
+    /// Jitter buffer tunables other than the defaults, `name=value` (e.g. `initialDelayMs=40`).
+    var tunables: [String: Double] = [:]
 }
 
 var parsed = Options()
@@ -45,6 +52,11 @@ while let flag = arguments.next() {
     case "--direct-render": parsed.keepConcealment = false
     case "--advance-now": parsed.advanceNow = true
     case "--raise-fill": parsed.raiseFill = true
+    case "--oracle-quantile": parsed.oracleQuantile = Double(value())!
+    case "--log-outputs": parsed.logOutputs = true
+    case "--set":
+        let pair = value().split(separator: "=")
+        parsed.tunables[String(pair[0])] = Double(pair[1])!
     default: fatalError("unknown option \(flag)")
     }
 }
@@ -108,6 +120,60 @@ for index in 0..<(speech.count / frame) {
 }
 packets.sort { $0.arrival < $1.arrival }
 
+// MARK: The oracle: one fixed playout offset, chosen knowing the whole trace.
+
+/// Plays frame k at its capture time plus one fixed offset (a quantile of the trace's relative
+/// delays), whatever arrives: what a playout that knew the network in advance and never adapted
+/// would play. A packet not here at its frame's time is late: recovered from its successor's FEC
+/// if that is here, else concealed. Frames the sender did not send (DTX) are concealed (comfort
+/// noise) for the jitter buffer's 100 ms, then silence, as the jitter buffer plays them.
+struct OracleSchedule {
+    let byFrame: [Int: Sent]
+    let offset: Int64
+    /// The offset beyond the fastest packet (ms).
+    let bufferMs: Double
+    let firstFrame: Int
+    var nextFrame: Int?
+    var unsentRun = 0
+    var late = 0
+    var concealedSamples = 0
+    var fecRecovered = 0
+
+    init(_ packets: [Sent], quantile: Double) {
+        var byFrame: [Int: Sent] = [:]
+        for p in packets { byFrame[Int(p.timestamp &- timestamp0) / frame] = p }
+        self.byFrame = byFrame
+        let delays = byFrame.map { $0.value.arrival - ns(samples: Int64($0.key * frame)) }.sorted()
+        offset = delays[min(delays.count - 1, Int(quantile * Double(delays.count)))]
+        bufferMs = Double(offset - delays[0]) / 1e6
+        firstFrame = byFrame.keys.min()!
+    }
+
+    mutating func next(now: Int64) -> JitterBuffer.Output {
+        guard let k = nextFrame else {
+            if now < ns(samples: Int64(firstFrame * frame)) + offset { return .silence(samples: 120) }
+            nextFrame = firstFrame
+            return next(now: now)
+        }
+        nextFrame = k + 1
+        guard let packet = byFrame[k] else {
+            unsentRun += 1
+            if unsentRun * frame > 100 * 48 { return .silence(samples: frame) }
+            concealedSamples += frame
+            return .conceal(samples: frame)
+        }
+        unsentRun = 0
+        if packet.arrival <= now { return .frame(packet.payload) }
+        late += 1
+        if let successor = byFrame[k + 1], successor.arrival <= now {
+            fecRecovered += 1
+            return .recoverWithFEC(successor.payload)
+        }
+        concealedSamples += frame
+        return .conceal(samples: frame)
+    }
+}
+
 // MARK: Receive: the device draws a quantum at a time; the voice thread refills the ring.
 
 /// The listener's device, ring and voice thread (one remote voice).
@@ -125,15 +191,31 @@ final class Receiver {
     /// The jitter buffer's delay beyond the fastest packet at each frame it played (ms).
     var frameDelaysMs: [Double] = []
     var underruns = 0
+    var oracle: OracleSchedule?
 
     init(options: Options) throws {
         self.options = options
-        jitter = JitterBuffer(configuration: .init(frameSamples: frame, mergeLatePackets: options.merge))
+        var configuration = JitterBuffer.Configuration(frameSamples: frame, mergeLatePackets: options.merge)
+        for (name, value) in options.tunables {
+            switch name {
+            case "lateCostMs": configuration.lateCostMs = value
+            case "initialDelayMs": configuration.initialDelayMs = value
+            case "warmupPackets": configuration.warmupPackets = Int(value)
+            case "estimatedUntilPackets": configuration.estimatedUntilPackets = Int(value)
+            case "shrinkHoldMs": configuration.shrinkHoldMs = value
+            case "shrinkIntervalMs": configuration.shrinkIntervalMs = value
+            case "shrinkForceMs": configuration.shrinkForceMs = value
+            case "minimumDelayMs": configuration.minimumDelayMs = value
+            case "historyMs": configuration.historyMs = value
+            default: fatalError("unknown tunable \(name)")
+            }
+        }
+        jitter = JitterBuffer(configuration: configuration)
         playout = VoicePlayout(frameSamples: frame)
         decoder = try OpusVoiceDecoder(frameDuration: duration)
     }
 
-    var isDormant: Bool { !jitter.isPlaying && jitter.isEmpty }
+    var isDormant: Bool { oracle.map { $0.nextFrame == nil } ?? (!jitter.isPlaying && jitter.isEmpty) }
 
     /// One output of the jitter buffer into `decoded`, as RemoteVoice renders it (or as it did).
     func render(_ output: JitterBuffer.Output) throws -> Int {
@@ -150,17 +232,37 @@ final class Receiver {
         }
     }
 
+    /// One line on stderr: the time (ms), the output, the jitter buffer's target and delay (ms).
+    func log(_ output: JitterBuffer.Output, at: Int64) {
+        let kind: String
+        switch output {
+        case .frame(let p): kind = "frame \(p.count) bytes"
+        case .recoverWithFEC: kind = "fec"
+        case .conceal(let n): kind = "conceal \(n)"
+        case .silence(let n): kind = "silence \(n)"
+        }
+        let s = jitter.statistics
+        FileHandle.standardError.write(Data("\(Double(at) / 1e6) \(kind) \(s.currentTargetMs) \(s.currentDelayMs)\n".utf8))
+    }
+
     /// CallAudio.feedPlayback with one voice: when woken below the wake-up level, decode until
     /// the ring holds the fill level.
     func feed(now: Int64) throws {
-        guard !isDormant, ring.count - ringStart < wakeBelow else { return }
+        guard oracle != nil || !isDormant, ring.count - ringStart < wakeBelow else { return }
         var produced: Int64 = 0
         var fill = fillSamples
         while ring.count - ringStart < fill {
-            let output = jitter.next(now: options.advanceNow ? now + ns(samples: produced) : now)
+            let at = options.advanceNow ? now + ns(samples: produced) : now
+            // The oracle judges a packet at its frame's play time (the ring's lead included):
+            // decoding at the refill's time instead would make the frames a quantum early by turns.
+            let output = oracle != nil ? oracle!.next(now: at + ns(samples: Int64(ring.count - ringStart)))
+                : jitter.next(now: at)
             if options.raiseFill, case .conceal = output { fill = fillSamples + quantum }
             let count = try render(output)
-            if case .frame = output { frameDelaysMs.append(jitter.statistics.currentDelayMs) }
+            if options.logOutputs { log(output, at: at) }
+            if case .frame = output {
+                frameDelaysMs.append(oracle?.bufferMs ?? jitter.statistics.currentDelayMs)
+            }
             ring.append(contentsOf: decoded[0..<count])
             produced += Int64(count)
         }
@@ -196,16 +298,24 @@ final class Receiver {
 }
 
 let receiver = try Receiver(options: options)
+if let quantile = options.oracleQuantile { receiver.oracle = OracleSchedule(packets, quantile: quantile) }
 let devicePhase = Int64(random.uniform() * Double(quantum))
 try receiver.run(packets, devicePhase: devicePhase, end: ns(samples: Int64(speech.count)) + 1_000_000_000)
 
-let stats = receiver.jitter.statistics
+var stats = receiver.jitter.statistics
+if let oracle = receiver.oracle {
+    stats.received = packets.count
+    stats.late = oracle.late
+    stats.concealedSamples = oracle.concealedSamples
+    stats.fecRecovered = oracle.fecRecovered
+    (stats.merged, stats.inserted, stats.dropped) = (0, 0, 0)
+}
 let outputData = receiver.played.withUnsafeBufferPointer { Data(buffer: $0) }
 try outputData.write(to: URL(fileURLWithPath: options.output))
 let summary: [String: Any] = [
     "sent": Int(seq - 1000), "received": stats.received, "late": stats.late, "merged": stats.merged,
     "lost": stats.lost, "concealed": stats.concealed, "concealed_ms": Double(stats.concealedSamples) / 48,
-    "fec": stats.fecRecovered, "dropped": stats.dropped, "underruns": receiver.underruns,
+    "fec": stats.fecRecovered, "dropped": stats.dropped, "inserted": stats.inserted, "underruns": receiver.underruns,
     "device_start_ms": Double(ns(samples: devicePhase)) / 1e6,
     "buffer_delay_ms": receiver.frameDelaysMs.isEmpty ? 0 : receiver.frameDelaysMs.reduce(0, +) / Double(receiver.frameDelaysMs.count),
 ]
