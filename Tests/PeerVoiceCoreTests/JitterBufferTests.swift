@@ -161,7 +161,7 @@ final class JitterBufferTests: XCTestCase {
     func testTheFirstTalkspurtLearnsTheJitterFromAFewDozenPackets() {
         // Seen: 0 and 0, 0 and 0, 12 and 16, 4 and 9 (the late packets of the 30 ± 10 ms tail
         // move it with either).
-        let table: [(pattern: String, delayMs: (inout Noise, Int) -> Double, jittery: Bool, movesAtMost: Int)] = [
+        let table: [(pattern: String, delayMs: (inout SplitMix64, Int) -> Double, jittery: Bool, movesAtMost: Int)] = [
             ("steady 20 ms", { _, _ in 20 }, false, 0),
             ("capture ripple 0-4.5 ms", { _, i in 20 + Double(i * 15 % 16) * 0.3 }, false, 0),
             ("30 ± 10 ms", { n, _ in min(100, max(5, 30 + 10 * n.gaussian())) }, true, 13),
@@ -170,7 +170,7 @@ final class JitterBufferTests: XCTestCase {
         for row in table {
             var moves = 0, learnedMoves = 0
             for seed in 1...8 {
-                var noise = Noise(state: UInt64(seed))
+                var noise = SplitMix64(seed: UInt64(seed))
                 let delays = (0..<150).map { row.delayMs(&noise, $0) }
                 let packets = Self.trace(count: 150) { delays[$0] }
                 let lastArrival = packets.map(\.arrival).max()!
