@@ -60,7 +60,7 @@ let package = Package(
         .target(name: "PeerVoiceAppModel"),
         .executableTarget(name: "peervoice", dependencies: ["PeerVoiceAppModel", "PeerVoiceBus", "Gtk", "GIO"]),
         // bench/playout's offline playout simulation (make bench-playout): not shipped.
-        .executableTarget(name: "playout-bench", dependencies: ["PeerVoiceCore", "Opus"], path: "bench/playout/driver"),
+        .executableTarget(name: "playout-bench", dependencies: ["PeerVoiceCore", "Opus", "SeededRandom"], path: "bench/playout/driver"),
 
         // Seeded randomness for tests and benchmarks; assertions and handshake runs for the core's tests.
         .target(name: "SeededRandom", path: "Tests/SeededRandom"),

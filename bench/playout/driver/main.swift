@@ -6,6 +6,7 @@
 import Foundation
 import Opus
 import PeerVoiceCore
+import SeededRandom
 
 struct Options {
     var input = ""
@@ -62,21 +63,6 @@ while let flag = arguments.next() {
 }
 let options = parsed
 
-/// SplitMix64: the traces are the same for every playout.
-struct Random {
-    var state: UInt64
-    mutating func uniform() -> Double {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return Double((z ^ (z >> 31)) >> 11) / Double(1 << 53)
-    }
-    mutating func gaussian() -> Double {
-        (-2 * log(max(uniform(), 1e-12))).squareRoot() * cos(2 * Double.pi * uniform())
-    }
-}
-
 let data = try Data(contentsOf: URL(fileURLWithPath: options.input))
 let speech: [Int16] = data.withUnsafeBytes { Array($0.bindMemory(to: Int16.self)) }
 let duration: OpusFrameDuration = options.frameMs == 10 ? .ms10 : .ms20
@@ -95,7 +81,8 @@ struct Sent {
     var payload: [UInt8]
     var arrival: Int64
 }
-var random = Random(state: options.seed &* 0x2545_F491_4F6C_DD1D)
+// SplitMix64: the traces are the same for every playout.
+var random = SplitMix64(seed: options.seed &* 0x2545_F491_4F6C_DD1D)
 let encoder = try OpusVoiceEncoder(configuration: .init(frameDuration: duration,
                                                         packetLossPercent: options.lossPercent > 0 ? 5 : 0))
 var packets: [Sent] = []
