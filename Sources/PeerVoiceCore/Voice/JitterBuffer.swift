@@ -28,7 +28,7 @@
 ///   ``Configuration/maximumDelayMs``] and with at most ``Configuration/maxLateFraction`` late.
 ///   With ``Configuration/planForFEC`` (off by default), recent network losses that FEC could
 ///   not repair at that offset (their successor would not be here a frame early) count as late too.
-/// - **Early estimate** (off by default). While the history holds fewer than
+/// - **Early estimate.** While the history holds fewer than
 ///   ``Configuration/estimatedUntilPackets`` timings, their spread is 10 ms or more and under 2 %
 ///   of packets are lost, the target is at least the 99th percentile of a normal distribution
 ///   fitted to the history (its median + 2.33 standard deviations, taken from the interquartile
@@ -101,10 +101,8 @@ public struct JitterBuffer: Sendable {
         /// percentile of a normal distribution fitted to the history (median + 2.33 standard
         /// deviations, from the interquartile range): a few dozen timings say how much jitter
         /// there is long before their own 99th percentile does, so the first talkspurt of a call
-        /// does not learn it by concealing inside speech. 0 (the default): off. bench/playout
-        /// gains 0.27–0.34 PESQ-WB under 30 ± 10 ms jitter with 500; it stays off until the group
-        /// relay test, which failed with it on a loaded machine, clears it (docs/VOICE.md,
-        /// "Early estimate").
+        /// does not learn it by concealing inside speech. 0: off. bench/playout gains 0.27–0.34
+        /// PESQ-WB under 30 ± 10 ms jitter with 500 (docs/VOICE.md, "Early estimate").
         public var estimatedUntilPackets: Int
         /// How long the offset must exceed the target by a step before it is shrunk (ms).
         public var shrinkHoldMs: Double
@@ -141,7 +139,7 @@ public struct JitterBuffer: Sendable {
             initialDelayMs: Double = 0,
             historyMs: Double = 10000,
             warmupPackets: Int = 25,
-            estimatedUntilPackets: Int = 0,
+            estimatedUntilPackets: Int = 500,
             shrinkHoldMs: Double = 1000,
             shrinkIntervalMs: Double = 500,
             shrinkForceMs: Double = 2000,
