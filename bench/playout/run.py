@@ -35,16 +35,16 @@ CONDITIONS = {
 # name -> playout-bench arguments
 PLAYOUTS = {
     # main before issue 20: no merging, every output decoded as it comes
-    "main": ["--no-merge", "--direct-render"],
+    "main": ["--no-merge", "--direct-render", "--set", "estimatedUntilPackets=0"],
     # no merging, concealment kept whole and handed out in steps (VoicePlayout)
-    "kept": ["--no-merge"],
-    # the daemon now: merging, VoicePlayout
-    "merge": [],
-    # and the jitter buffer's early estimate of the jitter (off in the daemon)
-    "merge+estimate": ["--set", "estimatedUntilPackets=500"],
+    "kept": ["--no-merge", "--set", "estimatedUntilPackets=0"],
+    # merging, VoicePlayout, no early estimate (the daemon before it)
+    "merge": ["--set", "estimatedUntilPackets=0"],
+    # and the jitter buffer's early estimate of the jitter: the daemon now (its default, 500)
+    "merge+estimate": [],
     # h-jitter's integration choices, one at a time, on top of "merge"
-    "merge+advance-now": ["--advance-now"],
-    "merge+raise-fill": ["--raise-fill"],
+    "merge+advance-now": ["--advance-now", "--set", "estimatedUntilPackets=0"],
+    "merge+raise-fill": ["--raise-fill", "--set", "estimatedUntilPackets=0"],
     # oracles: one fixed playout offset, a quantile of the whole trace's relative delays, no adaptation
     "oracle-p95": ["--oracle-quantile", "0.95"],
     "oracle-p99": ["--oracle-quantile", "0.99"],
