@@ -37,7 +37,7 @@ public final class OpusVoiceEncoder: VoiceEncoder {
         /// Bits per second. 24 kbit/s gives wideband-to-super-wideband speech with room for FEC;
         /// 24–32 kbit/s is the useful range for voice.
         public var bitrate: Int
-        /// 0–10. 10 is the best quality and costs about 2 % of one core here (docs/VOICE.md).
+        /// 0–10. 10 is the best quality and costs about 2 % of one core here (bench/voice/README.md).
         public var complexity: Int
         /// In-band FEC (LBRR): each packet also carries a coarse copy of the previous frame,
         /// which the receiver decodes when that frame was lost. Active when the expected loss > 0.

@@ -32,8 +32,9 @@
 ///   ``Configuration/estimatedUntilPackets`` timings, their spread is 10 ms or more and under 2 %
 ///   of packets are lost, the target is at least the 99th percentile of a normal distribution
 ///   fitted to the history (its median + 2.33 standard deviations, taken from the interquartile
-///   range): the first talkspurt of a call then takes its delay from a few dozen packets instead
-///   of growing it miss by miss, each miss a step inside the speech.
+///   range), never beyond ``Configuration/maximumDelayMs``: the first talkspurt of a call then
+///   takes its delay from a few dozen packets instead of growing it miss by miss, each miss a
+///   step inside the speech.
 /// - **Stalls.** A burst of packets arriving together after a silence of two frames or more (a
 ///   Wi-Fi or radio stall releasing its backlog) is recorded as one timing, its first: one stall
 ///   weighs as one late packet, so a rare stall does not inflate everyone's delay afterwards.
@@ -71,7 +72,7 @@
 ///   timestamp's, is a new stream (peer restart): everything is forgotten (``Statistics/resets``).
 public struct JitterBuffer: Sendable {
 
-    /// Tunables. The defaults are the ones bench/jitter was run with (docs/VOICE.md).
+    /// Tunables. The defaults are the ones the benchmarks ran with (bench/jitter/README.md, bench/playout/README.md).
     public struct Configuration: Sendable, Equatable {
         /// Samples per frame (48 kHz): 960 for 20 ms, 480 for 10 ms.
         public var frameSamples: Int
@@ -121,7 +122,7 @@ public struct JitterBuffer: Sendable {
         /// Counts, in the target's cost, the recent network losses that in-band FEC could not
         /// repair because the next packet would not be here yet: under loss (about 3 % and up),
         /// the buffer then keeps up to a frame more so that losses are recovered instead of
-        /// concealed. Off by default: it costs delay (docs/VOICE.md has the numbers).
+        /// concealed. Off by default: it costs delay (bench/jitter/README.md has the numbers).
         public var planForFEC: Bool
         /// Waits for a missing frame's packet a step at a time, and plays it if it comes before a
         /// whole frame was concealed (the type's "Late packets merge"). On by default; off gives
@@ -714,7 +715,8 @@ public struct JitterBuffer: Sendable {
         if n < configuration.estimatedUntilPackets && spread >= Self.waitAboveJitter
             && networkLossFraction < Self.waitBelowLoss
         {
-            low = max(low, baseline + estimatedPercentile99())
+            // Never beyond what the target may ask for: a stall early in a call must not set it.
+            low = max(low, baseline + min(estimatedPercentile99(), maximumDelay))
         }
         let high = max(low, baseline + maximumDelay)
         var offset = reference + Self.ceilDiv(low - reference, step) * step  // first candidate ≥ low
