@@ -272,6 +272,13 @@ public struct JitterBuffer: Sendable {
     /// hosts' scheduling stay below it.
     private static let waitAboveJitterMs = 10.0
     private static let waitAboveJitter = Int64(waitAboveJitterMs * 48)
+
+    /// The link has jitter (recent spread ≥ ``waitAboveJitterMs``) and loses under
+    /// ``waitBelowLoss``: a missing packet is most likely late, not lost, so waiting for it (the
+    /// merge) and aiming for the jitter's tail early (the estimate) pay off.
+    private var hasJitterAndLittleLoss: Bool {
+        spread >= Self.waitAboveJitter && networkLossFraction < Self.waitBelowLoss
+    }
     /// The 99th percentile of a standard normal distribution (the early estimate's).
     private static let normalPercentile99 = 2.33
     /// Seq numbers further behind than this start a new stream.
@@ -626,8 +633,7 @@ public struct JitterBuffer: Sendable {
                 if cut == remaining && successor != nil { offset -= frame; continue }
                 return conceal(remaining - min(cut, remaining - min(step, remaining)))
             }
-            let mayWait = configuration.mergeLatePackets && spread >= Self.waitAboveJitter
-                && networkLossFraction < Self.waitBelowLoss
+            let mayWait = configuration.mergeLatePackets && hasJitterAndLittleLoss
             if let successor {
                 if let last = lastPlayedSeq, successor.seq == last &+ 1 {
                     nextFrame += 1
@@ -712,9 +718,7 @@ public struct JitterBuffer: Sendable {
         spread = sorted[min(n - 1, n * 95 / 100)] - baseline
         stats.jitterMs = Double(spread) / 48
         var low = baseline + max(minimumDelay, n < configuration.warmupPackets ? initialDelay : 0)
-        if n < configuration.estimatedUntilPackets && spread >= Self.waitAboveJitter
-            && networkLossFraction < Self.waitBelowLoss
-        {
+        if n < configuration.estimatedUntilPackets && hasJitterAndLittleLoss {
             // Never beyond what the target may ask for: a stall early in a call must not set it.
             low = max(low, baseline + min(estimatedPercentile99(), maximumDelay))
         }
