@@ -75,22 +75,30 @@ extension VoiceTests {
 
     /// A relay flips one bit in every 10th voice datagram from A, each time in another place
     /// (counter, ciphertext or tag): B refuses every one of them (its session counts exactly as
-    /// many rejected records), no tampered audio reaches the speaker, and speech still gets through
-    /// as it does at 10 % loss.
+    /// many rejected records), no tampered audio reaches the speaker, the speech is still heard
+    /// through it, and once the tampering stops the call sounds as on a clean link.
+    /// Through the tampering B conceals a tenth of the frames, as at 10 % loss: windows read
+    /// 0.31–0.83 on a 2-core machine running the whole suite, so the median asked is 0.3 (unrelated
+    /// audio correlates below 0.1); after it, 0.5, as the other checks of a clean call.
     func testTamperedVoiceDatagramsAreRefusedAndTheCallGoesOn() throws {
         let (rig, relayOrNil) = try makeRig(relayLoss: 0)
         let relay = try XCTUnwrap(relayOrNil)
         relay.tamper(every: 10)
-        let speech = try speakOneWay(from: rig.pwA, to: rig.pwB, seconds: 3.0, directory: rig.directory)
+        let tamperedSpeech = try speakOneWay(from: rig.pwA, to: rig.pwB, seconds: 3.4, spanSeconds: 3.0, directory: rig.directory)
         relay.tamper(every: 0)
         let tampered = relay.statistics.tampered
+        let through = diagnose("tampered", mic: tamperedSpeech.mic, speaker: tamperedSpeech.speaker,
+                               from: tamperedSpeech.from, to: tamperedSpeech.to)
+        let speech = try speakOneWay(from: rig.pwA, to: rig.pwB, seconds: 3.0, directory: rig.directory)
+        let after = diagnose("after the tampering", mic: speech.mic, speaker: speech.speaker, from: speech.from, to: speech.to)
         XCTAssertFalse(rig.b.voiceStates(of: rig.link.aOnB).contains("stopped"), "B's voice stopped under tampering")
         let statistics = stopAndReadStatistics(rig)
         let rejected = try XCTUnwrap(statistics["bob"]?["rejected"], "no statistics line in B's log")
-        print("tampered \(tampered) datagrams, B rejected \(rejected); A→B: \(speech.transfer)")
+        print("tampered \(tampered) datagrams, B rejected \(rejected)")
         XCTAssertGreaterThanOrEqual(tampered, 10, "too few datagrams tampered with to tell")
         XCTAssertEqual(rejected, tampered, "B did not refuse exactly the tampered datagrams")
-        XCTAssertGreaterThanOrEqual(VoiceAnalysis.medianCorrelation(speech.windows), 0.4)
+        XCTAssertGreaterThanOrEqual(VoiceAnalysis.medianCorrelation(through), 0.3, "the speech was not heard through the tampering")
+        XCTAssertGreaterThanOrEqual(VoiceAnalysis.medianCorrelation(after), 0.5, "the call did not recover from the tampering")
     }
 
     /// A flood of D-Bus calls on the listener while the other side talks: B's voice runs on its own
