@@ -51,8 +51,8 @@ final class VoiceTests: XCTestCase {
         return session
     }
 
-    func startPeer(_ name: String, environment: [String: String], extraArguments: [String] = []) throws -> TestPeer {
-        let peer = try TestPeer(name: name, arguments: ["--verbose", "--no-cue"] + extraArguments, environment: environment)
+    func startPeer(_ name: String, environment: [String: String], extraArguments: [String] = [], port: UInt16 = 0) throws -> TestPeer {
+        let peer = try TestPeer(name: name, port: port, arguments: ["--verbose", "--no-cue"] + extraArguments, environment: environment)
         peers.append(peer)
         return peer
     }

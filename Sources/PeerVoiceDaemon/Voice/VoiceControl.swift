@@ -1,4 +1,5 @@
 import GIO
+import Glibc
 import PeerVoiceCore
 import Sodium
 
@@ -19,7 +20,7 @@ final class VoiceControl {
 
     /// The voice thread's handle, once its UDP socket is bound.
     private(set) var engine: VoiceEngine?
-    /// The UDP port HELLO announces for voice when we do not listen (0: the listen port).
+    /// The UDP port HELLO announces for voice (0: the listen port).
     private(set) var voicePort: UInt16 = 0
     /// The capture processing of the latest voice session (before one: what the options allow).
     private(set) var audioProcessing: [String]
@@ -72,18 +73,11 @@ final class VoiceControl {
         engine?.muted.store(muted, ordering: .relaxed)
     }
 
-    /// Binds the UDP socket voice arrives on and starts the voice thread: on the `--listen`
-    /// port, or on a free port that HELLO announces.
+    /// Binds the UDP socket voice arrives on and starts the voice thread.
     private func startEngine() {
-        let endpoint: IPEndpoint
-        if let address = options.listen, let listen = try? IPTransport.parseListenAddress(address) {
-            endpoint = IPEndpoint(host: listen.host, port: ip.listenPort)
-        } else {
-            endpoint = IPEndpoint(host: "0.0.0.0", port: 0)
-        }
         do {
-            let socket = try Socket.datagram(boundTo: endpoint)
-            voicePort = options.listen == nil ? socket.localEndpoint?.port ?? 0 : 0
+            let (socket, announcedPort) = try bindVoiceSocket()
+            voicePort = announcedPort
             let control = MainContextReference(self)
             engine = VoiceEngine(socket: socket, options: options.voice) { event in
                 runOnMainContext { control.object?.voiceEngineReported(event) }
@@ -91,7 +85,27 @@ final class VoiceControl {
                 runOnMainContext { control.object?.sendVoiceOnLink(frame, to: id, queuedAt: queuedAt) }
             }
         } catch {
-            Log.warning("voice is off: cannot receive voice on UDP \(endpoint): \(error)")
+            Log.warning("voice is off: cannot receive voice on UDP: \(error)")
+        }
+    }
+
+    /// The UDP socket voice arrives on, and the port HELLO announces for it (0: the listen port).
+    /// With `--listen`, the listen port, so one forwarded port (or a relay) carries links and
+    /// voice alike; if another program holds that UDP port, a free one on the same host, announced
+    /// (voice must not be off for a port the links do not need). Without, a free port.
+    private func bindVoiceSocket() throws(SystemError) -> (Socket, announcedPort: UInt16) {
+        guard let address = options.listen, let listen = try? IPTransport.parseListenAddress(address) else {
+            let socket = try Socket.datagram(boundTo: IPEndpoint(host: "0.0.0.0", port: 0))
+            return (socket, socket.localEndpoint?.port ?? 0)
+        }
+        do {
+            return (try Socket.datagram(boundTo: IPEndpoint(host: listen.host, port: ip.listenPort)), 0)
+        } catch where error.code == EADDRINUSE {
+            let socket = try Socket.datagram(boundTo: IPEndpoint(host: listen.host, port: 0))
+            let port = socket.localEndpoint?.port ?? 0
+            Log.warning("UDP port \(ip.listenPort) is taken by another program: voice arrives on UDP port \(port) instead, "
+                        + "which peers are told (a port forward or relay of \(ip.listenPort) alone does not carry it)")
+            return (socket, port)
         }
     }
 
