@@ -106,8 +106,9 @@ extension VoiceTests {
     /// the call comes up and carries speech as usual. (Seen on CI: a daemon whose kernel-chosen
     /// TCP port was taken for UDP ran without voice, and its peer never heard why.)
     func testVoiceComesUpWhenAnotherProgramHoldsTheListenPortForUDP() throws {
-        let holder = try Self.udpPortFreeForTCP()
-        defer { close(holder.fd) }
+        let holder = try LoopbackPort.bindTCPAndUDP()
+        close(holder.tcp)  // the daemon listens there; the UDP socket stays
+        defer { close(holder.udp) }
         let pwA = try startPipeWire(), pwB = try startPipeWire()
         let a = try startPeer("alice", environment: pwA.environment)
         let b = try startPeer("bob", environment: pwB.environment, port: holder.port)
@@ -120,32 +121,6 @@ extension VoiceTests {
         let speech = try speakOneWay(from: pwA, to: pwB, seconds: 3.0, directory: directory.path)
         let windows = diagnose("A→B, B's voice on another UDP port", mic: speech.mic, speaker: speech.speaker, from: speech.from, to: speech.to)
         XCTAssertGreaterThanOrEqual(VoiceAnalysis.medianCorrelation(windows), 0.5, "A's speech did not reach B")
-    }
-
-    /// A UDP socket on a loopback port whose TCP side is free (so a daemon can listen there).
-    private static func udpPortFreeForTCP() throws -> (fd: Int32, port: UInt16) {
-        func bound(_ type: Int32, port: UInt16) -> (fd: Int32, port: UInt16)? {
-            let fd = socket(AF_INET, type, 0)
-            var address = sockaddr_in(sin_family: sa_family_t(AF_INET), sin_port: port.bigEndian,
-                                      sin_addr: in_addr(s_addr: inet_addr("127.0.0.1")), sin_zero: (0, 0, 0, 0, 0, 0, 0, 0))
-            var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-            let ok = withUnsafeMutablePointer(to: &address) {
-                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                    bind(fd, $0, length) == 0 && getsockname(fd, $0, &length) == 0
-                }
-            }
-            guard ok else { close(fd); return nil }
-            return (fd, UInt16(bigEndian: address.sin_port))
-        }
-        for _ in 0..<20 {
-            guard let udp = bound(Int32(SOCK_DGRAM.rawValue), port: 0) else { break }
-            if let tcp = bound(Int32(SOCK_STREAM.rawValue), port: udp.port) {
-                close(tcp.fd)
-                return udp
-            }
-            close(udp.fd)
-        }
-        throw HarnessError("no loopback port free for both UDP and TCP")
     }
 
     /// A flood of D-Bus calls on the listener while the other side talks: B's voice runs on its own

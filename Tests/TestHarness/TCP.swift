@@ -7,6 +7,45 @@ public func freeTCPPort() throws -> UInt16 {
     try TCPListener().port
 }
 
+/// One loopback port bound for both TCP and UDP (as a daemon's `--listen` port serves links and
+/// voice alike).
+public enum LoopbackPort {
+    /// A listening TCP socket and a UDP socket on the same free loopback port.
+    public static func bindTCPAndUDP() throws -> (tcp: Int32, udp: Int32, port: UInt16) {
+        for _ in 0..<20 {
+            let tcp = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+            var yes: Int32 = 1
+            setsockopt(tcp, SOL_SOCKET, SO_REUSEADDR, &yes, socklen_t(MemoryLayout<Int32>.size))
+            guard tcp >= 0, bind(tcp, port: 0), listen(tcp, 8) == 0 else {
+                if tcp >= 0 { close(tcp) }
+                throw HarnessError("cannot listen on loopback TCP: \(errnoText())")
+            }
+            let port = localPort(tcp)
+            let udp = socket(AF_INET, Int32(SOCK_DGRAM.rawValue), 0)
+            if udp >= 0, bind(udp, port: port) { return (tcp, udp, port) }
+            close(tcp)
+            if udp >= 0 { close(udp) }
+        }
+        throw HarnessError("no loopback port free for both TCP and UDP")
+    }
+
+    private static func bind(_ fd: Int32, port: UInt16) -> Bool {
+        var address = loopbackAddress(port: port)
+        return withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        } == 0
+    }
+
+    private static func localPort(_ fd: Int32) -> UInt16 {
+        var address = sockaddr_in()
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        _ = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) }
+        }
+        return UInt16(bigEndian: address.sin_port)
+    }
+}
+
 /// The text of the last system error.
 func errnoText() -> String { String(cString: strerror(errno)) }
 

@@ -313,28 +313,7 @@ public final class VoiceRelay: @unchecked Sendable {
         self.targetPort = targetPort
         self.lossPercent = lossPercent
         random = SplitMix64(seed: seed)
-        var attempt = 0
-        while true {
-            attempt += 1
-            let tcp = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-            var yes: Int32 = 1
-            setsockopt(tcp, SOL_SOCKET, SO_REUSEADDR, &yes, socklen_t(MemoryLayout<Int32>.size))
-            guard tcp >= 0, Self.bind(tcp, port: 0), listen(tcp, 8) == 0 else {
-                if tcp >= 0 { close(tcp) }
-                throw HarnessError("relay: cannot listen on TCP: \(String(cString: strerror(errno)))")
-            }
-            let port = Self.localPort(tcp)
-            let datagrams = socket(AF_INET, Int32(SOCK_DGRAM.rawValue), 0)
-            if datagrams >= 0, Self.bind(datagrams, port: port) {
-                self.port = port
-                listener = tcp
-                udp = datagrams
-                break
-            }
-            close(tcp)
-            if datagrams >= 0 { close(datagrams) }
-            if attempt == 20 { throw HarnessError("relay: no port free for both TCP and UDP") }
-        }
+        (listener, udp, port) = try LoopbackPort.bindTCPAndUDP()
         threads.spawn { [self] in acceptLoop() }
         threads.spawn { [self] in datagramLoop() }
     }
@@ -487,21 +466,6 @@ public final class VoiceRelay: @unchecked Sendable {
         }
     }
 
-    private static func bind(_ fd: Int32, port: UInt16) -> Bool {
-        var address = loopbackAddress(port: port)
-        return withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
-        } == 0
-    }
-
-    private static func localPort(_ fd: Int32) -> UInt16 {
-        var address = sockaddr_in()
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        _ = withUnsafeMutablePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) }
-        }
-        return UInt16(bigEndian: address.sin_port)
-    }
 
     private static func send(_ fd: Int32, _ datagram: [UInt8], to address: inout sockaddr_in) {
         _ = datagram.withUnsafeBytes { raw in
