@@ -462,9 +462,9 @@ final class VoiceTests: XCTestCase {
         dispatchEvents(for: 1.5)
         let second = relay.stopCapture()
 
-        func parse(_ datagrams: [[UInt8]]) -> [UInt64: [UInt8]] {
+        func parse(_ datagrams: [VoiceRelay.CapturedDatagram]) -> [UInt64: [UInt8]] {
             var byCounter = [UInt64: [UInt8]]()
-            for d in datagrams where d.count >= 4 + 8 + 13 + 16 {
+            for d in datagrams.map(\.bytes) where d.count >= 4 + 8 + 13 + 16 {
                 let counter = d[4..<12].reduce(UInt64(0)) { $0 << 8 | UInt64($1) }
                 byCounter[counter] = Array(d[12..<21])
             }
@@ -488,7 +488,7 @@ final class VoiceTests: XCTestCase {
         // Replayed into the new session, the old datagrams do not open.
         let unopened = "that no session opens"
         let before = b.logCount(unopened)
-        let replayed = Array(first.prefix(50))
+        let replayed = first.prefix(50).map(\.bytes)
         relay.replay(replayed)
         XCTAssertTrue(eventually(timeout: 3) { b.logCount(unopened) >= before + replayed.count },
                       "B opened replayed datagrams of the old session: \(b.logCount(unopened) - before) of \(replayed.count) refused")

@@ -300,7 +300,7 @@ public final class VoiceRelay: @unchecked Sendable {
     private var stopping = false
     private let threads = Threads()
     private var captureOn = false
-    private var captured: [[UInt8]] = []
+    private var captured: [CapturedDatagram] = []
     private var counts = (received: 0, dropped: 0, forwarded: 0, returned: 0, tampered: 0)
     private var tamperEvery = 0
     private var lastSender: sockaddr_in?
@@ -336,12 +336,18 @@ public final class VoiceRelay: @unchecked Sendable {
     /// overtake each other.
     public func setJitter(delayMs: Double, jitterMs: Double) { lock.withLock { self.delayMs = delayMs; self.jitterMs = jitterMs } }
 
+    /// A datagram from the dialler as it reached the relay, and when (monotonic seconds).
+    public struct CapturedDatagram {
+        public let arrival: Double
+        public let bytes: [UInt8]
+    }
+
     /// Starts (or restarts, forgetting what was recorded) recording the datagrams that reach the
     /// relay from the dialler, as they arrived (dropped ones included).
     public func startCapture() { lock.withLock { captureOn = true; captured = [] } }
 
     /// Stops recording; returns what was recorded.
-    public func stopCapture() -> [[UInt8]] { lock.withLock { captureOn = false; return captured } }
+    public func stopCapture() -> [CapturedDatagram] { lock.withLock { captureOn = false; return captured } }
 
     /// Sends `datagrams` to the target from the relay's port, as if the dialler had sent them.
     public func replay(_ datagrams: [[UInt8]]) {
@@ -395,7 +401,7 @@ public final class VoiceRelay: @unchecked Sendable {
             let drop: Bool = lock.withLock {
                 lastSender = from
                 counts.received += 1
-                if captureOn { captured.append(datagram) }
+                if captureOn { captured.append(CapturedDatagram(arrival: VoiceRig.monotonicSeconds(), bytes: datagram)) }
                 let drop = lossPercent > 0 && random.uniform() * 100 < lossPercent
                 if drop { counts.dropped += 1 } else { counts.forwarded += 1 }
                 if !drop, tamperEvery > 0, counts.forwarded % tamperEvery == 0, datagram.count > 4 {
