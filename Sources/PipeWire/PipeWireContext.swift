@@ -183,6 +183,15 @@ public final class PipeWireContext: @unchecked Sendable {
 
     public var isConnected: Bool { connectionState == .connected }
 
+    /// Gives the calling thread real-time priority `priority` (SCHED_FIFO, 1–99) as this
+    /// context's data thread got its own: through module-rt (client-rt.conf), which sets it
+    /// directly where the process may and asks RealtimeKit otherwise. Returns nil when done, else
+    /// why not (no module-rt, no privilege and no RealtimeKit).
+    public func makeCurrentThreadRealtime(priority: Int32) -> String? {
+        let result = peervoice_context_acquire_rt(context, priority)
+        return result >= 0 ? nil : Self.errnoText(-result)
+    }
+
     /// Replaces the handler called when the daemon goes away (called at once if it already has).
     public func setDisconnectHandler(_ handler: DisconnectHandler?) {
         let already: String? = shared.withLock {

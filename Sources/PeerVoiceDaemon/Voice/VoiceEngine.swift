@@ -206,6 +206,10 @@ private final class VoiceThread {
     static let stateCheckMs: Int32 = 50
     /// How long each published level is measured over while someone meters.
     static let levelsPeriodNs: Int64 = 50_000_000
+    /// The voice thread's real-time priority: below PipeWire's data threads (88, or RealtimeKit's
+    /// cap of 20), which must never wait for it, and above everything a busy desktop runs at
+    /// normal priority, which then cannot delay a refill of the speaker into an underrun.
+    static let realtimePriority: Int32 = 10
 
     private let socket: Socket
     private let options: VoiceAudioOptions
@@ -213,6 +217,8 @@ private final class VoiceThread {
     private let onEvent: @Sendable (VoiceEvent) -> Void
     private let sendOnLink: @Sendable (_ peer: PeerID, _ frame: Frame, _ queuedAt: Int64) -> Void
     private var context: PipeWireContext?
+    /// Whether this thread asked for real-time priority yet (once, with its first context).
+    private var realtimeAsked = false
     private var call: CallAudio?
     private var participants: [PeerID: VoiceParticipant] = [:]
     /// Every voice the call mixes: each participant's own and the ones relayed to us (rebuilt by
@@ -300,6 +306,14 @@ private final class VoiceThread {
                     context = try PipeWireContext(applicationName: "PeerVoice")
                 }
                 guard let context else { return }
+                if !realtimeAsked {
+                    realtimeAsked = true
+                    if let refused = context.makeCurrentThreadRealtime(priority: Self.realtimePriority) {
+                        Log.info("voice: the voice thread runs at normal priority (real-time priority refused: \(refused))")
+                    } else {
+                        Log.info("voice: the voice thread runs at real-time priority \(Self.realtimePriority)")
+                    }
+                }
                 call = try CallAudio(context: context, options: options, wakeup: engine.wakeupForCallbacks)
             }
             guard let call else { return }
