@@ -44,11 +44,14 @@ final class AppSession {
             && !FileManager.default.fileExists(atPath: "/tmp/.X\(number)-lock") {
             let xvfb = try ChildProcess("Xvfb", [":\(number)", "-screen", "0", "1024x768x24", "-nolisten", "tcp"],
                                         logPath: directory.path + "/xvfb.log")
-            // Ready once a client gets an answer (its socket appears before it serves).
+            // Ready once a client gets an answer (its socket appears before it serves). An answer
+            // can come from another server that holds the display while ours finds it taken and
+            // exits ("cannot open display" in the app, seen once): ours must still run a moment later.
             if eventually(timeout: 10, { !xvfb.isRunning || run("xdotool", ["getdisplaygeometry"], environment: ["DISPLAY": ":\(number)"]).status == 0 }),
-               xvfb.isRunning {
+               xvfb.wait(timeout: 0.3) == nil {
                 return (xvfb, ":\(number)")
             }
+            xvfb.kill()
         }
         throw HarnessError("no X display could be started: \((try? String(contentsOfFile: directory.path + "/xvfb.log", encoding: .utf8)) ?? "")")
     }

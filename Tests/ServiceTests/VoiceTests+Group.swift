@@ -81,8 +81,8 @@ extension VoiceTests {
     /// `listeners`' speakers against what each talker said into its mic (per 0.5 s window, and
     /// over the whole speech), `[talker][listener]`. Signals are dispatched (and so stamped by
     /// the test's handlers) until `settle` seconds after the talk, before the analysis.
-    func talk(_ talkers: [(PipeWireSession, String)], to listeners: [PipeWireSession], seconds: Double, settle: Double = 0.3,
-              directory: String, label: String) throws -> [[(windows: [VoiceTransfer], transfer: VoiceTransfer)]] {
+    func talk(_ talkers: [(PipeWireSession, String)], to listeners: [PipeWireSession], seconds: Double, spanSeconds: Double = 2.5,
+              settle: Double = 0.3, directory: String, label: String) throws -> [[(windows: [VoiceTransfer], transfer: VoiceTransfer)]] {
         let saying = try talkers.enumerated().map { index, talker in
             try TimedRecording(talker.0, to: directory + "/\(label)-talker\(index).wav")
         }
@@ -98,7 +98,7 @@ extension VoiceTests {
         let speakers = try hearing.map { TimedTrack(try $0.stop(), .speaker) }
         return try saying.enumerated().map { talker, recording in
             let mic = TimedTrack(try recording.stop(), .mic)
-            let (from, to) = try speechSpan(mic, from: start, to: end)
+            let (from, to) = try speechSpan(mic, from: start, to: end, seconds: spanSeconds)
             return speakers.enumerated().map { listener, speaker in
                 let name = "\(label), talker \(talker) → listener \(listener)"
                 let windows = diagnose(name, mic: mic, speaker: speaker, from: from, to: to)
@@ -135,13 +135,15 @@ extension VoiceTests {
             if let speaking = signal.arguments[1].lookup("Speaking")?.bool { flips.append((VoiceRig.monotonicSeconds(), speaking)) }
         }
         let recordB = try TimedRecording(rig.pwB, to: rig.directory + "/b-said.wav")
-        let both = try talk([(rig.pwB, Self.speech), (rig.pwC, rig.backwards)], to: [rig.pwA], seconds: 3.0, settle: 1.5,
-                            directory: rig.directory, label: "B+C")
+        let both = try talk([(rig.pwB, Self.speech), (rig.pwC, rig.backwards)], to: [rig.pwA], seconds: 4.0, spanSeconds: 3.5,
+                            settle: 1.5, directory: rig.directory, label: "B+C")
         withExtendedLifetime(subscription) {}
         let saidByB = TimedTrack(try recordB.stop(), .mic)
         for (name, result) in zip(["B", "C"], both.map { $0[0] }) {
             // Two voices at once: each is about half of what A plays, so the bound is below the
-            // one-voice 0.5; unrelated audio stays under 0.1.
+            // one-voice 0.5; unrelated audio stays under 0.1. Judged over 3.5 s (seven windows):
+            // where one voice pauses the other masks it, and with five windows one such window
+            // and one move of the playout delay (seen in full-suite runs) decided it.
             XCTAssertGreaterThanOrEqual(VoiceAnalysis.medianCorrelation(result.windows), 0.35, "\(name)'s speech was cut from A's mix")
             XCTAssertLessThanOrEqual(result.transfer.latencyMs, 150, "\(name)→A mouth-to-ear latency")
         }
