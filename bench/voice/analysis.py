@@ -33,15 +33,40 @@ def xcorr_lag(ref, out, max_lag):
 
 def speech_span(x, rate, threshold_db=-40.0, window_ms=20):
     """First and last sample of the 20 ms windows louder than `threshold_db` dBFS."""
+    spans = talkspurts(x, rate, threshold_db=threshold_db, window_ms=window_ms)
+    return (spans[0][0], spans[-1][1]) if spans else None
+
+
+def talkspurts(x, rate, gap_s=0.25, threshold_db=-40.0, window_ms=20):
+    """First and last sample of each stretch of speech in `x`: 20 ms windows louder than
+    `threshold_db` dBFS, split where `gap_s` or more of quieter windows come between."""
     w = int(rate * window_ms / 1000)
     n = len(x) // w
-    if n == 0:
-        return None
     rms = np.sqrt(np.mean(x[: n * w].reshape(n, w) ** 2, axis=1))
     loud = np.nonzero(rms > 10 ** (threshold_db / 20))[0]
-    if len(loud) == 0:
-        return None
-    return int(loud[0] * w), int((loud[-1] + 1) * w)
+    spans = []
+    for i in loud:
+        if spans and (i - spans[-1][1]) * w < gap_s * rate:
+            spans[-1][1] = i + 1
+        else:
+            spans.append([i, i + 1])
+    return [(int(a * w), int(b * w)) for a, b in spans]
+
+
+def talkspurt_pesq(mic, speaker, rate, lag, within_ms=50.0, pad_s=0.1):
+    """PESQ-WB of each talkspurt of the microphone channel against the speaker, each aligned at
+    its own lag (within `within_ms` of the global `lag`, samples): where in a call the quality
+    goes, e.g. a playout still learning the network in the first talkspurt."""
+    within, pad = int(within_ms * rate / 1000), int(pad_s * rate)
+    shift = max(0, lag - within)
+    scores = []
+    for start, end in talkspurts(mic, rate):
+        a, b = max(0, start - pad), min(len(mic), end + pad)
+        if b + shift + 2 * within > len(speaker):
+            break
+        own, _ = xcorr_lag(mic[a:b], speaker[a + shift:b + shift + 2 * within], 2 * within)
+        scores.append(quality(mic[a:b], speaker[a + shift + own:b + shift + own], rate).get("pesq_wb"))
+    return scores
 
 
 def window_lags(ref, out, rate, max_lag, window_s=0.5):
@@ -80,14 +105,15 @@ def quality(ref, deg, rate):
 
 
 def analyze(path, max_lag_ms=1000.0):
-    """Latency, correlation, per-window latencies, PESQ-WB and STOI of one tap recording."""
+    """Latency, correlation, per-window latencies, PESQ-WB (also by talkspurt) and STOI of one tap recording."""
     rate, mic, speaker = load_tap(path)
-    return analyze_channels(mic, speaker, rate, max_lag_ms)
+    return analyze_channels(mic, speaker, rate, max_lag_ms, by_talkspurt=True)
 
 
-def analyze_channels(mic, speaker, rate, max_lag_ms=1000.0, scores=True):
+def analyze_channels(mic, speaker, rate, max_lag_ms=1000.0, scores=True, by_talkspurt=False):
     """`analyze` of two channels of one tap (bench/group taps several mics and speakers at once);
-    without `scores`, latency and correlation only (no PESQ-WB or STOI)."""
+    without `scores`, latency and correlation only (no PESQ-WB or STOI); with `by_talkspurt`, also
+    the PESQ-WB of each talkspurt (`talkspurt_pesq`)."""
     span = speech_span(mic, rate)
     if span is None:
         return {"error": "no speech in the microphone channel"}
@@ -111,4 +137,6 @@ def analyze_channels(mic, speaker, rate, max_lag_ms=1000.0, scores=True):
     deg = speaker[a + lag:b + lag]
     n = min(len(deg), b - a)
     res.update(quality(mic[a:a + n], deg[:n], rate))
+    if by_talkspurt:
+        res["talkspurt_pesq_wb"] = talkspurt_pesq(mic, speaker, rate, lag)
     return res

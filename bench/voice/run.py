@@ -655,6 +655,8 @@ def summarize(runs):
         s["speaker_underruns"] = median([c.get("speaker underruns") for c in counts])
         s["merged_pct"] = median([100.0 * c.get("merged", 0) / c["received"] for c in counts])
         s["stretched_pct"] = median([100.0 * (c.get("accelerated", 0) + c.get("expanded", 0)) / c["received"] for c in counts])
+    spurts = [r.get("talkspurt_pesq_wb") or [] for r in ok]
+    s["talkspurt_pesq_wb"] = [median([t[i] for t in spurts if len(t) > i]) for i in range(max(map(len, spurts), default=0))]
     p99 = [r["relay"]["delay_p99_ms"] for r in ok if (r.get("relay") or {}).get("delay_p99_ms") is not None]
     s["relay_p99_ms"] = median(p99)
     return s
@@ -712,6 +714,20 @@ def print_table(results, frames):
                       f"{fmt(s.get('concealed_per_received_pct'), '{:.0f}'):>5} {fmt(s.get('stretched_pct'), '{:.1f}'):>5} "
                       f"{fmt(s.get('speaker_underruns'), '{:.0f}'):>5}")
         print(f"{'':>5} floor (capture quantum + frame + Opus lookahead + playback quantum): {FLOOR_MS[f]} ms")
+    print()
+    print("PESQ-WB by talkspurt of the speech (each at its own lag; medians of the runs; in brackets the change")
+    print("against the same system's clean figure for that talkspurt): where in the call the quality goes")
+    for f in frames:
+        for cond in CONDITIONS:
+            for kind in SYSTEMS:
+                s = summary(results, f, cond, kind)
+                if not s or not s.get("talkspurt_pesq_wb"):
+                    continue
+                clean = (summary(results, f, "clean", kind) or {}).get("talkspurt_pesq_wb") or []
+                cells = [fmt(v, "{:.2f}") + (f" ({v - clean[i]:+.2f})" if cond != "clean" and i < len(clean)
+                                             and None not in (v, clean[i]) else "")
+                         for i, v in enumerate(s["talkspurt_pesq_wb"])]
+                print(f"{f:>5} {cond:<11} {kind:<14} " + "  ".join(f"{c:<13}" for c in cells))
     print()
 
 
