@@ -60,10 +60,10 @@ def playout_arguments(playout):
     return PLAYOUTS[name] + [a for t in tunables for a in ("--set", t)]
 
 
-def run_one(binary, pcm_path, frame_ms, condition, playout, seed, work):
+def run_one(binary, pcm_path, frame_ms, condition, playout, seed, work, rest_ms):
     out = os.path.join(work, f"out-{frame_ms}-{condition}-{playout}-{seed}.raw")
     line = subprocess.run([binary, "--input", pcm_path, "--output", out, "--frame-ms", str(frame_ms),
-                           "--seed", str(seed), *CONDITIONS[condition], *playout_arguments(playout)],
+                           "--seed", str(seed), "--rest-ms", str(rest_ms), *CONDITIONS[condition], *playout_arguments(playout)],
                           check=True, capture_output=True, text=True).stdout
     counts = json.loads(line)
     played = np.fromfile(out, dtype=np.int16).astype(np.float64) / 32768.0
@@ -122,6 +122,8 @@ def main():
     ap.add_argument("--frames", default="20,10")
     ap.add_argument("--conditions", default=",".join(CONDITIONS))
     ap.add_argument("--playouts", default="main,kept,merge,merge+estimate,oracle-p99,oracle-max", help=f"of {', '.join(PLAYOUTS)}")
+    ap.add_argument("--rest-ms", type=int, default=0,
+                    help="a resting microphone (a keepalive every 400 ms) this long before the speech, as in bench-voice")
     ap.add_argument("--json", default=os.path.join(ROOT, "bench", "results", "playout.json"))
     ap.add_argument("--replot", action="store_true", help="only print the table from --json")
     args = ap.parse_args()
@@ -146,7 +148,7 @@ def main():
                         continue  # an oracle plays a lost packet's frame as DTX: not meant for loss
                     runs = []
                     for seed in range(1, args.seeds + 1):
-                        counts, played = run_one(args.bin, pcm_path, frame_ms, condition, playout, seed, work)
+                        counts, played = run_one(args.bin, pcm_path, frame_ms, condition, playout, seed, work, args.rest_ms)
                         runs.append(score(ref48, ref16, played, counts))
                     cell = {"frame_ms": frame_ms, "condition": condition, "playout": playout, "runs": runs}
                     cell.update({k: median([r[k] for r in runs]) for k in runs[0] if k != "talkspurt_pesq_wb"})
@@ -164,7 +166,7 @@ def main():
     print_table(results, args.playouts.split(",")[0])
     os.makedirs(os.path.dirname(args.json), exist_ok=True)
     with open(args.json, "w") as f:
-        json.dump({"seeds": args.seeds, "cells": results}, f, indent=1)
+        json.dump({"seeds": args.seeds, "rest_ms": args.rest_ms, "cells": results}, f, indent=1)
     print(f"medians over {args.seeds} seeds; written to {args.json}")
 
 

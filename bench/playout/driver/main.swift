@@ -33,6 +33,9 @@ struct Options {
     var logOutputs = false
     /// Jitter buffer tunables other than the defaults, `name=value` (e.g. `initialDelayMs=40`).
     var tunables: [String: Double] = [:]
+    /// A resting microphone before the speech, as in a call where nobody spoke yet: this long
+    /// (ms), one keepalive frame every 400 ms (the daemon's resting encoder), on the same network.
+    var restMs = 0
 }
 
 var parsed = Options()
@@ -55,6 +58,7 @@ while let flag = arguments.next() {
     case "--raise-fill": parsed.raiseFill = true
     case "--oracle-quantile": parsed.oracleQuantile = Double(value())!
     case "--log-outputs": parsed.logOutputs = true
+    case "--rest-ms": parsed.restMs = Int(value())!
     case "--set":
         let pair = value().split(separator: "=")
         parsed.tunables[String(pair[0])] = Double(pair[1])!
@@ -83,19 +87,30 @@ struct Sent {
 }
 // SplitMix64: the traces are the same for every playout.
 var random = SplitMix64(seed: options.seed &* 0x2545_F491_4F6C_DD1D)
-let encoder = try OpusVoiceEncoder(configuration: .init(frameDuration: duration,
-                                                        packetLossPercent: options.lossPercent > 0 ? 5 : 0))
+func makeEncoder() throws -> OpusVoiceEncoder {
+    try OpusVoiceEncoder(configuration: .init(frameDuration: duration, packetLossPercent: options.lossPercent > 0 ? 5 : 0))
+}
+let encoder = try makeEncoder()
 var packets: [Sent] = []
 var packet = [UInt8](repeating: 0, count: 1500)
 var seq: UInt64 = 1000
 let timestamp0: UInt32 = 90_000
-for index in 0..<(speech.count / frame) {
-    let bytes = try speech.withUnsafeBufferPointer { pcm in
-        try packet.withUnsafeMutableBufferPointer { out in
-            try encoder.encode(UnsafeBufferPointer(rebasing: pcm[index * frame..<(index + 1) * frame]), into: out)
+/// Frames of the resting microphone before the speech (`--rest-ms`); the speech's frames follow.
+let restFrames = options.restMs * 48 / frame
+let keepaliveEvery = 400 * 48 / frame
+let silentFrame = [Int16](repeating: 0, count: frame)
+for index in 0..<(restFrames + speech.count / frame) {
+    let resting = index < restFrames
+    if resting && index % keepaliveEvery != 0 { continue }  // the resting encoder sends nothing
+    let bytes = try packet.withUnsafeMutableBufferPointer { out in
+        // A keepalive comes from a fresh encoder (out of DTX: a real small packet), as CallAudio sends it.
+        if resting { return try silentFrame.withUnsafeBufferPointer { try makeEncoder().encode($0, into: out) } }
+        let start = (index - restFrames) * frame
+        return try speech.withUnsafeBufferPointer { pcm in
+            try encoder.encode(UnsafeBufferPointer(rebasing: pcm[start..<start + frame]), into: out)
         }
     }
-    if bytes <= 2 { continue }  // DTX silence: not sent, seq not advanced
+    if bytes <= 2 && !resting { continue }  // DTX silence: not sent, seq not advanced
     seq += 1
     // A frame leaves when the capture quantum that completes it was delivered.
     let complete = Int64(((index + 1) * frame + quantum - 1) / quantum * quantum)
@@ -287,7 +302,8 @@ final class Receiver {
 let receiver = try Receiver(options: options)
 if let quantile = options.oracleQuantile { receiver.oracle = OracleSchedule(packets, quantile: quantile) }
 let devicePhase = Int64(random.uniform() * Double(quantum))
-try receiver.run(packets, devicePhase: devicePhase, end: ns(samples: Int64(speech.count)) + 1_000_000_000)
+let restSamples = restFrames * frame
+try receiver.run(packets, devicePhase: devicePhase, end: ns(samples: Int64(restSamples + speech.count)) + 1_000_000_000)
 
 var stats = receiver.jitter.statistics
 if let oracle = receiver.oracle {
@@ -297,7 +313,8 @@ if let oracle = receiver.oracle {
     stats.fecRecovered = oracle.fecRecovered
     (stats.merged, stats.inserted, stats.dropped) = (0, 0, 0)
 }
-let outputData = receiver.played.withUnsafeBufferPointer { Data(buffer: $0) }
+// What played while the microphone rested is left out: the output starts with the speech's time.
+let outputData = receiver.played[restSamples...].withUnsafeBufferPointer { Data(buffer: $0) }
 try outputData.write(to: URL(fileURLWithPath: options.output))
 let summary: [String: Any] = [
     "sent": Int(seq - 1000), "received": stats.received, "late": stats.late, "merged": stats.merged,
