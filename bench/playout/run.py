@@ -22,7 +22,7 @@ from scipy.io import wavfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "bench", "voice"))
-from analysis import talkspurt_pesq, xcorr_lag  # noqa: E402
+from analysis import by_talkspurt, talkspurt_pesq, xcorr_lag  # noqa: E402
 from pesq import pesq  # noqa: E402
 
 SPEECH = os.path.join(ROOT, "Tests", "Fixtures", "speech.wav")
@@ -99,6 +99,10 @@ def median(values):
     return statistics.median(values) if values else None
 
 
+def talkspurts_text(cell):
+    return " / ".join(f"{v:.2f}" for v in cell.get("talkspurt_pesq_wb", []))
+
+
 def print_table(results, reference):
     """The cells as a Markdown table; dPESQ = the median over seeds of each seed's PESQ-WB minus the
     reference playout's on the same trace (paired: the traces are the same)."""
@@ -110,7 +114,7 @@ def print_table(results, reference):
         delta = median([r["pesq_wb"] - b["pesq_wb"] for r, b in zip(cell["runs"], base["runs"])]) if base else None
         print(f"| {cell['frame_ms']} | {cell['condition']} | {cell['playout']} | {cell['latency_ms']:.1f} | "
               f"{cell['buffer_ms']:.1f} | {cell['pesq_wb']:.2f} | {'' if delta is None else f'{delta:+.2f}'} | "
-              f"{' / '.join(f'{v:.2f}' for v in cell.get('talkspurt_pesq_wb', []))} | "
+              f"{talkspurts_text(cell)} | "
               f"{cell['late_pct']:.2f} | {cell['merged_pct']:.2f} | {cell['concealed_ms']:.0f} | {cell['fec']:.0f} | "
               f"{cell['underruns']:.0f} |")
 
@@ -152,13 +156,11 @@ def main():
                         runs.append(score(ref48, ref16, played, counts))
                     cell = {"frame_ms": frame_ms, "condition": condition, "playout": playout, "runs": runs}
                     cell.update({k: median([r[k] for r in runs]) for k in runs[0] if k != "talkspurt_pesq_wb"})
-                    spurts = [r["talkspurt_pesq_wb"] for r in runs]
-                    cell["talkspurt_pesq_wb"] = [median([t[i] for t in spurts if len(t) > i])
-                                                 for i in range(max(map(len, spurts), default=0))]
+                    cell["talkspurt_pesq_wb"] = by_talkspurt([r["talkspurt_pesq_wb"] for r in runs], median)
                     results.append(cell)
                     print(f"{frame_ms:>3} {condition:<11} {playout:<18} latency {cell['latency_ms']:6.1f} ms  "
                           f"buffer {cell['buffer_ms']:5.1f} ms  PESQ-WB {cell['pesq_wb']:.2f} "
-                          f"({' / '.join(f'{v:.2f}' for v in cell['talkspurt_pesq_wb'])})  "
+                          f"({talkspurts_text(cell)})  "
                           f"late {cell['late_pct']:.2f} %  merged {cell['merged_pct']:.2f} %  "
                           f"concealed {cell['concealed_ms']:.0f} ms  FEC {cell['fec']:.0f}  inserted {cell['inserted']:.0f}  "
                           f"dropped {cell['dropped']:.0f}  under {cell['underruns']:.0f}",

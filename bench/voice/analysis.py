@@ -69,6 +69,12 @@ def talkspurt_pesq(mic, speaker, rate, lag, within_ms=50.0, pad_s=0.1):
     return scores
 
 
+def by_talkspurt(scores, median):
+    """`median` of each talkspurt's score over runs (`scores`: one `talkspurt_pesq` list per run;
+    a run that found fewer talkspurts counts only for those)."""
+    return [median([run[i] for run in scores if len(run) > i]) for i in range(max(map(len, scores), default=0))]
+
+
 def window_lags(ref, out, rate, max_lag, window_s=0.5):
     """Lag (ms) in each window of the speech that has enough signal (talkspurt-by-talkspurt delay)."""
     w = int(window_s * rate)

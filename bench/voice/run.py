@@ -655,8 +655,7 @@ def summarize(runs):
         s["speaker_underruns"] = median([c.get("speaker underruns") for c in counts])
         s["merged_pct"] = median([100.0 * c.get("merged", 0) / c["received"] for c in counts])
         s["stretched_pct"] = median([100.0 * (c.get("accelerated", 0) + c.get("expanded", 0)) / c["received"] for c in counts])
-    spurts = [r.get("talkspurt_pesq_wb") or [] for r in ok]
-    s["talkspurt_pesq_wb"] = [median([t[i] for t in spurts if len(t) > i]) for i in range(max(map(len, spurts), default=0))]
+    s["talkspurt_pesq_wb"] = analysis.by_talkspurt([r.get("talkspurt_pesq_wb") or [] for r in ok], median)
     p99 = [r["relay"]["delay_p99_ms"] for r in ok if (r.get("relay") or {}).get("delay_p99_ms") is not None]
     s["relay_p99_ms"] = median(p99)
     return s
