@@ -16,38 +16,39 @@ public enum LoopbackPort {
             let tcp = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
             var yes: Int32 = 1
             setsockopt(tcp, SOL_SOCKET, SO_REUSEADDR, &yes, socklen_t(MemoryLayout<Int32>.size))
-            guard tcp >= 0, bind(tcp, port: 0), listen(tcp, 8) == 0 else {
+            guard tcp >= 0, bindSocket(tcp, to: loopbackAddress(port: 0)), listen(tcp, 8) == 0, let port = boundPort(tcp) else {
                 if tcp >= 0 { close(tcp) }
                 throw HarnessError("cannot listen on loopback TCP: \(errnoText())")
             }
-            let port = localPort(tcp)
             let udp = socket(AF_INET, Int32(SOCK_DGRAM.rawValue), 0)
-            if udp >= 0, bind(udp, port: port) { return (tcp, udp, port) }
+            if udp >= 0, bindSocket(udp, to: loopbackAddress(port: port)) { return (tcp, udp, port) }
             close(tcp)
             if udp >= 0 { close(udp) }
         }
         throw HarnessError("no loopback port free for both TCP and UDP")
     }
-
-    private static func bind(_ fd: Int32, port: UInt16) -> Bool {
-        var address = loopbackAddress(port: port)
-        return withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
-        } == 0
-    }
-
-    private static func localPort(_ fd: Int32) -> UInt16 {
-        var address = sockaddr_in()
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        _ = withUnsafeMutablePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) }
-        }
-        return UInt16(bigEndian: address.sin_port)
-    }
 }
 
 /// The text of the last system error.
 func errnoText() -> String { String(cString: strerror(errno)) }
+
+/// Binds `fd` to `address`; false (errno set) if it cannot.
+func bindSocket(_ fd: Int32, to address: sockaddr_in) -> Bool {
+    var address = address
+    return withUnsafePointer(to: &address) {
+        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+    } == 0
+}
+
+/// The port `fd` is bound to, or nil (errno set) if it cannot be read.
+func boundPort(_ fd: Int32) -> UInt16? {
+    var address = sockaddr_in()
+    var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+    let named = withUnsafeMutablePointer(to: &address) {
+        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) }
+    }
+    return named == 0 ? UInt16(bigEndian: address.sin_port) : nil
+}
 
 /// 127.0.0.1:`port`, for the sockets the harness binds and connects.
 func loopbackAddress(port: UInt16) -> sockaddr_in {
@@ -83,10 +84,7 @@ public final class TCPStream: @unchecked Sendable {
         if let source {
             var local = loopbackAddress(port: 0)
             local.sin_addr.s_addr = inet_addr(source)
-            let bound = withUnsafePointer(to: &local) {
-                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
-            }
-            guard bound == 0 else {
+            guard bindSocket(fd, to: local) else {
                 let message = errnoText()
                 Glibc.close(fd)
                 throw SecureLinkError.io("bind \(source): \(message)")
@@ -210,24 +208,17 @@ public final class TCPListener: @unchecked Sendable {
         guard fd >= 0 else { throw SecureLinkError.io("socket: \(errnoText())") }
         var one: Int32 = 1
         setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, socklen_t(MemoryLayout<Int32>.size))
-        var address = loopbackAddress(port: port)
-        let bound = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
-        }
-        guard bound == 0, listen(fd, 16) == 0 else {
+        guard bindSocket(fd, to: loopbackAddress(port: port)), listen(fd, 16) == 0 else {
             let message = errnoText()
             Glibc.close(fd)
             throw SecureLinkError.io("listen on 127.0.0.1:\(port): \(message)")
         }
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        let named = withUnsafeMutablePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) }
-        }
-        guard named == 0 else {
+        guard let bound = boundPort(fd) else {
+            let message = errnoText()
             Glibc.close(fd)
-            throw SecureLinkError.io("getsockname: \(errnoText())")
+            throw SecureLinkError.io("getsockname: \(message)")
         }
-        self.port = UInt16(bigEndian: address.sin_port)
+        self.port = bound
         descriptor = fd
     }
 
