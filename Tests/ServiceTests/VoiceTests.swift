@@ -302,7 +302,7 @@ final class VoiceTests: XCTestCase {
         let restarted = VoiceRig.monotonicSeconds()
         try waitActive(a, b, link, markA: markA, markB: markB)
         let active = VoiceRig.monotonicSeconds()
-        dispatchEvents(for: 2.2)
+        dispatchEvents(for: 3.2)
         intoA.stop()
         let tapA = try recordA.stop(), tapB = try recordB.stop()
         let mic = TimedTrack(tapA, .mic), speaker = TimedTrack(tapB, .speaker)
@@ -316,11 +316,13 @@ final class VoiceTests: XCTestCase {
         let lastAudible = speaker.levels(from: stopped - 0.2, to: restarted).last { $0.dBFS >= -60 }
         print("StopVoice: B's speaker quiet from \(lastAudible.map { ms($0.time + 0.02 - stopped) } ?? "-") ms after the reply")
 
-        let (from, to) = try speechSpan(mic, from: active + 0.1, to: active + 2.2)
-        let speech = OneWaySpeech(mic: mic, speaker: speaker, from: from, to: to)
-        let transfer = speech.transfer
+        // Judged over 2.5 s (five windows): the restarted session starts inside the speech, and
+        // with three windows two rough ones while a loaded machine settled its playout decided it.
+        let (from, to) = try speechSpan(mic, from: active + 0.1, to: active + 3.1)
+        let transfer = VoiceAnalysis.transfer(mic: mic, speaker: speaker, from: from, to: to)
         print("after StartVoice: \(transfer)")
-        XCTAssertGreaterThanOrEqual(VoiceAnalysis.medianCorrelation(speech.windows), 0.5, "no speech after StartVoice")
+        let windows = diagnose("after StartVoice", mic: mic, speaker: speaker, from: from, to: to)
+        XCTAssertGreaterThanOrEqual(VoiceAnalysis.medianCorrelation(windows), 0.5, "no speech after StartVoice")
         XCTAssertLessThanOrEqual(transfer.latencyMs, 150)
     }
 
