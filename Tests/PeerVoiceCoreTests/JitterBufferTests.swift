@@ -32,12 +32,14 @@ final class JitterBufferTests: XCTestCase {
 
     static func ms(_ x: Double) -> Int64 { Int64(x * 1_000_000) }
 
-    /// Packet i sent at i × 20 ms with `delay(i)` ms of one-way delay (nil = lost).
-    static func trace(count: Int, seq0: UInt64 = 1000, ts0: UInt32 = 5000, delay: (Int) -> Double?) -> [Packet] {
+    /// Packet i sent at i × 20 ms (or `frameSamples` at 48 kHz) with `delay(i)` ms of one-way
+    /// delay (nil = lost).
+    static func trace(count: Int, seq0: UInt64 = 1000, ts0: UInt32 = 5000, frameSamples: Int = frame,
+                      delay: (Int) -> Double?) -> [Packet] {
         (0..<count).compactMap { i in
             guard let d = delay(i) else { return nil }
-            return Packet(seq: seq0 &+ UInt64(i), timestamp: ts0 &+ UInt32(truncatingIfNeeded: i * frame),
-                          arrival: ms(Double(i) * frameMs + d), payload: payload(i))
+            return Packet(seq: seq0 &+ UInt64(i), timestamp: ts0 &+ UInt32(truncatingIfNeeded: i * frameSamples),
+                          arrival: ms(Double(i * frameSamples) / 48 + d), payload: payload(i))
         }
     }
 
@@ -48,7 +50,8 @@ final class JitterBufferTests: XCTestCase {
     }
 
     /// Runs the playback side from `start` until `end` (ns), inserting packets as they arrive.
-    static func run(_ packets: [Packet], buffer: inout JitterBuffer, start: Int64 = ms(3), end: Int64) -> [Played] {
+    static func run(_ packets: [Packet], buffer: inout JitterBuffer, start: Int64 = ms(3), end: Int64,
+                    frameSamples: Int = frame) -> [Played] {
         let incoming = packets.enumerated().sorted { ($0.element.arrival, $0.offset) < ($1.element.arrival, $1.offset) }.map(\.element)
         var next = 0
         var produced: Int64 = 0
@@ -63,7 +66,7 @@ final class JitterBufferTests: XCTestCase {
             }
             let out = buffer.next(now: now)
             log.append(Played(time: now, output: out, stats: buffer.statistics))
-            produced += Int64(out.samples(frameSamples: frame))
+            produced += Int64(out.samples(frameSamples: frameSamples))
         }
         return log
     }
@@ -225,6 +228,69 @@ final class JitterBufferTests: XCTestCase {
         XCTAssertEqual(s.lossFraction, 0.10, accuracy: 0.06)
         XCTAssertGreaterThan(s.lossPercent, 3)
         XCTAssertEqual(jb.lossPercent, s.lossPercent, "the shortcut reads the same number")
+    }
+
+    // MARK: - The loss the sender is told of (VOICE_REPORT, which sizes its FEC)
+
+    /// Packets late while the buffer learns the delay from nothing (it starts at the first one's)
+    /// are counted late but not reported as loss: they say nothing about the path. The same
+    /// packets late once it knows the path are.
+    func testLatePacketsWhileTheBufferWarmsUpAreNotReportedAsLoss() {
+        for lateFrom in [1, 200] {
+            var jb = JitterBuffer(configuration: Self.learnedTarget)
+            // Packets lateFrom…lateFrom+2 come 400 ms after the others' steady 20 ms.
+            let packets = Self.trace(count: 400) { (lateFrom..<lateFrom + 3).contains($0) ? 420 : 20 }
+            let log = Self.run(packets, buffer: &jb, end: Self.ms(8_500))
+            XCTAssertEqual(jb.statistics.late, 3, "late from \(lateFrom)")
+            let reported = log.map(\.stats.lossPercent).max()!
+            if lateFrom < JitterBuffer.Configuration().warmupPackets {
+                XCTAssertEqual(reported, 0, "late while warming up: nothing lost on the path")
+            } else {
+                XCTAssertGreaterThanOrEqual(reported, 3, "late on a known path: the listener lost them")
+            }
+        }
+    }
+
+    /// The loss is measured over a second of packets whatever the frame: three late packets in
+    /// a second of 10 ms frames are 3 % of it (the report stays below FECPolicy's 3 % once
+    /// smoothed), not 6 % of half a second, which would turn the sender's FEC on for the whole
+    /// call under jitter that loses nothing.
+    func testAtTenMillisecondFramesTheLossIsMeasuredOverASecond() {
+        var jb = JitterBuffer(configuration: .init(frameSamples: 480, estimatedUntilPackets: 0))
+        let late: Set<Int> = [410, 420, 430]
+        let packets = Self.trace(count: 800, frameSamples: 480) { late.contains($0) ? 420 : 20 }
+        let log = Self.run(packets, buffer: &jb, end: Self.ms(8_600), frameSamples: 480)
+        XCTAssertEqual(jb.statistics.late, 3)
+        let reported = log.map(\.stats.lossPercent).max()!
+        XCTAssertGreaterThan(reported, 0, "the late packets are reported")
+        XCTAssertEqual(FECPolicy.encoderHint(reportedLossPercent: reported), 0, "reported \(reported) %: FEC would come on")
+    }
+
+    /// 60 s through 30 ± 10 ms of Gaussian jitter (bench-voice's j30) that loses nothing: the
+    /// buffer accepts about 0.5 % late packets, and the sender, following the reports through
+    /// FECGroupPlan as the daemon does, keeps FEC off at the start of the call and nearly all of
+    /// it, at both frame sizes. (Before: on at the start in most calls and for 14–18 % of a 10 ms
+    /// call, where FEC costs 0.25 PESQ-WB and repairs little: bench/fec/README.md.)
+    func testJitterThatLosesNothingLeavesTheSendersFECOff() {
+        for frameSamples in [960, 480] {
+            for seed in 1...5 as ClosedRange<UInt64> {
+                var jb = JitterBuffer(configuration: .init(frameSamples: frameSamples))
+                var noise = SplitMix64(seed: seed)
+                let count = 60 * 48_000 / frameSamples
+                let delays = (0..<count).map { _ in min(100, max(5, 30 + 10 * noise.gaussian())) }
+                let packets = Self.trace(count: count, frameSamples: frameSamples) { delays[$0] }
+                let log = Self.run(packets, buffer: &jb, end: Self.ms(60_500), frameSamples: frameSamples)
+                var plan = FECGroupPlan<Int>()
+                let fecOn = log.map { played in
+                    plan.update(reportedLossPercent: [0: played.stats.lossPercent])
+                    return plan.encoders.contains { $0.packetLossPercent > 0 }
+                }
+                let label = "\(frameSamples / 48) ms frames, seed \(seed), \(jb.statistics.late) of \(count) late"
+                XCTAssertLessThan(Double(jb.statistics.late), 0.01 * Double(count), label)
+                XCTAssertFalse(zip(log, fecOn).contains { $0.0.time < Self.ms(3000) && $0.1 }, "FEC on in the first 3 s: \(label)")
+                XCTAssertLessThan(Double(fecOn.filter { $0 }.count), 0.05 * Double(fecOn.count), "FEC on too long: \(label)")
+            }
+        }
     }
 
     func testThePacketFECCameFromPlaysNextEvenWhenAShrinkIsDue() {

@@ -252,6 +252,8 @@ public struct JitterBuffer: Sendable {
     private let frame: Int64
     private let step: Int64
     private let capacityFrames: Int64
+    /// Expected packets per loss interval: a second's worth.
+    private let lossIntervalPackets: Int
     private let minimumDelay: Int64
     private let maximumDelay: Int64
     private let initialDelay: Int64
@@ -346,9 +348,8 @@ public struct JitterBuffer: Sendable {
     private var stats = Statistics()
     private var lostBeforeStream = 0
     private var intervalExpected = 0
-    private var intervalReceived = 0
+    private var intervalMissing = 0
     private var intervalLate = 0
-    private var lossIntervals = 0
     /// Like `lossFraction`, packets never received only (what FEC planning weighs).
     private var networkLossFraction = 0.0
     private var lastOffset: Int64 = 0
@@ -364,6 +365,7 @@ public struct JitterBuffer: Sendable {
         step = Int64(configuration.stepSamples)
         func samples(_ ms: Double) -> Int64 { Int64(ms * 48 + 0.5) }  // (no libm: stdlib only)
         capacityFrames = max(2, (samples(configuration.capacityMs) + f - 1) / f)
+        lossIntervalPackets = max(1, Int(samples(1000) / f))
         minimumDelay = samples(configuration.minimumDelayMs)
         maximumDelay = max(samples(configuration.maximumDelayMs), samples(configuration.minimumDelayMs))
         initialDelay = samples(configuration.initialDelayMs)
@@ -524,9 +526,13 @@ public struct JitterBuffer: Sendable {
         maxFrame = max(maxFrame, frameIndex)
     }
 
+    /// A packet came after its frame was played, concealed or skipped. It counts in the loss the
+    /// sender is told of only once the history holds a warm-up's timings: before that the buffer
+    /// is still learning the delay from nothing (it starts at the first packet's), which says
+    /// nothing about the path, yet it would turn the sender's FEC on for a link that loses nothing.
     private mutating func late() {
         stats.late += 1
-        intervalLate += 1
+        if historyCount >= configuration.warmupPackets { intervalLate += 1 }
     }
 
     // MARK: - Output
@@ -779,20 +785,24 @@ public struct JitterBuffer: Sendable {
         return max(0, expected - streamReceived)
     }
 
-    /// Every 50 expected packets, blends that interval's (lost + late) / expected into `lossFraction`.
+    /// Every second of expected packets (50 at 20 ms frames, 100 at 10 ms), blends that
+    /// interval's (lost + late) / expected into `lossFraction`, starting from 0. Packets missing
+    /// when an interval ended that came in the next (overtaken, not lost) are taken back there.
+    /// Under jitter that loses nothing, half-second intervals at 10 ms frames, packets in flight
+    /// past an interval's end and a first interval taken alone each read as 2–6 % and turned the
+    /// sender's FEC on, which cost the call more than it repaired (bench/voice/README.md, "Loss
+    /// reports under jitter").
     private mutating func updateLossFraction() {
-        let expected = lostBeforeStream + streamLost + stats.received  // cumulative over streams
+        let missing = lostBeforeStream + streamLost  // expected but not (yet) here, over all streams
+        let expected = missing + stats.received
         let dExpected = expected - intervalExpected
-        guard dExpected >= 50 else { return }
-        let dReceived = stats.received - intervalReceived
-        let missing = max(0, dExpected - dReceived) + intervalLate
-        let fraction = min(1, Double(missing) / Double(dExpected))
-        stats.lossFraction = lossIntervals == 0 ? fraction : 0.5 * stats.lossFraction + 0.5 * fraction
-        let network = min(1, Double(max(0, dExpected - dReceived)) / Double(dExpected))
-        networkLossFraction = lossIntervals == 0 ? network : 0.5 * networkLossFraction + 0.5 * network
-        lossIntervals += 1
+        guard dExpected >= lossIntervalPackets else { return }
+        let network = Double(missing - intervalMissing) / Double(dExpected)
+        let lost = network + Double(intervalLate) / Double(dExpected)
+        stats.lossFraction = min(1, max(0, 0.5 * stats.lossFraction + 0.5 * lost))
+        networkLossFraction = min(1, max(0, 0.5 * networkLossFraction + 0.5 * network))
         intervalExpected = expected
-        intervalReceived = stats.received
+        intervalMissing = missing
         intervalLate = 0
     }
 
