@@ -40,7 +40,7 @@ extension VoiceTests {
         directories.append(audio)
         let speech = try speakOneWay(from: rig.pwA, to: pwB, seconds: 3.0, directory: audio.path)
         print("A→B after the restart: \(speech.transfer)")
-        let windows = diagnose("A→B after the restart", mic: speech.mic, speaker: speech.speaker, from: speech.from, to: speech.to)
+        let windows = diagnose("A→B after the restart", speech)
         XCTAssertGreaterThanOrEqual(VoiceAnalysis.medianCorrelation(windows), 0.5)
     }
 
@@ -89,10 +89,9 @@ extension VoiceTests {
         let tamperedSpeech = try speakOneWay(from: rig.pwA, to: rig.pwB, seconds: 3.4, spanSeconds: 3.0, directory: rig.directory)
         relay.tamper(every: 0)
         let tampered = relay.statistics.tampered
-        let through = diagnose("tampered", mic: tamperedSpeech.mic, speaker: tamperedSpeech.speaker,
-                               from: tamperedSpeech.from, to: tamperedSpeech.to)
+        let through = diagnose("tampered", tamperedSpeech)
         let speech = try speakOneWay(from: rig.pwA, to: rig.pwB, seconds: 3.0, directory: rig.directory)
-        let after = diagnose("after the tampering", mic: speech.mic, speaker: speech.speaker, from: speech.from, to: speech.to)
+        let after = diagnose("after the tampering", speech)
         XCTAssertFalse(rig.b.voiceStates(of: rig.link.aOnB).contains("stopped"), "B's voice stopped under tampering")
         let statistics = stopAndReadStatistics(rig)
         let rejected = try XCTUnwrap(statistics["bob"]?["rejected"], "no statistics line in B's log")
@@ -121,7 +120,7 @@ extension VoiceTests {
         let directory = try TemporaryDirectory("peervoice-voice-audio")
         directories.append(directory)
         let speech = try speakOneWay(from: pwA, to: pwB, seconds: 3.0, directory: directory.path)
-        let windows = diagnose("A→B, B's voice on another UDP port", mic: speech.mic, speaker: speech.speaker, from: speech.from, to: speech.to)
+        let windows = diagnose("A→B, B's voice on another UDP port", speech)
         XCTAssertGreaterThanOrEqual(VoiceAnalysis.medianCorrelation(windows), 0.5, "A's speech did not reach B")
     }
 
@@ -187,7 +186,7 @@ extension VoiceTests {
         let rate = Double(flood.answered.load(ordering: .relaxed)) / (VoiceRig.monotonicSeconds() - began)
         print(String(format: "flood: B answered %.0f History calls a second (%d failed); A→B: ", rate,
                      flood.failed.load(ordering: .relaxed)) + "\(speech.transfer)")
-        let windows = diagnose("flood", mic: speech.mic, speaker: speech.speaker, from: speech.from, to: speech.to)
+        let windows = diagnose("flood", speech)
         let statistics = try XCTUnwrap(stopAndReadStatistics(rig)["bob"], "no statistics line in B's log")
         print("flood: B's session: \(statistics)")
 

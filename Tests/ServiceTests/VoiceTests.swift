@@ -134,6 +134,12 @@ final class VoiceTests: XCTestCase {
         return parts
     }
 
+    /// ``diagnose(_:mic:speaker:from:to:)`` for speech ``speakOneWay`` found.
+    @discardableResult
+    func diagnose(_ label: String, _ speech: OneWaySpeech) -> [VoiceTransfer] {
+        diagnose(label, mic: speech.mic, speaker: speech.speaker, from: speech.from, to: speech.to)
+    }
+
     /// Stops voice and returns each side's session statistics from the line its log ends the
     /// session with ("sent N packets, received N, late N, lost N, concealed N, ..."), by peer name.
     @discardableResult
@@ -276,7 +282,7 @@ final class VoiceTests: XCTestCase {
         let (from, to) = try speechSpan(mic, from: unmuted + 0.1, to: unmuted + 2.6)
         let speech = OneWaySpeech(mic: mic, speaker: speaker, from: from, to: to)
         print("after unmute: \(speech.transfer)")
-        XCTAssertGreaterThanOrEqual(VoiceAnalysis.medianCorrelation(speech.windows), 0.5, "no speech after the unmute")
+        XCTAssertGreaterThanOrEqual(VoiceAnalysis.medianCorrelation(diagnose("after unmute", speech)), 0.5, "no speech after the unmute")
     }
 
     /// StopVoice: VoiceStateChanged 'stopped' on both sides and B's speaker goes quiet; StartVoice:
@@ -319,10 +325,10 @@ final class VoiceTests: XCTestCase {
         // Judged over 2.5 s (five windows): the restarted session starts inside the speech, and
         // with three windows two rough ones while a loaded machine settled its playout decided it.
         let (from, to) = try speechSpan(mic, from: active + 0.1, to: active + 3.1)
-        let transfer = VoiceAnalysis.transfer(mic: mic, speaker: speaker, from: from, to: to)
+        let speech = OneWaySpeech(mic: mic, speaker: speaker, from: from, to: to)
+        let transfer = speech.transfer
         print("after StartVoice: \(transfer)")
-        let windows = diagnose("after StartVoice", mic: mic, speaker: speaker, from: from, to: to)
-        XCTAssertGreaterThanOrEqual(VoiceAnalysis.medianCorrelation(windows), 0.5, "no speech after StartVoice")
+        XCTAssertGreaterThanOrEqual(VoiceAnalysis.medianCorrelation(diagnose("after StartVoice", speech)), 0.5, "no speech after StartVoice")
         XCTAssertLessThanOrEqual(transfer.latencyMs, 150)
     }
 
@@ -345,8 +351,7 @@ final class VoiceTests: XCTestCase {
         print("10 % loss: \(transfer); relay received \(stats.received), dropped \(stats.dropped)")
         XCTAssertGreaterThan(stats.received, 100, "A's voice did not go through the relay")
         XCTAssertEqual(Double(stats.dropped) / Double(max(stats.received, 1)), 0.10, accuracy: 0.05)
-        let windows = speech.windows
-        print("10 % loss per 0.5 s window: " + windows.map { String(format: "%.2f", $0.correlation) }.joined(separator: " "))
+        let windows = diagnose("10 % loss", speech)
         XCTAssertGreaterThanOrEqual(windows.count, 4, "too little speech to judge")
         XCTAssertGreaterThanOrEqual(VoiceAnalysis.medianCorrelation(windows), 0.5, "the speech did not survive 10 % loss")
         XCTAssertLessThanOrEqual(transfer.latencyMs, 150)
@@ -369,8 +374,7 @@ final class VoiceTests: XCTestCase {
         let relay = try XCTUnwrap(relayOrNil)
         let speech = try speakOneWay(from: rig.pwA, to: rig.pwB, seconds: 7.0, spanSeconds: 6.0, directory: rig.directory)
         print("30 ± 10 ms jitter: \(speech.transfer); relay received \(relay.statistics.received)")
-        let windows = speech.windows
-        print("jitter per 0.5 s window: " + windows.map { String(format: "%.1f ms/%.2f", $0.latencyMs, $0.correlation) }.joined(separator: " "))
+        let windows = diagnose("jitter", speech)
         XCTAssertGreaterThanOrEqual(VoiceAnalysis.medianCorrelation(windows), 0.5, "the speech did not survive the jitter")
         XCTAssertLessThanOrEqual(speech.transfer.latencyMs, 150)
         let statistics = stopAndReadStatistics(rig)
@@ -434,7 +438,7 @@ final class VoiceTests: XCTestCase {
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         let speech = try speakOneWay(from: pwA, to: pwB, seconds: 3.0, directory: directory)
         print("A→B once PipeWire is up: \(speech.transfer)")
-        let windows = diagnose("A→B once PipeWire is up", mic: speech.mic, speaker: speech.speaker, from: speech.from, to: speech.to)
+        let windows = diagnose("A→B once PipeWire is up", speech)
         XCTAssertGreaterThanOrEqual(VoiceAnalysis.medianCorrelation(windows), 0.5)
     }
 
