@@ -269,8 +269,8 @@ final class JitterBufferTests: XCTestCase {
     /// 60 s through 30 ± 10 ms of Gaussian jitter (bench-voice's j30) that loses nothing: the
     /// buffer accepts about 0.5 % late packets, and the sender, following the reports through
     /// FECGroupPlan as the daemon does, keeps FEC off at the start of the call and nearly all of
-    /// it, at both frame sizes. (Before: on at the start in most calls and for 14–18 % of a 10 ms
-    /// call, where FEC costs 0.25 PESQ-WB and repairs little: bench/fec/README.md.)
+    /// it, at both frame sizes. (Before: on in the first 3 s of most of these calls and for 30–36 %
+    /// of every 10 ms one, where FEC costs 0.25 PESQ-WB and repairs little: bench/fec/README.md.)
     func testJitterThatLosesNothingLeavesTheSendersFECOff() {
         for frameSamples in [960, 480] {
             for seed in 1...5 as ClosedRange<UInt64> {

@@ -790,8 +790,8 @@ public struct JitterBuffer: Sendable {
     /// when an interval ended that came in the next (overtaken, not lost) are taken back there.
     /// Under jitter that loses nothing, half-second intervals at 10 ms frames, packets in flight
     /// past an interval's end and a first interval taken alone each read as 2–6 % and turned the
-    /// sender's FEC on, which cost the call more than it repaired (bench/voice/README.md, "Loss
-    /// reports under jitter").
+    /// sender's FEC on, which cost the call more than it repaired (bench/voice/README.md, "loss
+    /// reports under jitter turned the sender's FEC on").
     private mutating func updateLossFraction() {
         let missing = lostBeforeStream + streamLost  // expected but not (yet) here, over all streams
         let expected = missing + stats.received
