@@ -35,16 +35,18 @@ CONDITIONS = {
 # name -> playout-bench arguments
 PLAYOUTS = {
     # main before issue 20: no merging, every output decoded as it comes
-    "main": ["--no-merge", "--direct-render", "--set", "estimatedUntilPackets=0"],
+    "main": ["--refill-at-once", "--no-merge", "--direct-render", "--set", "estimatedUntilPackets=0"],
     # no merging, concealment kept whole and handed out in steps (VoicePlayout)
-    "kept": ["--no-merge", "--set", "estimatedUntilPackets=0"],
+    "kept": ["--refill-at-once", "--no-merge", "--set", "estimatedUntilPackets=0"],
     # merging, VoicePlayout, no early estimate (the daemon before it)
-    "merge": ["--set", "estimatedUntilPackets=0"],
-    # and the jitter buffer's early estimate of the jitter: the daemon now (its default, 500)
-    "merge+estimate": [],
+    "merge": ["--refill-at-once", "--set", "estimatedUntilPackets=0"],
+    # and the jitter buffer's early estimate of the jitter (its default, 500)
+    "merge+estimate": ["--refill-at-once"],
+    # and the refill waiting for a missing packet until 2 ms before the next draw: the daemon now
+    "merge+estimate+wait": [],
     # h-jitter's integration choices, one at a time, on top of "merge"
-    "merge+advance-now": ["--advance-now", "--set", "estimatedUntilPackets=0"],
-    "merge+raise-fill": ["--raise-fill", "--set", "estimatedUntilPackets=0"],
+    "merge+advance-now": ["--refill-at-once", "--advance-now", "--set", "estimatedUntilPackets=0"],
+    "merge+raise-fill": ["--refill-at-once", "--raise-fill", "--set", "estimatedUntilPackets=0"],
     # oracles: one fixed playout offset, a quantile of the whole trace's relative delays, no adaptation
     "oracle-p95": ["--oracle-quantile", "0.95"],
     "oracle-p99": ["--oracle-quantile", "0.99"],
@@ -125,7 +127,7 @@ def main():
     ap.add_argument("--seeds", type=int, default=8)
     ap.add_argument("--frames", default="20,10")
     ap.add_argument("--conditions", default=",".join(CONDITIONS))
-    ap.add_argument("--playouts", default="main,kept,merge,merge+estimate,oracle-p99,oracle-max", help=f"of {', '.join(PLAYOUTS)}")
+    ap.add_argument("--playouts", default="main,kept,merge,merge+estimate,merge+estimate+wait,oracle-p99,oracle-max", help=f"of {', '.join(PLAYOUTS)}")
     ap.add_argument("--rest-ms", type=int, default=0,
                     help="a resting microphone (a keepalive every 400 ms) this long before the speech, as in bench-voice")
     ap.add_argument("--json", default=os.path.join(ROOT, "bench", "results", "playout.json"))

@@ -399,6 +399,16 @@ public struct JitterBuffer: Sendable {
     /// Whether no packet waits to be played.
     public var isEmpty: Bool { bufferedCount == 0 }
 
+    /// Playing, and the packet of the frame due has not come (nor is it a frame the sender
+    /// skipped in DTX): ``next(now:)`` would conceal it, wait for it a step, or recover it from
+    /// FEC. A caller with time left before its audio must be ready may wait for the packet first
+    /// (``RefillSchedule``).
+    public var isAwaitingFrameDue: Bool {
+        guard playing, slot(nextFrame) == nil else { return false }
+        guard let successor = slot(nextFrame + 1), let last = lastPlayedSeq else { return true }
+        return successor.seq != last &+ 1
+    }
+
     /// ``Statistics/lossPercent`` without assembling the rest of ``statistics``: cheap enough to
     /// read on every pass of the voice thread.
     public var lossPercent: Int { stats.lossPercent }

@@ -21,6 +21,9 @@ final class CallAudio {
     /// whole number of (frames, concealment and silence steps), so what the voices have queued
     /// is always whole mixer frames.
     static let mixFrameSamples = 120
+    /// How long a refill may wait for a packet that has not come: until 2 ms before the device's
+    /// next draw (docs/VOICE.md, "Playback loop").
+    static let refillSchedule = RefillSchedule()
     /// An Opus packet this small is DTX silence: not worth sending.
     static let dtxPacketBytes = 2
     /// Digital silence (muted, or a source giving exact zeros) is still encoded this long after
@@ -98,13 +101,15 @@ final class CallAudio {
     var isStreaming: Bool { capture.state == .streaming && playback.state == .streaming }
 
     /// Keeps the speaker fed with the mix of `voices` (the participants' own and those relayed
-    /// to us), then encodes what the microphone gave and sends it to `participants`.
+    /// to us), then encodes what the microphone gave and sends it to `participants`. Returns when
+    /// the voice thread must look again if nothing wakes it before (a refill waits for a packet), or nil.
     func pump(now: Int64, muted: Bool, metering: Bool, participants: [PeerID: VoiceParticipant], voices: [any MixedVoice],
-              socket: Socket) {
+              socket: Socket) -> Int64? {
         if let due = nextSourceCheck, now >= due, capture.state == .streaming { checkSourceForEchoCanceller(now: now) }
         // The speaker first: its ring holds only a few ms beyond a quantum, the microphone's a second.
-        feedPlayback(now: now, metering: metering, voices: voices)
+        let wakeAt = feedPlayback(clock: now, metering: metering, voices: voices)
         sendCaptured(muted: muted, metering: metering, participants: participants, socket: socket)
+        return wakeAt
     }
 
     /// The microphone's level (dBFS) since the last call, as sent (silence while muted).
@@ -173,9 +178,22 @@ final class CallAudio {
     /// (its jitter buffer idle, holding nothing to start) is left out; while every voice is, the
     /// speaker runs dry instead of being fed zeros in 2.5 ms steps for a wake-up every device
     /// quantum. The next packet wakes this thread, which then feeds the ring again.
-    private func feedPlayback(now: Int64, metering: Bool, voices: [any MixedVoice]) {
-        while playbackRing.availableToRead < Self.playbackFillSamples {
+    ///
+    /// While a voice's frame due has not come, the refill waits for its packet until shortly
+    /// before the device's next draw (``RefillSchedule``), and returns when to look again.
+    private func feedPlayback(clock: Int64, metering: Bool, voices: [any MixedVoice]) -> Int64? {
+        var wakeAt: Int64?
+        refill: while playbackRing.availableToRead < Self.playbackFillSamples {
             let wanted = Self.playbackFillSamples - playbackRing.availableToRead
+            let now: Int64
+            switch Self.refillSchedule.decide(clock: clock, nextDrawNs: playbackSource.nextDrawNs.load(ordering: .relaxed),
+                                              awaitingPacket: voices.contains { $0.remote.awaitsPacket(toQueue: wanted) }) {
+            case .wait(let until):
+                wakeAt = until
+                break refill
+            case .refill(let at):
+                now = at
+            }
             for voice in voices { voice.remote.decode(untilQueued: wanted, now: now) }
             // The voice (or chime) with the least queued sets how much is mixed now.
             var frames = cue.count - cuePlayed > 0 ? (cue.count - cuePlayed) / Self.mixFrameSamples : Int.max
@@ -185,9 +203,10 @@ final class CallAudio {
             guard frames < Int.max else { break }
             for _ in 0..<frames { mixFrame(voices, metering: metering) }
         }
-        for voice in voices { voice.remote.idle(now: now) }
+        for voice in voices { voice.remote.idle(now: clock) }
         let dormant = cuePlayed == cue.count && voices.allSatisfy { $0.remote.isDormant }
         playbackSource.isDormant.store(dormant, ordering: .releasing)
+        return wakeAt
     }
 
     /// Mixes one mixer frame of every voice that has something queued, and of the chime, into the ring.

@@ -58,15 +58,22 @@ final class RemoteVoice {
     /// Decoded samples waiting to be mixed.
     var queued: Int { queueEnd - queueStart }
 
+    /// ``decode(untilQueued:now:)`` would have to ask the jitter buffer for a frame whose packet
+    /// has not come: the refill may wait for it (``RefillSchedule``).
+    func awaitsPacket(toQueue samples: Int) -> Bool {
+        !isDormant && queued < samples && jitter.isAwaitingFrameDue
+    }
+
     /// The share of the peer's packets lost, as the jitter buffer last measured it.
     var lossPercent: Int { jitter.lossPercent }
 
     var statistics: JitterBuffer.Statistics { jitter.statistics }
 
     /// Unless dormant, asks the jitter buffer for what plays next and decodes it (or conceals, or
-    /// silences) until at least `samples` are queued. `now` is the time of decoding, which the
-    /// jitter buffer compares arrival times with: the caller asks whenever the ring plus this
-    /// queue falls below one level, so the lead after each answer is about the same.
+    /// silences) until at least `samples` are queued. `now` is the refill's deadline (or the clock,
+    /// once past it), which the jitter buffer compares arrival times with: the caller asks
+    /// whenever the ring plus this queue falls below one level, so the lead after each answer is
+    /// about the same.
     func decode(untilQueued samples: Int, now: Int64) {
         guard !isDormant else { return }
         idleSinceNs = nil

@@ -236,8 +236,10 @@ private final class VoiceThread {
     func run() {
         var fds = [pollfd(fd: socket.fd, events: Int16(POLLIN), revents: 0),
                    pollfd(fd: engine.wakeupFD, events: Int16(POLLIN), revents: 0)]
+        /// When a refill that waits for a packet must go ahead without it (nil: nothing waits).
+        var wakeAt: Int64?
         while true {
-            _ = poll(&fds, nfds_t(fds.count), participants.isEmpty ? -1 : Self.stateCheckMs)
+            _ = poll(&fds, nfds_t(fds.count), pollTimeoutMs(wakeAt: wakeAt))
             for command in engine.takeCommands() {
                 switch command {
                 case .start(let setup): join(setup)
@@ -258,20 +260,30 @@ private final class VoiceThread {
                 }
             }
             receiveDatagrams()
-            pumpCall()
+            wakeAt = pumpCall()
         }
     }
 
-    private func pumpCall() {
-        guard let call else { return }
+    /// poll(2)'s timeout: none while no peer is in the call; else ``stateCheckMs``, or less when a
+    /// refill waits, rounded up to whole milliseconds (``RefillSchedule``'s margin allows for that).
+    private func pollTimeoutMs(wakeAt: Int64?) -> Int32 {
+        guard !participants.isEmpty else { return -1 }
+        guard let wakeAt else { return Self.stateCheckMs }
+        let remainingNs = max(0, wakeAt - VoiceEngine.monotonicNs())
+        return Int32(min(Int64(Self.stateCheckMs), (remainingNs + 999_999) / 1_000_000))
+    }
+
+    /// Pumps the call's audio; returns when to look again at the latest (a refill waits), or nil.
+    private func pumpCall() -> Int64? {
+        guard let call else { return nil }
         if let failure = call.failure {
             for peer in Array(participants.keys) { leave(peer, reason: failure, report: true) }
-            return
+            return nil
         }
         let now = VoiceEngine.monotonicNs()
         let metering = engine.metering.load(ordering: .relaxed)
-        call.pump(now: now, muted: engine.muted.load(ordering: .relaxed), metering: metering, participants: participants,
-                  voices: voices, socket: socket)
+        let wakeAt = call.pump(now: now, muted: engine.muted.load(ordering: .relaxed), metering: metering,
+                               participants: participants, voices: voices, socket: socket)
         if metering && now - levelsPublishedAt >= Self.levelsPeriodNs {
             levelsPublishedAt = now
             engine.publish(VoiceLevels(inputDBFS: call.takeInputLevel(),
@@ -294,6 +306,7 @@ private final class VoiceThread {
         }
         if let processing = call.processingChanged() { onEvent(.processingChanged(processing)) }
         if let speaking = call.microphoneSpeakingFlip() { onEvent(.microphoneSpeaking(speaking)) }
+        return wakeAt
     }
 
     /// Adds the peer to the call, starting the call's streams with its first peer.

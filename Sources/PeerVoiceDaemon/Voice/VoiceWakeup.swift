@@ -94,6 +94,9 @@ final class PlaybackRingSource: SampleSource {
     /// voice thread anyway; it refills the ring, then clears this (releasing, so that a callback
     /// that sees it clear also sees the samples).
     let isDormant = Atomic<Bool>(false)
+    /// When the device will draw next (CLOCK_MONOTONIC, ns; 0 before its first draw): this draw's
+    /// time plus what it drew. The voice thread refills by then (``RefillSchedule``).
+    let nextDrawNs = Atomic<Int64>(0)
     private let ring: AudioRing
     private let refillBelowSamples: Int
     private let wakeup: VoiceWakeup
@@ -106,6 +109,8 @@ final class PlaybackRingSource: SampleSource {
 
     /// PipeWire's real-time thread.
     func read(into buffer: UnsafeMutableBufferPointer<Int16>) -> Int {
+        nextDrawNs.store(VoiceEngine.monotonicNs() + Int64(buffer.count) * 1_000_000_000 / Int64(voiceSampleRate),
+                         ordering: .relaxed)
         if isDormant.load(ordering: .acquiring) {
             _ = ring.read(into: buffer, fillingWith: 0)
             played.write(UnsafeBufferPointer(buffer))

@@ -33,6 +33,9 @@ struct Options {
     var logOutputs = false
     /// Jitter buffer tunables other than the defaults, `name=value` (e.g. `initialDelayMs=40`).
     var tunables: [String: Double] = [:]
+    /// Refill at once when the device draws, as the daemon did before it waited for a packet
+    /// that has not come until shortly before the next draw (``RefillSchedule``).
+    var refillAtOnce = false
     /// A resting microphone before the speech, as in a call where nobody spoke yet: this long
     /// (ms), one keepalive frame every 400 ms (the daemon's resting encoder), on the same network.
     var restMs = 0
@@ -59,6 +62,7 @@ while let flag = arguments.next() {
     case "--oracle-quantile": parsed.oracleQuantile = Double(value())!
     case "--log-outputs": parsed.logOutputs = true
     case "--rest-ms": parsed.restMs = Int(value())!
+    case "--refill-at-once": parsed.refillAtOnce = true
     case "--set":
         let pair = value().split(separator: "=")
         parsed.tunables[String(pair[0])] = Double(pair[1])!
@@ -76,6 +80,8 @@ let quantum = 256
 let fillSamples = quantum  // CallAudio.playbackFillSamples
 let rate = Int64(voiceSampleRate)
 func ns(samples: Int64) -> Int64 { samples * 1_000_000_000 / rate }
+/// CallAudio.refillSchedule; a margin of a whole quantum puts the deadline at the draw (at once).
+let refillSchedule = options.refillAtOnce ? RefillSchedule(marginNs: ns(samples: Int64(quantum))) : RefillSchedule()
 
 // MARK: Send: encode as the daemon does (FEC hint 0 on a clean path, 5 % once the peer reports loss).
 
@@ -283,7 +289,7 @@ final class Receiver {
                 let p = packets[next]
                 let wasDormant = isDormant
                 jitter.insert(seq: p.seq, timestamp: p.timestamp, payload: p.payload, arrival: p.arrival)
-                if wasDormant { try feed(now: p.arrival) }
+                if wasDormant { try feed(now: refillTime(clock: p.arrival, nextDraw: deviceTime)) }
                 next += 1
             }
             // The device draws a quantum (zeros for what the ring lacks), then wakes the voice thread.
@@ -293,9 +299,34 @@ final class Receiver {
             played.append(contentsOf: [Int16](repeating: 0, count: quantum - count))
             ringStart += count
             if ringStart > 1 << 16 { ring.removeFirst(ringStart); ringStart = 0 }
-            try feed(now: deviceTime)
+            // The voice thread waits for a packet of the frame due that has not come, until
+            // the schedule's deadline: the packets that come meanwhile are taken as they come.
+            var clock = deviceTime
+            let nextDraw = deviceTime + ns(samples: Int64(quantum))
+            while oracle == nil && ring.count - ringStart < wakeBelow,
+                  case .wait(let until) = refillSchedule.decide(clock: clock, nextDrawNs: nextDraw,
+                                                                awaitingPacket: jitter.isAwaitingFrameDue) {
+                guard next < packets.count, packets[next].arrival <= until else {
+                    clock = until
+                    break
+                }
+                let p = packets[next]
+                jitter.insert(seq: p.seq, timestamp: p.timestamp, payload: p.payload, arrival: p.arrival)
+                clock = p.arrival
+                next += 1
+            }
+            try feed(now: refillTime(clock: clock, nextDraw: nextDraw))
             cycle += 1
         }
+    }
+
+    /// The `now` a refill at `clock` gives the jitter buffer: the schedule's deadline, or the
+    /// clock once past it (the oracle's: the clock, which it turns into play times itself).
+    func refillTime(clock: Int64, nextDraw: Int64) -> Int64 {
+        guard oracle == nil,
+              case .refill(let now) = refillSchedule.decide(clock: clock, nextDrawNs: nextDraw, awaitingPacket: false)
+        else { return clock }
+        return now
     }
 }
 
