@@ -42,7 +42,7 @@ PLAYOUTS = {
     "merge": ["--refill-at-once", "--set", "estimatedUntilPackets=0"],
     # and the jitter buffer's early estimate of the jitter (its default, 500)
     "merge+estimate": ["--refill-at-once"],
-    # and the refill waiting for a missing packet until 2 ms before the next draw: the daemon now
+    # and the refill waiting for a missing packet until 3 ms before the next draw: the daemon now
     "merge+estimate+wait": [],
     # h-jitter's integration choices, one at a time, on top of "merge"
     "merge+advance-now": ["--refill-at-once", "--advance-now", "--set", "estimatedUntilPackets=0"],

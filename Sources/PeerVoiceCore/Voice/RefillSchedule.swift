@@ -11,8 +11,10 @@
 /// refill ran at once or waited, and the buffers' timings of the path stay consistent.
 public struct RefillSchedule: Sendable, Equatable {
     /// Kept free before the next draw for the refill's own work (decoding, mixing) and for
-    /// waking late; poll(2) rounds the wait up to a millisecond.
-    public static let defaultMarginNs: Int64 = 2_000_000
+    /// waking late: poll(2) rounds the wait up to a millisecond, and a loaded machine wakes the
+    /// thread later still. At the usual quantum (5.3 ms) a refill waits up to 2.3 ms after the
+    /// draw, which covers a packet from the same graph cycle (0.3–1.5 ms after it).
+    public static let defaultMarginNs: Int64 = 3_000_000
 
     public let marginNs: Int64
 

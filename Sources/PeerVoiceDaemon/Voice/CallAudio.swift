@@ -21,7 +21,7 @@ final class CallAudio {
     /// whole number of (frames, concealment and silence steps), so what the voices have queued
     /// is always whole mixer frames.
     static let mixFrameSamples = 120
-    /// How long a refill may wait for a packet that has not come: until 2 ms before the device's
+    /// How long a refill may wait for a packet that has not come: until 3 ms before the device's
     /// next draw (docs/VOICE.md, "Playback loop").
     static let refillSchedule = RefillSchedule()
     /// An Opus packet this small is DTX silence: not worth sending.
