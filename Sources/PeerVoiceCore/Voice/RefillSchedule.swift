@@ -4,11 +4,11 @@
 /// the voice thread, which has until the next draw to refill it. Deciding at once, a packet that
 /// came a moment after the draw was missing and had to wait for the next draw: a quantum more
 /// delay. On one machine, where the sender's capture runs in the same graph cycle as the
-/// receiver's playback, every packet comes just after the draw (bench/voice/README.md, "Refilling
-/// at the draw's deadline"). So while a voice's frame due has not come, the refill waits for it
-/// until ``marginNs`` before the next draw, and every refill gives the jitter buffers that
-/// deadline as `now`: "here by `now`" then means "here in time for the next draw", whether the
-/// refill ran at once or waited, and the buffers' timings of the path stay consistent.
+/// receiver's playback, every packet comes just after the draw (bench/voice/README.md,
+/// "Issue 20: refilling at the draw's deadline"). So while a voice's frame due has not come, the
+/// refill waits for it until ``marginNs`` before the next draw, and every refill gives the jitter
+/// buffers that deadline as `now`: "here by `now`" then means "here in time for the next draw",
+/// whether the refill ran at once or waited, and the buffers' timings of the path stay consistent.
 public struct RefillSchedule: Sendable, Equatable {
     /// Kept free before the next draw for the refill's own work (decoding, mixing) and for
     /// waking late: poll(2) rounds the wait up to a millisecond, and a loaded machine wakes the
