@@ -381,9 +381,10 @@ final class VoiceTests: XCTestCase {
         let bob = try XCTUnwrap(statistics["bob"], "no statistics line in B's log")
         let received = try XCTUnwrap(bob["received"]), late = try XCTUnwrap(bob["late"])
         XCTAssertGreaterThan(received, 250, "A's voice did not come through")
-        // Issue 20 asks for 0.2 %, i.e. none of ~370; this build does not reach it reliably
-        // (seen: 0–3 of ~370; 1.4 % before the merge in bench-voice): at most 1.5 %, with room
-        // for a loaded machine, whose scheduling adds to the relay's jitter.
+        // Issue 20 asks for 0.2 %, i.e. none of ~370; the playout aims near the path's 99th
+        // percentile, so none is not promised (seen: 0–1 of ~363 since the refill waits for a
+        // packet until the draw's deadline, 0–3 before; 1.4 % before the merge in bench-voice):
+        // at most 1.5 %, with room for a loaded machine, whose scheduling adds to the jitter.
         XCTAssertLessThanOrEqual(Double(late), 0.015 * Double(received), "\(late) of \(received) packets came too late to play")
         // Underruns come from the voice thread waking late, which a loaded machine causes in
         // both directions: B's jitter path must not add to what A's shows.
