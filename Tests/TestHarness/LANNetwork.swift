@@ -119,12 +119,16 @@ public final class LANHost {
         avahi = nil
     }
 
-    /// The services avahi-browse lists on this host's avahi-daemon (`-t -p -r`: resolved, one
-    /// `=;interface;protocol;name;type;domain;host;address;port;txt` line each, until the cache is
-    /// exhausted), with its `\DDD` escapes (`\032` for a space) decoded.
-    public func browse(_ type: String) throws -> [String] {
-        try runCommand("avahi-browse", ["-t", "-p", "-r", type], environment: ["DBUS_SYSTEM_BUS_ADDRESS": systemBus.address],
-                       in: directory).split(separator: "\n").filter { $0.hasPrefix("=") }.map { Self.unescaped(String($0)) }
+    /// The services avahi-browse lists on this host's avahi-daemon, until the cache is exhausted,
+    /// with its `\DDD` escapes (`\032` for a space) decoded. Resolved (`-t -p -r`): one
+    /// `=;interface;protocol;name;type;domain;host;address;port;txt` line each. Not resolved
+    /// (`-t -p`): one `+;interface;protocol;name;type;domain` line each, what the cache holds; use
+    /// it around a withdrawal: avahi-browse 0.8 never ends when a goodbye comes while it resolves
+    /// (avahi/avahi pull request 583).
+    public func browse(_ type: String, resolve: Bool = true) throws -> [String] {
+        try runCommand("avahi-browse", ["-t", "-p"] + (resolve ? ["-r"] : []) + [type],
+                       environment: ["DBUS_SYSTEM_BUS_ADDRESS": systemBus.address], in: directory)
+            .split(separator: "\n").filter { $0.hasPrefix(resolve ? "=" : "+") }.map { Self.unescaped(String($0)) }
     }
 
     private static func unescaped(_ line: String) -> String {
