@@ -59,9 +59,10 @@ final class RemoteVoice {
     var queued: Int { queueEnd - queueStart }
 
     /// ``decode(untilQueued:now:)`` would have to ask the jitter buffer for a frame whose packet
-    /// has not come: the refill may wait for it (``RefillSchedule``).
+    /// has not come: the refill may wait for it (``RefillSchedule``). A voice awaiting a frame is
+    /// playing, so never dormant.
     func awaitsPacket(toQueue samples: Int) -> Bool {
-        !isDormant && queued < samples && jitter.isAwaitingFrameDue
+        queued < samples && jitter.isAwaitingFrameDue
     }
 
     /// The share of the peer's packets lost, as the jitter buffer last measured it.

@@ -288,7 +288,7 @@ final class Receiver {
             while next < packets.count && packets[next].arrival <= deviceTime {
                 let p = packets[next]
                 let wasDormant = isDormant
-                jitter.insert(seq: p.seq, timestamp: p.timestamp, payload: p.payload, arrival: p.arrival)
+                insert(p)
                 if wasDormant { try feed(now: refillTime(clock: p.arrival, nextDraw: deviceTime)) }
                 next += 1
             }
@@ -310,14 +310,18 @@ final class Receiver {
                     clock = until
                     break
                 }
-                let p = packets[next]
-                jitter.insert(seq: p.seq, timestamp: p.timestamp, payload: p.payload, arrival: p.arrival)
-                clock = p.arrival
+                insert(packets[next])
+                clock = packets[next].arrival
                 next += 1
             }
             try feed(now: refillTime(clock: clock, nextDraw: nextDraw))
             cycle += 1
         }
+    }
+
+    /// A packet as the voice thread takes it when it comes.
+    func insert(_ p: Sent) {
+        jitter.insert(seq: p.seq, timestamp: p.timestamp, payload: p.payload, arrival: p.arrival)
     }
 
     /// The `now` a refill at `clock` gives the jitter buffer: the schedule's deadline, or the
