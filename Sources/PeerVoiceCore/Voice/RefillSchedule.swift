@@ -9,7 +9,7 @@
 /// refill waits for it until ``marginNs`` before the next draw, and every refill gives the jitter
 /// buffers that deadline as `now`: "here by `now`" then means "here in time for the next draw",
 /// whether the refill ran at once or waited, and the buffers' timings of the path stay consistent.
-public struct RefillSchedule: Sendable, Equatable {
+public struct RefillSchedule: Sendable {
     /// Kept free before the next draw for the refill's own work (decoding, mixing) and for
     /// waking late: poll(2) rounds the wait up to a millisecond, and a loaded machine wakes the
     /// thread later still. At the usual quantum (5.3 ms) a refill waits up to 2.3 ms after the
