@@ -9,9 +9,9 @@ struct PeerSummary {
     let state: PeerState
 }
 
-/// A peer the service knows: a device, named by its key. Its addresses are routes; its link is
-/// what it is doing now (its dials are `PeerConnections`', its delivery `MessageDelivery`'s, its
-/// voice `VoiceControl`'s).
+/// A peer the service knows: a device, named by its key. Its addresses are routes; what it is
+/// doing now belongs to the components (its link is `PeerLinks`', its dials `PeerConnections`',
+/// its delivery `MessageDelivery`'s, its voice `VoiceControl`'s).
 final class Peer {
     let id: PeerID
     let key: PublicKey
@@ -26,8 +26,6 @@ final class Peer {
     /// Its key is pinned: both people confirmed the code once. A peer met on an incoming link
     /// is known (by key) but unpaired until then.
     var paired: Bool
-    /// The open link, once both sides accepted.
-    var link: PeerLink?
     /// The transport of the current or last link.
     var lastTransport: Transport?
     /// What its presence advertisements are recognised by (its PRESENCE frame).
@@ -48,8 +46,6 @@ final class Peer {
         self.routes = routes
         self.paired = paired
     }
-
-    var isConnected: Bool { link != nil }
 
     /// The transport ListPeers shows: the current or last link's, else the best route's.
     var transport: Transport { lastTransport ?? routes.sorted(by: PeerRoute.dialOrder).first?.transport ?? .ip }

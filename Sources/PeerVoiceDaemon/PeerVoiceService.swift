@@ -38,10 +38,14 @@ final class PeerVoiceService {
     private let instance: InstanceID
     private let identity: StaticIdentity
     let crypto = LibSodium()
+    /// The time the components read (the system's).
+    let clock = WallClock.system
     let ip = IPTransport()
     /// The display name and visibility (PeerVoiceService+Settings.swift).
     let settings: ServiceSettings
     let registry: PeerRegistry
+    /// Each connected peer's link, and the components that run over links.
+    private let links = PeerLinks()
     private let pairing: PairingPrompts
     private let delivery: MessageDelivery
     let bluetooth: BluetoothPeers
@@ -89,24 +93,26 @@ final class PeerVoiceService {
         weak var service: PeerVoiceService?
         let emit: (ServiceEvent) -> Void = { service?.emit($0) }
         registry = PeerRegistry(directory: directory, emit: emit)
-        pairing = PairingPrompts(emit: emit)
-        delivery = MessageDelivery(store: store, emit: emit)
+        pairing = PairingPrompts(clock: clock, emit: emit)
         bluetooth = BluetoothPeers(adapter: options.adapter, defaultAgent: options.defaultAgent, registry: registry, emit: emit)
+        // The link components (LANPeers for PRESENCE, MessageDelivery, VoiceControl) register
+        // with `links` as they are made, and hear of a new link in this order.
         do {
             lan = try LANPeers(options: options, fingerprint: identity.fingerprint, crypto: crypto, ip: ip, registry: registry,
-                               displayName: { [settings] in settings.name }, offersVoice: { service?.voiceEngine != nil }, emit: emit)
+                               links: links, clock: clock, displayName: { [settings] in settings.name },
+                               offersVoice: { service?.voiceEngine != nil }, emit: emit)
         } catch {
             throw .failed("cannot use the state directory \(state): \(error)")
         }
+        delivery = MessageDelivery(store: store, links: links, clock: clock, emit: emit)
         connections = PeerConnections(instance: instance, identity: identity, crypto: crypto, ip: ip, registry: registry,
-                                      pairing: pairing, delivery: delivery, bluetooth: bluetooth, lan: lan,
-                                      hello: { service!.localHello }, emit: emit)
+                                      links: links, clock: clock, pairing: pairing, delivery: delivery, bluetooth: bluetooth,
+                                      lan: lan, hello: { service!.localHello }, emit: emit)
         bluetooth.connections = connections
         connections.peersChanged = { service?.peersChanged() }
         lan.knownPeerAppeared = { [unowned connections] in connections.scheduleRedial($0, immediately: true) }
-        voice = VoiceControl(options: options, crypto: crypto, ip: ip, registry: registry, bluetooth: bluetooth,
+        voice = VoiceControl(options: options, crypto: crypto, ip: ip, registry: registry, links: links, bluetooth: bluetooth,
                              emit: emit, peersChanged: { service?.peersChanged() })
-        connections.voice = voice
         service = self
         Log.info("identity \(ownID) (key \(ownKey))")
     }
@@ -159,8 +165,8 @@ final class PeerVoiceService {
 
     /// Says goodbye to every connected peer.
     func shutdown() {
-        for peer in registry.all {
-            peer.link?.close(goodbye: .shuttingDown, logReason: "shutting down")
+        for (_, link) in links.openLinks {
+            link.close(goodbye: .shuttingDown, logReason: "shutting down")
         }
         bluetooth.stop()
         lan.stop()
@@ -326,14 +332,14 @@ final class PeerVoiceService {
         if let ref {
             targets = [try registry.resolve(ref)]
         } else {
-            targets = registry.connected
+            targets = links.connectedPeers
             guard !targets.isEmpty else { throw .notConnected("no peer is connected: Connect to one first") }
         }
         let messageID = MessageID.random().hex
-        let now = Self.nowMs()
+        let now = clock.nowMs()
         for peer in targets {
             try delivery.enqueue(text, id: messageID, for: peer.id, nowMs: now)
-            if !peer.isConnected { connections.scheduleRedial(peer, immediately: true) }
+            if !links.isConnected(peer.id) { connections.scheduleRedial(peer, immediately: true) }
         }
         return messageID
     }
@@ -382,8 +388,6 @@ final class PeerVoiceService {
     }
 
     // MARK: Helpers
-
-    static func nowMs() -> UInt64 { UInt64(Date().timeIntervalSince1970 * 1000) }
 
     private static func loadInstanceID(in directory: String) throws -> InstanceID {
         let path = directory + "/instance"

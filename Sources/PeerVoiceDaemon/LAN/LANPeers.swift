@@ -12,8 +12,9 @@ import Sodium
 /// only a presence tag under a random name, both new every 15-minute epoch (`PresenceTag`), so that
 /// its peers find it and nobody else can follow it. It browses whenever either is true; found
 /// advertisements are reported only while discoverable, and a known peer's always becomes a
-/// candidate route.
-final class LANPeers {
+/// candidate route. PRESENCE is its frame (a `LinkComponent`): our secret goes to each peer whose
+/// link opens, and each peer's is kept.
+final class LANPeers: LinkComponent {
     /// The default listener's port, when it is free.
     static let defaultPort: UInt16 = 47800
 
@@ -22,6 +23,7 @@ final class LANPeers {
     private let crypto: LibSodium
     private let ip: IPTransport
     private let registry: PeerRegistry
+    private let clock: WallClock
     /// The display name now (SetName changes it).
     private let displayName: () -> String
     /// The instance name while discoverable: the display name when discovery started (a rename
@@ -49,8 +51,9 @@ final class LANPeers {
     /// An advertisement gave a known peer a candidate route: dial it if messages wait.
     var knownPeerAppeared: (Peer) -> Void = { _ in }
 
-    init(options: Options, fingerprint: String, crypto: LibSodium, ip: IPTransport, registry: PeerRegistry,
-         displayName: @escaping () -> String, offersVoice: @escaping () -> Bool, emit: @escaping (ServiceEvent) -> Void) throws {
+    init(options: Options, fingerprint: String, crypto: LibSodium, ip: IPTransport, registry: PeerRegistry, links: PeerLinks,
+         clock: WallClock, displayName: @escaping () -> String, offersVoice: @escaping () -> Bool,
+         emit: @escaping (ServiceEvent) -> Void) throws {
         presenceSecretPath = options.stateDirectory + "/presence.key"
         presenceSecret = try Self.loadOrCreatePresenceSecret(at: presenceSecretPath, crypto: crypto)
         self.options = options
@@ -58,9 +61,11 @@ final class LANPeers {
         self.crypto = crypto
         self.ip = ip
         self.registry = registry
+        self.clock = clock
         self.displayName = displayName
         self.offersVoice = offersVoice
         self.emit = emit
+        links.register(self, frames: [.presence])
     }
 
     func start() {
@@ -189,7 +194,7 @@ final class LANPeers {
 
     /// This epoch's presence advertisement; a timer replaces it when the epoch ends.
     private func presenceService() -> LANServiceInfo {
-        let now = UInt64(PeerVoiceService.nowMs() / 1000)
+        let now = UInt64(clock.nowMs() / 1000)
         let epoch = PresenceTag.epoch(unixSeconds: now)
         if presenceEpoch != epoch {
             presenceEpoch = epoch
@@ -240,6 +245,24 @@ final class LANPeers {
     }
 }
 
+// MARK: PRESENCE
+
+extension LANPeers {
+    /// Now that the link is open and the key pinned: what lets this peer find us on a LAN.
+    func linkOpened(_ link: PeerLink, to peer: Peer) {
+        link.send(.presence(secret: presenceSecret.bytes))
+    }
+
+    /// A paired peer's presence secret: its presence advertisements are recognised from now on.
+    func received(_ frame: Frame, on link: PeerLink, from peer: Peer) {
+        guard case .presence(let bytes) = frame else { return }
+        let secret = PresenceSecret(bytes: bytes)
+        guard secret != peer.presenceSecret else { return }
+        peer.presenceSecret = secret
+        registry.remember(peer)
+    }
+}
+
 extension LANPeers: LANDiscoveryDelegate {
     func lanAvailabilityChanged() {
         emit(.propertiesChanged([.discoveryMethods]))
@@ -258,7 +281,7 @@ extension LANPeers: LANDiscoveryDelegate {
         }
         let reported = isDiscovering && advertisement.tag == nil
         found[service] = (.id(peer.id), reported)
-        peer.noteCandidate(address, seenAtMs: PeerVoiceService.nowMs())
+        peer.noteCandidate(address, seenAtMs: clock.nowMs())
         if reported { emit(.peerFound(.id(peer.id), name: advertisement.name ?? "")) }
         knownPeerAppeared(peer)
     }
@@ -278,7 +301,7 @@ extension LANPeers: LANDiscoveryDelegate {
             return registry[PeerID(key: key, using: crypto)].flatMap { $0.paired ? $0 : nil }
         }
         guard let tag = advertisement.tag else { return nil }
-        let now = UInt64(PeerVoiceService.nowMs() / 1000)
+        let now = UInt64(clock.nowMs() / 1000)
         return registry.all.first { peer in
             peer.paired && peer.presenceSecret.map { PresenceTag.matches(tag, secret: $0, unixSeconds: now, crypto: crypto) } == true
         }

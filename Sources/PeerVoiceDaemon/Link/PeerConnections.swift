@@ -9,21 +9,10 @@ enum DialTarget: Equatable {
     case contact(PeerAddress)
 }
 
-/// What voice needs to hear from the links (`VoiceControl`).
-protocol LinkVoice: AnyObject {
-    /// `peer`'s link opened: voice may start on it.
-    func linkOpened(_ link: PeerLink, to peer: Peer)
-    /// `peer`'s link closed or was replaced: its voice ends.
-    func linkEnded(for peer: Peer, reason: String)
-    /// A voice frame on `peer`'s link (VOICE_START, VOICE_STOP, VOICE_REPORT, VOICE, and a call's
-    /// RELAYED_VOICE, PARTICIPANTS, RELAY_REPORT).
-    func received(_ frame: Frame, from peer: Peer)
-}
-
-/// Every connection to a peer, from the dial to its close: dialling routes in turn and redialling
-/// peers with queued messages; links in their key exchange and pairing, and which peer each open
-/// link belongs to; which of two links to one peer stays. It is every link's delegate and hands
-/// what arrives to delivery, pairing and voice.
+/// Every connection to a peer, from the dial to its open link: dialling routes in turn and
+/// redialling peers with queued messages; links in their key exchange and pairing; which of two
+/// links to one peer stays. It is every link's delegate until the link opens, then hands it to
+/// `PeerLinks`, whose components take its frames (it sees none of them).
 final class PeerConnections {
     /// First and longest wait between redials of a dropped peer with pending messages.
     static let firstRedial: Duration = .milliseconds(250)
@@ -51,6 +40,8 @@ final class PeerConnections {
     private let crypto: LibSodium
     private let ip: IPTransport
     private let registry: PeerRegistry
+    private let links: PeerLinks
+    private let clock: WallClock
     private let pairing: PairingPrompts
     private let delivery: MessageDelivery
     private let bluetooth: BluetoothPeers
@@ -58,13 +49,10 @@ final class PeerConnections {
     /// What our HELLO says (it changes when voice or the listener comes or goes).
     private let hello: () -> Hello
     private let emit: (ServiceEvent) -> Void
-    weak var voice: LinkVoice?
     /// Something the peer objects show changed without an event of its own.
     var peersChanged: () -> Void = {}
 
     private var pendingLinks: [ObjectIdentifier: PendingLink] = [:]
-    /// The peer each open link belongs to.
-    private var linkOwners: [ObjectIdentifier: Peer] = [:]
     /// Known peers being dialled now, by the route tried.
     private var dials: [PeerID: PeerDial] = [:]
     private var redials: [PeerID: Redial] = [:]
@@ -72,13 +60,15 @@ final class PeerConnections {
     private var asleep = false
 
     init(instance: InstanceID, identity: StaticIdentity, crypto: LibSodium, ip: IPTransport, registry: PeerRegistry,
-         pairing: PairingPrompts, delivery: MessageDelivery, bluetooth: BluetoothPeers, lan: LANPeers,
-         hello: @escaping () -> Hello, emit: @escaping (ServiceEvent) -> Void) {
+         links: PeerLinks, clock: WallClock, pairing: PairingPrompts, delivery: MessageDelivery, bluetooth: BluetoothPeers,
+         lan: LANPeers, hello: @escaping () -> Hello, emit: @escaping (ServiceEvent) -> Void) {
         self.instance = instance
         self.identity = identity
         self.crypto = crypto
         self.ip = ip
         self.registry = registry
+        self.links = links
+        self.clock = clock
         self.pairing = pairing
         self.delivery = delivery
         self.bluetooth = bluetooth
@@ -108,7 +98,7 @@ final class PeerConnections {
     /// Whether `peer` is connected or on its way there (dialling, waiting to redial, in a key
     /// exchange or pairing).
     func isBusy(_ peer: Peer) -> Bool {
-        peer.isConnected || dials[peer.id] != nil || redials[peer.id]?.timer != nil || hasPendingLink(peer)
+        links.isConnected(peer.id) || dials[peer.id] != nil || redials[peer.id]?.timer != nil || hasPendingLink(peer)
     }
 
     // MARK: Connect and Disconnect
@@ -136,7 +126,7 @@ final class PeerConnections {
             }
             peer = owners[0]
         }
-        if peer.isConnected { return completion(.success(peer.id)) }
+        if links.isConnected(peer.id) { return completion(.success(peer.id)) }
         registry.setStayDisconnected(peer, false)
         peer.connectWaiters.append(completion)
         if dials[peer.id] == nil && !hasPendingLink(peer) {
@@ -150,7 +140,7 @@ final class PeerConnections {
         registry.setStayDisconnected(peer, true)
         stopDialling(peer)
         failConnectWaiters(peer, .failed("\(method)(\(ref)) was called while connecting"))
-        if let link = peer.link {
+        if let link = links.link(of: peer.id) {
             link.close(goodbye: .userDisconnected, logReason: "\(method) was called")
         } else {
             registry.setState(peer, .disconnected)
@@ -170,10 +160,8 @@ final class PeerConnections {
     /// waiting for the silence limit) and nothing is dialled until `wake()`.
     func sleep() {
         asleep = true
-        for peer in registry.all {
-            stopDialling(peer)
-            peer.link?.close(goodbye: .shuttingDown, logReason: "the computer is going to sleep")
-        }
+        for peer in registry.all { stopDialling(peer) }
+        for (_, link) in links.openLinks { link.close(goodbye: .shuttingDown, logReason: "the computer is going to sleep") }
         for contact in registry.allContacts {
             stopDialling(contact)
             contactFailed(contact, .failed("\(contact.address): the computer went to sleep while connecting"))
@@ -309,7 +297,7 @@ final class PeerConnections {
     private func connectFailed(_ peer: Peer, _ error: ServiceError) {
         failConnectWaiters(peer, error)
         registry.setState(peer, .disconnected)
-        if !peer.paired && !peer.isConnected && delivery.history(of: peer.id, max: 1).isEmpty {
+        if !peer.paired && !links.isConnected(peer.id) && delivery.history(of: peer.id, max: 1).isEmpty {
             // Never paired and nothing queued: not worth remembering.
             registry.drop(peer)
         } else {
@@ -330,7 +318,7 @@ final class PeerConnections {
     /// Dials `peer` again later if it has messages waiting and may be dialled.
     func scheduleRedial(_ peer: Peer, immediately: Bool = false) {
         var redial = redials[peer.id] ?? Redial()
-        guard !asleep, peer.paired, !peer.routes.isEmpty, !peer.stayDisconnected, !peer.isConnected, dials[peer.id] == nil,
+        guard !asleep, peer.paired, !peer.routes.isEmpty, !peer.stayDisconnected, !links.isConnected(peer.id), dials[peer.id] == nil,
               redial.timer == nil, !hasPendingLink(peer), delivery.hasPending(for: peer.id) else { return }
         redial.backoff = immediately ? .zero : min(Self.maxRedial, max(Self.firstRedial, redial.backoff * 2))
         redial.timer = Timer.after(redial.backoff) { [unowned self, weak peer] in
@@ -420,7 +408,7 @@ final class PeerConnections {
     /// Someone other than us asked BlueZ to close the channel to `address`.
     func bluetoothChannelCloseRequested(_ address: PeerAddress) {
         let remote = address.description
-        if let peer = registry.all.first(where: { $0.link.map { $0.remote.description == remote && $0.transport == .bluetooth } ?? false }) {
+        if let peer = links.openLinks.first(where: { $0.link.remote.description == remote && $0.link.transport == .bluetooth })?.peer {
             Log.info("BlueZ asked to close the channel to \(address)")
             disconnect(peer, by: "Disconnect", ref: .id(peer.id))
         } else if let entry = pendingLinks.values.first(where: { $0.link.transport == .bluetooth && $0.link.remote.description == remote }) {
@@ -484,7 +472,7 @@ extension PeerConnections: PeerLinkDelegate {
         entry.peer = id
         entry.route = dialable ? address : nil
         // The key is proven: the address is this peer's route (kept across restarts once paired).
-        if dialable { peer.noteRoute(address, seenAtMs: PeerVoiceService.nowMs()) }
+        if dialable { peer.noteRoute(address, seenAtMs: clock.nowMs()) }
         pendingLinks[ObjectIdentifier(link)] = entry
         // Before any signal under the id; the found object (a contact) gives way to the peer's.
         emit(.peerIdentified(address, id))
@@ -530,24 +518,21 @@ extension PeerConnections: PeerLinkDelegate {
             link.drop(reason: "opened for no known peer")
             return
         }
-        if let existing = peer.link, existing !== link {
+        if let existing = links.link(of: peer.id), existing !== link {
             guard keepsNewLink(existing: existing, new: link, peerInstance: hello.instanceID) else {
                 link.drop(reason: "\(peer.id) already has a better link")
                 return
             }
             existing.delegate = nil
-            linkOwners[ObjectIdentifier(existing)] = nil
+            links.close(existing, reason: "the link was replaced")
             bluetooth.linkClosed(existing)
             existing.drop(reason: "replaced by a better link")
-            voice?.linkEnded(for: peer, reason: "the link was replaced")
         }
-        peer.link = link
         peer.lastTransport = link.transport
-        linkOwners[ObjectIdentifier(link)] = peer
         peer.name = hello.name
         peer.instance = hello.instanceID
         peer.paired = true
-        if let route = entry.route { peer.noteRoute(route, seenAtMs: PeerVoiceService.nowMs()) }
+        if let route = entry.route { peer.noteRoute(route, seenAtMs: clock.nowMs()) }
         peer.stayDisconnected = false
         // No new dial; a link still in its pairing exchange may open too and is then settled by
         // the two-links rule above on both sides alike (dropping it here would not be mirrored).
@@ -560,10 +545,8 @@ extension PeerConnections: PeerLinkDelegate {
         let waiters = peer.connectWaiters
         peer.connectWaiters = []
         waiters.forEach { $0(.success(peer.id)) }
-        // Now that the link is open and the key pinned: what lets this peer find us on a LAN.
-        link.send(.presence(secret: lan.presenceSecret.bytes))
-        delivery.linkOpened(link, to: id)
-        voice?.linkOpened(link, to: peer)
+        // The components (delivery, voice, presence, ...) take it from here.
+        links.open(link, for: peer)
     }
 
     /// When two links to one peer are open at once, both sides keep the better transport (TCP
@@ -580,40 +563,13 @@ extension PeerConnections: PeerLinkDelegate {
         return newDialler.hex < otherDialler.hex
     }
 
-    func link(_ link: PeerLink, received frame: Frame) {
-        guard let peer = linkOwners[ObjectIdentifier(link)], let hello = link.peerHello else { return }
-        switch frame {
-        case .text(let text):
-            delivery.received(text, from: peer.id, senderInstance: hello.instanceID)
-        case .ack(let seq):
-            delivery.acknowledged(upTo: seq, by: peer.id)
-        case .voiceStart, .voiceStop, .voiceReport, .voice, .relayedVoice, .participants, .relayReport:
-            voice?.received(frame, from: peer)
-        case .presence(let secret):
-            let secret = PresenceSecret(bytes: secret)
-            guard secret != peer.presenceSecret else { return }
-            peer.presenceSecret = secret
-            registry.remember(peer)
-        case .hello, .keepalive, .goodbye, .pairing:
-            break
-        }
-    }
-
-    func linkDidDrainInput(_ link: PeerLink) {
-        guard let peer = linkOwners[ObjectIdentifier(link)] else { return }
-        delivery.inputDrained(from: peer.id)
-    }
-
     func linkDidClose(_ link: PeerLink, reason: LinkCloseReason) {
         bluetooth.linkClosed(link)
         if let entry = pendingLinks.removeValue(forKey: ObjectIdentifier(link)) {
             pendingLinkClosed(link, entry: entry, reason: reason)
             return
         }
-        guard let peer = linkOwners.removeValue(forKey: ObjectIdentifier(link)) else { return }
-        voice?.linkEnded(for: peer, reason: "the link closed")
-        delivery.linkClosed(to: peer.id)
-        peer.link = nil
+        guard let peer = links.close(link, reason: "the link closed") else { return }
         Log.info("\(peer.id) disconnected: \(reason)")
         if case .goodbye(.userDisconnected) = reason { registry.setStayDisconnected(peer, true) }
         registry.setState(peer, .disconnected)
@@ -628,7 +584,7 @@ extension PeerConnections: PeerLinkDelegate {
             return contactFailed(contact, .failed("\(address): \(reason)"))
         }
         guard let id = entry.peer ?? { if case .peer(let id) = entry.dialled { id } else { nil } }(),
-              let peer = registry[id], !peer.isConnected else { return }
+              let peer = registry[id], !links.isConnected(peer.id) else { return }
         pairing.withdraw(id, askingAbout: link)
         guard !hasPendingLink(peer) else { return }
         let error: ServiceError

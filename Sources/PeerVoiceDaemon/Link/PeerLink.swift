@@ -34,14 +34,20 @@ protocol PeerLinkDelegate: AnyObject {
     /// We declared `known` but the peer is asking its person (it lost our key): ask ours too,
     /// then `accept()` or `refuse(logReason:)`.
     func linkPeerIsAsking(_ link: PeerLink)
-    /// Both sides accepted: frames flow.
+    /// Both sides accepted: frames flow (to its `frameReceiver`).
     func linkDidOpen(_ link: PeerLink)
-    /// Every frame after opening, in order.
-    func link(_ link: PeerLink, received frame: Frame)
-    /// Every frame of one read has been delivered: a good moment to acknowledge them together.
-    func linkDidDrainInput(_ link: PeerLink)
     /// The link is gone. `goodbye` is the peer's reason if it said goodbye.
     func linkDidClose(_ link: PeerLink, reason: LinkCloseReason)
+}
+
+/// Where an open link's frames go (`PeerLinks`), all but the link's own (HELLO, KEEPALIVE,
+/// GOODBYE, PAIRING).
+protocol LinkFrameReceiver: AnyObject {
+    /// One frame body, in order; valid only during the call. Throwing ends the link as a
+    /// protocol error.
+    func link(_ link: PeerLink, received body: ArraySlice<UInt8>) throws
+    /// Every frame of one read has been handed over: a good moment to acknowledge them together.
+    func linkDidDrainInput(_ link: PeerLink)
 }
 
 /// A frame that is valid on its own but not at this point of the pairing (docs/PROTOCOL.md §7.3).
@@ -105,6 +111,8 @@ final class PeerLink {
     }
 
     weak var delegate: PeerLinkDelegate?
+    /// Takes the frames once the link is open.
+    weak var frameReceiver: LinkFrameReceiver?
     let remote: RemoteEndpoint
     /// True if we dialled (we are the handshake's initiator).
     let isOutgoing: Bool
@@ -236,7 +244,7 @@ final class PeerLink {
                     try sealedRecord(body)
                 }
             }
-            if phase == .open { delegate?.linkDidDrainInput(self) }
+            if phase == .open { frameReceiver?.linkDidDrainInput(self) }
         } catch {
             failed(error)
         }
@@ -304,6 +312,10 @@ final class PeerLink {
             }
             return
         }
+        if phase == .open, let type = plaintext.first, !Self.isOwnFrame(type) {
+            try frameReceiver?.link(self, received: plaintext[...])
+            return
+        }
         let frame = try Frame(body: plaintext)
         switch (phase, frame) {
         case (_, .keepalive):
@@ -319,7 +331,15 @@ final class PeerLink {
         case (.open, .pairing), (.awaitingPairing, _), (_, .hello):
             close(goodbye: .protocolError, logReason: "protocol error: \(frame.type) \(phase == .open ? "after" : "before") pairing")
         default:
-            delegate?.link(self, received: frame)
+            break
+        }
+    }
+
+    /// HELLO, KEEPALIVE, GOODBYE and PAIRING: frames the link handles itself, never handed on.
+    static func isOwnFrame(_ type: UInt8) -> Bool {
+        switch FrameType(rawValue: type) {
+        case .hello, .keepalive, .goodbye, .pairing: true
+        default: false
         }
     }
 

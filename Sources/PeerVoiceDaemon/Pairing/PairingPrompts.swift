@@ -13,12 +13,14 @@ final class PairingPrompts {
 
     private var prompts: [PeerID: Prompt] = [:]
     private var limiter = PairingRateLimiter()
+    private let clock: WallClock
     private let emit: (ServiceEvent) -> Void
     /// A prompt was refused here or not answered in time: the peer stays disconnected and its
     /// waiting `Connect`s fail with this error.
     var onRefused: (PeerID, ServiceError) -> Void = { _, _ in }
 
-    init(emit: @escaping (ServiceEvent) -> Void) {
+    init(clock: WallClock, emit: @escaping (ServiceEvent) -> Void) {
+        self.clock = clock
         self.emit = emit
     }
 
@@ -72,12 +74,12 @@ final class PairingPrompts {
 
     /// Whether `host` used up its key exchanges: its new connections are closed before any work.
     func turnsAway(host: String) -> Bool {
-        limiter.isExhausted(host: host, nowMs: PeerVoiceService.nowMs())
+        limiter.isExhausted(host: host, nowMs: clock.nowMs())
     }
 
     /// Counts a key exchange by `host` that reached the commitment; false if it must stop there.
     func allowsKeyExchange(by host: String) -> Bool {
-        limiter.allow(host: host, nowMs: PeerVoiceService.nowMs())
+        limiter.allow(host: host, nowMs: clock.nowMs())
     }
 
     /// An exchange by `host` ended on a pinned key: it guessed nothing.

@@ -28,8 +28,6 @@ final class PeerRegistry {
 
     var all: Dictionary<PeerID, Peer>.Values { peers.values }
 
-    var connected: [Peer] { peers.values.filter(\.isConnected).sorted { $0.id < $1.id } }
-
     var hasPairedPeers: Bool { peers.values.contains(where: \.paired) }
 
     /// Whether `peer` is still the one known under its id (not removed, nor replaced).

@@ -11,7 +11,10 @@ import Sodium
 /// own, and once both ids are known each side derives the keys and starts its session. A
 /// VOICE_START with a new id while a session runs means the peer restarted it: we answer with a
 /// new id too, so keys are never reused. VOICE_STOP ends voice on both sides.
-final class VoiceControl {
+///
+/// A `LinkComponent`: it owns the voice frames (VOICE_START, VOICE_STOP, VOICE_REPORT, VOICE and
+/// a call's RELAYED_VOICE, PARTICIPANTS, RELAY_REPORT) and starts voice when a link opens.
+final class VoiceControl: LinkComponent {
     /// How often voice that is wanted but not running (no PipeWire yet, a stream failed) is retried.
     static let voiceRetry: Duration = .seconds(1)
     /// A VOICE frame for a link that waited longer than this for the main loop is dropped: it
@@ -34,6 +37,7 @@ final class VoiceControl {
     private let crypto: LibSodium
     private let ip: IPTransport
     private let registry: PeerRegistry
+    private let links: PeerLinks
     private let bluetooth: BluetoothPeers
     private let emit: (ServiceEvent) -> Void
     /// Something a peer object shows changed without an event of its own.
@@ -44,16 +48,18 @@ final class VoiceControl {
     /// Tells voice-thread sessions apart, so a late event from an ended one is ignored.
     private var lastGeneration = 0
 
-    init(options: Options, crypto: LibSodium, ip: IPTransport, registry: PeerRegistry, bluetooth: BluetoothPeers,
-         emit: @escaping (ServiceEvent) -> Void, peersChanged: @escaping () -> Void) {
+    init(options: Options, crypto: LibSodium, ip: IPTransport, registry: PeerRegistry, links: PeerLinks,
+         bluetooth: BluetoothPeers, emit: @escaping (ServiceEvent) -> Void, peersChanged: @escaping () -> Void) {
         self.options = options
         self.crypto = crypto
         self.ip = ip
         self.registry = registry
+        self.links = links
         self.bluetooth = bluetooth
         self.emit = emit
         self.peersChanged = peersChanged
         audioProcessing = CaptureProcessing.names(options.voice.processing)
+        links.register(self, frames: [.voiceStart, .voiceStop, .voiceReport, .voice, .relayedVoice, .participants, .relayReport])
     }
 
     /// Starts the voice thread (once the listener, if any, is open) and retries wanted voice.
@@ -131,7 +137,7 @@ final class VoiceControl {
     /// Why voice with `peer` cannot run now, or nil.
     private func voiceUnavailableReason(for peer: Peer) -> String? {
         guard engine != nil else { return "voice is off: no UDP socket could be bound (see the log)" }
-        if let hello = peer.link?.peerHello, !hello.capabilities.contains(.voice) {
+        if let hello = links.link(of: peer.id)?.peerHello, !hello.capabilities.contains(.voice) {
             return "\(peer.id) does not offer voice (its service runs without it)"
         }
         if voiceRoute(for: peer) == nil {
@@ -143,14 +149,15 @@ final class VoiceControl {
     /// How our voice reaches `peer`: on the link for Bluetooth (and with --voice-over-link), else
     /// in datagrams to where the peer receives them; nil when it announced nowhere.
     private func voiceRoute(for peer: Peer) -> VoiceRoute? {
-        if peer.link?.transport == .bluetooth || options.voice.overLink { return .link }
+        if links.link(of: peer.id)?.transport == .bluetooth || options.voice.overLink { return .link }
         return voices[peer.id]?.destination.map { .datagrams($0) }
     }
 
     func startVoice(_ ref: PeerRef) throws(ServiceError) {
         let peer = try registry.resolve(ref)
-        if !peer.isConnected, let unavailable = bluetooth.unavailable(for: peer.transport) { throw unavailable }
-        guard peer.isConnected else { throw .notConnected("\(peer.id) is not connected: Connect to it first") }
+        let isConnected = links.isConnected(peer.id)
+        if !isConnected, let unavailable = bluetooth.unavailable(for: peer.transport) { throw unavailable }
+        guard isConnected else { throw .notConnected("\(peer.id) is not connected: Connect to it first") }
         voice(of: peer).wanted = true
         if let reason = voiceUnavailableReason(for: peer) { throw .notAvailable(reason) }
         beginVoice(peer)
@@ -158,15 +165,15 @@ final class VoiceControl {
 
     func stopVoice(_ ref: PeerRef) throws(ServiceError) {
         let peer = try registry.resolve(ref)
-        guard peer.isConnected else { throw .notConnected("\(peer.id) is not connected") }
-        if voices[peer.id]?.localSession != nil { peer.link?.send(.voiceStop) }
+        guard let link = links.link(of: peer.id) else { throw .notConnected("\(peer.id) is not connected") }
+        if voices[peer.id]?.localSession != nil { link.send(.voiceStop) }
         endVoice(peer, reason: "StopVoice was called")
     }
 
     /// Announces our session to the peer (if not done yet) and starts once both are known.
     private func beginVoice(_ peer: Peer) {
         let voice = voice(of: peer)
-        guard voice.wanted, let link = peer.link, voiceUnavailableReason(for: peer) == nil else { return }
+        guard voice.wanted, let link = links.link(of: peer.id), voiceUnavailableReason(for: peer) == nil else { return }
         if voice.localSession == nil {
             let session = VoiceKeys.makeSessionID(crypto: crypto)
             voice.localSession = session
@@ -178,7 +185,7 @@ final class VoiceControl {
 
     private func startVoiceSessionIfReady(_ peer: Peer, _ voice: PeerVoice) {
         guard !voice.running, let engine, let local = voice.localSession, let remote = voice.remote,
-              let result = peer.link?.result, let route = voiceRoute(for: peer) else { return }
+              let result = links.link(of: peer.id)?.result, let route = voiceRoute(for: peer) else { return }
         let keys: VoiceKeys
         do {
             keys = try result.voiceKeys(localSessionID: local, remoteSessionID: remote.sessionID)
@@ -215,7 +222,7 @@ final class VoiceControl {
             }.sorted { $0.source < $1.source }.prefix(Wire.maxCallParticipants)
             guard Array(others) != voice.announced, let frame = try? Frame.participants(checking: Array(others)) else { continue }
             voice.announced = Array(others)
-            peer.link?.send(frame)
+            links.link(of: peer.id)?.send(frame)
         }
         for (host, voice) in inCall where !voice.call.isEmpty { reportRelayed(by: host, voice) }
         let relayed = inCall.flatMap(\.voice.call)
@@ -232,7 +239,7 @@ final class VoiceControl {
     /// host stops relaying it to us: the direct one wins). Nothing while a source is as the host
     /// assumes at first (relayed, 0 %).
     private func reportRelayed(by host: Peer, _ voice: PeerVoice, lossChanged: (source: RelaySource, percent: Int)? = nil) {
-        guard voice.running, let link = host.link else { return }
+        guard voice.running, let link = links.link(of: host.id) else { return }
         voice.relayReports = voice.relayReports.filter { source, _ in voice.call.contains { $0.source == source } }
         for entry in voice.call {
             // What the host assumes until told otherwise: relayed, nothing lost (0 is in range).
@@ -267,7 +274,7 @@ final class VoiceControl {
     /// Our VOICE (or a RELAYED_VOICE) frame for a peer whose voice goes on its link (drop-stale:
     /// see ``PeerLink/sendVoice(_:)``).
     private func sendVoiceOnLink(_ frame: Frame, to id: PeerID, queuedAt: Int64) {
-        guard let link = registry[id]?.link, let voice = voices[id] else { return }
+        guard let link = links.link(of: id), let voice = voices[id] else { return }
         if VoiceEngine.monotonicNs() - queuedAt > Self.staleLinkVoiceNs || !link.sendVoice(frame) {
             voice.droppedOnLink += 1
         }
@@ -281,7 +288,7 @@ final class VoiceControl {
 
     /// VOICE_START, VOICE_STOP, VOICE_REPORT, (on the link) VOICE and RELAYED_VOICE, and the
     /// call's PARTICIPANTS and RELAY_REPORT from the peer.
-    func received(_ frame: Frame, from peer: Peer) {
+    func received(_ frame: Frame, on link: PeerLink, from peer: Peer) {
         let running = voices[peer.id]?.running == true
         switch frame {
         case .voiceStart(let start):
@@ -323,12 +330,12 @@ final class VoiceControl {
             // The streams failed (PipeWire went away): keep wanting voice, renegotiate fresh keys
             // when it can run again.
             Log.info("voice with \(peer.id) stopped: \(reason)")
-            if voice.localSession != nil { peer.link?.send(.voiceStop) }
+            if voice.localSession != nil { links.link(of: peer.id)?.send(.voiceStop) }
             endVoice(peer, reason: reason)
             self.voice(of: peer).wanted = voice.wanted
         case .lossChanged(let id, let generation, let percent):
             guard let (peer, _) = session(id, generation) else { return }
-            peer.link?.send(.voiceReport(lossPercent: UInt8(min(100, percent))))
+            links.link(of: peer.id)?.send(.voiceReport(lossPercent: UInt8(min(100, percent))))
         case .processingChanged(let processing):
             let names = CaptureProcessing.names(processing)
             guard names != audioProcessing else { return }
@@ -375,14 +382,16 @@ final class VoiceControl {
 
     /// Brings up voice that is wanted but not running, e.g. once PipeWire has appeared.
     private func retryWantedVoice() {
-        for peer in registry.all where peer.isConnected {
+        for peer in links.connectedPeers {
             guard let voice = voices[peer.id], voice.wanted, !voice.running else { continue }
             beginVoice(peer)
         }
     }
 }
 
-extension VoiceControl: LinkVoice {
+// MARK: Links
+
+extension VoiceControl {
     func linkOpened(_ link: PeerLink, to peer: Peer) {
         guard let hello = link.peerHello else { return }
         let voice = voice(of: peer)
@@ -391,7 +400,7 @@ extension VoiceControl: LinkVoice {
         beginVoice(peer)
     }
 
-    func linkEnded(for peer: Peer, reason: String) {
+    func linkClosed(_ link: PeerLink, of peer: Peer, reason: String) {
         endVoice(peer, reason: reason)
         voices[peer.id] = nil
     }
