@@ -21,7 +21,12 @@
 //   - Frame(body:) gives the same answer for an Array and for a slice that does not start at 0;
 //   - Frame(datagram:) agrees with its specification in terms of Frame(body:);
 //   - identifiers survive their hex and byte forms; Hello.truncatedName cuts any text to at most
-//     256 bytes at a character boundary, no more than needed, and the result fits a HELLO.
+//     256 bytes at a character boundary, no more than needed, and the result fits a HELLO;
+//   - the first 8 bytes as a preamble: Preamble.check and a FrameDecoder agree; what they accept
+//     shares a version with this side and announces itself again the same way; the next 8 bytes
+//     as two HELLO capability words: LinkProtocol.negotiate agrees on the version both preambles
+//     give, never carries a feature one side lacks or its version does not have, and refuses
+//     exactly the HELLOs whose highest version is not the preamble's.
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -308,7 +313,7 @@ func run(_ bytes: [UInt8]) {
         _ = decodeBody(rest.dropFirst())
     }
     checkDatagram(Array(rest))
-    if rest.count >= 8 { _ = try? Preamble.check(rest.prefix(8)) }
+    checkVersions(rest)
     checkNames(rest)
 
     // A large body made from the input, to reach the size limits above libFuzzer's -max_len: just
@@ -329,6 +334,50 @@ func run(_ bytes: [UInt8]) {
         body.removeLast(body.count - length)
         _ = decodeBody(body[...])
         checkDatagram(bigEndianPrefix(body.count) + body)
+    }
+}
+
+/// The version negotiation (PROTOCOL.md §3): bytes 0-7 as a peer's preamble, 8-15 as our and
+/// the peer's HELLO capabilities.
+func checkVersions(_ bytes: ArraySlice<UInt8>) {
+    guard bytes.count >= 8 else { return }
+    let preamble = Array(bytes.prefix(8))
+    let checked = Result { () throws(WireError) in try Preamble.check(preamble) }
+    var decoder = FrameDecoder()
+    decoder.append(preamble)
+    let decoded = Result { () throws(WireError) in _ = try decoder.next() }
+    switch (checked, decoded) {
+    case (.success(let versions), .success):
+        check(decoder.peerVersions == versions, "FrameDecoder read \(String(describing: decoder.peerVersions)), Preamble.check \(versions)")
+        check(versions.lowest <= versions.highest, "an inverted range was accepted: \(versions)")
+        check(VersionRange.supported.agreed(with: versions) != nil, "\(versions) shares no version with this side")
+        check((try? Preamble.check(Preamble.bytes(announcing: versions))) == versions, "\(versions) does not survive its own preamble")
+    case (.failure(let error), .failure(let other)):
+        check(error == other, "Preamble.check threw \(error), FrameDecoder \(other)")
+        check(decoder.peerVersions == nil, "a refused preamble left peerVersions set")
+    default:
+        check(false, "Preamble.check gave \(checked), FrameDecoder \(decoded)")
+    }
+    guard case .success(let peer) = checked, bytes.count >= 16 else { return }
+    var reader = Input(Array(bytes.dropFirst(8)))
+    let ours = Capabilities(rawValue: reader.u32())
+    let theirs = Capabilities(rawValue: reader.u32())
+    let link = Result { () throws(WireError) in
+        try LinkProtocol.negotiate(local: .supported, localCapabilities: ours, peerPreamble: peer, peerCapabilities: theirs)
+    }
+    let named = theirs.highestVersion ?? Wire.lastVersionWithoutRange
+    switch link {
+    case .success(let link):
+        check(named == peer.highest, "a HELLO naming \(named) behind a preamble up to \(peer.highest) was taken")
+        check(link.version == VersionRange.supported.agreed(with: peer), "link at \(link.version) for \(peer)")
+        check(ours.features.isSuperset(of: link.capabilities), "the link carries what this side did not announce")
+        check(Capabilities.available(atVersion: link.version).isSuperset(of: link.capabilities), "a feature newer than \(link.version)")
+        check(link.capabilities.highestVersion == nil, "the version bits leaked into the features")
+        for feature in [Capabilities.text, .voice, .presence, .hostedCalls, .channels, .transfers] {
+            check((link.whyOff(feature, who: "p") == nil) == link.capabilities.contains(feature), "whyOff disagrees on \(feature)")
+        }
+    case .failure(let error):
+        check(error == .versionsAltered(preamble: peer.highest, hello: named), "negotiate threw \(error) for \(peer), HELLO \(named)")
     }
 }
 

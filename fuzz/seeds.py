@@ -73,6 +73,12 @@ def frame_decoder():
     write(t, "preamble-split", b"\x01" + u16(0x0003) + u16(0) + PREAMBLE + framed(BODIES["keepalive"]))
     write(t, "preamble-bad-magic", b"\x01" + u16(2) + u16(0) + b"PVLX" + u16(4) + u16(0))
     write(t, "preamble-version-2", b"\x01" + u16(2) + u16(0) + b"PVLK" + u16(2) + u16(0))
+    # Version negotiation (checkVersions): a preamble, then our and the peer's HELLO capabilities.
+    ours = u32(7 << 16 | 0x30F)
+    for name, low, high, theirs in [("6", 6, 0, 0x3), ("6-7", 6, 7, 7 << 16 | 0xF), ("7-9", 7, 9, 9 << 16 | 0x30F),
+                                    ("8-9", 8, 9, 9 << 16 | 0x1), ("inverted", 7, 3, 0), ("5-7", 5, 7, 0),
+                                    ("6-junk", 6, 0xABCD, 0xABCD << 16 | 3), ("altered", 6, 0, 7 << 16 | 3)]:
+        write(t, "preamble-range-" + name, b"\x00" + u16(0) + u16(0) + b"PVLK" + u16(low) + u16(high) + ours + u32(theirs))
     write(t, "handshake-limit", b"\x07" + u16(9) + u16(0) + framed(b"\x21" + bytes(1100)))
     write(t, "max-body-override", b"\x20" + u16(1) + u16(8) + stream)
     write(t, "empty-frame", b"\x00" + u16(0) + u16(0) + u32(0))

@@ -177,7 +177,7 @@ final class PeerVoiceService {
 
     private var localHello: Hello {
         // Every field is in range by construction; a HELLO that cannot be built is a bug.
-        try! Hello(instanceID: instance, capabilities: voice.engine == nil ? [.text] : [.text, .voice],
+        try! Hello(instanceID: instance, capabilities: links.offeredCapabilities.union(.highestVersion(Wire.protocolVersion)),
                    listenPort: ip.listenPort, voicePort: voice.voicePort,
                    name: Hello.truncatedName(settings.name))
     }

@@ -93,6 +93,7 @@ public final class Relay: @unchecked Sendable {
     private let listener: TCPListener
     private let rules: [Rule]
     private let mitm: ManInTheMiddle?
+    private let preambles: [Direction: [UInt8]]
     private let lock = NSLock()
     private let threads = Threads()
     private var stopping = false
@@ -105,23 +106,27 @@ public final class Relay: @unchecked Sendable {
     private var forwardedFrames: [(direction: Direction, frame: Frame)] = []
     private var connectionCount = 0
 
-    /// A byte relay applying `rules` (none: a plain pass-through).
+    /// A byte relay applying `rules` (none: a plain pass-through), and putting `preambles` in
+    /// place of the preamble each direction sends (the versions it announces are in the clear).
     /// `listenPort` 0 picks a free port; a fixed one lets a test bring the "same" path back.
-    public convenience init(targetPort: UInt16, rules: [Rule] = [], listenPort: UInt16 = 0) throws {
-        try self.init(targetPort: targetPort, rules: rules, mitm: nil, listenPort: listenPort)
+    public convenience init(targetPort: UInt16, rules: [Rule] = [], listenPort: UInt16 = 0,
+                            preambles: [Direction: [UInt8]] = [:]) throws {
+        try self.init(targetPort: targetPort, rules: rules, mitm: nil, listenPort: listenPort, preambles: preambles)
     }
 
     /// A man in the middle.
     public convenience init(targetPort: UInt16, manInTheMiddle: ManInTheMiddle) throws {
-        try self.init(targetPort: targetPort, rules: [], mitm: manInTheMiddle, listenPort: 0)
+        try self.init(targetPort: targetPort, rules: [], mitm: manInTheMiddle, listenPort: 0, preambles: [:])
     }
 
-    private init(targetPort: UInt16, rules: [Rule], mitm: ManInTheMiddle?, listenPort: UInt16) throws {
+    private init(targetPort: UInt16, rules: [Rule], mitm: ManInTheMiddle?, listenPort: UInt16,
+                 preambles: [Direction: [UInt8]]) throws {
         listener = try TCPListener(port: listenPort)
         port = listener.port
         self.targetPort = targetPort
         self.rules = rules
         self.mitm = mitm
+        self.preambles = preambles
         fired = Array(repeating: 0, count: rules.count)
         threads.spawn { [self] in acceptLoop() }
     }
@@ -214,7 +219,7 @@ public final class Relay: @unchecked Sendable {
         /// Set when the bytes are not PeerVoice framing: pass everything as it is.
         var raw = false
 
-        enum Unit { case asIs([UInt8]), record([UInt8]) }
+        enum Unit { case preamble([UInt8]), asIs([UInt8]), record([UInt8]) }
 
         mutating func next() -> Unit? {
             if raw {
@@ -227,7 +232,7 @@ public final class Relay: @unchecked Sendable {
                 preambleDone = true
                 let preamble = Array(buffer[0..<Preamble.byteCount])
                 buffer.removeFirst(Preamble.byteCount)
-                return .asIs(preamble)
+                return .preamble(preamble)
             }
             guard buffer.count >= 4 else { return nil }
             let length = buffer[0..<4].reduce(0) { $0 << 8 | Int($1) }
@@ -259,6 +264,9 @@ public final class Relay: @unchecked Sendable {
                 var out: [UInt8] = []
                 while let unit = splitter.next() {
                     switch unit {
+                    case .preamble(let bytes):
+                        if let replacement = preambles[direction] { note("\(direction): preamble \(bytes) replaced by \(replacement)") }
+                        out += preambles[direction] ?? bytes
                     case .asIs(let bytes): out += bytes
                     case .record(let body): out += apply(to: body, direction)
                     }

@@ -47,6 +47,8 @@ public final class SecureLink: @unchecked Sendable {
     public let hello: Hello
     /// Send a KEEPALIVE while waiting in a receive call, once a second.
     public var sendsKeepalives = true
+    /// The preamble this side sends: the versions it announces (``Preamble/bytes``: this build's).
+    public var preamble = Preamble.bytes
 
     private let sendLock = NSLock()
     private var handshake: Handshake?
@@ -95,9 +97,11 @@ public final class SecureLink: @unchecked Sendable {
         PeerID(key: PublicKey(bytes: identity.publicKey)!, using: crypto).description
     }
 
-    /// A HELLO as a peervoiced would send it: text capability, the given name and listen port.
-    public static func makeHello(name: String, listenPort: UInt16 = 0, instance: InstanceID = .random()) -> Hello {
-        try! Hello(instanceID: instance, capabilities: [.text], listenPort: listenPort, voicePort: 0, name: name)
+    /// A HELLO as a peervoiced would send it: text capability (and, like every side from version
+    /// 7 on, the highest version its preamble announces), the given name and listen port.
+    public static func makeHello(name: String, listenPort: UInt16 = 0, instance: InstanceID = .random(),
+                                 capabilities: Capabilities = Capabilities.text.union(.highestVersion(Wire.protocolVersion))) -> Hello {
+        try! Hello(instanceID: instance, capabilities: capabilities, listenPort: listenPort, voicePort: 0, name: name)
     }
 
     // MARK: State
@@ -126,12 +130,12 @@ public final class SecureLink: @unchecked Sendable {
 
     // MARK: Handshake
 
-    /// Sends the 8-byte preamble (version 3), once.
+    /// Sends the 8-byte preamble (`preamble`), once.
     public func sendPreamble() throws {
         try sendLock.withLock {
             guard !preambleSent else { return }
             preambleSent = true
-            try stream.send(Preamble.bytes)
+            try stream.send(preamble)
         }
     }
 
@@ -182,11 +186,14 @@ public final class SecureLink: @unchecked Sendable {
     // MARK: Sending
 
     /// Seals and sends one frame.
-    public func send(_ frame: Frame) throws {
+    public func send(_ frame: Frame) throws { try send(body: frame.encodedBody()) }
+
+    /// Seals and sends any frame body (the channel frames, which `Frame` does not know).
+    public func send(body: [UInt8]) throws {
         try sendLock.withLock {
-            guard var sealer else { throw SecureLinkError.io("send(\(frame.type)) before the handshake completed") }
+            guard var sealer else { throw SecureLinkError.io("send(body type \(body.first ?? 0)) before the handshake completed") }
             let record: [UInt8]
-            do throws(RecordError) { record = try sealer.seal(frame.encodedBody()) } catch { throw SecureLinkError.record(error) }
+            do throws(RecordError) { record = try sealer.seal(body) } catch { throw SecureLinkError.record(error) }
             self.sealer = sealer
             sentBodies.append(record)
             try stream.send(Wire.lengthPrefixed(record))

@@ -119,7 +119,8 @@ public enum PairingDecision: UInt8, Sendable, CustomStringConvertible {
     }
 }
 
-/// What a peer can do, as announced in HELLO (`u32` bit set).
+/// What a peer can do, as announced in HELLO (`u32` bit set): features in bits 0-15, and from
+/// version 7 the highest protocol version the sender speaks in bits 16-31 (Versions.swift).
 ///
 /// Bits this version does not know are kept as received and carry no meaning.
 public struct Capabilities: OptionSet, Hashable, Sendable {
@@ -133,6 +134,16 @@ public struct Capabilities: OptionSet, Hashable, Sendable {
     public static let text = Capabilities(rawValue: 1 << 0)
     /// Bit 1: sends and receives VOICE.
     public static let voice = Capabilities(rawValue: 1 << 1)
+    /// Bit 2: sends and takes PRESENCE (version 5; a version-6 peer has it without the bit).
+    public static let presence = Capabilities(rawValue: 1 << 2)
+    /// Bit 3: hosts and joins hosted calls, PARTICIPANTS, RELAY_REPORT and RELAYED_VOICE
+    /// (version 6; a version-6 peer has it without the bit).
+    public static let hostedCalls = Capabilities(rawValue: 1 << 3)
+    /// Bit 8: app channels (docs/PROTOCOL.md §13). Reserved for them; bit and version are
+    /// placeholders until the lead assigns them.
+    public static let channels = Capabilities(rawValue: 1 << 8)
+    /// Bit 9: file transfers. Reserved for them, a placeholder like ``channels``.
+    public static let transfers = Capabilities(rawValue: 1 << 9)
 }
 
 /// The HELLO frame: who the sender is and where it can be reached.

@@ -27,6 +27,12 @@ public struct FrameDecoder: Sendable {
     /// Largest body accepted; a link lowers it while handshake messages (at most 1 KiB) are due.
     public var maxBodyBytes = Wire.maxFrameBodyBytes
 
+    /// The versions this side speaks: a preamble that shares none with them is refused.
+    public var supportedVersions = VersionRange.supported
+
+    /// The versions the peer's preamble announced, once it has been checked.
+    public private(set) var peerVersions: VersionRange?
+
     /// A decoder for the start of a stream: it expects the peer's preamble before any frame.
     /// Pass false to decode a stream whose preamble was already checked.
     public init(expectingPreamble: Bool = true) {
@@ -81,7 +87,8 @@ public struct FrameDecoder: Sendable {
                 throw error
             case .awaitingPreamble:
                 let available = buffer[readIndex...].prefix(Preamble.byteCount)
-                guard try Preamble.checkPrefix(available) else { return nil }
+                guard let versions = try Preamble.checkPrefix(available, supporting: supportedVersions) else { return nil }
+                peerVersions = versions
                 readIndex += Preamble.byteCount
                 state = .awaitingFrames
             case .awaitingFrames:

@@ -1,11 +1,20 @@
-/// Constants of the peer-link wire protocol (version 6, docs/PROTOCOL.md) and its framing layer.
+/// Constants of the peer-link wire protocol (version 7, docs/PROTOCOL.md) and its framing layer.
 ///
 /// The framing layer (preamble, `u32` length prefix, body) is independent of what a body
 /// contains, so that the protocol (since version 2) can seal each body with an AEAD without touching it: see
 /// ``FrameDecoder/nextBody()`` and ``Wire/lengthPrefixed(_:)``.
 public enum Wire {
-    /// The protocol version this implementation speaks and sends in its ``Preamble``.
-    public static let protocolVersion: UInt16 = 6
+    /// The newest protocol version this implementation speaks: the highest its ``Preamble``
+    /// announces (``VersionRange/supported``).
+    public static let protocolVersion: UInt16 = 7
+
+    /// The oldest version it still speaks, with a side of the previous release: the lowest its
+    /// ``Preamble`` announces.
+    public static let minimumProtocolVersion: UInt16 = 6
+
+    /// The last version whose sides announce one version only: up to 5 a preamble's bytes 6–7 say
+    /// nothing, and version 6 sends them as 0 (docs/PROTOCOL.md §3).
+    public static let lastVersionWithoutRange: UInt16 = 6
 
     /// Size of the big-endian `u32` length prefix in front of each frame body.
     public static let lengthPrefixBytes = 4

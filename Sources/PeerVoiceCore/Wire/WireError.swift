@@ -4,8 +4,15 @@
 public enum WireError: Error, Equatable, Sendable, CustomStringConvertible {
     /// The stream does not start with the magic `"PVLK"`.
     case notPeerVoice
-    /// The peer's preamble announces a protocol version we do not speak.
+    /// The peer's preamble announces one protocol version, which we do not speak.
     case unsupportedVersion(UInt16)
+    /// The peer's preamble announces a range of protocol versions sharing none with ours.
+    case unsupportedVersions(VersionRange)
+    /// The peer's preamble announces a highest version below its lowest.
+    case invalidVersionRange(lowest: UInt16, highest: UInt16)
+    /// The highest version in the peer's preamble (in the clear) is not the one its HELLO
+    /// (authenticated) names: the stream was altered on the way.
+    case versionsAltered(preamble: UInt16, hello: UInt16)
     /// A frame declared a body length of 0.
     case emptyFrame
     /// A frame declared a body longer than ``Wire/maxFrameBodyBytes``.
@@ -60,7 +67,13 @@ public enum WireError: Error, Equatable, Sendable, CustomStringConvertible {
         case .notPeerVoice:
             return "not a PeerVoice stream (the first bytes are not \"PVLK\")"
         case .unsupportedVersion(let version):
-            return "peer speaks protocol version \(version); this side speaks version \(Wire.protocolVersion)"
+            return "peer speaks protocol version \(version); this side speaks versions \(VersionRange.supported)"
+        case .unsupportedVersions(let versions):
+            return "peer speaks protocol versions \(versions); this side speaks versions \(VersionRange.supported)"
+        case .invalidVersionRange(let lowest, let highest):
+            return "preamble announces protocol versions \(lowest) to \(highest): the highest is below the lowest"
+        case .versionsAltered(let preamble, let hello):
+            return "the peer's preamble announced protocol versions up to \(preamble) but its authenticated HELLO says \(hello): the preamble was altered on the way"
         case .emptyFrame:
             return "frame with an empty body (length 0)"
         case .frameTooLarge(let bodyBytes):

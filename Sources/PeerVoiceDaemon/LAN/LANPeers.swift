@@ -248,6 +248,8 @@ final class LANPeers: LinkComponent {
 // MARK: PRESENCE
 
 extension LANPeers {
+    var offeredCapabilities: Capabilities { .presence }
+
     /// Now that the link is open and the key pinned: what lets this peer find us on a LAN.
     func linkOpened(_ link: PeerLink, to peer: Peer) {
         link.send(.presence(secret: presenceSecret.bytes))

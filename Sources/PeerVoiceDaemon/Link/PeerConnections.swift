@@ -540,7 +540,7 @@ extension PeerConnections: PeerLinkDelegate {
         redials[id] = nil
         registry.remember(peer)
         lan.listenForKnownPeers()
-        Log.info("\(peer.id) connected (\(link.isOutgoing ? "dialled" : "incoming") over \(link.transport), key \(peer.key))")
+        Log.info("\(peer.id) connected (\(link.isOutgoing ? "dialled" : "incoming") over \(link.transport), protocol \(link.negotiated?.version ?? 0) with \(link.negotiated?.capabilities.featureNames.joined(separator: ", ") ?? "nothing"), key \(peer.key))")
         registry.setState(peer, .connected)
         let waiters = peer.connectWaiters
         peer.connectWaiters = []
@@ -581,6 +581,9 @@ extension PeerConnections: PeerLinkDelegate {
         Log.info("link with \(entry.peer?.description ?? link.remote.description) closed before opening: \(reason)")
         if entry.peer == nil, case .contact(let address) = entry.dialled, let contact = registry.contact(at: address) {
             // The key exchange never finished: the address is still only an address.
+            if case .incompatibleVersions(let versions) = reason {
+                return contactFailed(contact, .notAvailable(VersionRange.supported.refusal(of: versions, who: address.description)))
+            }
             return contactFailed(contact, .failed("\(address): \(reason)"))
         }
         guard let id = entry.peer ?? { if case .peer(let id) = entry.dialled { id } else { nil } }(),
@@ -598,6 +601,8 @@ extension PeerConnections: PeerLinkDelegate {
         case .refusedByPeer:
             registry.setStayDisconnected(peer, true)
             error = .rejected("\(id) refused the pairing")
+        case .incompatibleVersions(let versions):
+            error = .notAvailable(VersionRange.supported.refusal(of: versions, who: peer.name.isEmpty ? "\(id)" : "\(peer.name) (\(id))"))
         case .handshakeFailed(.unexpectedRemoteKey):
             registry.setStayDisconnected(peer, true)
             Log.warning("\(link.remote) presented an identity key other than the pinned one of \(id): refused. If \(id) was reinstalled, RemovePeer \(id) and connect to its address again to compare codes")

@@ -69,6 +69,8 @@ enum LinkCloseReason: CustomStringConvertible {
     case refusedByPeer
     /// The key exchange failed (including a pinned peer presenting another key).
     case handshakeFailed(HandshakeError)
+    /// The peer's preamble announced protocol versions that share none with ours.
+    case incompatibleVersions(VersionRange)
     /// We closed it, or the transport failed; the text is for the log.
     case other(String)
 
@@ -77,6 +79,7 @@ enum LinkCloseReason: CustomStringConvertible {
         case .goodbye(let reason): "the peer said goodbye (\(reason))"
         case .refusedByPeer: "the peer refused to pair"
         case .handshakeFailed(let error): "key exchange failed: \(error)"
+        case .incompatibleVersions(let versions): "the peer speaks protocol \(versions), this side \(VersionRange.supported)"
         case .other(let text): text
         }
     }
@@ -121,6 +124,11 @@ final class PeerLink {
     private(set) var peerHello: Hello?
     /// Keys, the peer's long-term key and the verification code, once authenticated.
     private(set) var result: HandshakeResult?
+    /// The version the link runs at and the features both sides have on it, once authenticated.
+    /// A frame of a feature it does not carry is never sent (`send`).
+    private(set) var negotiated: LinkProtocol?
+    /// What our HELLO announces.
+    private var localCapabilities: Capabilities = []
     /// Records the peer sent that failed to open, by reason.
     var rejectedRecords: RecordRejections { opener?.rejections ?? RecordRejections() }
 
@@ -153,6 +161,7 @@ final class PeerLink {
     /// Sends our preamble and first handshake message (if we dial) and starts reading.
     /// `pinnedKey`: the key the peer must present (we never reveal ourselves to another one).
     func start(hello: Hello, identity: StaticIdentity, pinnedKey: [UInt8]?, crypto: any CryptoPrimitives) {
+        localCapabilities = hello.capabilities
         connection.onBytes = { [unowned self] bytes in received(bytes) }
         connection.onClose = { [unowned self] reason in finish(.other(reason)) }
         decoder.maxBodyBytes = Handshake.maxMessageBytes
@@ -200,9 +209,9 @@ final class PeerLink {
         finish(.other(logReason))
     }
 
-    /// Sends a frame on an open link.
+    /// Sends a frame on an open link, if the link carries its feature.
     func send(_ frame: Frame) {
-        guard phase == .open else { return }
+        guard phase == .open, carries(frame) else { return }
         sendSealed(frame)
     }
 
@@ -211,7 +220,7 @@ final class PeerLink {
     /// late to be played, so it is dropped instead, and the receiver conceals it. Returns whether
     /// it was sent.
     func sendVoice(_ voice: Frame) -> Bool {
-        guard phase == .open, !connection.hasPendingOutput else { return false }
+        guard phase == .open, !connection.hasPendingOutput, carries(voice) else { return false }
         sendSealed(voice)
         return true
     }
@@ -252,7 +261,12 @@ final class PeerLink {
 
     /// Ends the link over what the peer sent: a failed key exchange, or bytes that break the protocol.
     private func failed(_ error: any Error) {
-        if let error = error as? HandshakeError {
+        if let versions = Self.incompatibleVersions(error) {
+            // Before any key exchange: nothing could be sealed, and the peer sees our preamble.
+            Log.info("link \(remote): \(error); closing")
+            connection.closeAfterFlushing()
+            finish(.incompatibleVersions(versions))
+        } else if let error = error as? HandshakeError {
             Log.info("link \(remote): key exchange failed: \(error)")
             connection.closeAfterFlushing()
             finish(.handshakeFailed(error))
@@ -293,6 +307,9 @@ final class PeerLink {
         decoder.maxBodyBytes = Wire.maxFrameBodyBytes
         phase = .awaitingPairing
         authenticatedAt = clock.now
+        // The preamble arrives before any handshake message, so it has been checked by now.
+        negotiated = try LinkProtocol.negotiate(local: decoder.supportedVersions, localCapabilities: localCapabilities,
+                                                peerPreamble: decoder.peerVersions!, peerCapabilities: hello.capabilities)
         delegate?.linkDidAuthenticate(self)
     }
 
@@ -332,6 +349,23 @@ final class PeerLink {
             close(goodbye: .protocolError, logReason: "protocol error: \(frame.type) \(phase == .open ? "after" : "before") pairing")
         default:
             break
+        }
+    }
+
+    /// A frame whose feature the link does not carry is not sent: the peer would take it for a
+    /// protocol error (its owner checks first, and says why to whoever asked).
+    private func carries(_ frame: Frame) -> Bool {
+        guard let negotiated, !negotiated.capabilities.isSuperset(of: frame.type.capability) else { return true }
+        Log.debug("link \(remote): \(frame.type) not sent: the link runs protocol \(negotiated.version) with \(negotiated.capabilities.featureNames)")
+        return false
+    }
+
+    /// The peer's versions, when `error` says they share none with ours.
+    private static func incompatibleVersions(_ error: any Error) -> VersionRange? {
+        switch error as? WireError {
+        case .unsupportedVersion(let version): VersionRange(only: version)
+        case .unsupportedVersions(let versions): versions
+        default: nil
         }
     }
 

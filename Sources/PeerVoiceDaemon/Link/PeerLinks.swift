@@ -5,6 +5,10 @@ import PeerVoiceCore
 /// registered with `PeerLinks`, and sends on the peer's current link (`PeerLinks.link(of:)`).
 /// Adding one takes no change in `PeerConnections` (docs/ARCHITECTURE.md, "Plug-in points").
 protocol LinkComponent: AnyObject {
+    /// The features it offers peers: our HELLO announces the union of every component's. A link
+    /// carries a feature only when both sides announced it, at a version that has it
+    /// (`link.negotiated`); its frames are never sent on another.
+    var offeredCapabilities: Capabilities { get }
     /// `peer`'s link opened (both sides accepted): it may send on it from now on.
     func linkOpened(_ link: PeerLink, to peer: Peer)
     /// `peer`'s link ended: it closed, or gave way to a better link (then `linkOpened` follows
@@ -22,6 +26,7 @@ protocol LinkComponent: AnyObject {
 }
 
 extension LinkComponent {
+    var offeredCapabilities: Capabilities { [] }
     func linkClosed(_ link: PeerLink, of peer: Peer, reason: String) {}
     func received(_ frame: Frame, on link: PeerLink, from peer: Peer) {}
     func received(body: ArraySlice<UInt8>, on link: PeerLink, from peer: Peer) throws {}
@@ -31,7 +36,9 @@ extension LinkComponent {
 /// The one owner of "which link a peer has now", and the registry of the components that run
 /// over links. `PeerConnections` decides which link a peer keeps and hands it over here
 /// (`open`, `close`); every frame an open link receives after its pairing goes from the link
-/// straight to the component that registered its type. Main loop only.
+/// straight to the component that registered its type, if the link carries its feature (else
+/// it is a protocol error). A frame type unknown here, from a peer that speaks a newer protocol
+/// version than this side, is skipped. Main loop only.
 final class PeerLinks {
     private struct OpenLink {
         let link: PeerLink
@@ -42,6 +49,8 @@ final class PeerLinks {
         weak var component: LinkComponent?
         /// The component decodes the body itself (`received(body:on:from:)`).
         let takesBodies: Bool
+        /// What a link must carry for the frames (decoded frames: their type's own).
+        let capability: Capabilities
     }
 
     /// The open link of each connected peer.
@@ -58,24 +67,35 @@ final class PeerLinks {
 
     /// `component` hears of links opening and closing, and gets the frames of `frames`, decoded.
     func register(_ component: LinkComponent, frames: [FrameType] = []) {
-        register(component, typeBytes: frames.map(\.rawValue), takesBodies: false)
+        add(component)
+        for type in frames {
+            claim(type.rawValue, Registration(component: component, takesBodies: false, capability: type.capability))
+        }
     }
 
     /// `component` hears of links opening and closing, and gets the frame bodies whose type byte
-    /// is one of `bodies`, undecoded (a component with a codec of its own).
-    func register(_ component: LinkComponent, bodies: [UInt8]) {
-        register(component, typeBytes: bodies, takesBodies: true)
+    /// is one of `bodies`, undecoded (a component with a codec of its own), from links that
+    /// carry `capability`.
+    func register(_ component: LinkComponent, bodies: [UInt8], capability: Capabilities) {
+        add(component)
+        for type in bodies { claim(type, Registration(component: component, takesBodies: true, capability: capability)) }
     }
 
-    private func register(_ component: LinkComponent, typeBytes: [UInt8], takesBodies: Bool) {
-        let registration = Registration(component: component, takesBodies: takesBodies)
-        if !components.contains(where: { $0.component === component }) { components.append(registration) }
-        for type in typeBytes {
-            // One owner per frame type: two would be a wiring mistake, found at start-up.
-            precondition(frameOwners[Int(type)] == nil, "frame type 0x\(String(type, radix: 16)) has an owner already")
-            precondition(!PeerLink.isOwnFrame(type), "frame type 0x\(String(type, radix: 16)) belongs to the link itself")
-            frameOwners[Int(type)] = registration
-        }
+    private func add(_ component: LinkComponent) {
+        guard !components.contains(where: { $0.component === component }) else { return }
+        components.append(Registration(component: component, takesBodies: false, capability: []))
+    }
+
+    private func claim(_ type: UInt8, _ registration: Registration) {
+        // One owner per frame type: two would be a wiring mistake, found at start-up.
+        precondition(frameOwners[Int(type)] == nil, "frame type 0x\(String(type, radix: 16)) has an owner already")
+        precondition(!PeerLink.isOwnFrame(type), "frame type 0x\(String(type, radix: 16)) belongs to the link itself")
+        frameOwners[Int(type)] = registration
+    }
+
+    /// What our HELLO announces: every component's features.
+    var offeredCapabilities: Capabilities {
+        components.reduce(into: []) { $0.formUnion($1.component?.offeredCapabilities ?? []) }
     }
 
     // MARK: Which link a peer has
@@ -118,16 +138,37 @@ final class PeerLinks {
     }
 }
 
+/// A frame of a feature the link does not carry (docs/PROTOCOL.md §3.1).
+struct FeatureNotNegotiated: Error, CustomStringConvertible {
+    let type: UInt8
+    let negotiated: LinkProtocol
+
+    var description: String {
+        "frame type 0x\(String(type, radix: 16)) on a link at protocol \(negotiated.version) that does not carry it"
+    }
+}
+
 extension PeerLinks: LinkFrameReceiver {
     func link(_ link: PeerLink, received body: ArraySlice<UInt8>) throws {
-        guard let peer = owners[ObjectIdentifier(link)], let type = body.first else { return }
+        guard let peer = owners[ObjectIdentifier(link)], let type = body.first, let negotiated = link.negotiated else { return }
         let registration = frameOwners[Int(type)]
         if let registration, registration.takesBodies {
+            guard negotiated.capabilities.isSuperset(of: registration.capability) else {
+                throw FeatureNotNegotiated(type: type, negotiated: negotiated)
+            }
             try registration.component?.received(body: body, on: link, from: peer)
+            return
+        }
+        if FrameType(rawValue: type) == nil && registration == nil && negotiated.peerVersions.highest > Wire.protocolVersion {
+            // A newer peer's frame this side cannot know: it goes without it.
+            Log.debug("\(peer.id): skipped a frame of type 0x\(String(type, radix: 16)) (the peer speaks protocol \(negotiated.peerVersions))")
             return
         }
         // Every other frame is checked by the core's codec, owned or not.
         let frame = try Frame(body: body)
+        guard negotiated.capabilities.isSuperset(of: frame.type.capability) else {
+            throw FeatureNotNegotiated(type: type, negotiated: negotiated)
+        }
         if let component = registration?.component {
             component.received(frame, on: link, from: peer)
         } else {

@@ -65,8 +65,13 @@ final class MessageDelivery: LinkComponent {
 
     // MARK: Links
 
+    var offeredCapabilities: Capabilities { .text }
+
     /// A new link to `peer` opened: a new run starts, with everything still queued.
     func linkOpened(_ link: PeerLink, to peer: Peer) {
+        if let why = link.negotiated?.whyOff(.text, who: peer.id.description) {
+            return Log.info("messages for \(peer.id) stay queued: \(why)")
+        }
         runs[peer.id] = LinkDelivery(now: .now)
         sendQueuedMessages(to: peer.id)
     }

@@ -137,9 +137,7 @@ final class VoiceControl: LinkComponent {
     /// Why voice with `peer` cannot run now, or nil.
     private func voiceUnavailableReason(for peer: Peer) -> String? {
         guard engine != nil else { return "voice is off: no UDP socket could be bound (see the log)" }
-        if let hello = links.link(of: peer.id)?.peerHello, !hello.capabilities.contains(.voice) {
-            return "\(peer.id) does not offer voice (its service runs without it)"
-        }
+        if let why = links.link(of: peer.id)?.negotiated?.whyOff(.voice, who: peer.id.description) { return why }
         if voiceRoute(for: peer) == nil {
             return "\(peer.id) announced no UDP port for voice: run both sides with --voice-over-link"
         }
@@ -392,6 +390,9 @@ final class VoiceControl: LinkComponent {
 // MARK: Links
 
 extension VoiceControl {
+    /// Voice, and hosting calls with it, while the voice thread runs.
+    var offeredCapabilities: Capabilities { engine == nil ? [] : [.voice, .hostedCalls] }
+
     func linkOpened(_ link: PeerLink, to peer: Peer) {
         guard let hello = link.peerHello else { return }
         let voice = voice(of: peer)

@@ -1,0 +1,172 @@
+import Foundation
+import GIO
+import PeerVoiceCore
+import TestHarness
+import XCTest
+
+/// Version negotiation with a real peervoiced (docs/PROTOCOL.md §3): peers of other versions
+/// built from the core (`SecureLink` announcing what a version-6, a newer or a too-old side
+/// announces), a relay that edits a preamble on the way, and the words a person gets. The real
+/// previous release is tests/old-release/ (make test-old-release).
+final class VersionTests: XCTestCase {
+    private let started = StartedPeers()
+    private var relays: [Relay] = []
+    private static let notAvailable = "org.example.PeerVoice.Error.NotAvailable"
+
+    override func tearDown() {
+        relays.forEach { $0.stop() }
+        started.shutdown(printingLogs: (testRun?.totalFailureCount ?? 0) > 0)
+        relays = []
+    }
+
+    private func range(_ lowest: UInt16, _ highest: UInt16) -> VersionRange { VersionRange(lowest: lowest, highest: highest)! }
+
+    /// A peer built from the core that announces `versions` in its preamble and `capabilities` in
+    /// its HELLO, paired with `b` (first contact, both accept): the link is open when it returns.
+    private func pairedPeer(with b: TestPeer, versions: VersionRange, capabilities: Capabilities,
+                            name: String = "other") throws -> (link: SecureLink, id: String) {
+        let mark = b.mark
+        let link = try SecureLink.connect(port: b.port, hello: SecureLink.makeHello(name: name, capabilities: capabilities))
+        link.preamble = Preamble.bytes(announcing: versions)
+        try link.runHandshake()
+        let id = SecureLink.peerID(of: link.identity)
+        XCTAssertNotNil(b.pairingRequest(for: id, after: mark), b.log)
+        try b.client.call("ConfirmPairing", [Variant(id), Variant(true)])
+        try link.sendPairing(.asking)
+        try link.sendPairing(.accept)
+        XCTAssertEqual(try link.awaitPairing(timeout: 5).decision, .accept)
+        XCTAssertNotNil(b.waitForState("connected", of: id, after: mark), b.log)
+        return (link, id)
+    }
+
+    /// Frames from `link` up to B's TEXT (B sends one now, after everything it sent on opening).
+    private func framesUpToAText(from b: TestPeer, to id: String, over link: SecureLink) throws -> [Frame] {
+        try b.client.call("Send", [Variant(id), Variant("marker")])
+        return try link.receive(timeout: 10) { if case .text = $0 { true } else { false } }
+    }
+
+    // MARK: Versions that meet
+
+    /// A version-6 side (the previous release) announces 6 alone and text and voice: the link runs
+    /// at 6, and what version 6 has without announcing it (PRESENCE) flows both ways.
+    func testAVersion6PeerGetsAVersion6LinkWithWhatVersion6Has() throws {
+        let b = try started.make("bob")
+        let (link, id) = try pairedPeer(with: b, versions: VersionRange(only: 6), capabilities: [.text, .voice])
+        XCTAssertTrue(eventually(timeout: 5) { b.log.contains("\(id) connected (incoming over ip, protocol 6 with text messages, voice, presence, hosted calls") }, b.log)
+        let frames = try framesUpToAText(from: b, to: id, over: link)
+        XCTAssertTrue(frames.contains { if case .presence = $0 { true } else { false } }, "B sent no PRESENCE to a version-6 peer: \(frames)")
+
+        let mark = b.mark
+        try link.send(.presence(secret: [UInt8](repeating: 7, count: 32)))
+        try link.sendText(seq: 1, previousSeq: 0, text: "from version 6")
+        XCTAssertNotNil(b.client.waitForSignalIndex("MessageReceived", after: mark, timeout: 5) { $0.string(2) == "from version 6" })
+        XCTAssertNil(b.client.signals[mark...].first { $0.member == "PeerStateChanged" && $0.string(1) == "disconnected" })
+    }
+
+    /// A version-7 side that does not announce presence gets no PRESENCE, and a PRESENCE from it
+    /// is a frame of a feature its link does not carry: GOODBYE with reason 2.
+    func testAFeatureOnlyOneSideAnnouncedStaysOffTheLink() throws {
+        let b = try started.make("bob")
+        let (link, id) = try pairedPeer(with: b, versions: .supported,
+                                        capabilities: Capabilities.text.union(.highestVersion(Wire.protocolVersion)))
+        XCTAssertTrue(eventually(timeout: 5) { b.log.contains("\(id) connected (incoming over ip, protocol 7 with text messages, key") }, b.log)
+        let frames = try framesUpToAText(from: b, to: id, over: link)
+        XCTAssertFalse(frames.contains { if case .presence = $0 { true } else { false } }, "B sent PRESENCE to a peer without it: \(frames)")
+
+        try link.send(.presence(secret: [UInt8](repeating: 7, count: 32)))
+        let end = try link.receive(timeout: 5) { if case .goodbye = $0 { true } else { false } }
+        XCTAssertEqual(end.last, .goodbye(.protocolError))
+        XCTAssertTrue(eventually(timeout: 5) { b.log.contains("frame type 0xa on a link at protocol 7 that does not carry it") }, b.log)
+    }
+
+    /// A peer that speaks a newer version (6-8) links at 7; a frame type this side does not know
+    /// is skipped, and what follows it arrives. From a peer of this side's own version the same
+    /// frame ends the link, as it always did.
+    func testAnUnknownFrameFromANewerPeerIsSkipped() throws {
+        let b = try started.make("bob")
+        let (newer, newerID) = try pairedPeer(with: b, versions: range(6, 8),
+                                              capabilities: Capabilities.text.union(.highestVersion(8)), name: "newer")
+        XCTAssertTrue(eventually(timeout: 5) { b.log.contains("\(newerID) connected (incoming over ip, protocol 7") }, b.log)
+        var mark = b.mark
+        try newer.send(body: [0x7E, 1, 2, 3])
+        try newer.sendText(seq: 1, previousSeq: 0, text: "after a frame of version 8")
+        XCTAssertNotNil(b.client.waitForSignalIndex("MessageReceived", after: mark, timeout: 5) { $0.string(2) == "after a frame of version 8" })
+        XCTAssertNil(b.client.signals[mark...].first { $0.member == "PeerStateChanged" && $0.string(1) == "disconnected" })
+
+        let (same, sameID) = try pairedPeer(with: b, versions: .supported,
+                                            capabilities: Capabilities.text.union(.highestVersion(Wire.protocolVersion)), name: "same")
+        mark = b.mark
+        try same.send(body: [0x7E, 1, 2, 3])
+        let end = try same.receive(timeout: 5) { if case .goodbye = $0 { true } else { false } }
+        XCTAssertEqual(end.last, .goodbye(.protocolError))
+        XCTAssertNotNil(b.waitForState("disconnected", of: sameID, after: mark))
+    }
+
+    // MARK: Versions that do not meet
+
+    /// B dials an address where a side answers with `preamble`: Connect fails with NotAvailable
+    /// in words; the other side got B's preamble (6-7) and its first handshake message (sent
+    /// without waiting), and B closed the stream.
+    private func connectFails(_ b: TestPeer, answeringWith preamble: [UInt8]) throws -> String {
+        let listener = try TCPListener()
+        defer { listener.close() }
+        let address = "ip:127.0.0.1:\(listener.port)"
+        let connect = b.client.callAsync("Connect", [Variant(address)])
+        let stream = try XCTUnwrap(try listener.accept(timeout: 10), "B did not dial")
+        defer { stream.close() }
+        try stream.send(preamble)
+        let end = stream.readUntilEnd(timeout: 5)
+        XCTAssertEqual(Array(end.bytes.prefix(8)), Preamble.bytes)
+        XCTAssertEqual(end.bytes.count, 8 + 4 + 33, "B's preamble and handshake message 1, nothing more")
+        XCTAssertEqual(end.ending, .closed)
+        XCTAssertTrue(eventually(timeout: 5) { connect.isDone })
+        guard case .failure(let error)? = connect.result else {
+            XCTFail("Connect(\(address)) did not fail: \(String(describing: connect.result))")
+            return ""
+        }
+        XCTAssertEqual(error.name, Self.notAvailable, error.message)
+        return error.message.replacingOccurrences(of: address, with: "ADDRESS")
+    }
+
+    func testATooOldPeerIsRefusedInWordsThatSayWhichSideToUpdate() throws {
+        let b = try started.make("bob")
+        XCTAssertEqual(try connectFails(b, answeringWith: Array("PVLK".utf8) + [0, 5, 0, 0]),
+                       "ADDRESS runs PeerVoice protocol 5; this one needs 6 or later: update it")
+        // The same side dialling B: B answers with its preamble and closes; its log says why.
+        let stream = try TCPStream.connect(port: b.port)
+        try stream.send(Array("PVLK".utf8) + [0, 5, 0, 0])
+        let end = stream.readUntilEnd(timeout: 5)
+        XCTAssertEqual(end.bytes, Preamble.bytes)
+        XCTAssertEqual(end.ending, .closed)
+        XCTAssertTrue(eventually(timeout: 5) { b.log.contains("peer speaks protocol version 5; this side speaks versions 6-7") }, b.log)
+    }
+
+    func testATooNewPeerIsRefusedInWordsThatSayWhichSideToUpdate() throws {
+        let b = try started.make("bob")
+        XCTAssertEqual(try connectFails(b, answeringWith: Preamble.bytes(announcing: range(8, 9))),
+                       "ADDRESS runs PeerVoice protocol 8-9 only; this one speaks 6-7: update this one")
+    }
+
+    /// A relay that lowers one side's preamble to "6 only" (a man in the middle forcing the older
+    /// version): the side that receives the edited preamble finds its HELLO naming 7 and ends the
+    /// link before asking its person anything; the link never opens. Either direction.
+    func testAPreambleEditedOnTheWayIsFoundOutAndTheLinkEnds() throws {
+        let a = try started.make("alice")
+        let b = try started.make("bob")
+        for direction in [Relay.Direction.fromClient, .fromServer] {
+            let relay = try Relay(targetPort: b.port, preambles: [direction: Preamble.bytes(announcing: VersionRange(only: 6))])
+            relays.append(relay)
+            let detector = direction == .fromClient ? b : a
+            let detectorMark = detector.mark, markA = a.mark
+            let connect = a.client.callAsync("Connect", [Variant(relay.address)])
+            XCTAssertTrue(eventually(timeout: 15) { connect.isDone }, a.log)
+            guard case .failure(let error)? = connect.result else { return XCTFail("Connect through an edited preamble succeeded") }
+            XCTAssertTrue(eventually(timeout: 5) {
+                detector.log.contains("the peer's preamble announced protocol versions up to 6 but its authenticated HELLO says 7: the preamble was altered on the way")
+            }, "\(direction): \(detector.log)")
+            print("\(direction) edited: A's Connect failed: \(error.name): \(error.message)")
+            XCTAssertTrue(detector.pairingRequests(after: detectorMark).isEmpty, "\(direction): the side that found the edit asked its person")
+            XCTAssertFalse(a.client.signals[markA...].contains { $0.member == "PeerStateChanged" && $0.string(1) == "connected" })
+        }
+    }
+}
