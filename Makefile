@@ -4,6 +4,7 @@
 #   make run ARGS=...   build, then run .build/debug/peervoiced on your session bus (scripts/run.sh)
 #   make test           build the tests and run every suite, serially (TEST_FILTER=regex to narrow),
 #                       the fuzzers briefly, and the Bluetooth VMs
+#   make test-old-release  this build against the previous release's peervoiced (make old-release)
 #   make check-warnings a fresh build that fails on any compiler warning
 #   make soak           a SOAK_SECONDS (600) call at 5 % loss: latency, memory, underruns
 #   make fuzz           each fuzz target FUZZ_SECONDS (600)
@@ -148,10 +149,24 @@ screenshots: deps
 # FUZZ_SMOKE_SECONDS, then PeerVoice over real BlueZ in the two VMs. TEST_FILTER narrows the first
 # part and skips the rest.
 test: deps
+	$(if $(TEST_FILTER),,$(MAKE) --no-print-directory old-release)
 	$(SWIFT) build --build-tests $(SWIFT_FLAGS) 2>&1 | scripts/no-warnings.sh
 	$(SWIFT) test $(SWIFT_FLAGS) $(if $(TEST_FILTER),--filter '$(TEST_FILTER)') 2>&1 | scripts/failures-last.sh
 	$(if $(TEST_FILTER),,$(MAKE) --no-print-directory fuzz-smoke)
 	$(if $(TEST_FILTER),,$(MAKE) --no-print-directory test-bluetooth)
+
+# The previous release's peervoiced (the commit in tests/old-release/COMMIT, the last of the previous
+# protocol version), built once into .build/old-release/COMMIT/ for the old <-> new tests
+# (ServiceTests.OldReleaseTests, VoiceTests.testSpeechGoesBothWaysWithThePreviousRelease): about a
+# minute the first time, nothing after. A clone without that commit (shallow) prints that the
+# tests are NOT RUN, and they skip saying so; a build that fails stops here.
+.PHONY: old-release test-old-release
+old-release:
+	tests/old-release/build.sh >/dev/null || [ $$? -eq 3 ]
+
+test-old-release: deps old-release
+	$(SWIFT) build --build-tests $(SWIFT_FLAGS) 2>&1 | scripts/no-warnings.sh
+	$(SWIFT) test --skip-build $(SWIFT_FLAGS) --filter 'OldReleaseTests|VoiceTests.testSpeechGoesBothWaysWithThePreviousRelease' 2>&1 | scripts/failures-last.sh
 
 # The build prints no compiler warnings (scripts/no-warnings.sh; SwiftPM's "prohibited flag"
 # notices about pkg-config's -pthread are not the code's). `make test` checks what it compiles;

@@ -51,19 +51,23 @@ final class VoiceTests: XCTestCase {
         return session
     }
 
-    func startPeer(_ name: String, environment: [String: String], extraArguments: [String] = [], port: UInt16 = 0) throws -> TestPeer {
-        let peer = try TestPeer(name: name, port: port, arguments: ["--verbose", "--no-cue"] + extraArguments, environment: environment)
+    func startPeer(_ name: String, environment: [String: String], extraArguments: [String] = [], port: UInt16 = 0,
+                   binary: String = Binaries.peervoiced) throws -> TestPeer {
+        let peer = try TestPeer(name: name, port: port, arguments: ["--verbose", "--no-cue"] + extraArguments, environment: environment,
+                                binary: binary)
         peers.append(peer)
         return peer
     }
 
-    /// Two PipeWire sessions, two daemons (with `extraArguments` and `extraEnvironment`), A dials B
-    /// (or `relay` in front of B), both confirm; returns once voice is active on both sides.
+    /// Two PipeWire sessions, two daemons (with `extraArguments` and `extraEnvironment`; B from
+    /// `bBinary`), A dials B (or `relay` in front of B), both confirm; returns once voice is active
+    /// on both sides.
     func makeRig(relayLoss: Double? = nil, extraArguments: [String] = [], extraEnvironment: [String: String] = [:],
-                 beforeConnect: (VoiceRelay) -> Void = { _ in }) throws -> (Rig, VoiceRelay?) {
+                 bBinary: String = Binaries.peervoiced, beforeConnect: (VoiceRelay) -> Void = { _ in }) throws -> (Rig, VoiceRelay?) {
         let pwA = try startPipeWire(), pwB = try startPipeWire()
         let a = try startPeer("alice", environment: pwA.environment.merging(extraEnvironment) { $1 }, extraArguments: extraArguments)
-        let b = try startPeer("bob", environment: pwB.environment.merging(extraEnvironment) { $1 }, extraArguments: extraArguments)
+        let b = try startPeer("bob", environment: pwB.environment.merging(extraEnvironment) { $1 }, extraArguments: extraArguments,
+                              binary: bBinary)
         var relay: VoiceRelay?
         if let relayLoss {
             let made = try VoiceRelay(targetPort: b.port, lossPercent: relayLoss, seed: 20_250_501)

@@ -14,11 +14,13 @@ public final class Daemon {
     public let process: ChildProcess
     public let stateDirectory: String
 
-    /// `launcher`: a command that runs peervoiced in its place (e.g. `ip netns exec NS`).
+    /// `launcher`: a command that runs peervoiced in its place (e.g. `ip netns exec NS`);
+    /// `binary`: another peervoiced than this build's (the previous release's).
     public init(bus: PrivateBus, in directory: TemporaryDirectory, name: String = "daemon",
-                arguments: [String] = [], environment: [String: String] = [:], launcher: [String] = []) throws {
+                arguments: [String] = [], environment: [String: String] = [:], launcher: [String] = [],
+                binary: String = Binaries.peervoiced) throws {
         stateDirectory = directory.path + "/\(name)-state"
-        let command = launcher + [Binaries.peervoiced, "--state-dir", stateDirectory, "--name", name] + arguments
+        let command = launcher + [binary, "--state-dir", stateDirectory, "--name", name] + arguments
         process = try ChildProcess(command[0], Array(command.dropFirst()),
                                    environment: ["DBUS_SESSION_BUS_ADDRESS": bus.address].merging(environment) { $1 },
                                    logPath: directory.path + "/\(name).log")

@@ -18,6 +18,7 @@ public final class TestPeer {
     private let listens: Bool
     private let extraArguments: [String]
     private let environment: [String: String]
+    private let binary: String
 
     /// The address other peers dial this one at.
     public var address: String { "ip:\(host):\(port)" }
@@ -29,12 +30,13 @@ public final class TestPeer {
 
     /// Starts a bus and a daemon named `name`, listening on `port` (0: any free port, read back
     /// from `ListenAddress`), or not listening at all (`listens` false: the daemon's defaults);
-    /// `environment` is added to the daemon's.
+    /// `environment` is added to the daemon's; `binary` runs another peervoiced than this build's.
     public init(name: String, port: UInt16 = 0, listens: Bool = true, arguments: [String] = ["--verbose"],
-                environment: [String: String] = [:]) throws {
+                environment: [String: String] = [:], binary: String = Binaries.peervoiced) throws {
         self.name = name
         self.listens = listens
         self.extraArguments = arguments
+        self.binary = binary
         // The session bus is always the peer's own (a PipeWire session's environment names
         // WirePlumber's).
         self.environment = environment.filter { $0.key != "DBUS_SESSION_BUS_ADDRESS" }
@@ -49,7 +51,8 @@ public final class TestPeer {
             client = try Self.connectClient(to: bus)
             self.port = port
             daemon = try Daemon(bus: bus, in: directory, name: name,
-                                arguments: (listens ? ["--listen", "127.0.0.1:\(port)"] : []) + arguments, environment: self.environment)
+                                arguments: (listens ? ["--listen", "127.0.0.1:\(port)"] : []) + arguments, environment: self.environment,
+                                binary: binary)
             try awaitStart(expectedPort: port)
         } catch {
             bus.stop()
@@ -116,7 +119,7 @@ public final class TestPeer {
         }
         if let newHost { host = newHost }
         daemon = try Daemon(bus: bus, in: directory, name: name, arguments: listenArguments + extraArguments,
-                            environment: environment)
+                            environment: environment, binary: binary)
         try awaitStart(expectedPort: port)
     }
 
@@ -155,9 +158,10 @@ public final class StartedPeers {
     public init() {}
 
     /// A `TestPeer` that `shutdown(printingLogs:)` will stop.
-    public func make(_ name: String, port: UInt16 = 0, listens: Bool = true,
-                     arguments: [String] = ["--verbose"], environment: [String: String] = [:]) throws -> TestPeer {
-        let peer = try TestPeer(name: name, port: port, listens: listens, arguments: arguments, environment: environment)
+    public func make(_ name: String, port: UInt16 = 0, listens: Bool = true, arguments: [String] = ["--verbose"],
+                     environment: [String: String] = [:], binary: String = Binaries.peervoiced) throws -> TestPeer {
+        let peer = try TestPeer(name: name, port: port, listens: listens, arguments: arguments, environment: environment,
+                                binary: binary)
         all.append(peer)
         return peer
     }
