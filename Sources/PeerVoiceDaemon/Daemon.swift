@@ -48,18 +48,13 @@ public func runDaemon(arguments: [String]) -> Int32 {
     }
     let notifications = options.notify
         ? DesktopNotifications(connection: connection, service: service, promptHandlers: bus.promptHandlers) : nil
-    service.peersChanged = { [unowned service] in peerObjects.show(service.peerObjectSnapshots()) }
+    service.peerChanged = { [unowned service] ref in peerObjects.show(service.peerObjectSnapshot(of: ref), at: PeerObjects.path(of: ref)) }
     // The paired peers from the state directory have objects from the start, not from their first change.
-    service.peersChanged()
+    peerObjects.show(service.peerObjectSnapshots())
     service.emit = { [unowned bus, unowned service] event in
         bus.emit(event)
-        switch event {
-        case .messageReceived, .messageDelivered, .messageFailed, .muteChanged, .propertiesChanged:
-            break
-        default:
-            // Every other change to a peer comes with one of these events: its object follows right after.
-            service.peersChanged()
-        }
+        // The objects the event is about follow right after it, and only those.
+        event.changedPeerObjects.forEach(service.peerChanged)
         notifications?.handle(event)
     }
     Log.info("serving \(BusObject.busName) on the session bus as \(connection.uniqueName)")

@@ -17,6 +17,8 @@ final class Peer {
     let key: PublicKey
     var name: String
     var state: PeerState = .disconnected
+    /// Why it is in `state`, when a person can act on it (the peer object's `StateReason`).
+    var stateReason = ""
     var instance: InstanceID?
     /// Where it was reached and can be dialled, best first when dialling.
     var routes: [PeerRoute]

@@ -11,8 +11,9 @@ import Sodium
 /// maps the components and who owns what.
 final class PeerVoiceService {
     var emit: (ServiceEvent) -> Void = { _ in }
-    /// Called when the set of peers (or what one shows) changed without an event of its own.
-    var peersChanged: () -> Void = {}
+    /// Called when what the object of one peer (or found device) shows changed without an event
+    /// of its own (`ServiceEvent.changedPeerObjects` names those that come with one).
+    var peerChanged: (PeerRef) -> Void = { _ in }
 
     private(set) var isMuted = false
     var isDiscovering: Bool { bluetooth.isDiscovering || lan.isDiscovering }
@@ -109,10 +110,10 @@ final class PeerVoiceService {
                                       links: links, clock: clock, pairing: pairing, delivery: delivery, bluetooth: bluetooth,
                                       lan: lan, hello: { service!.localHello }, emit: emit)
         bluetooth.connections = connections
-        connections.peersChanged = { service?.peersChanged() }
+        connections.peerChanged = { service?.peerChanged($0) }
         lan.knownPeerAppeared = { [unowned connections] in connections.scheduleRedial($0, immediately: true) }
         voice = VoiceControl(options: options, crypto: crypto, ip: ip, registry: registry, links: links, bluetooth: bluetooth,
-                             emit: emit, peersChanged: { service?.peersChanged() })
+                             emit: emit, peerChanged: { service?.peerChanged($0) })
         service = self
         Log.info("identity \(ownID) (key \(ownKey))")
     }
@@ -272,23 +273,29 @@ final class PeerVoiceService {
     /// What the peer objects show: one per `ListPeers` row, a peer at its id's path, a device
     /// not yet keyed at its address's found path.
     func peerObjectSnapshots() -> [PeerObjectSnapshot] {
-        peerList().map { row in
-            switch row.ref {
-            case .id(let id):
-                let peer = registry[id]!
-                return PeerObjectSnapshot(
-                    path: PeerObjects.peerPath(id), id: id.description, name: peer.name, state: peer.state,
-                    transport: peer.transport,
-                    routes: peer.routes.map { .init(transport: $0.transport, address: $0.address.description, lastSeenMs: $0.lastSeenMs) },
-                    fingerprint: peer.key.fingerprint, paired: peer.paired, voice: voice.isActive(id) ? .active : .stopped,
-                    speaking: voice.isSpeaking(id), volume: peer.playback.volume, muted: peer.playback.muted)
-            case .address(let address):
-                return PeerObjectSnapshot(
-                    path: PeerObjects.foundPath(transport: address.transport, address: address.description), id: "",
-                    name: row.name, state: row.state, transport: address.transport,
-                    routes: [.init(transport: address.transport, address: address.description, lastSeenMs: 0)],
-                    fingerprint: "", paired: false, voice: .stopped)
-            }
+        peerList().compactMap { peerObjectSnapshot(of: $0.ref) }
+    }
+
+    /// What the object of `ref` shows (its `ListPeers` row), nil when there is none: a peer no
+    /// longer known, an address that is no longer dialled or found, or a known peer's route.
+    func peerObjectSnapshot(of ref: PeerRef) -> PeerObjectSnapshot? {
+        switch ref {
+        case .id(let id):
+            guard let peer = registry[id] else { return nil }
+            return PeerObjectSnapshot(
+                path: PeerObjects.peerPath(id), id: id.description, name: peer.name, state: peer.state,
+                stateReason: peer.stateReason, transport: peer.transport,
+                routes: peer.routes.map { .init(transport: $0.transport, address: $0.address.description, lastSeenMs: $0.lastSeenMs) },
+                fingerprint: peer.key.fingerprint, paired: peer.paired, voice: voice.isActive(id) ? .active : .stopped,
+                speaking: voice.isSpeaking(id), volume: peer.playback.volume, muted: peer.playback.muted)
+        case .address(let address):
+            // A contact being dialled, else a device BlueZ found that is no known peer's route.
+            guard let row = registry.contact(at: address)?.summary
+                    ?? (registry.owners(of: address).isEmpty ? bluetooth.summary(of: address) : nil) else { return nil }
+            return PeerObjectSnapshot(
+                path: PeerObjects.path(of: ref), id: "", name: row.name, state: row.state, transport: address.transport,
+                routes: [.init(transport: address.transport, address: address.description, lastSeenMs: 0)],
+                fingerprint: "", paired: false, voice: .stopped)
         }
     }
 
@@ -320,7 +327,9 @@ final class PeerVoiceService {
         }
         lan.rotatePresenceSecret()
         Log.info("removed \(id): key unpinned, \(failed) queued messages failed")
-        peersChanged()
+        // Its object goes; a device found at one of its routes is no route of a peer any more.
+        peerChanged(.id(id))
+        for route in peer.routes { peerChanged(.address(route.address)) }
     }
 
     // MARK: Messages

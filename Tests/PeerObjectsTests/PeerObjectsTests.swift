@@ -90,6 +90,7 @@ final class PeerObjectsTests: XCTestCase {
             "Id": "'pv:abcdefghijklmnopqrstuvwxyz'",
             "Name": "'alice'",
             "State": "'connected'",
+            "StateReason": "''",
             "Transport": "'ip'",
             "Routes": "[('ip', 'ip:192.168.1.20:47800', uint64 1764580000123), ('bluetooth', 'AA:BB:CC:DD:EE:FF', 1764500000000)]",
             "Fingerprint": "'3F2A 9C01 77B4 E0D2'",
@@ -226,7 +227,7 @@ final class PeerObjectsTests: XCTestCase {
         let documented = try interfaceMembers(ofXML: String(contentsOfFile: xmlPath, encoding: .utf8),
                                               interface: PeerObjects.interface)
         XCTAssertEqual(documented, [
-            "property Id s read", "property Name s read", "property State s read", "property Transport s read",
+            "property Id s read", "property Name s read", "property State s read", "property StateReason s read", "property Transport s read",
             "property Routes a(sst) read", "property Fingerprint s read", "property Paired b read", "property Voice s read",
             "property Speaking b read", "property Volume d read", "property Muted b read",
         ])

@@ -147,6 +147,64 @@ final class VersionTests: XCTestCase {
                        "ADDRESS runs PeerVoice protocol 8-9 only; this one speaks 6-7: update this one")
     }
 
+    /// A paired peer that comes back speaking only newer versions: B's Connect by its id fails
+    /// with NotAvailable naming it, its object shows State disconnected and StateReason in the
+    /// same words (in the PropertiesChanged that follows PeerStateChanged), and the next link
+    /// clears it.
+    func testAPairedPeerThatNoLongerSharesAVersionShowsWhyOnItsObject() throws {
+        let b = try started.make("bob")
+        let listener = try TCPListener()
+        defer { listener.close() }
+        var mark = b.mark
+        let link = try SecureLink.connect(port: b.port, hello: SecureLink.makeHello(name: "carol", listenPort: listener.port))
+        try link.runHandshake()
+        let id = SecureLink.peerID(of: link.identity)
+        XCTAssertNotNil(b.pairingRequest(for: id, after: mark))
+        try b.client.call("ConfirmPairing", [Variant(id), Variant(true)])
+        try link.sendPairing(.asking)
+        try link.sendPairing(.accept)
+        XCTAssertEqual(try link.awaitPairing(timeout: 5).decision, .accept)
+        XCTAssertNotNil(b.waitForState("connected", of: id, after: mark))
+        mark = b.mark
+        link.close()
+        XCTAssertNotNil(b.waitForState("disconnected", of: id, after: mark, timeout: 10))
+
+        // carol updated past this side: B dials her known route, she answers with 8-9.
+        let path = "/org/example/PeerVoice/peers/" + id.dropFirst("pv:".count)
+        var objectChanges: [BusSignal] = []
+        let subscription = b.client.connection.subscribe(member: "PropertiesChanged", path: path) { objectChanges.append($0) }
+        defer { withExtendedLifetime(subscription) {} }
+        mark = b.mark
+        let connect = b.client.callAsync("Connect", [Variant(id)])
+        let stream = try XCTUnwrap(try listener.accept(timeout: 10), "B did not dial carol's route")
+        try stream.send(Preamble.bytes(announcing: range(8, 9)))
+        XCTAssertEqual(stream.readUntilEnd(timeout: 5).ending, .closed)
+        stream.close()
+        XCTAssertTrue(eventually(timeout: 5) { connect.isDone })
+        let words = "carol (\(id)) runs PeerVoice protocol 8-9 only; this one speaks 6-7: update this one"
+        guard case .failure(let error)? = connect.result else { return XCTFail("Connect succeeded: \(String(describing: connect.result))") }
+        XCTAssertEqual(error.name, Self.notAvailable)
+        XCTAssertEqual(error.message, words)
+        XCTAssertTrue(eventually(timeout: 5) { objectChanges.contains { $0.arguments[1].lookup("State")?.string == "disconnected" } })
+        let changed = objectChanges.last { $0.arguments[1].lookup("State") != nil }
+        XCTAssertEqual(changed?.arguments[1].lookup("State")?.string, "disconnected")
+        XCTAssertEqual(changed?.arguments[1].lookup("StateReason")?.string, words, "State and StateReason change together")
+        let states = b.states(of: id, after: mark)
+        XCTAssertEqual(states.last, "disconnected", "\(states)")
+
+        // She is back on 6-7: the next link clears the reason.
+        mark = b.mark
+        objectChanges = []
+        let again = try SecureLink.connect(port: b.port, identity: link.identity,
+                                           hello: SecureLink.makeHello(name: "carol", listenPort: listener.port))
+        try again.runHandshake()
+        try again.sendPairing(.known)
+        XCTAssertEqual(try again.awaitPairing(timeout: 5).decision, .known)
+        XCTAssertNotNil(b.waitForState("connected", of: id, after: mark))
+        XCTAssertTrue(eventually(timeout: 5) { objectChanges.contains { $0.arguments[1].lookup("StateReason")?.string == "" } },
+                      "StateReason was not cleared: \(objectChanges.map(\.arguments))")
+    }
+
     /// A relay that lowers one side's preamble to "6 only" (a man in the middle forcing the older
     /// version): the side that receives the edited preamble finds its HELLO naming 7 and ends the
     /// link before asking its person anything; the link never opens. Either direction.

@@ -102,8 +102,19 @@ final class BluetoothPeers {
     func summaries(excluding taken: Set<PeerAddress>) -> [PeerSummary] {
         (transport?.peerVoiceDevices ?? []).compactMap { device in
             guard let address = PeerAddress(bluetoothAddress: device.address), !taken.contains(address) else { return nil }
-            return PeerSummary(ref: .address(address), name: device.name, transport: .bluetooth, state: .disconnected)
+            return Self.summary(of: device, at: address)
         }
+    }
+
+    /// The ListPeers row of the device at `address`, if BlueZ knows it to offer PeerVoice.
+    func summary(of address: PeerAddress) -> PeerSummary? {
+        guard address.transport == .bluetooth, let device = transport?.device(address.description),
+              device.uuids.contains(BluezProfile.uuid) else { return nil }
+        return Self.summary(of: device, at: address)
+    }
+
+    private static func summary(of device: BluezDevice, at address: PeerAddress) -> PeerSummary {
+        PeerSummary(ref: .address(address), name: device.name, transport: .bluetooth, state: .disconnected)
     }
 }
 

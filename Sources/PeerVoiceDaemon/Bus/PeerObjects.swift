@@ -20,6 +20,8 @@ struct PeerObjectSnapshot: Equatable, Sendable {
     var id: String
     var name: String
     var state: PeerState
+    /// Why it is in `state`, when a person can act on it ("" otherwise).
+    var stateReason = ""
     /// Of the current or last link; for a found device, the transport it was found on.
     var transport: Transport
     var routes: [Route]
@@ -39,6 +41,7 @@ enum PeerProperty: String, CaseIterable {
     case id = "Id"
     case name = "Name"
     case state = "State"
+    case stateReason = "StateReason"
     case transport = "Transport"
     case routes = "Routes"
     case fingerprint = "Fingerprint"
@@ -55,6 +58,7 @@ extension PeerObjectSnapshot {
         case .id: Variant(id)
         case .name: Variant(name)
         case .state: Variant(state.rawValue)
+        case .stateReason: Variant(stateReason)
         case .transport: Variant(transport.rawValue)
         case .routes:
             Variant(array: routes.map { Variant(tuple: [Variant($0.transport.rawValue), Variant($0.address), Variant($0.lastSeenMs)]) },
@@ -138,6 +142,13 @@ final class PeerObjects {
         }
     }
 
+    /// Shows `snapshot` at `path` (`publish`), or withdraws the object there when it is nil.
+    func show(_ snapshot: PeerObjectSnapshot?, at path: String) {
+        guard let snapshot else { return withdraw(path: path) }
+        precondition(snapshot.path == path, "a snapshot of \(snapshot.path) shown at \(path)")
+        publish(snapshot)
+    }
+
     /// Makes the exported objects exactly `snapshots`, in this one main-loop turn: objects not
     /// among them are withdrawn first, then each is published (added, or its changes signalled).
     /// So when a found device's key becomes known, clients see `InterfacesRemoved` for its found
@@ -167,11 +178,40 @@ final class PeerObjects {
     }
 }
 
+// MARK: Which objects an event changes
+
+extension ServiceEvent {
+    /// The peer objects whose properties this event may change: each is shown afresh right after
+    /// it (and no other). A key that became known moves a found object to the peer's path: the
+    /// found one goes first.
+    var changedPeerObjects: [PeerRef] {
+        switch self {
+        case .peerFound(let ref, _), .peerLost(let ref), .peerStateChanged(let ref, _), .pairingRequested(let ref, _, _, _),
+             .pairingSettled(let ref, _):
+            [ref]
+        case .peerIdentified(let address, let id):
+            [.address(address), .id(id)]
+        case .voiceStateChanged(let id, _):
+            [.id(id)]
+        case .messageReceived, .messageDelivered, .messageFailed, .muteChanged, .propertiesChanged:
+            []
+        }
+    }
+}
+
 // MARK: Paths
 
 extension PeerObjects {
     static let peersRoot = managerPath + "/peers"
     static let foundRoot = managerPath + "/found"
+
+    /// Where the object of `ref` lives: a peer's id path, or a found device's address path.
+    static func path(of ref: PeerRef) -> String {
+        switch ref {
+        case .id(let id): peerPath(id)
+        case .address(let address): foundPath(transport: address.transport, address: address.description)
+        }
+    }
 
     /// `/org/example/PeerVoice/peers/<the 26 base32 characters of id>` (a–z and 2–7: always a
     /// valid path element).

@@ -49,8 +49,8 @@ final class PeerConnections {
     /// What our HELLO says (it changes when voice or the listener comes or goes).
     private let hello: () -> Hello
     private let emit: (ServiceEvent) -> Void
-    /// Something the peer objects show changed without an event of its own.
-    var peersChanged: () -> Void = {}
+    /// What a peer's object shows changed without an event of its own.
+    var peerChanged: (PeerRef) -> Void = { _ in }
 
     private var pendingLinks: [ObjectIdentifier: PendingLink] = [:]
     /// Known peers being dialled now, by the route tried.
@@ -294,9 +294,10 @@ final class PeerConnections {
         link.start(hello: hello(), identity: identity, pinnedKey: pinned?.bytes, crypto: crypto)
     }
 
-    private func connectFailed(_ peer: Peer, _ error: ServiceError) {
+    /// `reason`: for the peer object's `StateReason`, when a person can act on it.
+    private func connectFailed(_ peer: Peer, _ error: ServiceError, reason: String = "") {
         failConnectWaiters(peer, error)
-        registry.setState(peer, .disconnected)
+        registry.setState(peer, .disconnected, reason: reason)
         if !peer.paired && !links.isConnected(peer.id) && delivery.history(of: peer.id, max: 1).isEmpty {
             // Never paired and nothing queued: not worth remembering.
             registry.drop(peer)
@@ -311,7 +312,7 @@ final class PeerConnections {
         registry.setState(contact, .disconnected)
         registry.remove(contact)
         // The state change showed the contact's object as it was: its removal shows now.
-        peersChanged()
+        peerChanged(.address(contact.address))
         waiters.forEach { $0(.failure(error)) }
     }
 
@@ -542,6 +543,8 @@ extension PeerConnections: PeerLinkDelegate {
         lan.listenForKnownPeers()
         Log.info("\(peer.id) connected (\(link.isOutgoing ? "dialled" : "incoming") over \(link.transport), protocol \(link.negotiated?.version ?? 0) with \(link.negotiated?.capabilities.featureNames.joined(separator: ", ") ?? "nothing"), key \(peer.key))")
         registry.setState(peer, .connected)
+        // A link that replaced another leaves the state as it was, not its transport or name.
+        peerChanged(.id(peer.id))
         let waiters = peer.connectWaiters
         peer.connectWaiters = []
         waiters.forEach { $0(.success(peer.id)) }
@@ -602,7 +605,9 @@ extension PeerConnections: PeerLinkDelegate {
             registry.setStayDisconnected(peer, true)
             error = .rejected("\(id) refused the pairing")
         case .incompatibleVersions(let versions):
-            error = .notAvailable(VersionRange.supported.refusal(of: versions, who: peer.name.isEmpty ? "\(id)" : "\(peer.name) (\(id))"))
+            let words = VersionRange.supported.refusal(of: versions, who: peer.name.isEmpty ? "\(id)" : "\(peer.name) (\(id))")
+            Log.info(words)
+            return connectFailed(peer, .notAvailable(words), reason: words)
         case .handshakeFailed(.unexpectedRemoteKey):
             registry.setStayDisconnected(peer, true)
             Log.warning("\(link.remote) presented an identity key other than the pinned one of \(id): refused. If \(id) was reinstalled, RemovePeer \(id) and connect to its address again to compare codes")

@@ -103,9 +103,11 @@ final class PeerRegistry {
 
     // MARK: State
 
-    func setState(_ peer: Peer, _ state: PeerState) {
+    /// `reason`: why, when a person can act on it (`StateReason`); every other change clears it.
+    func setState(_ peer: Peer, _ state: PeerState, reason: String = "") {
         guard peer.state != state else { return }
         peer.state = state
+        peer.stateReason = reason
         emit(.peerStateChanged(.id(peer.id), state))
     }
 

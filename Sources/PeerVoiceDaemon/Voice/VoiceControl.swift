@@ -40,8 +40,8 @@ final class VoiceControl: LinkComponent {
     private let links: PeerLinks
     private let bluetooth: BluetoothPeers
     private let emit: (ServiceEvent) -> Void
-    /// Something a peer object shows changed without an event of its own.
-    private let peersChanged: () -> Void
+    /// What a peer's object shows changed without an event of its own.
+    private let peerChanged: (PeerRef) -> Void
     private var retryTimer: EventSource?
     /// Voice with each peer that has a link (or had one, until it ended).
     private var voices: [PeerID: PeerVoice] = [:]
@@ -49,7 +49,7 @@ final class VoiceControl: LinkComponent {
     private var lastGeneration = 0
 
     init(options: Options, crypto: LibSodium, ip: IPTransport, registry: PeerRegistry, links: PeerLinks,
-         bluetooth: BluetoothPeers, emit: @escaping (ServiceEvent) -> Void, peersChanged: @escaping () -> Void) {
+         bluetooth: BluetoothPeers, emit: @escaping (ServiceEvent) -> Void, peerChanged: @escaping (PeerRef) -> Void) {
         self.options = options
         self.crypto = crypto
         self.ip = ip
@@ -57,7 +57,7 @@ final class VoiceControl: LinkComponent {
         self.links = links
         self.bluetooth = bluetooth
         self.emit = emit
-        self.peersChanged = peersChanged
+        self.peerChanged = peerChanged
         audioProcessing = CaptureProcessing.names(options.voice.processing)
         links.register(self, frames: [.voiceStart, .voiceStop, .voiceReport, .voice, .relayedVoice, .participants, .relayReport])
     }
@@ -342,7 +342,7 @@ final class VoiceControl: LinkComponent {
         case .peerSpeaking(let id, let generation, let speaking):
             guard let (_, voice) = session(id, generation) else { return }
             voice.speaking = speaking
-            peersChanged()
+            peerChanged(.id(id))
             callChanged()
         case .microphoneSpeaking(let speaking):
             guard speaking != isMicrophoneSpeaking else { return }
@@ -375,7 +375,7 @@ final class VoiceControl: LinkComponent {
     private func playbackChanged(_ peer: Peer) {
         Log.info("voice of \(peer.id) plays at volume \(peer.playback.volume)\(peer.playback.muted ? ", muted" : "") here")
         if voices[peer.id]?.running == true { engine?.setPlayback(peer: peer.id, peer.playback) }
-        peersChanged()
+        peerChanged(.id(peer.id))
     }
 
     /// Brings up voice that is wanted but not running, e.g. once PipeWire has appeared.
