@@ -109,7 +109,7 @@ final class PeerVoiceService {
         connections = PeerConnections(instance: instance, identity: identity, crypto: crypto, ip: ip, registry: registry,
                                       links: links, clock: clock, pairing: pairing, delivery: delivery, bluetooth: bluetooth,
                                       lan: lan, hello: { service!.localHello }, emit: emit)
-        bluetooth.connections = connections
+        bluetooth.receiver = connections
         connections.peerChanged = { service?.peerChanged($0) }
         lan.knownPeerAppeared = { [unowned connections] in connections.scheduleRedial($0, immediately: true) }
         voice = VoiceControl(options: options, crypto: crypto, ip: ip, registry: registry, links: links, bluetooth: bluetooth,

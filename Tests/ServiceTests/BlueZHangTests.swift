@@ -147,6 +147,36 @@ final class BlueZHangTests: XCTestCase {
         XCTAssertEqual(try bluez.adapterProperty("DiscoverableTimeout")?.uint32, 180)
         XCTAssertTrue(a.isRunning)
     }
+
+    /// Disconnect while BlueZ pairs a device for a Connect (BlueZ slow to answer: frozen): the
+    /// Connect fails at once, BlueZ is asked to cancel the pairing, and when its Pair does answer
+    /// the dial goes no further (no ConnectProfile for a dial nobody waits for).
+    func testDisconnectWhileBlueZPairsCancelsTheBluetoothDial() throws {
+        let bluez = try MockBlueZ()
+        self.bluez = bluez
+        let device = "AA:BB:CC:DD:EE:03"
+        let path = try XCTUnwrap(try bluez.mock.call("org.bluez.Mock", "AddDevice", [Variant("hci0"), Variant(device), Variant("unpaired")])[0].string)
+        let a = try TestPeer(name: "arch-cancel", environment: bluez.environment)
+        peers.append(a)
+        XCTAssertTrue(eventually(timeout: 10) { (try? a.client.property("Adapter").string) == "hci0" }, a.log)
+
+        bluez.mock.freeze()
+        let connect = a.client.callAsync("Connect", [Variant(device)], timeout: 30)
+        XCTAssertTrue(eventually(timeout: 5) { a.log.contains("pairing with \(device)") }, a.log)
+        let disconnectedAt = Date()
+        try a.client.call("Disconnect", [Variant(device)])
+        XCTAssertTrue(eventually(timeout: 2) { connect.isDone }, "Connect still waits after Disconnect")
+        print("Connect answered \(String(format: "%.3f", Date().timeIntervalSince(disconnectedAt))) s after Disconnect")
+        guard case .failure(let error)? = connect.result else { return XCTFail("Connect: \(String(describing: connect.result))") }
+        XCTAssertEqual(error.message, "Disconnect(\(device)) was called while connecting")
+
+        bluez.mock.thaw()
+        XCTAssertTrue(eventually(timeout: 10) { !bluez.mock.calls("CancelPairing", on: path).isEmpty }, "BlueZ was not asked to cancel the pairing")
+        XCTAssertEqual(bluez.mock.calls("Pair", on: path).count, 1)
+        dispatchEvents(for: 1)
+        XCTAssertEqual(bluez.mock.calls("ConnectProfile", on: path).count, 0, "the cancelled dial went on after the pairing")
+        XCTAssertTrue(a.isRunning)
+    }
 }
 
 extension VoiceTests {

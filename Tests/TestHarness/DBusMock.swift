@@ -50,13 +50,14 @@ public final class DBusMock {
                                    arguments: Variant(tuple: arguments), timeout: .seconds(5))
     }
 
-    private func mock(_ method: String, _ arguments: [Variant]) throws -> Variant {
-        try call(Self.mockInterface, method, arguments)
+    private func mock(_ method: String, _ arguments: [Variant], on objectPath: String? = nil) throws -> Variant {
+        try call(Self.mockInterface, method, arguments, on: objectPath)
     }
 
-    /// The arguments of every call of `method` so far, oldest first.
-    public func calls(_ method: String) -> [[Variant]] {
-        guard let reply = try? mock("GetMethodCalls", [Variant(method)]) else { return [] }
+    /// The arguments of every call of `method` so far, oldest first, on the main object or the
+    /// mock's object at `objectPath`.
+    public func calls(_ method: String, on objectPath: String? = nil) -> [[Variant]] {
+        guard let reply = try? mock("GetMethodCalls", [Variant(method)], on: objectPath) else { return [] }
         return reply[0].children.map { call in call[1].children.map { $0.unboxed! } }
     }
 

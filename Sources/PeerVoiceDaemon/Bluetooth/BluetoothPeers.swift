@@ -1,9 +1,20 @@
 import PeerVoiceCore
 
+/// Where the other computers' channels and pairings go (`PeerConnections`).
+protocol BluetoothChannelReceiver: AnyObject {
+    /// The other computer opened a channel: returns whether a link takes it (else it is closed).
+    func bluetoothIncomingChannel(_ channel: BluetoothChannel) -> Bool
+    /// Someone other than us asked BlueZ to close the channel to `address`.
+    func bluetoothChannelCloseRequested(_ address: PeerAddress)
+    /// BlueZ's pairing of `address` ended (a prompt here was answered or abandoned).
+    func bluetoothPairingEnded(_ address: PeerAddress, accepted: Bool)
+}
+
 /// The service's side of `BluetoothTransport`. A Bluetooth address is a route like an IP one;
 /// only dialling differs (pair if needed, then `ConnectProfile`), and its links run over RFCOMM
-/// channels BlueZ hands over (to `PeerConnections`). BlueZ knows devices by address, so its
-/// prompts and found devices carry the address until a link proves the key.
+/// channels BlueZ hands over: ours to the dial's completion, the other computer's to the
+/// `receiver`. BlueZ knows devices by address, so its prompts and found devices carry the address
+/// until a link proves the key.
 final class BluetoothPeers {
     private static let notRunning = "Bluetooth is not available: BlueZ is not running"
 
@@ -13,8 +24,8 @@ final class BluetoothPeers {
     private let emit: (ServiceEvent) -> Void
     /// BlueZ, once started.
     private var transport: BluetoothTransport?
-    /// Where channels BlueZ hands over go.
-    weak var connections: PeerConnections?
+    /// Where the other computers' channels go.
+    weak var receiver: BluetoothChannelReceiver?
 
     init(adapter: String?, defaultAgent: Bool, registry: PeerRegistry, emit: @escaping (ServiceEvent) -> Void) {
         self.adapter = adapter
@@ -57,19 +68,23 @@ final class BluetoothPeers {
     }
 
     /// Dials a Bluetooth address: pairs only when someone waits in Connect (`mayPair`), so a
-    /// redial for queued messages never asks a person. The channel arrives through
-    /// `bluetoothChannelOpened`, which ends the dial; `failed` is called otherwise.
-    func dial(_ address: PeerAddress, mayPair: Bool, failed: @escaping (ServiceError) -> Void) {
-        guard let transport else { return failed(.notAvailable(Self.notRunning)) }
-        transport.connect(address, mayPair: mayPair) { result in
-            switch result {
-            case .success:
-                failed(.failed("BlueZ connected \(address) but handed over no channel"))
-            case .failure(let error):
-                Log.debug("dialling \(address) over Bluetooth: \(error.message)")
-                failed(error)
-            }
+    /// redial for queued messages never asks a person. `completion` gets the channel, or why
+    /// there is none; cancelling the returned attempt abandons the dial.
+    func dial(_ address: PeerAddress, mayPair: Bool,
+              completion: @escaping (Result<BluetoothChannel, ServiceError>) -> Void) -> DialAttempt {
+        guard let transport else {
+            completion(.failure(.notAvailable(Self.notRunning)))
+            return DialAttempt {}
         }
+        return transport.connect(address, mayPair: mayPair) { result in
+            if case .failure(let error) = result { Log.debug("dialling \(address) over Bluetooth: \(error.message)") }
+            completion(result)
+        }
+    }
+
+    /// The service is done with its channel to `address` (its link ended, or it did not take it).
+    func channelEnded(_ address: PeerAddress) {
+        transport?.channelEnded(address)
     }
 
     /// The name BlueZ knows for a Bluetooth address, if it knows the device.
@@ -82,15 +97,6 @@ final class BluetoothPeers {
     /// if there is none.
     func answerPairing(_ address: PeerAddress, accept: Bool) -> Bool {
         address.transport == .bluetooth && (transport?.answerPairing(address, accept: accept) ?? false)
-    }
-
-    func linkStarted(_ link: PeerLink, peer address: PeerAddress) {
-        transport?.linkStarted(link, peer: address)
-    }
-
-    /// A Bluetooth link's channel is released in BlueZ too.
-    func linkClosed(_ link: PeerLink) {
-        transport?.linkClosed(link)
     }
 
     /// The other computer paired with us: its channel should come soon, else `timedOut`.
@@ -143,14 +149,14 @@ extension BluetoothPeers: BluetoothTransportDelegate {
 
     func bluetoothPairingPromptEnded(_ address: PeerAddress, outcome: BluezAgent.Outcome) {
         emit(.pairingSettled(.address(address), accepted: outcome == .accepted))
-        connections?.bluetoothPairingEnded(address, accepted: outcome == .accepted)
+        receiver?.bluetoothPairingEnded(address, accepted: outcome == .accepted)
     }
 
-    func bluetoothChannelOpened(_ address: PeerAddress, name: String, fd: Int32, outgoing: Bool) -> Bool {
-        connections?.bluetoothChannelOpened(address, name: name, fd: fd, outgoing: outgoing) ?? false
+    func bluetoothIncomingChannel(_ channel: BluetoothChannel) -> Bool {
+        receiver?.bluetoothIncomingChannel(channel) ?? false
     }
 
     func bluetoothChannelCloseRequested(_ address: PeerAddress) {
-        connections?.bluetoothChannelCloseRequested(address)
+        receiver?.bluetoothChannelCloseRequested(address)
     }
 }

@@ -13,11 +13,20 @@ protocol BluetoothTransportDelegate: AnyObject {
     /// and answer with ConfirmPairing; `needsAnswer` is false when the code is only shown.
     func bluetoothPairingPrompt(_ peer: PeerAddress, name: String, passkey: String, needsAnswer: Bool)
     func bluetoothPairingPromptEnded(_ peer: PeerAddress, outcome: BluezAgent.Outcome)
-    /// An RFCOMM channel to `peer` is up (`outgoing`: we dialled it). Returns whether the service
-    /// takes it (and the descriptor); a refused channel is closed.
-    func bluetoothChannelOpened(_ peer: PeerAddress, name: String, fd: Int32, outgoing: Bool) -> Bool
+    /// The other computer opened an RFCOMM channel to us (ours arrive through `connect`'s
+    /// completion). Returns whether the service takes it (and the descriptor); a refused channel
+    /// is closed.
+    func bluetoothIncomingChannel(_ channel: BluetoothChannel) -> Bool
     /// Someone other than us asked BlueZ to close the channel to `peer`.
     func bluetoothChannelCloseRequested(_ peer: PeerAddress)
+}
+
+/// An RFCOMM channel BlueZ handed over: its descriptor (now the taker's to close) and the device.
+struct BluetoothChannel {
+    let peer: PeerAddress
+    /// The device's name as BlueZ knows it.
+    let name: String
+    let fd: Int32
 }
 
 /// Bluetooth through BlueZ: the adapter in use, discovery, pairing (through `BluezAgent`) and
@@ -61,10 +70,12 @@ final class BluetoothTransport {
     private var reported: [String: (address: String, name: String)] = [:]
     /// Devices reported since discovery last started: found again (a new RSSI) is not news.
     private var foundThisTime: Set<String> = []
-    /// Our dials in progress, by address.
-    private var dials: Set<String> = []
-    /// Open links and the address they run to.
-    private var links: [ObjectIdentifier: String] = [:]
+    /// Our dials, by address, until BlueZ has answered them (a cancelled one too: its channel,
+    /// if one still comes, is refused).
+    private var dials: [String: OutgoingDial] = [:]
+    /// Addresses whose channel BlueZ handed over and the service has not released
+    /// (`channelEnded`): BlueZ keeps a copy of each socket until DisconnectProfile.
+    private var channels: Set<String> = []
     /// Our DisconnectProfile calls in progress, by address, with what waits for them.
     private var disconnecting: [String: [() -> Void]] = [:]
     /// Peers whose pairing a person accepted here, waiting for their channel.
@@ -491,41 +502,73 @@ final class BluetoothTransport {
     // MARK: Channels
 
     /// Dials `peer`: pairs first if needed (and `mayPair`: a person is waiting in Connect), then
-    /// `ConnectProfile`. The channel itself arrives through `bluetoothChannelOpened` (outgoing)
-    /// before `completion` reports success.
-    func connect(_ peer: PeerAddress, mayPair: Bool, completion: @escaping (Result<Void, ServiceError>) -> Void) {
+    /// `ConnectProfile`. `completion` gets the channel as soon as BlueZ hands it over (before
+    /// `ConnectProfile` answers), or the error; never after the returned attempt is cancelled,
+    /// which also cancels a pairing under way and refuses a channel that still comes.
+    func connect(_ peer: PeerAddress, mayPair: Bool,
+                 completion: @escaping (Result<BluetoothChannel, ServiceError>) -> Void) -> DialAttempt {
         let address = peer.description
+        let dial = OutgoingDial(completion)
+        let attempt = DialAttempt { [weak self] in self?.cancel(dial, to: address) }
         let fail = { [unowned self] (error: ServiceError) in
             // Reported from the main loop, like every other outcome, so callers see one order of events.
-            later(.zero) { completion(.failure(error)) }
+            later(.zero) { dial.finish(.failure(error)) }
         }
-        if let reason = unavailableReason { return fail(.notAvailable(reason)) }
+        if let reason = unavailableReason {
+            fail(.notAvailable(reason))
+            return attempt
+        }
         guard device(address) != nil else {
-            return fail(.unknownPeer("\(address) has not been seen over Bluetooth: StartDiscovery here while the other computer is discoverable (its PeerVoice discovering), then Connect"))
+            fail(.unknownPeer("\(address) has not been seen over Bluetooth: StartDiscovery here while the other computer is discoverable (its PeerVoice discovering), then Connect"))
+            return attempt
         }
-        dials.insert(address)
-        var finished = false
-        let finish = { [weak self] (result: Result<Void, ServiceError>) in
-            guard !finished else { return }
-            finished = true
-            self?.dials.remove(address)
-            completion(result)
+        guard dials[address] == nil else {
+            fail(.failed("\(address) is being dialled over Bluetooth already"))
+            return attempt
         }
-        whileWaiting({ !finished }) {
-            finish(.failure(.notAvailable("Bluetooth is not available: BlueZ stopped answering while connecting to \(address) (\(Self.hungAdvice))")))
+        dials[address] = dial
+        whileWaiting({ dial.isPending }) { [weak self] in
+            self?.end(dial, to: address, .failure(.notAvailable("Bluetooth is not available: BlueZ stopped answering while connecting to \(address) (\(Self.hungAdvice))")))
         }
         afterDisconnecting(address) { [weak self] in
             guard let self else { return }
+            guard dial.isPending else { return end(dial, to: address, .failure(.failed("cancelled"))) }
             guard let device = device(address) else {
-                return finish(.failure(.failed("BlueZ forgot \(address) while connecting")))
+                return end(dial, to: address, .failure(.failed("BlueZ forgot \(address) while connecting")))
+            }
+            // The channel ends the dial before BlueZ answers: an answer that finds it still
+            // pending saw no channel.
+            let answered = { [weak self] (result: Result<Void, ServiceError>) -> Void in
+                self?.end(dial, to: address, result.flatMap { .failure(.failed("BlueZ connected \(address) but handed over no channel")) })
             }
             if device.isPaired {
-                connectProfile(device, retries: 2, completion: finish)
+                connectProfile(device, retries: 2, dial: dial, completion: answered)
             } else if !mayPair {
-                finish(.failure(.failed("\(address) is not paired: Connect to it to pair")))
+                end(dial, to: address, .failure(.failed("\(address) is not paired: Connect to it to pair")))
             } else {
-                pair(device, completion: finish)
+                dial.isPairing = true
+                pair(device, dial: dial, completion: answered)
             }
+        }
+        return attempt
+    }
+
+    /// `dial` is over: BlueZ answered (or will not), or its channel came.
+    private func end(_ dial: OutgoingDial, to address: String, _ result: Result<BluetoothChannel, ServiceError>) {
+        if dials[address] === dial { dials[address] = nil }
+        dial.isPairing = false
+        dial.finish(result)
+    }
+
+    /// Nobody waits for `dial` any more. It stays among the dials until BlueZ answers, so that
+    /// its channel, if one comes, is refused rather than taken for the other computer's.
+    private func cancel(_ dial: OutgoingDial, to address: String) {
+        guard dial.isPending else { return }
+        dial.abandon()
+        Log.debug("dial of \(address) over Bluetooth cancelled")
+        guard dial.isPairing, let bluez, let device = device(address) else { return }
+        bluez.call(device.path, Bluez.deviceInterface, "CancelPairing", timeout: Self.adapterCallTimeout) { result in
+            if case .failure(let error) = result { Log.debug("CancelPairing \(address): \(error.message)") }
         }
     }
 
@@ -556,7 +599,7 @@ final class BluetoothTransport {
         }
     }
 
-    private func pair(_ device: BluezDevice, completion: @escaping (Result<Void, ServiceError>) -> Void) {
+    private func pair(_ device: BluezDevice, dial: OutgoingDial, completion: @escaping (Result<Void, ServiceError>) -> Void) {
         guard let bluez else { return completion(.failure(.notAvailable(unavailableReason ?? "BlueZ went away"))) }
         Log.info("pairing with \(device.address) (\(device.name))")
         bluez.call(device.path, Bluez.deviceInterface, "Pair", timeout: Self.pairTimeout) { [weak self] result in
@@ -565,9 +608,11 @@ final class BluetoothTransport {
             case .success:
                 Log.info("paired with \(device.address)")
                 markTrusted(device.path)
-                connectProfile(device, retries: 2, completion: completion)
+                dial.isPairing = false
+                connectProfile(device, retries: 2, dial: dial, completion: completion)
             case .failure(let error) where error.name == "org.bluez.Error.AlreadyExists":
-                connectProfile(device, retries: 2, completion: completion)
+                dial.isPairing = false
+                connectProfile(device, retries: 2, dial: dial, completion: completion)
             case .failure(let error):
                 Log.info("pairing with \(device.address) failed: \(error.name): \(error.message)")
                 completion(.failure(Self.pairingError(error, address: device.address)))
@@ -575,7 +620,11 @@ final class BluetoothTransport {
         }
     }
 
-    private func connectProfile(_ device: BluezDevice, retries: Int, completion: @escaping (Result<Void, ServiceError>) -> Void) {
+    /// Asks BlueZ for the channel (unless the dial was cancelled meanwhile); `completion` gets
+    /// BlueZ's answer, after the channel if one came.
+    private func connectProfile(_ device: BluezDevice, retries: Int, dial: OutgoingDial,
+                                completion: @escaping (Result<Void, ServiceError>) -> Void) {
+        guard dial.isPending else { return completion(.failure(.failed("cancelled"))) }
         guard let bluez else { return completion(.failure(.notAvailable(unavailableReason ?? "BlueZ went away"))) }
         bluez.call(device.path, Bluez.deviceInterface, "ConnectProfile", [Variant(BluezProfile.uuid)],
                    timeout: Self.connectProfileTimeout) { [weak self] result in
@@ -588,14 +637,14 @@ final class BluetoothTransport {
                 // BlueZ still holds an old channel of ours: close it, then dial again.
                 disconnectProfile(device.address)
                 afterDisconnecting(device.address) { [weak self] in
-                    self?.connectProfile(device, retries: retries - 1, completion: completion)
+                    self?.connectProfile(device, retries: retries - 1, dial: dial, completion: completion)
                 }
             case .failure(let error) where retries > 0 && error.message.hasSuffix("connection-refused"):
                 // The other side refused the channel right after the link was encrypted: Linux
                 // 6.1 may answer "security block" before it knows the key size. Once more, later.
                 Log.debug("\(device.address) refused the channel (\(error.message)); trying once more")
                 later(.seconds(1)) { [weak self] in
-                    self?.connectProfile(device, retries: retries - 1, completion: completion)
+                    self?.connectProfile(device, retries: retries - 1, dial: dial, completion: completion)
                 }
             case .failure(let error):
                 Log.info("connecting to \(device.address) over Bluetooth failed: \(error.name): \(error.message)")
@@ -626,12 +675,24 @@ final class BluetoothTransport {
         }
     }
 
+    /// A channel BlueZ hands over: the one our dial of that device waits for, else the other
+    /// computer's. Returns whether it was taken (a refused one is closed).
     private func channelOpened(devicePath: String, fd: Int32) -> Bool {
-        guard let peer = peerID(devicePath: devicePath), let delegate else { return false }
-        let outgoing = dials.contains(peer.description)
-        Log.debug("RFCOMM channel with \(peer) (\(outgoing ? "dialled" : "incoming"))")
-        awaitingChannel[peer.description] = nil
-        return delegate.bluetoothChannelOpened(peer, name: deviceName(devicePath), fd: fd, outgoing: outgoing)
+        guard let peer = peerID(devicePath: devicePath) else { return false }
+        let address = peer.description
+        awaitingChannel[address] = nil
+        let channel = BluetoothChannel(peer: peer, name: deviceName(devicePath), fd: fd)
+        if let dial = dials[address] {
+            Log.debug("RFCOMM channel with \(peer) (dialled\(dial.isPending ? "" : ", cancelled: refused"))")
+            guard dial.isPending else { return false }
+            channels.insert(address)
+            end(dial, to: address, .success(channel))
+            return true
+        }
+        Log.debug("RFCOMM channel with \(peer) (incoming)")
+        guard delegate?.bluetoothIncomingChannel(channel) == true else { return false }
+        channels.insert(address)
+        return true
     }
 
     private func closeRequested(devicePath: String) {
@@ -641,16 +702,12 @@ final class BluetoothTransport {
         delegate?.bluetoothChannelCloseRequested(peer)
     }
 
-    /// The service runs `link` over a channel to `peer`.
-    func linkStarted(_ link: AnyObject, peer: PeerAddress) {
-        links[ObjectIdentifier(link)] = peer.description
-    }
-
-    /// A link ended: if it ran over Bluetooth, BlueZ still holds its copy of the channel's socket,
-    /// so ask it to close the channel (the other side then sees it end).
-    func linkClosed(_ link: AnyObject) {
-        guard let address = links.removeValue(forKey: ObjectIdentifier(link)) else { return }
-        disconnectProfile(address)
+    /// The service is done with its channel to `peer` (the link over it ended, or it did not
+    /// want it): BlueZ still holds its copy of the socket, so it is asked to close the channel
+    /// (the other side then sees it end).
+    func channelEnded(_ peer: PeerAddress) {
+        guard channels.remove(peer.description) != nil else { return }
+        disconnectProfile(peer.description)
     }
 
     private func disconnectProfile(_ address: String) {
@@ -687,7 +744,7 @@ final class BluetoothTransport {
     private func promptEnded(devicePath: String, outcome: BluezAgent.Outcome) {
         guard let peer = peerID(devicePath: devicePath) else { return }
         if outcome != .accepted { Log.info("Bluetooth pairing with \(peer) ended: \(outcome)") }
-        if (outcome == .rejected || outcome == .timedOut) && !dials.contains(peer.description) && !links.values.contains(peer.description) {
+        if (outcome == .rejected || outcome == .timedOut) && dials[peer.description] == nil && !channels.contains(peer.description) {
             // Refused a computer that wanted to pair with us: drop its connection too, so its Pair
             // ends now (btvirt's controllers never tell the initiator otherwise).
             bluez?.call(devicePath, Bluez.deviceInterface, "Disconnect") { result in
@@ -719,5 +776,31 @@ final class BluetoothTransport {
 
     private func deviceName(_ devicePath: String) -> String {
         bluez?.device(at: devicePath)?.name ?? ""
+    }
+}
+
+/// One dial of `BluetoothTransport.connect`: who waits for its channel, until it has it, failed
+/// or was cancelled.
+private final class OutgoingDial {
+    private var completion: ((Result<BluetoothChannel, ServiceError>) -> Void)?
+    /// `Device1.Pair` is under way (a cancel cancels it too).
+    var isPairing = false
+
+    init(_ completion: @escaping (Result<BluetoothChannel, ServiceError>) -> Void) {
+        self.completion = completion
+    }
+
+    /// Someone still waits for the outcome.
+    var isPending: Bool { completion != nil }
+
+    /// Reports the outcome, once; nothing after `abandon()`.
+    func finish(_ result: Result<BluetoothChannel, ServiceError>) {
+        let waiting = completion
+        completion = nil
+        waiting?(result)
+    }
+
+    func abandon() {
+        completion = nil
     }
 }

@@ -69,34 +69,35 @@ final class IPTransport {
     /// Connects to `endpoint`; `completion` runs once, on the main loop, with the stream or an
     /// error a person can read. Cancelling the returned source abandons the attempt.
     func dial(_ endpoint: IPEndpoint, completion: @escaping (Result<StreamConnection, ServiceError>) -> Void) -> DialAttempt {
-        let attempt = DialAttempt()
+        // The fd watch and the timer: whichever fires first ends the attempt, as cancelling does.
+        var sources: [EventSource] = []
+        let attempt = DialAttempt { sources.forEach { $0.cancel() } }
         let socket: Socket
         do {
             socket = try Socket.connecting(to: endpoint, from: dialSource)
         } catch {
             // Reported from the main loop, as every other outcome, so callers see one order of events.
-            attempt.timer = Timer.after(.zero) { completion(.failure(.failed("cannot reach \(endpoint): \(error)"))) }
+            sources = [Timer.after(.zero) { completion(.failure(.failed("cannot reach \(endpoint): \(error)"))) }]
             return attempt
         }
-        let finish = { [unowned attempt] (result: Result<StreamConnection, ServiceError>) in
-            attempt.watch?.cancel()
-            attempt.timer?.cancel()
-            attempt.watch = nil
-            attempt.timer = nil
+        let finish = { (result: Result<StreamConnection, ServiceError>) in
+            sources.forEach { $0.cancel() }
             completion(result)
         }
-        attempt.watch = FDWatch.add(fd: socket.fd, events: .writable) { _ in
-            let code = socket.pendingError
-            if code == 0 {
-                finish(.success(StreamConnection(socket: socket)))
-            } else {
-                finish(.failure(.failed("cannot reach \(endpoint): \(String(cString: strerror(code)))")))
-            }
-            return false
-        }
-        attempt.timer = Timer.after(Self.dialTimeout) {
-            finish(.failure(.failed("cannot reach \(endpoint): no answer within \(Self.dialTimeout.components.seconds) s")))
-        }
+        sources = [
+            FDWatch.add(fd: socket.fd, events: .writable) { _ in
+                let code = socket.pendingError
+                if code == 0 {
+                    finish(.success(StreamConnection(socket: socket)))
+                } else {
+                    finish(.failure(.failed("cannot reach \(endpoint): \(String(cString: strerror(code)))")))
+                }
+                return false
+            },
+            Timer.after(Self.dialTimeout) {
+                finish(.failure(.failed("cannot reach \(endpoint): no answer within \(Self.dialTimeout.components.seconds) s")))
+            },
+        ]
         return attempt
     }
 
@@ -110,15 +111,20 @@ final class IPTransport {
     }
 }
 
-/// An outgoing connection attempt in progress.
+/// An outgoing dial in progress (TCP, or Bluetooth's Pair and ConnectProfile): cancelling it, or
+/// letting go of it, abandons it, and its completion is not called.
 final class DialAttempt {
-    fileprivate var watch: EventSource?
-    fileprivate var timer: EventSource?
+    private var onCancel: (() -> Void)?
+
+    init(onCancel: @escaping () -> Void) {
+        self.onCancel = onCancel
+    }
+
+    deinit { cancel() }
 
     func cancel() {
-        watch?.cancel()
-        timer?.cancel()
-        watch = nil
-        timer = nil
+        let action = onCancel
+        onCancel = nil
+        action?()
     }
 }

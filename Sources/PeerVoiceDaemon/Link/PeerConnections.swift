@@ -257,9 +257,9 @@ final class PeerConnections {
         contact.dial = attempt
     }
 
-    /// Dials one address for `target`. Over IP the connection becomes a link here; over Bluetooth
-    /// BlueZ hands the channel to `bluetoothChannelOpened`. An outcome counts only while
-    /// `isCurrent()` holds; `opened` runs just before the link starts.
+    /// Dials one address for `target`: the connection (TCP) or channel (RFCOMM) becomes a link
+    /// here. An outcome counts only while `isCurrent()` holds; `opened` runs just before the link
+    /// starts.
     private func dialAddress(_ address: PeerAddress, for target: DialTarget, mayPair: Bool,
                              isCurrent: @escaping () -> Bool, opened: @escaping () -> Void,
                              failed: @escaping (ServiceError) -> Void) -> DialAttempt {
@@ -278,11 +278,33 @@ final class PeerConnections {
                 }
             }
         case .bluetooth:
-            bluetooth.dial(address, mayPair: mayPair) { error in
-                if isCurrent() { failed(error) }
+            return bluetooth.dial(address, mayPair: mayPair) { [unowned self] result in
+                switch result {
+                case .success(let channel):
+                    guard isCurrent() else {
+                        Socket(adopting: channel.fd).close()
+                        return bluetooth.channelEnded(channel.peer)
+                    }
+                    let dial: PeerDial? = if case .peer(let id) = target { dials[id] } else { nil }
+                    if case .contact = target, let contact = registry.contact(at: address), contact.name.isEmpty { contact.name = channel.name }
+                    opened()
+                    startLink(Self.link(over: channel, outgoing: true), dialled: target, by: dial)
+                case .failure(let error):
+                    if isCurrent() { failed(error) }
+                }
             }
-            return DialAttempt()
         }
+    }
+
+    private static func link(over channel: BluetoothChannel, outgoing: Bool) -> PeerLink {
+        PeerLink(connection: StreamConnection(socket: Socket(adopting: channel.fd)),
+                 remote: .bluetooth(address: channel.peer.description), isOutgoing: outgoing)
+    }
+
+    /// BlueZ keeps a copy of a Bluetooth link's channel: it is released once the link is gone.
+    private func releaseChannel(of link: PeerLink) {
+        guard case .bluetooth(let address) = link.remote, let peer = PeerAddress(bluetoothAddress: address) else { return }
+        bluetooth.channelEnded(peer)
     }
 
     /// Starts the key exchange on a new connection (`dialled` nil: incoming).
@@ -379,30 +401,21 @@ final class PeerConnections {
         }
     }
 
-    // MARK: Bluetooth channels
+}
 
-    /// An RFCOMM channel BlueZ handed over becomes a link: for the dial of that address, if any.
-    func bluetoothChannelOpened(_ address: PeerAddress, name: String, fd: Int32, outgoing: Bool) -> Bool {
-        let dialled: DialTarget?
-        var dial: PeerDial?
-        if let (id, peerDial) = dials.first(where: { $0.value.address == address }) {
-            dials[id] = nil
-            dialled = .peer(id)
-            dial = peerDial
-        } else if let contact = registry.contact(at: address) {
-            if contact.name.isEmpty { contact.name = name }
-            contact.dial = nil
+// MARK: Bluetooth channels
+
+extension PeerConnections: BluetoothChannelReceiver {
+    /// The other computer's channel becomes a link: for the contact that waits for it (the person
+    /// accepted its Bluetooth pairing here), else an incoming link like any other.
+    func bluetoothIncomingChannel(_ channel: BluetoothChannel) -> Bool {
+        let address = channel.peer
+        var dialled: DialTarget?
+        if let contact = registry.contact(at: address), contact.dial == nil {
+            if contact.name.isEmpty { contact.name = channel.name }
             dialled = .contact(address)
-        } else if outgoing {
-            // Disconnect was called while BlueZ was still connecting.
-            return false
-        } else {
-            dialled = nil
         }
-        let link = PeerLink(connection: StreamConnection(socket: Socket(adopting: fd)),
-                            remote: .bluetooth(address: address.description), isOutgoing: outgoing)
-        bluetooth.linkStarted(link, peer: address)
-        startLink(link, dialled: dialled, by: dial)
+        startLink(Self.link(over: channel, outgoing: false), dialled: dialled)
         return true
     }
 
@@ -526,7 +539,7 @@ extension PeerConnections: PeerLinkDelegate {
             }
             existing.delegate = nil
             links.close(existing, reason: "the link was replaced")
-            bluetooth.linkClosed(existing)
+            releaseChannel(of: existing)
             existing.drop(reason: "replaced by a better link")
         }
         peer.lastTransport = link.transport
@@ -567,7 +580,7 @@ extension PeerConnections: PeerLinkDelegate {
     }
 
     func linkDidClose(_ link: PeerLink, reason: LinkCloseReason) {
-        bluetooth.linkClosed(link)
+        releaseChannel(of: link)
         if let entry = pendingLinks.removeValue(forKey: ObjectIdentifier(link)) {
             pendingLinkClosed(link, entry: entry, reason: reason)
             return
