@@ -16,7 +16,7 @@ protocol LinkComponent: AnyObject {
     func linkClosed(_ link: PeerLink, of peer: Peer, reason: String)
     /// A frame of a type it registered with `register(_:frames:)`, decoded.
     func received(_ frame: Frame, on link: PeerLink, from peer: Peer)
-    /// A frame body (type byte first) of a type it registered with `register(_:bodies:)`, for a
+    /// A frame body (type byte first) of a type it registered with `register(_:bodies:capability:)`, for a
     /// component with its own codec: the slice is valid only during the call. Throwing ends the
     /// link as a protocol error (GOODBYE reason 2), with the error in the log.
     func received(body: ArraySlice<UInt8>, on link: PeerLink, from peer: Peer) throws

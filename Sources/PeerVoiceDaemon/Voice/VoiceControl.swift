@@ -183,7 +183,7 @@ final class VoiceControl: LinkComponent {
 
     private func startVoiceSessionIfReady(_ peer: Peer, _ voice: PeerVoice) {
         guard !voice.running, let engine, let local = voice.localSession, let remote = voice.remote,
-              let result = links.link(of: peer.id)?.result, let route = voiceRoute(for: peer) else { return }
+              let link = links.link(of: peer.id), let result = link.result, let route = voiceRoute(for: peer) else { return }
         let keys: VoiceKeys
         do {
             keys = try result.voiceKeys(localSessionID: local, remoteSessionID: remote.sessionID)
@@ -203,7 +203,8 @@ final class VoiceControl: LinkComponent {
         engine.start(VoiceSessionSetup(peer: peer.id, generation: voice.generation, source: source,
                                       route: route, sealer: keys.makeSealer(), opener: keys.makeOpener(),
                                       localFrameMs: options.voice.frameMs, remoteFrameMs: Int(remote.frameMs),
-                                      playback: peer.playback))
+                                      playback: peer.playback,
+                                      takesRelayedVoice: link.negotiated?.capabilities.contains(.hostedCalls) ?? false))
         if !voice.call.isEmpty { engine.setRelayedParticipants(host: peer.id, voice.call) }
         callChanged()
     }

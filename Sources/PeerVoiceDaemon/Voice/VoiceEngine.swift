@@ -21,6 +21,8 @@ struct VoiceSessionSetup: Sendable {
     let remoteFrameMs: Int
     /// The peer's volume and mute here, to start with (``VoiceEngine/setPlayback(peer:_:)`` changes them).
     let playback: VoiceMixer.Channel
+    /// Its link carries hosted calls: the others' voices may be relayed to it (RELAYED_VOICE).
+    let takesRelayedVoice: Bool
 }
 
 /// How one peer's voice travels (the peer accepts both ways, whichever we choose).

@@ -17,6 +17,8 @@ final class VoiceParticipant: MixedVoice {
     private(set) var relayed: [RelaySource: RelayedVoice] = [:]
     /// Sources this peer asked us not to relay to it (it hears them directly: RELAY_REPORT).
     private var notRelayed: Set<RelaySource> = []
+    /// Its link carries hosted calls: nothing is relayed to a peer whose does not.
+    private let takesRelayedVoice: Bool
     /// What the other listeners of this peer's relayed voice lose of it, by listener (RELAY_REPORT):
     /// the peer's VOICE_REPORT is the worst of these and our own loss, so its encoder sizes its
     /// FEC for its worst listener.
@@ -48,6 +50,7 @@ final class VoiceParticipant: MixedVoice {
         self.sendOnLink = sendOnLink
         remote = try RemoteVoice(frameMs: setup.remoteFrameMs)
         channel = setup.playback
+        takesRelayedVoice = setup.takesRelayedVoice
     }
 
     /// Sends one of the call's Opus packets to this peer: a VOICE frame with this link's next
@@ -61,7 +64,7 @@ final class VoiceParticipant: MixedVoice {
     /// Relays another participant's packet to this peer, unless it hears that one directly: the
     /// same Opus payload, sealed for this link the way our own voice is.
     func relay(_ relayed: RelayedVoiceFrame, socket: Socket) {
-        guard !notRelayed.contains(relayed.source) else { return }
+        guard takesRelayedVoice, !notRelayed.contains(relayed.source) else { return }
         if send(.relayedVoice(relayed), socket: socket) { relayedOut += 1 }
     }
 
