@@ -191,6 +191,7 @@ install: deps
 	install -Dm644 desktop/org.example.PeerVoice.App.svg "$(DESTDIR)$(DATADIR)/icons/hicolor/scalable/apps/org.example.PeerVoice.App.svg"
 	install -Dm644 dbus/org.example.PeerVoice.xml "$(DESTDIR)$(DATADIR)/dbus-1/interfaces/org.example.PeerVoice.xml"
 	install -Dm644 dbus/org.example.PeerVoice.Peer.xml "$(DESTDIR)$(DATADIR)/dbus-1/interfaces/org.example.PeerVoice.Peer.xml"
+	install -Dm644 dbus/org.example.PeerVoice.ChannelHandler.xml "$(DESTDIR)$(DATADIR)/dbus-1/interfaces/org.example.PeerVoice.ChannelHandler.xml"
 	install -Dm644 $(GEN_DIR)/org.example.PeerVoice.service "$(DESTDIR)$(DATADIR)/dbus-1/services/org.example.PeerVoice.service"
 	install -Dm644 $(GEN_DIR)/peervoiced.service "$(DESTDIR)$(USERUNITDIR)/peervoiced.service"
 	install -Dm644 completion/peervoicectl.bash "$(DESTDIR)$(DATADIR)/bash-completion/completions/peervoicectl"
@@ -208,6 +209,7 @@ uninstall:
 	      "$(DESTDIR)$(DATADIR)/icons/hicolor/scalable/apps/org.example.PeerVoice.App.svg" \
 	      "$(DESTDIR)$(DATADIR)/dbus-1/interfaces/org.example.PeerVoice.xml" \
 	      "$(DESTDIR)$(DATADIR)/dbus-1/interfaces/org.example.PeerVoice.Peer.xml" \
+	      "$(DESTDIR)$(DATADIR)/dbus-1/interfaces/org.example.PeerVoice.ChannelHandler.xml" \
 	      "$(DESTDIR)$(DATADIR)/dbus-1/services/org.example.PeerVoice.service" \
 	      "$(DESTDIR)$(USERUNITDIR)/peervoiced.service" \
 	      "$(DESTDIR)$(DATADIR)/bash-completion/completions/peervoicectl" \

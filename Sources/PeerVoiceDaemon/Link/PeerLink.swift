@@ -116,6 +116,15 @@ final class PeerLink {
     /// Records the peer sent that failed to open, by reason.
     var rejectedRecords: RecordRejections { opener?.rejections ?? RecordRejections() }
 
+    /// Channel frames (docs/PROTOCOL.md §13) on the open link, for the link's `LinkChannels`;
+    /// while nil (the peer did not announce channels) they are protocol errors. It throws when
+    /// one breaks the protocol.
+    var channelFrameReceived: (([UInt8]) throws -> Void)?
+    /// Every channel frame of one read has been handed over (the moment for FEEDBACK).
+    var channelInputDrained: () -> Void = {}
+    /// The link's output queue emptied (channels send bulk data only into an empty one).
+    var outputDrained: () -> Void = {}
+
     private let connection: StreamConnection
     private var decoder = FrameDecoder()
     private var handshake: Handshake?
@@ -147,6 +156,7 @@ final class PeerLink {
     func start(hello: Hello, identity: StaticIdentity, pinnedKey: [UInt8]?, crypto: any CryptoPrimitives) {
         connection.onBytes = { [unowned self] bytes in received(bytes) }
         connection.onClose = { [unowned self] reason in finish(.other(reason)) }
+        connection.onDrained = { [unowned self] in outputDrained() }
         decoder.maxBodyBytes = Handshake.maxMessageBytes
         connection.start()
         connection.send(Preamble.bytes)
@@ -208,6 +218,17 @@ final class PeerLink {
         return true
     }
 
+    /// Seals and sends a channel frame body on the open link (`ChannelLink`).
+    func sendChannelFrame(_ body: [UInt8]) {
+        guard phase == .open else { return }
+        sendSealed(body: body)
+    }
+
+    /// Output the kernel has not taken yet, in the service and (where it says) in the kernel's
+    /// send queue: channels send bulk data only where nothing waits.
+    var pendingOutputBytes: Int { connection.pendingOutputBytes }
+    var kernelQueuedOutputBytes: Int? { connection.kernelQueuedBytes(bluetooth: transport == .bluetooth) }
+
     /// Closes on purpose, telling the peer why (a `userDisconnected` goodbye means "do not redial").
     func close(goodbye reason: GoodbyeReason, logReason: String) {
         guard phase != .closed else { return }
@@ -236,7 +257,10 @@ final class PeerLink {
                     try sealedRecord(body)
                 }
             }
-            if phase == .open { delegate?.linkDidDrainInput(self) }
+            if phase == .open {
+                delegate?.linkDidDrainInput(self)
+                channelInputDrained()
+            }
         } catch {
             failed(error)
         }
@@ -304,6 +328,9 @@ final class PeerLink {
             }
             return
         }
+        if phase == .open, ChannelFrame.isChannelFrame(plaintext), let channelFrameReceived {
+            return try channelFrameReceived(plaintext)
+        }
         let frame = try Frame(body: plaintext)
         switch (phase, frame) {
         case (_, .keepalive):
@@ -348,6 +375,10 @@ final class PeerLink {
     // MARK: Sending and timing
 
     private func sendSealed(_ frame: Frame) {
+        sendSealed(body: frame.encodedBody())
+    }
+
+    private func sendSealed(body: [UInt8]) {
         guard var sealer, phase != .closed else { return }
         if sealer.shouldRekey {
             // 2^47 records on one link: a new link brings fresh keys long before nonces run out.
@@ -355,7 +386,7 @@ final class PeerLink {
             return
         }
         do {
-            connection.send(Wire.lengthPrefixed(try sealer.seal(frame.encodedBody())))
+            connection.send(Wire.lengthPrefixed(try sealer.seal(body)))
             self.sealer = sealer
             lastSent = clock.now
         } catch {
