@@ -23,6 +23,25 @@ final class SealedRecordTests: XCTestCase {
         }
     }
 
+    func testSealingInPlaceMakesTheSameRecordAndAnOpenerTakesItFromASlice() throws {
+        let key = crypto.randomBytes(32)
+        var sealer = RecordSealer(key: key, direction: .responderToInitiator, purpose: .link, crypto: crypto)
+        var inPlace = RecordSealer(key: key, direction: .responderToInitiator, purpose: .link, crypto: crypto)
+        var opener = RecordOpener(key: key, direction: .responderToInitiator, purpose: .link, mode: .stream, crypto: crypto)
+        for size in [0, 1, 16, 4_000, 65_546] {
+            let plaintext = crypto.randomBytes(size)
+            let expected = try sealer.seal(plaintext)
+            // The plaintext behind 3 bytes of something else and the 8-byte header, room for the tag after it.
+            var buffer = [UInt8](repeating: 0xEE, count: 3) + [UInt8](repeating: 0, count: 8) + plaintext + [UInt8](repeating: 0, count: 16)
+            try buffer.withUnsafeMutableBytes { try inPlace.sealInPlace(UnsafeMutableRawBufferPointer(rebasing: $0[3...]), plaintextBytes: size) }
+            XCTAssertEqual(Array(buffer[3...]), expected, "\(size) bytes")
+            XCTAssertEqual(try opener.open(buffer[3...]), plaintext, "opened from a slice of a larger buffer")
+        }
+        var tampered = try sealer.seal([1, 2, 3])
+        tampered[9] ^= 1
+        assertRejects(&opener, tampered, .tampered(counter: 5))
+    }
+
     func testRoundTripAndLayout() throws {
         var (sealer, opener) = pair()
         for size in [0, 1, 15, 16, 17, 1000, 65_569] {

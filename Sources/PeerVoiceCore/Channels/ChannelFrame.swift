@@ -192,6 +192,8 @@ public enum ChannelWire {
     static let acceptBytes = 1 + 4 + 4
     static let refuseBytes = 1 + 4 + 1
     static let dataFixedBytes = 1 + 4 + 1 + 4
+    /// The bytes of a DATA body before its payload (type, stream, flags, sentAtUs).
+    public static let dataHeaderBytes = dataFixedBytes
     static let windowBytes = 1 + 4 + 4
     static let closeBytes = 1 + 4
     static let resetBytes = 1 + 4 + 1
@@ -346,13 +348,8 @@ extension ChannelFrame {
             try requireExactly(ChannelWire.refuseBytes)
             self = .refuse(try readStream(), RefuseReason(rawValue: reader.readUInt8()))
         case .data:
-            try require(ChannelWire.dataFixedBytes)
-            let id = try readStream()
-            let flags = reader.readUInt8()
-            guard flags & ~ChannelWire.endOfMessageFlag == 0 else { throw .reservedFlags(flags) }
-            let sentAtUs = reader.readUInt32()
-            self = .data(id, endOfMessage: flags & ChannelWire.endOfMessageFlag != 0, sentAtUs: sentAtUs,
-                         payload: try readPayload(max: ChannelWire.maxDataBytes))
+            let data = try ChannelDataFrame(body: body)
+            self = .data(data.stream, endOfMessage: data.endOfMessage, sentAtUs: data.sentAtUs, payload: Array(data.payload))
         case .window:
             try requireExactly(ChannelWire.windowBytes)
             let id = try readStream()
@@ -376,6 +373,34 @@ extension ChannelFrame {
 
     public init(body: [UInt8]) throws(ChannelFrameError) {
         try self.init(body: body[...])
+    }
+}
+
+/// A CHANNEL_DATA body read in place: its fields and its payload as a slice of the body, so the
+/// bulk path hands an app's bytes on without copying them (``ChannelFrame/init(body:)`` decodes
+/// DATA through this too).
+public struct ChannelDataFrame {
+    public let stream: StreamID
+    public let endOfMessage: Bool
+    public let sentAtUs: UInt32
+    public let payload: ArraySlice<UInt8>
+
+    /// `body` starts with the DATA type byte; checks as ``ChannelFrame/init(body:)`` does.
+    public init(body: ArraySlice<UInt8>) throws(ChannelFrameError) {
+        guard body.count >= ChannelWire.dataFixedBytes else {
+            throw .tooShort(.data, bodyBytes: body.count, requiredBytes: ChannelWire.dataFixedBytes)
+        }
+        var reader = ByteReader(body.dropFirst())
+        let id = reader.readUInt32()
+        guard id != 0 else { throw .zeroStream(.data) }
+        let flags = reader.readUInt8()
+        guard flags & ~ChannelWire.endOfMessageFlag == 0 else { throw .reservedFlags(flags) }
+        sentAtUs = reader.readUInt32()
+        payload = reader.readRest()
+        guard !payload.isEmpty else { throw .emptyPayload(.data) }
+        guard payload.count <= ChannelWire.maxDataBytes else { throw .payloadTooLong(.data, bytes: payload.count) }
+        stream = StreamID(rawValue: id)
+        endOfMessage = flags & ChannelWire.endOfMessageFlag != 0
     }
 }
 

@@ -193,15 +193,27 @@ public struct ChannelMultiplexer: Sendable {
     /// DATA with `payload` (at most ``sendCredit(_:)`` and ``messageRoom(_:)`` bytes), taking its
     /// credit. `endOfMessage` on a messages stream's last fragment.
     public mutating func data(_ id: StreamID, payload: [UInt8], endOfMessage: Bool, sentAtUs: UInt32) -> ChannelFrame {
-        precondition(!payload.isEmpty && payload.count <= sendCredit(id) && payload.count <= messageRoom(id),
+        let header = dataHeader(id, payloadBytes: payload.count, endOfMessage: endOfMessage, sentAtUs: sentAtUs)
+        return .data(id, endOfMessage: header[5] & ChannelWire.endOfMessageFlag != 0, sentAtUs: sentAtUs, payload: payload)
+    }
+
+    /// ``data(_:payload:endOfMessage:sentAtUs:)`` for a payload the caller already holds where the
+    /// body goes (the bulk path, which reads an app's bytes straight behind the header): the
+    /// DATA body's first ``ChannelWire/dataHeaderBytes`` bytes, the credit taken.
+    public mutating func dataHeader(_ id: StreamID, payloadBytes: Int, endOfMessage: Bool, sentAtUs: UInt32) -> [UInt8] {
+        precondition(payloadBytes > 0 && payloadBytes <= sendCredit(id) && payloadBytes <= messageRoom(id),
                      "DATA beyond the stream's credit or its message")
         var stream = streams[id]!
         let isMessages = stream.mode == .messages
-        stream.sendCredit -= payload.count
-        if isMessages { stream.outgoingMessageBytes = endOfMessage ? 0 : stream.outgoingMessageBytes + payload.count }
+        stream.sendCredit -= payloadBytes
+        if isMessages { stream.outgoingMessageBytes = endOfMessage ? 0 : stream.outgoingMessageBytes + payloadBytes }
         streams[id] = stream
-        sentDataBytes &+= UInt64(payload.count)
-        return .data(id, endOfMessage: isMessages && endOfMessage, sentAtUs: sentAtUs, payload: payload)
+        sentDataBytes &+= UInt64(payloadBytes)
+        var header = [ChannelFrameType.data.rawValue]
+        header.appendBigEndian(id.rawValue)
+        header.append(isMessages && endOfMessage ? ChannelWire.endOfMessageFlag : 0)
+        header.appendBigEndian(sentAtUs)
+        return header
     }
 
     /// One datagram on an open datagram stream; nil if the stream is not one.
@@ -287,26 +299,9 @@ public struct ChannelMultiplexer: Sendable {
             return (.refused(id, reason), nil)
 
         case .data(let id, let endOfMessage, let sentAtUs, let payload):
-            receivedDataBytes &+= UInt64(payload.count)
-            let sample = nowUs &- sentAtUs
-            // Samples compare as distances from the first one, so a wrap of the clocks does not matter much.
-            pendingDelayUs = pendingDelayUs.map { Int32(bitPattern: sample &- $0) < 0 ? sample : $0 } ?? sample
-            guard var stream = try existing(id, frame) else { return (nil, nil) }
-            guard stream.phase == .open, stream.mode.isReliable, !stream.receivedClose else { throw .unexpected(.data, id) }
-            guard payload.count <= stream.receiveWindow else {
-                throw .windowExceeded(id, bytes: payload.count, window: stream.receiveWindow)
+            guard try receiveData(id, endOfMessage: endOfMessage, sentAtUs: sentAtUs, payloadBytes: payload.count, nowUs: nowUs) else {
+                return (nil, nil)
             }
-            switch stream.mode {
-            case .messages:
-                stream.messageBytes += payload.count
-                guard stream.messageBytes <= ChannelWire.maxMessageBytes else { throw .brokenMessage(id) }
-                if endOfMessage { stream.messageBytes = 0 }
-            default:
-                guard !endOfMessage else { throw .endOfMessageOnByteStream(id) }
-            }
-            stream.receiveWindow -= payload.count
-            stream.buffered += payload.count
-            streams[id] = stream
             return (.data(id, payload, endOfMessage: endOfMessage), nil)
 
         case .window(let id, let increment):
@@ -342,6 +337,34 @@ public struct ChannelMultiplexer: Sendable {
         }
     }
 
+    /// What ``receive(_:nowUs:)`` does with a DATA, for a caller that holds the payload where it
+    /// arrived (the bulk path): true when the payload is for the app (then ``delivered(_:bytes:)``
+    /// once it took it), false for a late DATA of a stream this side has ended (drop it).
+    public mutating func receiveData(_ id: StreamID, endOfMessage: Bool, sentAtUs: UInt32, payloadBytes: Int,
+                                     nowUs: UInt32) throws(ChannelProtocolError) -> Bool {
+        receivedDataBytes &+= UInt64(payloadBytes)
+        let sample = nowUs &- sentAtUs
+        // Samples compare as distances from the first one, so a wrap of the clocks does not matter much.
+        pendingDelayUs = pendingDelayUs.map { Int32(bitPattern: sample &- $0) < 0 ? sample : $0 } ?? sample
+        guard var stream = try existing(id, .data) else { return false }
+        guard stream.phase == .open, stream.mode.isReliable, !stream.receivedClose else { throw .unexpected(.data, id) }
+        guard payloadBytes <= stream.receiveWindow else {
+            throw .windowExceeded(id, bytes: payloadBytes, window: stream.receiveWindow)
+        }
+        switch stream.mode {
+        case .messages:
+            stream.messageBytes += payloadBytes
+            guard stream.messageBytes <= ChannelWire.maxMessageBytes else { throw .brokenMessage(id) }
+            if endOfMessage { stream.messageBytes = 0 }
+        default:
+            guard !endOfMessage else { throw .endOfMessageOnByteStream(id) }
+        }
+        stream.receiveWindow -= payloadBytes
+        stream.buffered += payloadBytes
+        streams[id] = stream
+        return true
+    }
+
     // MARK: Helpers
 
     private func isRemoteParity(_ id: StreamID) -> Bool { (id.rawValue & 1 == 1) != opensOddStreams }
@@ -349,9 +372,13 @@ public struct ChannelMultiplexer: Sendable {
     /// The stream a frame names; nil for a stream that existed and is gone (a late frame, to be
     /// ignored); throws for one that was never opened.
     private func existing(_ id: StreamID, _ frame: ChannelFrame) throws(ChannelProtocolError) -> Stream? {
+        try existing(id, frame.type)
+    }
+
+    private func existing(_ id: StreamID, _ type: ChannelFrameType) throws(ChannelProtocolError) -> Stream? {
         if let stream = streams[id] { return stream }
         let opened = isRemoteParity(id) ? id.rawValue <= lastRemoteOpen : id.rawValue <= lastLocalOpen
-        guard opened else { throw .unknownStream(frame.type, id) }
+        guard opened else { throw .unknownStream(type, id) }
         return nil
     }
 

@@ -9,17 +9,27 @@ protocol ChannelLink: AnyObject {
     var isOutgoing: Bool { get }
     /// Seals and sends one channel frame body now; it may wait in the link's output queue.
     func sendChannelFrame(_ body: [UInt8])
+    /// The same for a body already at `SealedFrameLayout.bodyOffset` of `frame`, sealed in place
+    /// (the bulk path: no copy of the body); `frame` may be reused once this returns.
+    func sendChannelFrameInPlace(_ frame: inout [UInt8], bodyBytes: Int)
     /// Bytes of this link's output the kernel has not taken yet.
     var pendingOutputBytes: Int { get }
     /// Bytes the kernel holds in the socket's send queue, not yet on their way (nil: unknown).
     var kernelQueuedOutputBytes: Int? { get }
     /// Called whenever the link's own output queue has emptied.
     var outputDrained: () -> Void { get set }
-    /// Set by channels: gets each channel frame body from the peer (throws to end the link with
-    /// a protocol error).
-    var channelFrameReceived: (([UInt8]) throws -> Void)? { get set }
+    /// Set by channels: gets each channel frame body from the peer, valid only during the call
+    /// (throws to end the link with a protocol error).
+    var channelFrameReceived: ((ArraySlice<UInt8>) throws -> Void)? { get set }
     /// Set by channels: every frame of one read has been handed over.
     var channelInputDrained: () -> Void { get set }
+}
+
+/// A buffer that `ChannelLink.sendChannelFrameInPlace` seals: the length prefix, the record's
+/// counter, the body, then room for the tag.
+enum SealedFrameLayout {
+    static let bodyOffset = Wire.lengthPrefixBytes + SealedRecord.headerBytes
+    static func bufferBytes(bodyBytes: Int) -> Int { Wire.lengthPrefixBytes + SealedRecord.overheadBytes + bodyBytes }
 }
 
 /// One stream a peer opened to a channel, as its owner gets it.

@@ -34,6 +34,9 @@ final class LinkChannels {
     private var turnSource: EventSource?
     private var pollSource: EventSource?
     private var readBuffer = [UInt8](repeating: 0, count: ChannelWire.maxDataBytes)
+    /// Where DATA is built and sealed: an app's bytes are read straight behind the header.
+    private var sendBuffer = [UInt8](repeating: 0, count: SealedFrameLayout.bufferBytes(bodyBytes: ChannelWire.dataHeaderBytes + ChannelWire.maxDataBytes))
+    private static let payloadOffset = SealedFrameLayout.bodyOffset + ChannelWire.dataHeaderBytes
     /// Datagrams dropped because the link was busy, for the log.
     private var droppedDatagrams = 0
     private var closed = false
@@ -79,10 +82,18 @@ final class LinkChannels {
 
     // MARK: The link
 
-    /// A channel frame body from the peer.
+    /// A channel frame body from the peer (valid during the call only).
     /// - Throws: a `ChannelFrameError` or `ChannelProtocolError`: the link ends with a protocol error.
-    func received(_ body: [UInt8]) throws {
-        let frame = try ChannelFrame(body: body[...])
+    func received(_ body: ArraySlice<UInt8>) throws {
+        if body.first == ChannelFrameType.data.rawValue {
+            // The bulk path: the payload goes to the app from where it was decrypted.
+            let data = try ChannelDataFrame(body: body)
+            guard try streams.receiveData(data.stream, endOfMessage: data.endOfMessage, sentAtUs: data.sentAtUs,
+                                          payloadBytes: data.payload.count, nowUs: Self.clockUs()),
+                  let endpoint = endpoints[data.stream] else { return }
+            return deliver(data.payload, endOfMessage: data.endOfMessage, to: endpoint)
+        }
+        let frame = try ChannelFrame(body: body)
         let (event, reply) = try streams.receive(frame, nowUs: Self.clockUs())
         if let reply { send(reply) }
         guard let event else { return }
@@ -135,17 +146,7 @@ final class LinkChannels {
             pending.completion(.failure(.rejected(Self.refusal(reason, channel: pending.channel, on: who))))
         case .data(let id, let bytes, let endOfMessage):
             guard let endpoint = endpoints[id] else { return }
-            if endpoint.mode == .messages {
-                endpoint.incomingMessage += bytes
-                guard endOfMessage else { return }
-                endpoint.inbound.append(endpoint.incomingMessage)
-                endpoint.inboundBytes += endpoint.incomingMessage.count
-                endpoint.incomingMessage = []
-            } else {
-                endpoint.inbound.append(bytes)
-                endpoint.inboundBytes += bytes.count
-            }
-            flush(endpoint)
+            deliver(bytes[...], endOfMessage: endOfMessage, to: endpoint)
         case .datagram(let id, let bytes):
             guard let endpoint = endpoints[id] else { return }
             // Dropped when the app's queue is full: datagrams never wait.
@@ -313,8 +314,13 @@ final class LinkChannels {
         }
         let credit = streams.sendCredit(id)
         guard credit > 0 else { return .waitingForCredit }
-        let limit = endpoint.mode == .messages ? ChannelWire.maxMessageBytes : min(credit, chunkBytes)
-        let result = readBuffer.withUnsafeMutableBytes { endpoint.socket.read(into: UnsafeMutableRawBufferPointer(rebasing: $0[0..<limit])) }
+        let result: StreamSocket.ReadResult
+        if endpoint.mode == .messages {
+            result = readBuffer.withUnsafeMutableBytes { endpoint.socket.read(into: $0) }
+        } else {
+            let range = Self.payloadOffset..<(Self.payloadOffset + min(credit, chunkBytes))
+            result = sendBuffer.withUnsafeMutableBytes { endpoint.socket.read(into: UnsafeMutableRawBufferPointer(rebasing: $0[range])) }
+        }
         switch result {
         case .bytes(let count):
             if endpoint.mode == .messages {
@@ -322,7 +328,7 @@ final class LinkChannels {
                 endpoint.outgoingOffset = 0
                 return sendFragment(of: endpoint.outgoingMessage!, on: endpoint)
             }
-            sendData(id, Array(readBuffer[0..<count]), endOfMessage: false)
+            sendData(id, payloadBytes: count, endOfMessage: false)
             return .sent
         case .wouldBlock:
             return .wouldBlock
@@ -346,15 +352,20 @@ final class LinkChannels {
         guard credit > 0 else { return .waitingForCredit }
         let end = min(message.count, endpoint.outgoingOffset + min(credit, chunkBytes))
         let isLast = end == message.count
-        sendData(endpoint.id, Array(message[endpoint.outgoingOffset..<end]), endOfMessage: isLast)
+        sendBuffer.replaceSubrange(Self.payloadOffset..<(Self.payloadOffset + end - endpoint.outgoingOffset),
+                                   with: message[endpoint.outgoingOffset..<end])
+        sendData(endpoint.id, payloadBytes: end - endpoint.outgoingOffset, endOfMessage: isLast)
         endpoint.outgoingOffset = end
         if isLast { endpoint.outgoingMessage = nil }
         return .sent
     }
 
-    private func sendData(_ id: StreamID, _ payload: [UInt8], endOfMessage: Bool) {
-        send(streams.data(id, payload: payload, endOfMessage: endOfMessage, sentAtUs: Self.clockUs()))
-        rate.sent(payload.count)
+    /// Sends the DATA whose `payloadBytes` wait in `sendBuffer` at `payloadOffset`.
+    private func sendData(_ id: StreamID, payloadBytes: Int, endOfMessage: Bool) {
+        let header = streams.dataHeader(id, payloadBytes: payloadBytes, endOfMessage: endOfMessage, sentAtUs: Self.clockUs())
+        sendBuffer.replaceSubrange(SealedFrameLayout.bodyOffset..<Self.payloadOffset, with: header)
+        link.sendChannelFrameInPlace(&sendBuffer, bodyBytes: header.count + payloadBytes)
+        rate.sent(payloadBytes)
     }
 
     /// Reads every datagram waiting (a bounded number per turn) and sends each at once, or drops
@@ -384,6 +395,39 @@ final class LinkChannels {
     }
 
     // MARK: From the peer to the app
+
+    /// Bytes (or a message's fragment) for the app: written at once when nothing waits before
+    /// them, kept (copied) only when the app's socket is full.
+    private func deliver(_ payload: ArraySlice<UInt8>, endOfMessage: Bool, to endpoint: StreamEndpoint) {
+        if endpoint.mode == .messages {
+            endpoint.incomingMessage += payload
+            guard endOfMessage else { return }
+            endpoint.inbound.append(endpoint.incomingMessage)
+            endpoint.inboundBytes += endpoint.incomingMessage.count
+            endpoint.incomingMessage = []
+            return flush(endpoint)
+        }
+        guard endpoint.inbound.isEmpty else {
+            endpoint.inbound.append(Array(payload))
+            endpoint.inboundBytes += payload.count
+            return
+        }
+        switch payload.withUnsafeBytes({ endpoint.socket.write($0) }) {
+        case .wrote(let count):
+            if let window = streams.delivered(endpoint.id, bytes: count) { send(window) }
+            guard count < payload.count else { return }
+            endpoint.inbound.append(Array(payload.dropFirst(count)))
+            endpoint.inboundBytes += payload.count - count
+            flush(endpoint)
+        case .wouldBlock:
+            endpoint.inbound.append(Array(payload))
+            endpoint.inboundBytes += payload.count
+            flush(endpoint)
+        case .failed(let code):
+            Log.debug("channels: the app's end of \(endpoint.id) failed (\(String(cString: strerror(code)))): the stream is reset")
+            resetStream(endpoint.id, .appAborted, tellOwner: nil)
+        }
+    }
 
     /// Writes what waits for the app until its socket is full; gives the credit back.
     private func flush(_ endpoint: StreamEndpoint) {

@@ -119,7 +119,7 @@ final class PeerLink {
     /// Channel frames (docs/PROTOCOL.md §13) on the open link, for the link's `LinkChannels`;
     /// while nil (the peer did not announce channels) they are protocol errors. It throws when
     /// one breaks the protocol.
-    var channelFrameReceived: (([UInt8]) throws -> Void)?
+    var channelFrameReceived: ((ArraySlice<UInt8>) throws -> Void)?
     /// Every channel frame of one read has been handed over (the moment for FEEDBACK).
     var channelInputDrained: () -> Void = {}
     /// The link's output queue emptied (channels send bulk data only into an empty one).
@@ -127,6 +127,8 @@ final class PeerLink {
 
     private let connection: StreamConnection
     private var decoder = FrameDecoder()
+    /// Where records open (`sealedRecord`); what is handed on from it is valid until the next record.
+    private var plaintextBuffer = [UInt8](repeating: 0, count: Wire.maxFrameBodyBytes)
     private var handshake: Handshake?
     private var sealer: RecordSealer?
     private var opener: RecordOpener?
@@ -224,6 +226,24 @@ final class PeerLink {
         sendSealed(body: body)
     }
 
+    /// Seals and sends, in place, a channel frame whose body the caller has put at
+    /// `SealedFrameLayout.bodyOffset` of a buffer with room for the length prefix and seal around
+    /// it: the bulk path, without copies of the body. `frame` may be reused once this returns.
+    func sendChannelFrameInPlace(_ frame: inout [UInt8], bodyBytes: Int) {
+        guard phase == .open, var sealer else { return }
+        guard !sealer.shouldRekey else { return drop(reason: "rekeying: the link's record counter is half used") }
+        let recordBytes = SealedRecord.overheadBytes + bodyBytes
+        let sealed = frame.withUnsafeMutableBytes { buffer in
+            let record = UnsafeMutableRawBufferPointer(rebasing: buffer[Wire.lengthPrefixBytes...])
+            return Result { () throws(RecordError) in try sealer.sealInPlace(record, plaintextBytes: bodyBytes) }
+        }
+        if case .failure(let error) = sealed { return drop(reason: "cannot seal: \(error)") }
+        self.sealer = sealer
+        for index in 0..<Wire.lengthPrefixBytes { frame[index] = UInt8(truncatingIfNeeded: recordBytes >> (8 * (Wire.lengthPrefixBytes - 1 - index))) }
+        connection.send(frame[0..<(Wire.lengthPrefixBytes + recordBytes)])
+        lastSent = clock.now
+    }
+
     /// Output the kernel has not taken yet, in the service and (where it says) in the kernel's
     /// send queue: channels send bulk data only where nothing waits.
     var pendingOutputBytes: Int { connection.pendingOutputBytes }
@@ -250,9 +270,9 @@ final class PeerLink {
         lastReceived = clock.now
         decoder.append(bytes)
         do {
-            while phase != .closed, let body = try decoder.nextBody() {
+            while phase != .closed, let body = try decoder.nextBodySlice() {
                 if phase == .handshaking {
-                    try handshakeMessage(body)
+                    try handshakeMessage(Array(body))
                 } else {
                     try sealedRecord(body)
                 }
@@ -312,11 +332,12 @@ final class PeerLink {
         delegate?.linkDidAuthenticate(self)
     }
 
-    private func sealedRecord(_ body: [UInt8]) throws {
+    private func sealedRecord(_ body: ArraySlice<UInt8>) throws {
         guard var opener else { return }
-        let plaintext: [UInt8]
+        let plaintext: ArraySlice<UInt8>
         do {
-            plaintext = try opener.open(body)
+            // Every record opens into one buffer: no allocation per record on the bulk path.
+            plaintext = plaintextBuffer[0..<(try opener.open(body, into: &plaintextBuffer))]
             self.opener = opener
         } catch {
             // A record that does not open is dropped and counted; the frames around it still

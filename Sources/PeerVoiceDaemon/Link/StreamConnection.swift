@@ -58,12 +58,18 @@ final class StreamConnection {
     }
 
     func send(_ bytes: [UInt8]) {
+        send(bytes[...])
+    }
+
+    /// Writes what the kernel takes now and keeps (copies) only the rest, so a caller may send
+    /// from a buffer it reuses.
+    func send(_ bytes: ArraySlice<UInt8>) {
         guard !isClosed else { return }
         if pendingOutput.isEmpty {
-            let written = write(bytes[...])
+            let written = write(bytes)
             guard !isClosed else { return }
             if written == bytes.count { return }
-            pendingOutput = Array(bytes[written...])
+            pendingOutput = Array(bytes[(bytes.startIndex + written)...])
             pendingOffset = 0
             writeWatch = FDWatch.add(fd: socket.fd, events: .writable) { [weak self] _ in
                 self?.flushPendingOutput() ?? false
