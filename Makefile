@@ -328,6 +328,23 @@ bench-echo: deps bench-venv
 	$(BENCH_VENV)/bin/python bench/echo/run.py \
 	    --bin "$$($(SWIFT) build -c release $(SWIFT_FLAGS) --show-bin-path)/peervoiced" $(BENCH_ARGS)
 
+# App channels benchmark, not a test (bench/channels/README.md): loopback throughput of one stream
+# and of 8 at once through peervoicectl, side by side with raw TCP (socat) and OpenSSH (a private
+# sshd); then a call's latency and PESQ-WB through a 20 Mbit/s bottleneck (three network
+# namespaces, tbf with a 100 ms queue in the middle one) alone, during a saturating stream, and
+# during a plain TCP flood. 3 fresh starts per part, about 6 minutes; needs root. Prints two
+# tables, writes bench/results/channels.json. BENCH_ARGS go to bench/channels/run.py, e.g.
+# BENCH_ARGS='--runs 5 --peervoice-args "--no-echo-cancel --no-noise-suppression"'. openssh-server
+# is installed for the baseline (on a machine with systemd it then also runs as a service).
+BENCH_CHANNELS_PACKAGES := socat openssh-server
+.PHONY: bench-channels
+bench-channels: deps bench-venv
+	scripts/deps.sh $(BENCH_CHANNELS_PACKAGES)
+	$(SWIFT) build -c release --product peervoiced $(SWIFT_FLAGS)
+	$(SWIFT) build -c release --product peervoicectl $(SWIFT_FLAGS)
+	$(BENCH_VENV)/bin/python bench/channels/run.py \
+	    --bin-dir "$$($(SWIFT) build -c release $(SWIFT_FLAGS) --show-bin-path)" $(BENCH_ARGS)
+
 # The packages and the Python venv the voice benchmarks score with (PESQ, STOI).
 bench-venv: deps
 	scripts/deps.sh $(BENCH_PACKAGES)

@@ -55,8 +55,9 @@ final class DelayBasedRateControlTests: XCTestCase {
     private func median(_ values: [Double]) -> Double { values.sorted()[values.count / 2] }
 
     func testOnABottleneckTheQueueStaysNearTheTargetAndTheLinkStaysBusy() {
-        // 20 Mbit/s, as a home Wi-Fi; 100 Mbit/s; 2 Mbit/s, where one 1 KiB chunk alone takes 4 ms.
-        for (bytesPerMs, maxQueueMs) in [(2_500, 8.0), (12_500, 8.0), (250, 12.0)] {
+        // 20 Mbit/s, as a home Wi-Fi; 100 Mbit/s (a 2.5 ms target: 4.2 and 3.0 ms here); 2 Mbit/s,
+        // where the smallest window, two 1 KiB chunks, is 8 ms of queue by itself.
+        for (bytesPerMs, maxQueueMs) in [(2_500, 6.0), (12_500, 6.0), (250, 12.0)] {
             let result = simulate(bytesPerMs: bytesPerMs, durationMs: 20_000)
             let queue = median(result.queueMs)
             XCTAssertLessThanOrEqual(queue, maxQueueMs, "\(bytesPerMs) B/ms: median queue \(queue) ms")

@@ -26,7 +26,7 @@ public struct DelayBasedRateControl: Sendable {
         /// The current delay is the smallest sample of this recent span (filters the receiver's noise).
         public var currentFilterUs: Int64
 
-        public init(targetQueueingUs: Int64 = 5_000, backOffQueueingUs: Int64 = 25_000,
+        public init(targetQueueingUs: Int64 = 2_500, backOffQueueingUs: Int64 = 12_500,
                     initialWindowBytes: Int = 16 * 1024, minWindowBytes: Int = 2 * 1024,
                     maxWindowBytes: Int = 8 << 20, gain: Double = 1, segmentBytes: Int = 1448,
                     baseBucketUs: Int64 = 60_000_000, baseHistoryBuckets: Int = 10, currentFilterUs: Int64 = 10_000) {
