@@ -51,10 +51,10 @@ func decode(_ body: [UInt8]) -> ChannelFrame? {
     check(ChannelFrame.isChannelFrame(body), "a decoded body not recognised as a channel frame")
     if let id = frame.stream { check(id.rawValue != 0, "stream 0") }
     switch frame {
-    case .open(_, _, let window, let channel):
+    case .open(_, _, let window, _, let channel):
         check(window <= ChannelWire.maxWindowBytes, "window \(window)")
         check((try? ChannelName(channel.value)) == channel, "a channel name that does not check")
-    case .accept(_, let window):
+    case .accept(_, let window, _):
         check(window <= ChannelWire.maxWindowBytes, "window \(window)")
     case .window(_, let increment):
         check(increment >= 1 && increment <= ChannelWire.maxWindowBytes, "increment \(increment)")

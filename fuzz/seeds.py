@@ -239,8 +239,9 @@ def channel_frames():
     t = "channel-frames"
     name = b"org.example.Chess"
     bodies = {
-        "open": b"\x30" + u32(1) + b"\x01" + u32(262144) + bytes([len(name)]) + name,
-        "accept": b"\x31" + u32(1) + u32(262144),
+        "open": b"\x30" + u32(1) + b"\x01" + u32(262144) + u16(0) + bytes([len(name)]) + name,
+        "open-datagrams": b"\x30" + u32(3) + b"\x03" + u32(0) + u16(47801) + bytes([len(name)]) + name,
+        "accept": b"\x31" + u32(1) + u32(262144) + u16(0),
         "refuse": b"\x32" + u32(1) + b"\x01",
         "data-end-of-message": b"\x33" + u32(1) + b"\x01" + u32(123456) + b"hello",
         "window": b"\x34" + u32(2) + u32(65536),

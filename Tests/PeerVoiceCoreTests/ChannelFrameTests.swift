@@ -7,9 +7,12 @@ final class ChannelFrameTests: XCTestCase {
 
     func testEveryFrameHasTheDocumentedBytesAndDecodesToItself() throws {
         let cases: [(ChannelFrame, [UInt8])] = [
-            (.open(StreamID(rawValue: 1), mode: .messages, window: 0x40000, channel: try ChannelName("a.b")),
-             [0x30, 0, 0, 0, 1, 2, 0, 4, 0, 0, 3, 0x61, 0x2E, 0x62]),
-            (.accept(StreamID(rawValue: 2), window: 0x40000), [0x31, 0, 0, 0, 2, 0, 4, 0, 0]),
+            (.open(StreamID(rawValue: 1), mode: .messages, window: 0x40000, datagramPort: 0, channel: try ChannelName("a.b")),
+             [0x30, 0, 0, 0, 1, 2, 0, 4, 0, 0, 0, 0, 3, 0x61, 0x2E, 0x62]),
+            (.open(StreamID(rawValue: 3), mode: .datagrams, window: 0, datagramPort: 47801, channel: try ChannelName("a.b")),
+             [0x30, 0, 0, 0, 3, 3, 0, 0, 0, 0, 0xBA, 0xB9, 3, 0x61, 0x2E, 0x62]),
+            (.accept(StreamID(rawValue: 2), window: 0x40000, datagramPort: 0), [0x31, 0, 0, 0, 2, 0, 4, 0, 0, 0, 0]),
+            (.accept(StreamID(rawValue: 4), window: 0, datagramPort: 1), [0x31, 0, 0, 0, 4, 0, 0, 0, 0, 0, 1]),
             (.refuse(StreamID(rawValue: 3), .notRegistered), [0x32, 0, 0, 0, 3, 1]),
             (.data(StreamID(rawValue: 5), endOfMessage: true, sentAtUs: 0x01020304, payload: [0xAA, 0xBB]),
              [0x33, 0, 0, 0, 5, 1, 1, 2, 3, 4, 0xAA, 0xBB]),
@@ -33,17 +36,17 @@ final class ChannelFrameTests: XCTestCase {
         let cases: [(String, [UInt8], ChannelFrameError)] = [
             ("empty", [], .emptyBody),
             ("a type this version does not know", [0x3F], .unknownType(0x3F)),
-            ("OPEN too short", [0x30, 0, 0, 0, 1, 1], .tooShort(.open, bodyBytes: 6, requiredBytes: 11)),
-            ("OPEN stream 0", [0x30, 0, 0, 0, 0, 1, 0, 0, 0, 0, 3] + Array("a.b".utf8), .zeroStream(.open)),
-            ("OPEN unknown mode", [0x30, 0, 0, 0, 1, 4, 0, 0, 0, 0, 3] + Array("a.b".utf8), .unknownMode(4)),
-            ("OPEN window over 2^31-1", [0x30, 0, 0, 0, 1, 1, 0x80, 0, 0, 0, 3] + Array("a.b".utf8), .windowTooLarge(0x8000_0000)),
-            ("OPEN name cut short", [0x30, 0, 0, 0, 1, 1, 0, 0, 0, 0, 4] + Array("a.b".utf8), .tooShort(.open, bodyBytes: 14, requiredBytes: 15)),
-            ("OPEN bytes after the name", [0x30, 0, 0, 0, 1, 1, 0, 0, 0, 0, 3] + Array("a.bc".utf8), .trailingBytes(.open, count: 1)),
-            ("OPEN name without a dot", [0x30, 0, 0, 0, 1, 1, 0, 0, 0, 0, 3] + Array("abc".utf8), .invalidChannelName(.noDot)),
-            ("OPEN name too short", [0x30, 0, 0, 0, 1, 1, 0, 0, 0, 0, 2] + Array("a.".utf8), .invalidChannelName(.tooShort(bytes: 2))),
-            ("OPEN name with a space", [0x30, 0, 0, 0, 1, 1, 0, 0, 0, 0, 3] + Array("a b".utf8), .invalidChannelName(.invalidByte(0x20))),
-            ("OPEN 255-byte name without a dot", [0x30, 0, 0, 0, 1, 1, 0, 0, 0, 0, 255] + longName, .invalidChannelName(.noDot)),
-            ("ACCEPT trailing", [0x31, 0, 0, 0, 2, 0, 0, 0, 1, 9], .trailingBytes(.accept, count: 1)),
+            ("OPEN too short", [0x30, 0, 0, 0, 1, 1], .tooShort(.open, bodyBytes: 6, requiredBytes: 13)),
+            ("OPEN stream 0", [0x30, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 3] + Array("a.b".utf8), .zeroStream(.open)),
+            ("OPEN unknown mode", [0x30, 0, 0, 0, 1, 4, 0, 0, 0, 0, 0, 0, 3] + Array("a.b".utf8), .unknownMode(4)),
+            ("OPEN window over 2^31-1", [0x30, 0, 0, 0, 1, 1, 0x80, 0, 0, 0, 0, 0, 3] + Array("a.b".utf8), .windowTooLarge(0x8000_0000)),
+            ("OPEN name cut short", [0x30, 0, 0, 0, 1, 1, 0, 0, 0, 0, 0, 0, 4] + Array("a.b".utf8), .tooShort(.open, bodyBytes: 16, requiredBytes: 17)),
+            ("OPEN bytes after the name", [0x30, 0, 0, 0, 1, 1, 0, 0, 0, 0, 0, 0, 3] + Array("a.bc".utf8), .trailingBytes(.open, count: 1)),
+            ("OPEN name without a dot", [0x30, 0, 0, 0, 1, 1, 0, 0, 0, 0, 0, 0, 3] + Array("abc".utf8), .invalidChannelName(.noDot)),
+            ("OPEN name too short", [0x30, 0, 0, 0, 1, 1, 0, 0, 0, 0, 0, 0, 2] + Array("a.".utf8), .invalidChannelName(.tooShort(bytes: 2))),
+            ("OPEN name with a space", [0x30, 0, 0, 0, 1, 1, 0, 0, 0, 0, 0, 0, 3] + Array("a b".utf8), .invalidChannelName(.invalidByte(0x20))),
+            ("OPEN 255-byte name without a dot", [0x30, 0, 0, 0, 1, 1, 0, 0, 0, 0, 0, 0, 255] + longName, .invalidChannelName(.noDot)),
+            ("ACCEPT trailing", [0x31, 0, 0, 0, 2, 0, 0, 0, 1, 0, 0, 9], .trailingBytes(.accept, count: 1)),
             ("REFUSE short", [0x32, 0, 0, 0, 2], .tooShort(.refuse, bodyBytes: 5, requiredBytes: 6)),
             ("DATA without payload", [0x33, 0, 0, 0, 1, 0, 0, 0, 0, 0], .emptyPayload(.data)),
             ("DATA reserved flag", [0x33, 0, 0, 0, 1, 2, 0, 0, 0, 0, 1], .reservedFlags(2)),
@@ -73,7 +76,7 @@ final class ChannelFrameTests: XCTestCase {
         // The largest DATA, sealed, fits a link frame with room to spare.
         XCTAssertLessThanOrEqual(data.bodyByteCount + SealedRecord.overheadBytes, Wire.maxFrameBodyBytes)
         let name = try ChannelName(String(repeating: "a", count: 254) + ".")
-        let open = ChannelFrame.open(StreamID(rawValue: 3), mode: .stream, window: ChannelWire.maxWindowBytes, channel: name)
+        let open = ChannelFrame.open(StreamID(rawValue: 3), mode: .stream, window: ChannelWire.maxWindowBytes, datagramPort: 0, channel: name)
         XCTAssertEqual(try ChannelFrame(body: open.encodedBody()), open)
     }
 

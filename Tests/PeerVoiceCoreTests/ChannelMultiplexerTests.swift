@@ -91,7 +91,7 @@ final class ChannelMultiplexerTests: XCTestCase {
                 var other = ChannelMultiplexer(isInitiator: true, limits: ChannelMultiplexerTests.limits)
                 for _ in 0..<4 { _ = other.open(channel, mode: .stream) }
                 // A peer over the limit (one that does not count) is refused without its app being asked.
-                let (event, reply) = try b.receive(.open(StreamID(rawValue: 9), mode: .stream, window: 1, channel: channel), nowUs: 0)
+                let (event, reply) = try b.receive(.open(StreamID(rawValue: 9), mode: .stream, window: 1, datagramPort: 0, channel: channel), nowUs: 0)
                 XCTAssertNil(event)
                 XCTAssertEqual(reply, .refuse(StreamID(rawValue: 9), .tooManyStreams))
             }),
@@ -213,9 +213,9 @@ final class ChannelMultiplexerTests: XCTestCase {
     func testFramesACorrectPeerNeverSendsEndTheLink() throws {
         let cases: [(name: String, setup: (inout Link) throws -> StreamID, frame: (StreamID) -> ChannelFrame, error: (StreamID) -> ChannelProtocolError)] = [
             ("OPEN with the receiver's own parity", { _ in StreamID(rawValue: 2) },
-             { .open($0, mode: .stream, window: 1, channel: self.chess) }, { .invalidOpen($0) }),
+             { .open($0, mode: .stream, window: 1, datagramPort: 0, channel: self.chess) }, { .invalidOpen($0) }),
             ("OPEN reusing a number", { link in try link.openAccepted(self.chess) },
-             { .open($0, mode: .stream, window: 1, channel: self.chess) }, { .invalidOpen($0) }),
+             { .open($0, mode: .stream, window: 1, datagramPort: 0, channel: self.chess) }, { .invalidOpen($0) }),
             ("DATA on a stream never opened", { _ in StreamID(rawValue: 7) },
              { .data($0, endOfMessage: false, sentAtUs: 0, payload: [1]) }, { .unknownStream(.data, $0) }),
             ("DATA beyond the window", { link in try link.openAccepted(self.chess) },
@@ -250,7 +250,7 @@ final class ChannelMultiplexerTests: XCTestCase {
             ("WINDOW over 2^31 - 1", { link in try link.openAccepted(self.chess) },
              { .window($0, increment: ChannelWire.maxWindowBytes) }, { .windowOverflow($0) }),
             ("ACCEPT of a stream that was not opening", { link in try link.openAccepted(self.chess) },
-             { .accept($0, window: 1) }, { .unexpected(.accept, $0) }),
+             { .accept($0, window: 1, datagramPort: 0) }, { .unexpected(.accept, $0) }),
         ]
         for (name, setup, frame, error) in cases {
             var link = Link()

@@ -141,6 +141,9 @@ final class ChannelTests: XCTestCase {
         let fields = read("sent").split(separator: " ")
         let slowestMs = Double(fields.last ?? "") ?? .infinity
         XCTAssertLessThan(slowestMs, 100, "the slowest send() took \(slowestMs) ms")
+        // Between IP peers they take the UDP path, both ways announced.
+        XCTAssertTrue(a.log.contains("datagrams with bravo") && a.log.contains("over UDP"), a.log)
+        XCTAssertTrue(b.log.contains("datagrams with alpha") && b.log.contains("over UDP"), b.log)
     }
 
     // MARK: Opening and owners

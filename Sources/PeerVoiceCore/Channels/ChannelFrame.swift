@@ -121,10 +121,12 @@ public enum ChannelFrameType: UInt8, Sendable, CaseIterable, CustomStringConvert
 /// UDP datagram). Every value is valid by construction, so ``encodedBody()`` cannot fail.
 public enum ChannelFrame: Equatable, Sendable {
     /// The sender opens `stream` to the app that registered `channel` on the receiving side,
-    /// granting it `window` bytes of credit (0 for datagrams).
-    case open(StreamID, mode: StreamMode, window: UInt32, channel: ChannelName)
-    /// The receiver's app took the stream; the opener may send `window` bytes.
-    case accept(StreamID, window: UInt32)
+    /// granting it `window` bytes of credit (0 for datagrams). `datagramPort`: for a datagrams
+    /// stream, the UDP port the sender takes its datagrams on (0: on the link only).
+    case open(StreamID, mode: StreamMode, window: UInt32, datagramPort: UInt16, channel: ChannelName)
+    /// The receiver's app took the stream; the opener may send `window` bytes. `datagramPort` as
+    /// in OPEN.
+    case accept(StreamID, window: UInt32, datagramPort: UInt16)
     /// No stream: the opener's `OpenStream` fails with `Rejected`.
     case refuse(StreamID, RefuseReason)
     /// Bytes of a `stream` or `messages` stream. `endOfMessage` marks a message's last fragment
@@ -161,7 +163,7 @@ public enum ChannelFrame: Equatable, Sendable {
     /// The stream the frame is about (nil for FEEDBACK, which is about the link).
     public var stream: StreamID? {
         switch self {
-        case .open(let id, _, _, _), .accept(let id, _), .refuse(let id, _), .data(let id, _, _, _),
+        case .open(let id, _, _, _, _), .accept(let id, _, _), .refuse(let id, _), .data(let id, _, _, _),
              .window(let id, _), .close(let id), .reset(let id, _), .datagram(let id, _):
             id
         case .feedback:
@@ -188,8 +190,8 @@ public enum ChannelWire {
     /// Largest window a stream may have open at once (2^31 - 1, as in HTTP/2).
     public static let maxWindowBytes: UInt32 = 0x7FFF_FFFF
 
-    static let openFixedBytes = 1 + 4 + 1 + 4 + 1
-    static let acceptBytes = 1 + 4 + 4
+    static let openFixedBytes = 1 + 4 + 1 + 4 + 2 + 1
+    static let acceptBytes = 1 + 4 + 4 + 2
     static let refuseBytes = 1 + 4 + 1
     static let dataFixedBytes = 1 + 4 + 1 + 4
     /// The bytes of a DATA body before its payload (type, stream, flags, sentAtUs).
@@ -239,7 +241,7 @@ public enum ChannelFrameError: Error, Equatable, Sendable, CustomStringConvertib
 extension ChannelFrame {
     public var bodyByteCount: Int {
         switch self {
-        case .open(_, _, _, let channel): ChannelWire.openFixedBytes + channel.value.utf8.count
+        case .open(_, _, _, _, let channel): ChannelWire.openFixedBytes + channel.value.utf8.count
         case .accept: ChannelWire.acceptBytes
         case .refuse: ChannelWire.refuseBytes
         case .data(_, _, _, let payload): ChannelWire.dataFixedBytes + payload.count
@@ -257,15 +259,17 @@ extension ChannelFrame {
         body.reserveCapacity(bodyByteCount)
         body.append(type.rawValue)
         switch self {
-        case .open(let id, let mode, let window, let channel):
+        case .open(let id, let mode, let window, let datagramPort, let channel):
             body.appendBigEndian(id.rawValue)
             body.append(mode.rawValue)
             body.appendBigEndian(window)
+            body.appendBigEndian(datagramPort)
             body.append(UInt8(channel.value.utf8.count))
             body.append(contentsOf: channel.value.utf8)
-        case .accept(let id, let window):
+        case .accept(let id, let window, let datagramPort):
             body.appendBigEndian(id.rawValue)
             body.appendBigEndian(window)
+            body.appendBigEndian(datagramPort)
         case .refuse(let id, let reason):
             body.appendBigEndian(id.rawValue)
             body.append(reason.rawValue)
@@ -334,16 +338,17 @@ extension ChannelFrame {
             let modeByte = reader.readUInt8()
             guard let mode = StreamMode(rawValue: modeByte) else { throw .unknownMode(modeByte) }
             let window = try readWindow()
+            let datagramPort = reader.readUInt16()
             let nameLength = Int(reader.readUInt8())
             try requireExactly(ChannelWire.openFixedBytes + nameLength)
             do throws(ChannelNameError) {
-                self = .open(id, mode: mode, window: window, channel: try ChannelName(bytes: reader.readRest()))
+                self = .open(id, mode: mode, window: window, datagramPort: datagramPort, channel: try ChannelName(bytes: reader.readRest()))
             } catch {
                 throw .invalidChannelName(error)
             }
         case .accept:
             try requireExactly(ChannelWire.acceptBytes)
-            self = .accept(try readStream(), window: try readWindow())
+            self = .accept(try readStream(), window: try readWindow(), datagramPort: reader.readUInt16())
         case .refuse:
             try requireExactly(ChannelWire.refuseBytes)
             self = .refuse(try readStream(), RefuseReason(rawValue: reader.readUInt8()))
@@ -408,8 +413,9 @@ extension ChannelFrame: CustomStringConvertible {
     /// For log lines: sizes, never the bytes an app sent.
     public var description: String {
         switch self {
-        case .open(let id, let mode, let window, let channel): "\(type) \(id) \(mode) to \(channel), window \(window)"
-        case .accept(let id, let window): "\(type) \(id), window \(window)"
+        case .open(let id, let mode, let window, let port, let channel):
+            "\(type) \(id) \(mode) to \(channel), window \(window)\(port == 0 ? "" : ", datagrams on UDP port \(port)")"
+        case .accept(let id, let window, let port): "\(type) \(id), window \(window)\(port == 0 ? "" : ", datagrams on UDP port \(port)")"
         case .refuse(let id, let reason): "\(type) \(id): \(reason)"
         case .data(let id, let end, _, let payload): "\(type) \(id), \(payload.count) bytes\(end ? ", end of message" : "")"
         case .window(let id, let increment): "\(type) \(id) +\(increment)"

@@ -109,6 +109,8 @@ public struct ChannelMultiplexer: Sendable {
         var outgoingMessageBytes = 0
         var sentClose = false
         var receivedClose = false
+        /// Where the peer takes this stream's datagrams over UDP (0: only on the link).
+        var peerDatagramPort: UInt16 = 0
     }
 
     public let limits: ChannelLimits
@@ -156,6 +158,9 @@ public struct ChannelMultiplexer: Sendable {
         return ChannelWire.maxMessageBytes - stream.outgoingMessageBytes
     }
 
+    /// The UDP port the peer announced for `id`'s datagrams (0: the link only).
+    public func peerDatagramPort(of id: StreamID) -> UInt16 { streams[id]?.peerDatagramPort ?? 0 }
+
     /// Whether `id` is an open datagram stream.
     public func carriesDatagrams(_ id: StreamID) -> Bool {
         guard let stream = streams[id] else { return false }
@@ -165,22 +170,24 @@ public struct ChannelMultiplexer: Sendable {
     // MARK: What this side does
 
     /// Opens a stream to the peer's `channel`; nil when the link has as many streams as it takes.
-    public mutating func open(_ channel: ChannelName, mode: StreamMode) -> (StreamID, ChannelFrame)? {
+    /// `datagramPort`: for datagrams, the UDP port this side takes them on (0: the link only).
+    public mutating func open(_ channel: ChannelName, mode: StreamMode, datagramPort: UInt16 = 0) -> (StreamID, ChannelFrame)? {
         guard streams.count < limits.maxStreams, lastLocalOpen <= UInt32.max - 2 else { return nil }
         let id = StreamID(rawValue: lastLocalOpen == 0 ? (opensOddStreams ? 1 : 2) : lastLocalOpen + 2)
         lastLocalOpen = id.rawValue
         let window = mode.isReliable ? limits.streamWindowBytes : 0
         streams[id] = Stream(mode: mode, channel: channel, phase: .opening, sendCredit: 0, receiveWindow: window)
-        return (id, .open(id, mode: mode, window: UInt32(window), channel: channel))
+        return (id, .open(id, mode: mode, window: UInt32(window), datagramPort: mode == .datagrams ? datagramPort : 0, channel: channel))
     }
 
     /// Our app took the peer's stream; nil if it is gone (the peer reset it meanwhile).
-    public mutating func accept(_ id: StreamID) -> ChannelFrame? {
+    /// `datagramPort` as in ``open(_:mode:datagramPort:)``.
+    public mutating func accept(_ id: StreamID, datagramPort: UInt16 = 0) -> ChannelFrame? {
         guard var stream = streams[id], stream.phase == .offered else { return nil }
         stream.phase = .open
         stream.receiveWindow = stream.mode.isReliable ? limits.streamWindowBytes : 0
         streams[id] = stream
-        return .accept(id, window: UInt32(stream.receiveWindow))
+        return .accept(id, window: UInt32(stream.receiveWindow), datagramPort: stream.mode == .datagrams ? datagramPort : 0)
     }
 
     /// Our side will not take the peer's stream.
@@ -276,19 +283,22 @@ public struct ChannelMultiplexer: Sendable {
     public mutating func receive(_ frame: ChannelFrame, nowUs: UInt32) throws(ChannelProtocolError)
         -> (event: ChannelEvent?, reply: ChannelFrame?) {
         switch frame {
-        case .open(let id, let mode, let window, let channel):
+        case .open(let id, let mode, let window, let datagramPort, let channel):
             guard isRemoteParity(id), id.rawValue > lastRemoteOpen else { throw .invalidOpen(id) }
             lastRemoteOpen = id.rawValue
             guard streams.count < limits.maxStreams else { return (nil, .refuse(id, .tooManyStreams)) }
-            streams[id] = Stream(mode: mode, channel: channel, phase: .offered,
-                                 sendCredit: mode.isReliable ? Int(window) : 0, receiveWindow: 0)
+            var stream = Stream(mode: mode, channel: channel, phase: .offered,
+                                sendCredit: mode.isReliable ? Int(window) : 0, receiveWindow: 0)
+            stream.peerDatagramPort = mode == .datagrams ? datagramPort : 0
+            streams[id] = stream
             return (.openRequested(id, channel, mode), nil)
 
-        case .accept(let id, let window):
+        case .accept(let id, let window, let datagramPort):
             guard var stream = try existing(id, frame) else { return (nil, nil) }
             guard stream.phase == .opening else { throw .unexpected(.accept, id) }
             stream.phase = .open
             stream.sendCredit = stream.mode.isReliable ? Int(window) : 0
+            stream.peerDatagramPort = stream.mode == .datagrams ? datagramPort : 0
             streams[id] = stream
             return (.accepted(id), nil)
 

@@ -5,10 +5,12 @@ public enum RecordDirection: UInt8, Sendable {
     case responderToInitiator = 0x02
 }
 
-/// What a record stream carries: the link's frames, or a voice session's frames.
+/// What a record stream carries: the link's frames, a voice session's frames, or an app
+/// channel's datagrams over UDP.
 public enum RecordPurpose: UInt8, Sendable {
     case link = 0x01
     case voice = 0x02
+    case channelDatagram = 0x03
 }
 
 /// A sealed record: `counter (u64, big-endian) || ciphertext || tag (16)`.

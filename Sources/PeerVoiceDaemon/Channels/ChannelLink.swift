@@ -18,6 +18,11 @@ protocol ChannelLink: AnyObject {
     var kernelQueuedOutputBytes: Int? { get }
     /// Called whenever the link's own output queue has emptied.
     var outputDrained: () -> Void { get set }
+    /// The link's keys, once its handshake is done (channel datagram keys derive from them).
+    var result: HandshakeResult? { get }
+    /// Over IP, this side's and the peer's addresses of the link (channel datagrams go between
+    /// the same hosts); nil over Bluetooth.
+    var ipEndpoints: (local: IPEndpoint, remote: IPEndpoint)? { get }
     /// Set by channels: gets each channel frame body from the peer, valid only during the call
     /// (throws to end the link with a protocol error).
     var channelFrameReceived: ((ArraySlice<UInt8>) throws -> Void)? { get set }

@@ -39,6 +39,8 @@ final class LinkChannels {
     private static let payloadOffset = SealedFrameLayout.bodyOffset + ChannelWire.dataHeaderBytes
     /// Datagrams dropped because the link was busy, for the log.
     private var droppedDatagrams = 0
+    /// Over IP, the link's UDP path for datagram streams (made with the first one).
+    private var udp: ChannelDatagramPath?
     private var closed = false
 
     private struct PendingOpen {
@@ -67,7 +69,7 @@ final class LinkChannels {
     func open(_ channel: ChannelName, mode: StreamMode, endedAbruptly: @escaping (String) -> Void,
               completion: @escaping (Result<Int32, ServiceError>) -> Void) {
         guard !closed else { return completion(.failure(.notConnected("the link to \(who) closed"))) }
-        guard let (id, frame) = streams.open(channel, mode: mode) else {
+        guard let (id, frame) = streams.open(channel, mode: mode, datagramPort: mode == .datagrams ? datagramPort() : 0) else {
             return completion(.failure(.notAvailable("the link to \(who) carries \(streams.limits.maxStreams) streams already: close one first")))
         }
         let timer = Timer.after(Self.openTimeout) { [weak self] in
@@ -118,6 +120,7 @@ final class LinkChannels {
         }
         for socket in offered.values { socket.abort() }
         offered = [:]
+        udp = nil
         for endpoint in endpoints.values {
             endpoint.finish(abort: true)
             endpoint.endedAbruptly("the link to \(who) closed (\(reason))")
@@ -193,7 +196,7 @@ final class LinkChannels {
                 service.close()
                 return send(streams.refuse(id, reason: refusal))
             }
-            guard let frame = streams.accept(id) else {
+            guard let frame = streams.accept(id, datagramPort: mode == .datagrams ? datagramPort() : 0) else {
                 // The opener gave up meanwhile: the owner's end sees the stream end.
                 return service.abort()
             }
@@ -377,11 +380,15 @@ final class LinkChannels {
             }
             switch result {
             case .bytes(let count):
-                guard link.pendingOutputBytes == 0, let frame = streams.datagram(endpoint.id, payload: Array(readBuffer[0..<count])) else {
+                guard let frame = streams.datagram(endpoint.id, payload: Array(readBuffer[0..<count])) else { continue }
+                let port = streams.peerDatagramPort(of: endpoint.id)
+                if port != 0, let udp {
+                    if !udp.send(frame, toPort: port) { droppedDatagrams += 1 }
+                } else if link.pendingOutputBytes == 0 {
+                    send(frame)
+                } else {
                     droppedDatagrams += 1
-                    continue
                 }
-                send(frame)
             case .tooLarge(let count):
                 Log.debug("channels: dropped a datagram of \(count) bytes on \(endpoint.id) (at most \(ChannelWire.maxDatagramBytes))")
             case .wouldBlock, .endOfFile:
@@ -392,6 +399,31 @@ final class LinkChannels {
             }
         }
         return true
+    }
+
+    /// The UDP port this side takes datagrams on, made on first use; 0 over Bluetooth or when no
+    /// UDP socket can be had (the datagrams then ride the link).
+    private func datagramPort() -> UInt16 {
+        if let udp { return udp.port }
+        guard let (local, remote) = link.ipEndpoints, let keys = link.result.map(ChannelDatagramKeys.init) else { return 0 }
+        do {
+            let path = try ChannelDatagramPath(local: local, remote: remote, keys: keys) { [weak self] frame in
+                self?.receivedDatagram(frame)
+            }
+            udp = path
+            Log.debug("channels: datagrams with \(who) over UDP, taken on port \(path.port)")
+            return path.port
+        } catch {
+            Log.info("channels: no UDP socket for datagrams with \(who) (\(error)): they ride the link")
+            return 0
+        }
+    }
+
+    /// A CHANNEL_DATAGRAM that came over UDP: like one on the link, except that nothing wrong in it
+    /// affects the link (it is dropped).
+    private func receivedDatagram(_ frame: ChannelFrame) {
+        guard case .datagram = frame, let (event, _) = try? streams.receive(frame, nowUs: Self.clockUs()), let event else { return }
+        handle(event)
     }
 
     // MARK: From the peer to the app

@@ -247,6 +247,10 @@ final class PeerLink {
     /// Output the kernel has not taken yet, in the service and (where it says) in the kernel's
     /// send queue: channels send bulk data only where nothing waits.
     var pendingOutputBytes: Int { connection.pendingOutputBytes }
+    var ipEndpoints: (local: IPEndpoint, remote: IPEndpoint)? {
+        guard case .ip(let remote) = remote, let local = connection.localEndpoint else { return nil }
+        return (local, remote)
+    }
     var kernelQueuedOutputBytes: Int? { connection.kernelQueuedBytes(bluetooth: transport == .bluetooth) }
 
     /// Closes on purpose, telling the peer why (a `userDisconnected` goodbye means "do not redial").

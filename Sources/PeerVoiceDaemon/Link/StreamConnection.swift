@@ -24,6 +24,8 @@ final class StreamConnection {
     private(set) var isClosed = false
     /// True while earlier writes wait for the kernel to take them.
     var hasPendingOutput: Bool { pendingOffset < pendingOutput.count }
+    /// This end's address, for a TCP connection.
+    var localEndpoint: IPEndpoint? { isClosed ? nil : socket.localEndpoint }
     /// Bytes that wait for the kernel to take them.
     var pendingOutputBytes: Int { pendingOutput.count - pendingOffset }
 
