@@ -213,6 +213,28 @@ final class SealedRecordTests: XCTestCase {
         assertRejects(&iOpener, toResponder, .tampered(counter: 0))
     }
 
+    func testChannelDatagramKeysArePerLinkAndDirectionAndApartFromEveryOtherKey() throws {
+        let (i, r) = try completedLink()
+        let iKeys = ChannelDatagramKeys(link: i), rKeys = ChannelDatagramKeys(link: r)
+        XCTAssertEqual(iKeys.sendKey, rKeys.receiveKey)
+        XCTAssertEqual(iKeys.receiveKey, rKeys.sendKey)
+        XCTAssertNotEqual(iKeys.sendKey, iKeys.receiveKey)
+        let voice = try i.voiceKeys(localSessionID: VoiceKeys.makeSessionID(crypto: crypto), remoteSessionID: VoiceKeys.makeSessionID(crypto: crypto))
+        for other in [i.sendKey, i.receiveKey, i.exporterKey, voice.sendKey, voice.receiveKey] {
+            XCTAssertNotEqual(iKeys.sendKey, other)
+            XCTAssertNotEqual(iKeys.receiveKey, other)
+        }
+        var sealer = iKeys.makeSealer(), opener = rKeys.makeOpener()
+        let datagram = try sealer.seal(ChannelFrame.datagram(StreamID(rawValue: 1), payload: [UInt8](repeating: 7, count: 1200)).encodedBody())
+        XCTAssertEqual(datagram.count, 1205 + 24, "with its 4-byte length prefix, 1233 bytes: unfragmented under a 1500-byte MTU")
+        XCTAssertEqual(try ChannelFrame(body: try opener.open(datagram)), .datagram(StreamID(rawValue: 1), payload: [UInt8](repeating: 7, count: 1200)))
+        assertRejects(&opener, datagram, .replayed(counter: 0))
+        // Reflected back, or opened as a voice record: it does not open.
+        var back = iKeys.makeOpener()
+        assertRejects(&back, datagram, .tampered(counter: 0))
+        XCTAssertNotEqual(ChannelDatagramKeys(link: try completedLink().0).sendKey, iKeys.sendKey, "fresh for every link")
+    }
+
     func testVoiceKeysAreFreshPerSession() throws {
         let (i, r) = try completedLink()
         let iSession = VoiceKeys.makeSessionID(crypto: crypto), rSession = VoiceKeys.makeSessionID(crypto: crypto)

@@ -185,7 +185,8 @@ public enum ChannelWire {
     public static let maxDataBytes = 65_536
     /// Largest message of a `messages` stream (sent in one or more DATA fragments).
     public static let maxMessageBytes = 65_536
-    /// Largest datagram of a `datagrams` stream, so that a sealed one fits a 1280-byte IPv6 MTU.
+    /// Largest datagram of a `datagrams` stream: sealed, with its length prefix, 1233 bytes of UDP
+    /// payload, unfragmented on any path with the usual 1500-byte MTU.
     public static let maxDatagramBytes = 1_200
     /// Largest window a stream may have open at once (2^31 - 1, as in HTTP/2).
     public static let maxWindowBytes: UInt32 = 0x7FFF_FFFF
