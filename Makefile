@@ -243,13 +243,15 @@ test-bluetooth-vm:
 
 # PeerVoice over real BlueZ in the two VMs (tests/bluetooth-vm/peervoice-a.sh, peervoice-b.sh): each
 # runs .build/debug/peervoiced --default-agent on its own session bus; A discovers B, pairs (both
-# people confirm), messages go both ways, A disconnects, A's bluetoothd is killed and restarted,
+# people confirm), messages go both ways, an app stream goes beside a text (peervoicectl open and
+# listen), A disconnects, A's bluetoothd is killed and restarted,
 # they connect again, then a refused pairing makes Connect fail with Rejected. About a minute.
 BLUETOOTH_OUT ?= .build/bluetooth-vm/peervoice
 .PHONY: test-bluetooth
 test-bluetooth: deps
 	scripts/deps.sh $(VM_PACKAGES) $(BUSCTL_PACKAGE)
 	$(SWIFT) build --product peervoiced $(SWIFT_FLAGS)
+	$(SWIFT) build --product peervoicectl $(SWIFT_FLAGS)
 	tests/bluetooth-vm/run-pair.sh --out $(BLUETOOTH_OUT) --timeout 600 \
 	    --guest-a tests/bluetooth-vm/peervoice-a.sh --guest-b tests/bluetooth-vm/peervoice-b.sh
 
