@@ -146,6 +146,29 @@ final class ChannelTests: XCTestCase {
         XCTAssertTrue(b.log.contains("datagrams with alpha") && b.log.contains("over UDP"), b.log)
     }
 
+    // MARK: The README
+
+    /// The README's two Python apps, taken from it as written, between two real peers.
+    func testTheReadmeExampleWorksAsWritten() throws {
+        let (a, b) = try connectedPair()
+        let readme = try String(contentsOfFile: Self.packageDirectory + "/README.md", encoding: .utf8)
+        let blocks = readme.components(separatedBy: "```python\n").dropFirst().map { $0.components(separatedBy: "\n```")[0] }
+        let bob = try XCTUnwrap(blocks.first { $0.contains("# chess-bob.py") }, "the README has chess-bob.py")
+        let alice = try XCTUnwrap(blocks.first { $0.contains("# chess-alice.py") }, "the README has chess-alice.py")
+        try bob.write(toFile: path("chess-bob.py"), atomically: true, encoding: .utf8)
+        try alice.write(toFile: path("chess-alice.py"), atomically: true, encoding: .utf8)
+        let bobProcess = try ChildProcess("/usr/bin/python3", [path("chess-bob.py")], environment: ["DBUS_SESSION_BUS_ADDRESS": b.bus.address],
+                                          logPath: path("bob.log"))
+        processes.append(bobProcess)
+        XCTAssertTrue(eventually(timeout: 15) { bobProcess.log.contains("waiting for games") }, bobProcess.log)
+        let aliceProcess = try ChildProcess("/usr/bin/python3", [path("chess-alice.py"), b.id],
+                                            environment: ["DBUS_SESSION_BUS_ADDRESS": a.bus.address], logPath: path("alice.log"))
+        processes.append(aliceProcess)
+        XCTAssertEqual(aliceProcess.wait(timeout: 20), 0, aliceProcess.log)
+        XCTAssertEqual(aliceProcess.log, "bob answers e7e5\n")
+        XCTAssertTrue(eventually(timeout: 5) { bobProcess.log.contains("alpha plays e2e4\n") }, bobProcess.log)
+    }
+
     // MARK: Opening and owners
 
     func testAChannelNobodyRegisteredIsRejectedAtOnceInWords() throws {
