@@ -78,7 +78,8 @@ extension Ctl {
         try loop.run(service) { .success(()) }
         withExtendedLifetime(registration) {}
         if let bridged = listener.bridged {
-            try bridge(bridged, to: service, lines: false) { nil }
+            // A messages stream is bridged as `open --mode messages` does: a message is a line.
+            try bridge(bridged, to: service, lines: listener.bridgedMode == "messages") { nil }
         }
         if let status = listener.exitStatus, status != 0 {
             throw Exit(status: status, message: "")
@@ -197,8 +198,9 @@ final class StreamListener {
     private let finish: (Result<Void, Exit>) -> Void
     private var children: Set<pid_t> = []
     private var taken = false
-    /// Without a command: the stream to bridge once the loop has ended.
+    /// Without a command: the stream to bridge once the loop has ended, and its mode.
     private(set) var bridged: Int32?
+    private(set) var bridgedMode = ""
     /// With `--once`: the command's exit status.
     private(set) var exitStatus: Int32?
 
@@ -221,6 +223,7 @@ final class StreamListener {
         let properties = arguments[3]
         if command.isEmpty {
             bridged = fd
+            bridgedMode = properties.lookup("mode")?.string ?? ""
             call.reply()
             return finish(.success(()))
         }

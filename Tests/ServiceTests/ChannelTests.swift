@@ -132,6 +132,17 @@ final class ChannelTests: XCTestCase {
         XCTAssertTrue(Set(sent.dropLast().map { $0.split(separator: " ")[0] }).count > 5_000, "sizes vary")
     }
 
+    func testPeervoicectlCarriesLinesAsMessages() throws {
+        let (a, b) = try connectedPair()
+        let listen = try shell(b, "exec peervoicectl listen org.example.Chat --once > \(path("chat"))", name: "listen")
+        XCTAssertTrue(eventually(timeout: 10) { b.log.contains("registered org.example.Chat") }, listen.log)
+        try "one\ntwo words\n\nthree".write(toFile: path("lines"), atomically: true, encoding: .utf8)
+        let open = try shell(a, "exec peervoicectl open \(b.id) org.example.Chat --mode messages < \(path("lines"))", name: "open")
+        XCTAssertEqual(open.wait(timeout: 20), 0, open.log)
+        XCTAssertEqual(listen.wait(timeout: 10), 0, listen.log)
+        XCTAssertEqual(read("chat"), "one\ntwo words\nthree\n", "a line is a message (an empty line is none), a message a line")
+    }
+
     func testDatagramsArriveMostlyAndNeverBlockTheSender() throws {
         let (a, b) = try connectedPair()
         try listener(b, "org.example.Game", ["count-datagrams", path("count")])
@@ -304,10 +315,15 @@ final class ChannelTests: XCTestCase {
         let mark = a.mark
         let holder = try app(a, ["open", b.id, "org.example.Chess", "stream", "hold", path("held-a")], name: "holder")
         XCTAssertTrue(eventually(timeout: 10) { holder.log.contains("opened") }, holder.log)
+        // peervoicectl bridging a stream says so and fails, rather than ending as if all was sent.
+        let bridge = try shell(a, "exec peervoicectl open \(b.id) org.example.Chess < /dev/zero", name: "bridge")
+        XCTAssertTrue(eventually(timeout: 10) { a.log.components(separatedBy: "accepted stream").count == 3 }, a.log)
         // The opener's own client sees StreamClosed only if it owns the stream: watch A's daemon log and the app.
         b.kill()
         XCTAssertTrue(eventually(timeout: 10) { !read("held-a").isEmpty }, "the app learns of the end within the silence limit")
         XCTAssertEqual(read("held-a"), "reset Connection reset by peer", "an abrupt end, not end of file")
+        XCTAssertEqual(bridge.wait(timeout: 10), 1, bridge.log)
+        XCTAssertTrue(bridge.log.contains("the stream ended abruptly"), bridge.log)
         XCTAssertTrue(a.log.contains("channels:") || a.states(of: b.id, after: mark).contains("disconnected"))
     }
 }
