@@ -266,17 +266,6 @@ final class StreamListener {
         defer { posix_spawn_file_actions_destroy(&actions) }
         posix_spawn_file_actions_adddup2(&actions, stdio, 0)
         posix_spawn_file_actions_adddup2(&actions, stdio, 1)
-        var attributes = posix_spawnattr_t()
-        posix_spawnattr_init(&attributes)
-        defer { posix_spawnattr_destroy(&attributes) }
-        var noSignals = sigset_t()
-        sigemptyset(&noSignals)
-        posix_spawnattr_setsigmask(&attributes, &noSignals)
-        var defaults = sigset_t()
-        sigemptyset(&defaults)
-        for signal in [SIGPIPE, SIGINT, SIGTERM, SIGHUP, SIGCHLD] { sigaddset(&defaults, signal) }
-        posix_spawnattr_setsigdefault(&attributes, &defaults)
-        posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF))
         // Blocking, as programs expect of their standard input and output.
         _ = fcntl(stdio, F_SETFL, fcntl(stdio, F_GETFL) & ~O_NONBLOCK)
         var inherited: [String] = []
@@ -289,7 +278,7 @@ final class StreamListener {
         let envp = (inherited + environment).map { strdup($0) } + [nil]
         defer { (argv + envp).forEach { free($0) } }
         var pid: pid_t = 0
-        let result = posix_spawnp(&pid, command[0], &actions, &attributes, argv, envp)
+        let result = withDefaultSignalSpawnAttributes { posix_spawnp(&pid, command[0], &actions, &$0, argv, envp) }
         guard result == 0 else {
             errno = result
             return nil

@@ -435,13 +435,11 @@ final class LinkChannels {
             endpoint.incomingMessage += payload
             guard endOfMessage else { return }
             endpoint.inbound.append(endpoint.incomingMessage)
-            endpoint.inboundBytes += endpoint.incomingMessage.count
             endpoint.incomingMessage = []
             return flush(endpoint)
         }
         guard endpoint.inbound.isEmpty else {
             endpoint.inbound.append(Array(payload))
-            endpoint.inboundBytes += payload.count
             return
         }
         switch payload.withUnsafeBytes({ endpoint.socket.write($0) }) {
@@ -449,11 +447,9 @@ final class LinkChannels {
             if let window = streams.delivered(endpoint.id, bytes: count) { send(window) }
             guard count < payload.count else { return }
             endpoint.inbound.append(Array(payload.dropFirst(count)))
-            endpoint.inboundBytes += payload.count - count
             flush(endpoint)
         case .wouldBlock:
             endpoint.inbound.append(Array(payload))
-            endpoint.inboundBytes += payload.count
             flush(endpoint)
         case .failed(let code):
             Log.debug("channels: the app's end of \(endpoint.id) failed (\(String(cString: strerror(code)))): the stream is reset")
@@ -485,7 +481,6 @@ final class LinkChannels {
             }
             break
         }
-        endpoint.inboundBytes -= taken
         if taken > 0, let window = streams.delivered(endpoint.id, bytes: taken) { send(window) }
         if endpoint.inbound.isEmpty {
             endpoint.writeWatch = nil

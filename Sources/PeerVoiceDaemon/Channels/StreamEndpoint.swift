@@ -16,7 +16,6 @@ final class StreamEndpoint {
     var inbound: [[UInt8]] = []
     /// How much of `inbound[0]` the app has taken (stream mode).
     var inboundOffset = 0
-    var inboundBytes = 0
     /// Fragments of the message arriving now (messages mode).
     var incomingMessage: [UInt8] = []
     /// A message read from the app and not yet all sent, and how much of it went.
@@ -46,7 +45,6 @@ final class StreamEndpoint {
         readWatch = nil
         writeWatch = nil
         inbound = []
-        inboundBytes = 0
         if abort { socket.abort() } else { socket.close() }
     }
 }
