@@ -334,7 +334,7 @@ bench-echo: deps bench-venv
 # and of 8 at once through peervoicectl, side by side with raw TCP (socat) and OpenSSH (a private
 # sshd); then a call's latency and PESQ-WB through a 20 Mbit/s bottleneck (three network
 # namespaces, tbf with a 100 ms queue in the middle one) alone, during a saturating stream, and
-# during a plain TCP flood. 3 fresh starts per part, about 6 minutes; needs root. Prints two
+# during a plain TCP flood. 3 fresh starts per part, about 10 minutes; needs root. Prints two
 # tables, writes bench/results/channels.json. BENCH_ARGS go to bench/channels/run.py, e.g.
 # BENCH_ARGS='--runs 5 --peervoice-args "--no-echo-cancel --no-noise-suppression"'. openssh-server
 # is installed for the baseline (on a machine with systemd it then also runs as a service).
