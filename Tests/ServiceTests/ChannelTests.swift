@@ -1,6 +1,7 @@
 import Foundation
 import GIO
 import Glibc
+import PeerVoiceCore
 import TestHarness
 import XCTest
 
@@ -252,6 +253,86 @@ final class ChannelTests: XCTestCase {
                        Self.invalidArgument)
         XCTAssertEqual(a.client.errorName("RegisterChannel", [Variant("org.example.X"), Variant(objectPath: "/x"),
                                                               Variant(dictionary: [("mode", Variant("stream"))])]), Self.invalidArgument)
+    }
+
+    // MARK: A hand-driven peer
+
+    /// A peer built from the core (`SecureLink`), paired with B: what reaches the wire.
+    private func pairedFakePeer(_ b: TestPeer, channels: Bool) throws -> (link: SecureLink, id: String) {
+        let identity = SecureLink.newIdentity()
+        let id = SecureLink.peerID(of: identity)
+        let hello = try Hello(instanceID: .random(), capabilities: channels ? [.text, ChannelWire.capability] : [.text],
+                              listenPort: 0, voicePort: 0, name: "mallory")
+        let mark = b.mark
+        let link = try SecureLink.connect(port: b.port, identity: identity, hello: hello)
+        try link.runHandshake()
+        _ = try XCTUnwrap(b.pairingRequest(for: id, after: mark))
+        try b.client.call("ConfirmPairing", [Variant(id), Variant(true)])
+        try link.sendPairing(.asking)
+        try link.sendPairing(.accept)
+        XCTAssertEqual(try link.awaitPairing(timeout: 5).decision, .accept)
+        XCTAssertNotNil(b.waitForState("connected", of: id, after: mark))
+        return (link, id)
+    }
+
+    /// The next channel frame from the daemon (other frames skipped), within `timeout`.
+    private func nextChannelFrame(_ link: SecureLink, timeout: Double = 5) throws -> ChannelFrame? {
+        let deadline = Date().addingTimeInterval(timeout)
+        while let record = try link.receiveRecord(timeout: max(0, deadline.timeIntervalSinceNow)) {
+            let body = try link.openBody(record)
+            if ChannelFrame.isChannelFrame(body) { return try ChannelFrame(body: body) }
+        }
+        return nil
+    }
+
+    func testAPeerWithoutChannelsIsNotAvailableAndItsChannelFramesEndTheLink() throws {
+        let b = try started.make("bravo", arguments: ["--verbose", "--no-auto-voice"])
+        let (link, id) = try pairedFakePeer(b, channels: false)
+        defer { link.close() }
+        do {
+            try b.client.call("OpenStream", [Variant(id), Variant("org.example.Chess"), Variant(dictionary: [])])
+            XCTFail("OpenStream to a peer without channels succeeded")
+        } catch {
+            XCTAssertEqual(error.name, "org.example.PeerVoice.Error.NotAvailable")
+            XCTAssertTrue(error.message.contains("mallory") && error.message.contains("without app channels"), error.message)
+        }
+        // It never announced channels, so its channel frames break the protocol.
+        try link.send(body: ChannelFrame.open(StreamID(rawValue: 1), mode: .stream, window: 65_536, datagramPort: 0,
+                                              channel: try ChannelName("org.example.Chess")).encodedBody())
+        let end = link.waitForEnd(timeout: 5)
+        XCTAssertTrue(end.ended)
+        XCTAssertEqual(end.frames.last, .goodbye(.protocolError))
+    }
+
+    /// A paired peer with channels (it dialled: its streams are odd) that breaks the rules: B says
+    /// GOODBYE with "protocol error" and ends the link, whatever its app does.
+    func testChannelFramesACorrectPeerNeverSendsEndTheLink() throws {
+        let b = try started.make("bravo", arguments: ["--verbose", "--no-auto-voice"])
+        try listener(b, "org.example.Chess", ["stall", "60", path("stalled")])
+        let chess = try ChannelName("org.example.Chess")
+        let cases: [(name: String, run: (SecureLink) throws -> Void, logged: String)] = [
+            ("an OPEN with B's own parity", { link in
+                try link.send(body: ChannelFrame.open(StreamID(rawValue: 2), mode: .stream, window: 65_536, datagramPort: 0, channel: chess).encodedBody())
+            }, "CHANNEL_OPEN for stream 2"),
+            ("DATA beyond the credit B gave, its app not reading", { link in
+                try link.send(body: ChannelFrame.open(StreamID(rawValue: 1), mode: .stream, window: 65_536, datagramPort: 0, channel: chess).encodedBody())
+                XCTAssertEqual(try self.nextChannelFrame(link), .accept(StreamID(rawValue: 1), window: 262_144, datagramPort: 0))
+                // Credit comes back only as B's app's socket takes the bytes; it stops taking them at some point.
+                for _ in 0..<1_024 {
+                    guard (try? link.send(body: ChannelFrame.data(StreamID(rawValue: 1), endOfMessage: false, sentAtUs: 0,
+                                                                 payload: [UInt8](repeating: 0x42, count: 65_536)).encodedBody())) != nil else { break }
+                }
+            }, "bytes of CHANNEL_DATA on stream 1 with a window of"),
+        ]
+        for (name, run, logged) in cases {
+            let (link, _) = try pairedFakePeer(b, channels: true)
+            defer { link.close() }
+            try run(link)
+            let end = link.waitForEnd(timeout: 10)
+            XCTAssertTrue(end.ended, name)
+            XCTAssertEqual(end.frames.last, .goodbye(.protocolError), name)
+            XCTAssertTrue(eventually(timeout: 5) { b.log.contains(logged) }, "\(name): \(b.log.suffix(1_500))")
+        }
     }
 
     // MARK: Many streams, slow readers, ends
