@@ -53,6 +53,8 @@ final class PeerVoiceService {
     private let lan: LANPeers
     private let connections: PeerConnections
     private let voice: VoiceControl
+    /// Registered channels and each link's streams.
+    let channels: Channels
     private let sleep = SleepMonitor()
     private let network = NetworkMonitor()
     private var goodbyeTimer: EventSource?
@@ -114,6 +116,7 @@ final class PeerVoiceService {
         lan.knownPeerAppeared = { [unowned connections] in connections.scheduleRedial($0, immediately: true) }
         voice = VoiceControl(options: options, crypto: crypto, ip: ip, registry: registry, links: links, bluetooth: bluetooth,
                              emit: emit, peerChanged: { service?.peerChanged($0) })
+        channels = Channels(links: links)
         service = self
         Log.info("identity \(ownID) (key \(ownKey))")
     }
@@ -166,6 +169,7 @@ final class PeerVoiceService {
 
     /// Says goodbye to every connected peer.
     func shutdown() {
+        channels.shutdown()
         for (_, link) in links.openLinks {
             link.close(goodbye: .shuttingDown, logReason: "shutting down")
         }
@@ -364,6 +368,23 @@ final class PeerVoiceService {
     func stopVoice(_ ref: PeerRef) throws(ServiceError) { try voice.stopVoice(ref) }
     func setVolume(_ ref: PeerRef, volume: Double) throws(ServiceError) { try voice.setVolume(ref, volume: volume) }
     func setPeerMuted(_ ref: PeerRef, muted: Bool) throws(ServiceError) { try voice.setPeerMuted(ref, muted: muted) }
+
+    // MARK: Channels
+
+    /// Opens a stream to `channel` on the peer `ref` names (`Channels.openStream`); checks the
+    /// peer (`UnknownPeer`), its link (`NotConnected`) and whether it carries channels
+    /// (`NotAvailable`) first.
+    func openStream(to ref: PeerRef, channel: ChannelName, mode: StreamMode,
+                    endedAbruptly: @escaping (PeerID, String) -> Void,
+                    completion: @escaping (Result<Int32, ServiceError>) -> Void) throws(ServiceError) {
+        let peer = try registry.resolve(ref)
+        guard let link = links.link(of: peer.id) else { throw .notConnected("\(peer.id) is not connected: Connect to it first") }
+        if let why = link.negotiated?.whyOff(.channels, who: peer.name.isEmpty ? peer.id.description : peer.name) {
+            throw .notAvailable(why)
+        }
+        let id = peer.id
+        channels.openStream(to: id, channel: channel, mode: mode, endedAbruptly: { endedAbruptly(id, $0) }, completion: completion)
+    }
 
     // MARK: Mute
 

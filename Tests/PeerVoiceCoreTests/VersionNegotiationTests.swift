@@ -104,15 +104,20 @@ final class VersionNegotiationTests: XCTestCase {
         XCTAssertEqual(link.capabilities, [.text, .presence], "no voice or hosted calls: the peer did not announce them")
     }
 
-    /// Channels came with a later version than the link runs at: off, even when both announce
-    /// them; a newer peer's unknown feature bits are dropped.
+    /// Channels came with version 7: off on a link at 6, even when both announce them (a
+    /// version-6 side cannot); a newer peer's unknown feature bits are dropped.
     func testAFeatureNewerThanTheLinkIsOff() throws {
-        let link = try LinkProtocol.negotiate(local: range(6, 7), localCapabilities: ours.union(.channels),
-                                              peerPreamble: range(6, 9),
-                                              peerCapabilities: [.text, .voice, .presence, .hostedCalls, .channels,
-                                                                 Capabilities(rawValue: 1 << 15), .highestVersion(9)])
-        XCTAssertEqual(link.version, 7)
-        XCTAssertEqual(link.capabilities, [.text, .voice, .presence, .hostedCalls])
+        let newer = try LinkProtocol.negotiate(local: range(6, 7), localCapabilities: ours.union(.channels),
+                                               peerPreamble: range(6, 9),
+                                               peerCapabilities: [.text, .voice, .presence, .hostedCalls, .channels,
+                                                                  Capabilities(rawValue: 1 << 15), .highestVersion(9)])
+        XCTAssertEqual(newer.version, 7)
+        XCTAssertEqual(newer.capabilities, [.text, .voice, .presence, .hostedCalls, .channels])
+        let atSix = try LinkProtocol.negotiate(local: VersionRange(only: 6), localCapabilities: ours.union(.channels),
+                                               peerPreamble: range(6, 7),
+                                               peerCapabilities: [.text, .voice, .presence, .hostedCalls, .channels, .highestVersion(7)])
+        XCTAssertEqual(atSix.version, 6)
+        XCTAssertEqual(atSix.capabilities, [.text, .voice, .presence, .hostedCalls])
     }
 
     /// The preamble is in the clear, the HELLO authenticated: a man in the middle who lowers a
@@ -132,10 +137,10 @@ final class VersionNegotiationTests: XCTestCase {
     func testWhyAFeatureIsOffNamesThePeersVersionOrItsChoice() {
         let old = LinkProtocol(version: 6, peerVersions: VersionRange(only: 6), capabilities: [.text, .voice, .presence, .hostedCalls])
         XCTAssertEqual(old.whyOff(.channels, who: "bravo"),
-                       "bravo runs PeerVoice protocol 6; app channels came with protocol 8: update it")
+                       "bravo runs PeerVoice protocol 6; app channels came with protocol 7: update it")
         XCTAssertNil(old.whyOff(.voice, who: "bravo"))
         let quiet = LinkProtocol(version: 7, peerVersions: range(6, 7), capabilities: [.text])
-        XCTAssertEqual(quiet.whyOff(.voice, who: "bravo"), "bravo does not offer voice (its service runs without it)")
+        XCTAssertEqual(quiet.whyOff(.voice, who: "bravo"), "bravo runs a PeerVoice without voice (its service does not offer it)")
     }
 
     /// HELLO's capabilities field: features in bits 0-15, the highest version in bits 16-31

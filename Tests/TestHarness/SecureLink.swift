@@ -262,11 +262,14 @@ public final class SecureLink: @unchecked Sendable {
 
     /// Opens one record received from the peer (throws `record` if it does not open).
     public func open(_ record: [UInt8]) throws -> Frame {
+        do { return try Frame(body: try openBody(record)) } catch let error as WireError { throw SecureLinkError.wire(error) }
+    }
+
+    /// The body a record opens to, whatever frame it is (throws `record` if it does not open).
+    public func openBody(_ record: [UInt8]) throws -> [UInt8] {
         guard var opener else { throw SecureLinkError.io("open before the handshake completed") }
         defer { self.opener = opener }
-        let plaintext: [UInt8]
-        do { plaintext = try opener.open(record) } catch { throw SecureLinkError.record(error) }
-        do { return try Frame(body: plaintext) } catch { throw SecureLinkError.wire(error) }
+        do { return try opener.open(record) } catch { throw SecureLinkError.record(error) }
     }
 
     /// The next frame (KEEPALIVEs included), or nil if none arrives within `timeout`.

@@ -90,7 +90,7 @@ public struct LinkProtocol: Equatable, Sendable {
         if let needed = feature.introducedIn, needed > peerVersions.highest {
             return "\(who) runs PeerVoice protocol \(peerVersions.highest); \(name) came with protocol \(needed): update it"
         }
-        return "\(who) does not offer \(name) (its service runs without it)"
+        return "\(who) runs a PeerVoice without \(name) (its service does not offer it)"
     }
 }
 
@@ -121,8 +121,8 @@ extension Capabilities {
         (.voice, 1, "voice"),
         (.presence, 5, "presence"),
         (.hostedCalls, 6, "hosted calls"),
-        (.channels, 8, "app channels"),
-        (.transfers, 9, "file transfers"),
+        (.channels, 7, "app channels"),
+        (.transfers, 8, "file transfers"),
     ]
 
     /// The features that exist at `version` (every unknown bit counts as newer than it).

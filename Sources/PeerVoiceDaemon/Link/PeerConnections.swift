@@ -585,7 +585,7 @@ extension PeerConnections: PeerLinkDelegate {
             pendingLinkClosed(link, entry: entry, reason: reason)
             return
         }
-        guard let peer = links.close(link, reason: "the link closed") else { return }
+        guard let peer = links.close(link, reason: "the link closed: \(reason)") else { return }
         Log.info("\(peer.id) disconnected: \(reason)")
         if case .goodbye(.userDisconnected) = reason { registry.setStayDisconnected(peer, true) }
         registry.setState(peer, .disconnected)

@@ -1,0 +1,93 @@
+import GIO
+import PeerVoiceCore
+
+/// App channels (issue 29; docs/PROTOCOL.md §13): which owner has registered which channel name
+/// on this computer, and each open link's streams (`LinkChannels`). The bus face is
+/// `BusChannels`; components of the service itself (file transfers) use the same two calls:
+///
+/// - `register(_:handler:)`: a `ChannelHandler` gets every stream a peer opens to the name, as
+///   a socket descriptor;
+/// - `openStream(to:channel:mode:endedAbruptly:completion:)`: a stream to a peer's channel,
+///   completed with this side's descriptor once the peer's owner has taken the other end.
+///
+/// Streams end with their link: they are not carried across a reconnection. A link component
+/// (`PeerLinks`): the channel frames are its own, raw (its codec is `ChannelFrame`), and only
+/// links that carry channels (both sides announced them, docs/PROTOCOL.md §3.1) get streams.
+final class Channels: LinkComponent {
+    /// How long a handler has to answer a stream before it is refused (`appDidNotAnswer`).
+    static let answerTimeout: Duration = .seconds(10)
+
+    private var handlers: [ChannelName: ChannelHandler] = [:]
+    private var links: [PeerID: LinkChannels] = [:]
+
+    init(links peerLinks: PeerLinks) {
+        peerLinks.register(self, bodies: ChannelFrameType.allCases.map(\.rawValue), capability: .channels)
+    }
+
+    var offeredCapabilities: Capabilities { .channels }
+
+    /// Registers `name` for `handler`. Registering a name again for the same handler changes
+    /// nothing; another handler's name is `InUse`.
+    func register(_ name: ChannelName, handler: ChannelHandler) throws(ServiceError) {
+        if let owner = handlers[name], owner !== handler {
+            throw .inUse("\(name) is registered by another client: pick another name, or wait until it unregisters")
+        }
+        handlers[name] = handler
+    }
+
+    /// Gives `name` up if `handler` owns it; false otherwise.
+    @discardableResult
+    func unregister(_ name: ChannelName, handler: ChannelHandler) -> Bool {
+        guard handlers[name] === handler else { return false }
+        handlers[name] = nil
+        return true
+    }
+
+    /// Every name `handler` owns is given up (its owner left).
+    func unregisterAll(of handler: ChannelHandler) {
+        handlers = handlers.filter { $0.value !== handler }
+    }
+
+    /// Opens a stream to the app that registered `channel` on `peer`, which must have an open
+    /// link that carries channels (`NotConnected`, `NotAvailable` otherwise).
+    func openStream(to peer: PeerID, channel: ChannelName, mode: StreamMode, endedAbruptly: @escaping (String) -> Void,
+                    completion: @escaping (Result<Int32, ServiceError>) -> Void) {
+        guard let link = links[peer] else {
+            return completion(.failure(.notConnected("\(peer) is not connected: Connect to it first")))
+        }
+        link.open(channel, mode: mode, endedAbruptly: endedAbruptly, completion: completion)
+    }
+
+    // MARK: Links
+
+    /// A link to `peer` opened: its streams start here if it carries channels (to a peer that
+    /// did not announce them, no channel frame is ever sent).
+    func linkOpened(_ link: PeerLink, to peer: Peer) {
+        links.removeValue(forKey: peer.id)?.linkClosed(reason: "replaced by a new link")
+        guard link.negotiated?.capabilities.contains(.channels) == true else { return }
+        links[peer.id] = LinkChannels(link: link, peer: peer.id, peerName: link.peerHello?.name ?? peer.name) { [unowned self] in
+            handlers[$0]
+        }
+    }
+
+    /// `peer`'s link closed: every stream on it ends abruptly.
+    func linkClosed(_ link: PeerLink, of peer: Peer, reason: String) {
+        links.removeValue(forKey: peer.id)?.linkClosed(reason: reason)
+    }
+
+    /// A channel frame from `peer` (only links that carry channels bring them).
+    func received(body: ArraySlice<UInt8>, on link: PeerLink, from peer: Peer) throws {
+        try links[peer.id]?.received(body)
+    }
+
+    /// Every frame of one read was handed over: the moment for FEEDBACK.
+    func inputDrained(on link: PeerLink, from peer: Peer) {
+        links[peer.id]?.inputDrained()
+    }
+
+    /// The service stops: streams are reset so that the peers' apps learn it at once.
+    func shutdown() {
+        for link in links.values { link.resetAll(.serviceStopping) }
+    }
+
+}
