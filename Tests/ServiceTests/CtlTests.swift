@@ -829,20 +829,22 @@ final class CtlTests: XCTestCase {
         guard status == 0 else { return }
         print("make install took \(Int(Date().timeIntervalSince(started))) s")
 
+        // Every interface description of the bus API, whatever dbus/ holds.
+        let interfaces = try FileManager.default.contentsOfDirectory(atPath: Self.packageDirectory + "/dbus")
+            .filter { $0.hasSuffix(".xml") }
+        XCTAssertTrue(interfaces.contains("org.example.PeerVoice.xml"), "\(interfaces)")
         let files = [
             "usr/bin/peervoiced", "usr/bin/peervoicectl", "usr/bin/peervoice",
             "usr/share/applications/org.example.PeerVoice.App.desktop",
             "usr/share/icons/hicolor/scalable/apps/org.example.PeerVoice.App.svg",
             "usr/share/locale/de/LC_MESSAGES/peervoice.mo",
-            "usr/share/dbus-1/interfaces/org.example.PeerVoice.xml",
-            "usr/share/dbus-1/interfaces/org.example.PeerVoice.Peer.xml",
-            "usr/share/dbus-1/interfaces/org.example.PeerVoice.ChannelHandler.xml",
             "usr/share/dbus-1/services/org.example.PeerVoice.service",
             "usr/lib/systemd/user/peervoiced.service",
             "usr/share/applications/peervoiced.desktop",
             "etc/xdg/autostart/peervoiced.desktop",
             "usr/share/bash-completion/completions/peervoicectl",
-        ]
+            "usr/share/man/man8/peervoiced.8", "usr/share/man/man1/peervoicectl.1", "usr/share/man/man1/peervoice.1",
+        ] + interfaces.map { "usr/share/dbus-1/interfaces/" + $0 }
         let installed = Set((FileManager.default.enumerator(atPath: root)?.allObjects as? [String] ?? [])
             .filter { !FileManager.default.isDirectory(root + "/" + $0) })
         XCTAssertEqual(installed, Set(files))
@@ -862,9 +864,16 @@ final class CtlTests: XCTestCase {
         let app = read("usr/share/applications/org.example.PeerVoice.App.desktop")
         XCTAssertTrue(app.contains("\nExec=/usr/bin/peervoice\n"), app)
         XCTAssertTrue(app.contains("\nIcon=org.example.PeerVoice.App\n"), app)
+        // help2man's pages: each program's --help (an option of each) under a SYNOPSIS.
+        for (page, program, option) in [("usr/share/man/man8/peervoiced.8", "peervoiced", "\\-\\-listen"),
+                                         ("usr/share/man/man1/peervoicectl.1", "peervoicectl", "discover")] {
+            let text = read(page)
+            XCTAssertTrue(text.contains(".TH \(program.uppercased())") && text.contains(".SH SYNOPSIS"), "\(page): \(text.prefix(300))")
+            XCTAssertTrue(text.contains(option), "\(page) holds \(program) --help: \(text.prefix(2_000))")
+        }
         XCTAssertEqual(read("usr/share/bash-completion/completions/peervoicectl"),
                        try String(contentsOfFile: Self.packageDirectory + "/completion/peervoicectl.bash", encoding: .utf8))
-        for interface in ["org.example.PeerVoice.xml", "org.example.PeerVoice.Peer.xml", "org.example.PeerVoice.ChannelHandler.xml"] {
+        for interface in interfaces {
             XCTAssertEqual(read("usr/share/dbus-1/interfaces/" + interface),
                            try String(contentsOfFile: Self.packageDirectory + "/dbus/" + interface, encoding: .utf8))
         }
