@@ -19,8 +19,10 @@ final class Channels: LinkComponent {
 
     private var handlers: [ChannelName: ChannelHandler] = [:]
     private var links: [PeerID: LinkChannels] = [:]
+    private unowned let peerLinks: PeerLinks
 
     init(links peerLinks: PeerLinks) {
+        self.peerLinks = peerLinks
         peerLinks.register(self, bodies: ChannelFrameType.allCases.map(\.rawValue), capability: .channels)
     }
 
@@ -49,10 +51,14 @@ final class Channels: LinkComponent {
     }
 
     /// Opens a stream to the app that registered `channel` on `peer`, which must have an open
-    /// link that carries channels (`NotConnected`, `NotAvailable` otherwise).
+    /// link that carries channels (`NotConnected`, or `NotAvailable` naming the version to update).
     func openStream(to peer: PeerID, channel: ChannelName, mode: StreamMode, endedAbruptly: @escaping (String) -> Void,
                     completion: @escaping (Result<Int32, ServiceError>) -> Void) {
         guard let link = links[peer] else {
+            if let open = peerLinks.link(of: peer),
+               let why = open.negotiated?.whyOff(.channels, who: open.peerHello?.name ?? peer.description) {
+                return completion(.failure(.notAvailable(why)))
+            }
             return completion(.failure(.notConnected("\(peer) is not connected: Connect to it first")))
         }
         link.open(channel, mode: mode, endedAbruptly: endedAbruptly, completion: completion)
