@@ -317,6 +317,7 @@ final class PeerVoiceService {
             throw .failed("could not forget \(id) in the state directory: \(error)")
         }
         lan.rotatePresenceSecret()
+        connections.handOutPresenceSecret()
         Log.info("removed \(id): key unpinned, \(failed) queued messages failed")
         peersChanged()
     }

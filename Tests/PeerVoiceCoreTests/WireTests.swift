@@ -9,16 +9,17 @@ final class WireTests: XCTestCase {
     // MARK: - Preamble
 
     func testPreambleBytes() {
-        XCTAssertEqual(Preamble.bytes, [0x50, 0x56, 0x4C, 0x4B, 0x00, 0x06, 0x00, 0x00])
+        XCTAssertEqual(Preamble.bytes, [0x50, 0x56, 0x4C, 0x4B, 0x00, 0x08, 0x00, 0x00])
         XCTAssertEqual(Preamble.byteCount, 8)
     }
 
     func testPreambleCheck() throws {
         XCTAssertNoThrow(try Preamble.check(Preamble.bytes))
         // The reserved field is ignored on receipt.
-        XCTAssertNoThrow(try Preamble.check([0x50, 0x56, 0x4C, 0x4B, 0x00, 0x06, 0xAB, 0xCD]))
-        // Version 5 lacks the call's frames, 4 PRESENCE, 2 VOICE_REPORT: each would close the
-        // link on one, so they are refused up front.
+        XCTAssertNoThrow(try Preamble.check([0x50, 0x56, 0x4C, 0x4B, 0x00, 0x08, 0xAB, 0xCD]))
+        // Version 6 lacks the dial proof, 5 the call's frames, 4 PRESENCE, 2 VOICE_REPORT: each
+        // would fail message 1 or close the link on a frame, so they are refused up front.
+        assertThrows(WireError.unsupportedVersion(6)) { try Preamble.check([0x50, 0x56, 0x4C, 0x4B, 0x00, 0x06, 0x00, 0x00]) }
         assertThrows(WireError.unsupportedVersion(5)) { try Preamble.check([0x50, 0x56, 0x4C, 0x4B, 0x00, 0x05, 0x00, 0x00]) }
         assertThrows(WireError.unsupportedVersion(4)) { try Preamble.check([0x50, 0x56, 0x4C, 0x4B, 0x00, 0x04, 0x00, 0x00]) }
         assertThrows(WireError.unsupportedVersion(2)) { try Preamble.check([0x50, 0x56, 0x4C, 0x4B, 0x00, 0x02, 0x00, 0x00]) }
@@ -481,7 +482,7 @@ final class WireTests: XCTestCase {
                        "frame of 1000000 bytes is over the limit (70000 bytes; 1024 during the handshake)")
         XCTAssertEqual(WireError.unknownFrameType(0x0A).description, "unknown frame type 0x0a")
         XCTAssertEqual(WireError.unsupportedVersion(1).description,
-                       "peer speaks protocol version 1; this side speaks version 6")
+                       "peer speaks protocol version 1; this side speaks version 8")
         XCTAssertEqual(WireError.trailingBytes(.ack, count: 1).description, "ACK frame has 1 unexpected trailing byte")
         XCTAssertEqual(WireError.frameTooShort(.text, bodyBytes: 9, requiredBytes: 33).description,
                        "TEXT frame of 9 bytes is too short (needs 33)")

@@ -61,15 +61,18 @@ public final class SecureLink: @unchecked Sendable {
 
     /// - Parameters:
     ///   - expectedRemoteStaticKey: the key the peer must present (as a pinned peer would).
+    ///   - proofKey: what message 1's dial proof proves (an initiator without it sends random bytes).
     public init(stream: TCPStream, role: HandshakeRole, identity: StaticIdentity, hello: Hello,
-                expectedRemoteStaticKey: [UInt8]? = nil) throws {
+                expectedRemoteStaticKey: [UInt8]? = nil, proofKey: DialProofKey? = nil) throws {
         self.stream = stream
         self.role = role
         self.identity = identity
         self.hello = hello
         do {
             handshake = try Handshake(role: role, identity: identity, payload: Frame.hello(hello).encodedBody(),
-                                      expectedRemoteStaticKey: expectedRemoteStaticKey, crypto: Self.crypto)
+                                      expectedRemoteStaticKey: expectedRemoteStaticKey,
+                                      dialProof: DialProof.isCarried(atVersion: Wire.protocolVersion) ? .present(proofKey) : .absent,
+                                      crypto: Self.crypto)
         } catch {
             throw SecureLinkError.handshake(error)
         }

@@ -10,8 +10,8 @@
 public enum DialProof {
     /// Bytes of the proof field.
     public static let byteCount = 16
-    /// The protocol version whose message 1 carries the field: a placeholder the lead assigns
-    /// when merging, and the one place that names it.
+    /// The protocol version whose message 1 carries the field: a placeholder (the final number
+    /// comes with the version negotiation of issue 36), and the one place that names it.
     public static let protocolVersion: UInt16 = 8
     private static let label = Array("PeerVoice dial proof".utf8)
 

@@ -1,11 +1,12 @@
-/// Constants of the peer-link wire protocol (version 6, docs/PROTOCOL.md) and its framing layer.
+/// Constants of the peer-link wire protocol (version 8, a placeholder, docs/PROTOCOL.md) and its framing layer.
 ///
 /// The framing layer (preamble, `u32` length prefix, body) is independent of what a body
 /// contains, so that the protocol (since version 2) can seal each body with an AEAD without touching it: see
 /// ``FrameDecoder/nextBody()`` and ``Wire/lengthPrefixed(_:)``.
 public enum Wire {
-    /// The protocol version this implementation speaks and sends in its ``Preamble``.
-    public static let protocolVersion: UInt16 = 6
+    /// The protocol version this implementation speaks and sends in its ``Preamble``: the one
+    /// whose message 1 carries the dial proof (``DialProof/protocolVersion``, a placeholder).
+    public static let protocolVersion: UInt16 = DialProof.protocolVersion
 
     /// Size of the big-endian `u32` length prefix in front of each frame body.
     public static let lengthPrefixBytes = 4

@@ -303,8 +303,13 @@ final class PeerConnections {
         pendingLinks[ObjectIdentifier(link)] = PendingLink(link: link, dialled: dialled, dial: dial)
         link.delegate = self
         var pinned: PublicKey?
-        if case .peer(let id) = dialled, let peer = registry[id], peer.paired { pinned = peer.key }
-        link.start(hello: hello(), identity: identity, pinnedKey: pinned?.bytes, crypto: crypto)
+        var proofKey: DialProofKey?
+        if case .peer(let id) = dialled, let peer = registry[id], peer.paired {
+            pinned = peer.key
+            // Its presence secret proves the dial, so that it answers us while not discoverable.
+            proofKey = peer.presenceSecret.map { DialProofKey(secret: $0, epoch: PresenceTag.epoch(unixSeconds: PeerVoiceService.nowMs() / 1000)) }
+        }
+        link.start(hello: hello(), identity: identity, pinnedKey: pinned?.bytes, proofKey: proofKey, crypto: crypto)
     }
 
     private func connectFailed(_ peer: Peer, _ error: ServiceError) {
@@ -328,11 +333,13 @@ final class PeerConnections {
         waiters.forEach { $0(.failure(error)) }
     }
 
-    /// Dials `peer` again later if it has messages waiting and may be dialled.
+    /// Dials `peer` again later if it has messages waiting, or still holds an older presence
+    /// secret of ours, and may be dialled.
     func scheduleRedial(_ peer: Peer, immediately: Bool = false) {
         var redial = redials[peer.id] ?? Redial()
         guard !asleep, peer.paired, !peer.routes.isEmpty, !peer.stayDisconnected, !peer.isConnected, dials[peer.id] == nil,
-              redial.timer == nil, !hasPendingLink(peer), delivery.hasPending(for: peer.id) else { return }
+              redial.timer == nil, !hasPendingLink(peer),
+              delivery.hasPending(for: peer.id) || lan.awaitsPresenceSecret(peer.id) else { return }
         redial.backoff = immediately ? .zero : min(Self.maxRedial, max(Self.firstRedial, redial.backoff * 2))
         redial.timer = Timer.after(redial.backoff) { [unowned self, weak peer] in
             guard let peer, registry.isCurrent(peer) else { return }
@@ -517,6 +524,32 @@ extension PeerConnections: PeerLinkDelegate {
         pairing.ask(about: peer, over: link)
     }
 
+    /// Our current presence secret, on an open link (it recognises our presence tags and proves
+    /// dials to us).
+    private func sendPresence(on link: PeerLink, to peer: PeerID) {
+        link.send(.presence(secret: lan.presenceSecret.bytes))
+        lan.presenceSecretSent(to: peer)
+    }
+
+    /// The presence secret was replaced: the peers connected now get the new one at once (the
+    /// others when they next connect, and they are dialled for it).
+    func handOutPresenceSecret() {
+        for peer in registry.all {
+            guard let link = peer.link else {
+                scheduleRedial(peer, immediately: true)
+                continue
+            }
+            sendPresence(on: link, to: peer.id)
+        }
+    }
+
+    func linkMayAnswer(_ link: PeerLink, dialProof: DialProofClaim?) -> Bool {
+        let decision = lan.decide(on: dialProof, over: link)
+        guard case .refuse(let why) = decision else { return true }
+        Log.info("dial from \(link.remote) refused like a stranger's: \(why)")
+        return false
+    }
+
     func linkMayContinueAfterCommitment(_ link: PeerLink) -> Bool {
         guard pairing.allowsKeyExchange(by: Self.host(of: link.remote)) else {
             Log.warning("too many key exchanges from \(Self.host(of: link.remote)) within a minute: closing \(link.remote) without going on (each one could be a guess at a pairing code)")
@@ -562,7 +595,7 @@ extension PeerConnections: PeerLinkDelegate {
         peer.connectWaiters = []
         waiters.forEach { $0(.success(peer.id)) }
         // Now that the link is open and the key pinned: what lets this peer find us on a LAN.
-        link.send(.presence(secret: lan.presenceSecret.bytes))
+        sendPresence(on: link, to: id)
         delivery.linkOpened(link, to: id)
         voice?.linkOpened(link, to: peer)
         channels?.linkOpened(link, peer: id, hello: hello)
