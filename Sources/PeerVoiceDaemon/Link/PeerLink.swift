@@ -170,7 +170,12 @@ final class PeerLink {
     /// `proofKey`: what a dial proves with (the responder's presence secret), when we have it.
     func start(hello: Hello, identity: StaticIdentity, pinnedKey: [UInt8]?, proofKey: DialProofKey?, crypto: any CryptoPrimitives) {
         connection.onBytes = { [unowned self] bytes in received(bytes) }
-        connection.onClose = { [unowned self] reason in finish(.other(reason)) }
+        connection.onClose = { [unowned self] reason in
+            // Message 1 unanswered: most likely a listener that is not discoverable and took us
+            // for a stranger (docs/SECURITY.md §11.2); it tells nobody more.
+            let unanswered = isOutgoing && handshake?.nextAction == .receive(.responderEphemeral)
+            finish(.other(unanswered ? "\(reason) without answering the key exchange (a PeerVoice that is not discoverable answers only its paired peers)" : reason))
+        }
         connection.onDrained = { [unowned self] in outputDrained() }
         decoder.maxBodyBytes = Handshake.maxMessageBytes
         handshakeInputs = (Frame.hello(hello).encodedBody(), identity, pinnedKey, proofKey, crypto)
