@@ -1,10 +1,10 @@
 #!/usr/bin/python3
 """make bench-connect: what the dial proof (issue 35) costs a paired peer, and what a prober sees.
 
-Each run starts fresh: two private session buses, a peervoiced on each (B on its default LAN
-listener, no Avahi: B's StartDiscovery opens the listener and says LAN discovery is unavailable,
-which is all this needs). A connects to B by address while B is discoverable (both confirm), B
-stops being discoverable, then N times: A.Disconnect(B), and A.Connect(B's id) timed from the call
+Each run starts fresh: two private session buses, a peervoiced on each; A connects to B by address
+(both confirm), B restarts on its default LAN listener (no Avahi, no system bus: it is not
+discoverable and answers only its paired peers' proven dials), B dials A once (so A knows B's new
+route), then N times: A.Disconnect(B), and A.Connect(B's id) timed from the call
 to its reply (the link is open: key exchange and PAIRING known/known). Runs alternate between the
 baseline binary (--baseline-bin: before the change) and this one (--bin). With --probes K, each run
 of this binary also sends K probes of each kind (tests/prober/pvprobe.py) to B and records when
@@ -29,23 +29,44 @@ from gi.repository import GLib  # noqa: E402
 PROBER = os.path.join(HERE, "..", "tests", "prober", "pvprobe.py")
 
 
-def start_pair(binary, directory, children, conns):
+def start_b(binary, directory, address_b, conn_b, children, listen):
+    """B on its bus; `listen`: on a loopback port of its own, else on its default LAN listener."""
+    state_b = os.path.join(directory, "b-state")
+    env = dict(os.environ, DBUS_SESSION_BUS_ADDRESS=address_b)
+    argv = [binary, "--state-dir", state_b, "--name", "bench-b"] + (["--listen", "127.0.0.1:0"] if listen else [])
+    children["daemon_b"] = m.Child("peervoiced b", argv, os.path.join(directory, "peervoiced-b.log"), env=env)
+    if not m.run_until(lambda: m.name_owner(conn_b) is not None, 15):
+        raise m.BenchError("peervoiced b did not start: " + children["daemon_b"].log_text()[:400])
+    return m.Service(conn_b, m.name_owner(conn_b)), state_b
+
+
+def start_pair(binary, directory, children, conns, services):
+    """A and B paired, B then restarted on its default listener with nobody discoverable (no
+    Avahi: there is no system bus), and A knowing that route (B dialled A once)."""
     bus_a, address_a = m.start_bus(directory, "bus-a")
     children["bus_a"] = bus_a
     bus_b, address_b = m.start_bus(directory, "bus-b")
     children["bus_b"] = bus_b
     conn_a, conn_b = m.connect_bus(address_a), m.connect_bus(address_b)
     conns += [conn_a, conn_b]
-    # No system bus: no Avahi, no BlueZ (the listener and the links are what is measured).
     os.environ["DBUS_SYSTEM_BUS_ADDRESS"] = "unix:path=" + os.path.join(directory, "no-system-bus")
     _, owner_a, _ = m.start_daemon(binary, directory, "a", address_a, conn_a, children)
-    state_b = os.path.join(directory, "b-state")
-    env = dict(os.environ, DBUS_SESSION_BUS_ADDRESS=address_b)
-    children["daemon_b"] = m.Child("peervoiced b", [binary, "--state-dir", state_b, "--name", "bench-b"],
-                                   os.path.join(directory, "peervoiced-b.log"), env=env)
-    if not m.run_until(lambda: m.name_owner(conn_b) is not None, 15):
-        raise m.BenchError("peervoiced b did not start: " + children["daemon_b"].log_text()[:400])
-    return m.Service(conn_a, owner_a), m.Service(conn_b, m.name_owner(conn_b)), state_b
+    a = m.Service(conn_a, owner_a)
+    b, _ = start_b(binary, directory, address_b, conn_b, children, listen=True)
+    services += [a, b]
+    for service in (a, b):
+        service.on("PairingRequested", lambda _t, xs, service=service: service.call_async(
+            "ConfirmPairing", GLib.Variant("(sb)", (xs[0], True)), None, lambda *_: None))
+    call(a, "Connect", "ip:" + b.get_property("ListenAddress"))
+    a.on("PairingRequested", None)
+    id_a, id_b = a.get_property("Id"), b.get_property("Id")
+    b.close()
+    services.remove(b)
+    children.pop("daemon_b").stop()
+    b, state_b = start_b(binary, directory, address_b, conn_b, children, listen=False)
+    services.append(b)
+    call(b, "Connect", id_a)
+    return a, b, id_b, state_b
 
 
 def call(service, method, args):
@@ -64,21 +85,8 @@ def one_run(index, binary, label, args, workdir):
     children, conns, services = {}, [], []
     result = {"run": index, "binary": label, "loadavg_before": os.getloadavg()}
     try:
-        a, b, state_b = start_pair(binary, directory, children, conns)
-        services += [a, b]
-        try:
-            call(b, "StartDiscovery", None)
-        except m.BenchError:
-            pass  # "LAN discovery is not available" (no Avahi): the listener is open all the same.
+        a, b, id_b, state_b = start_pair(binary, directory, children, conns, services)
         port = b.get_property("ListenAddress").rsplit(":", 1)[1]
-        id_b = b.get_property("Id")
-        for service in (a, b):
-            service.on("PairingRequested", lambda _t, xs, service=service: service.call_async(
-                "ConfirmPairing", GLib.Variant("(sb)", (xs[0], True)), None, lambda *_: None))
-        call(a, "Connect", f"ip:127.0.0.1:{port}")
-        a.on("PairingRequested", None)
-        b.on("PairingRequested", None)
-        call(b, "StopDiscovery", None)
         state = {}
         a.on("PeerStateChanged", lambda _t, xs: state.update({xs[0]: xs[1]}))
         times = []
@@ -112,13 +120,7 @@ def one_run(index, binary, label, args, workdir):
         result["error"] = str(error)
         m.log(f"run {index} ({label}): FAILED: {error}")
     finally:
-        for service in services:
-            service.close()
-        for conn in conns:
-            try:
-                conn.close_sync(None)
-            except GLib.Error:
-                pass
+        m.close_clients(services, conns)
         for name in ("daemon_a", "daemon_b", "bus_a", "bus_b"):
             if name in children:
                 children[name].stop()
