@@ -470,6 +470,57 @@ final class LANTests: XCTestCase {
         XCTAssertTrue(routes.children.contains { $0[1].string == "ip:10.77.0.4:47800" }, "\(routes)")
     }
 
+    /// docs/SECURITY.md §11.3: RemovePeer replaces B's presence secret while A, disconnected,
+    /// still holds the old one: A's dial still opens B (no prompt) and A is given the new secret
+    /// on that link; from then on the old secret opens nothing, so the removed Carol, who held it
+    /// too, is refused like a stranger (before that, while A still needed it, her dial got as far
+    /// as B's PAIRING refusal, the trade-off the document states).
+    func testAfterRemovePeerTheOthersStillGetThroughAndThenTheOldSecretOpensNothing() throws {
+        let (_, idB, _) = try pairWhileBIsDiscoverable()
+        // Carol on B's host: each host has its own key-exchange limit (3 a minute), and this test
+        // makes 4 from A's side and Carol's together.
+        let carolBus = try PrivateBus(in: lan.b.directory)
+        extraBuses.append(carolBus)
+        let carol = try start(on: lan.b, name: "Carol", sessionBus: carolBus)
+        try pair(carol, with: b, at: Self.addressB)
+        let idCarol = try XCTUnwrap(try carol.property("Id").string)
+        try a.call("Disconnect", [Variant(idB)])
+        XCTAssertNotNil(b.waitForSignal("PeerStateChanged") { $0.string(1) == "disconnected" }, logs)
+        let olderFile = daemons[1].stateDirectory + "/presence-older.key"
+
+        try b.call("RemovePeer", [Variant(idCarol)])
+        XCTAssertTrue(eventually(timeout: 5) { ((try? String(contentsOfFile: olderFile, encoding: .utf8)) ?? "").contains(try! self.a.property("Id").string!) },
+                      "B does not keep the old secret for A: \(String(describing: try? String(contentsOfFile: olderFile, encoding: .utf8)))\n\(logs)")
+        // Carol still holds the old secret: her dial is answered, and B refuses her at PAIRING.
+        XCTAssertThrowsError(try carol.call("Connect", [Variant(idB)], timeout: .seconds(20)))
+        XCTAssertTrue(daemons[1].process.log.contains("refused: not discoverable"), logs)
+
+        // A, with the old secret, gets through at once and is given the new one.
+        a.clearSignals()
+        b.clearSignals()
+        do {
+            try a.call("Connect", [Variant(idB)], timeout: .seconds(20))
+        } catch {
+            return XCTFail("A, holding the old secret, did not get through: \(error)\n\(logs)")
+        }
+        XCTAssertTrue(b.signals("PairingRequested").isEmpty && a.signals("PairingRequested").isEmpty, "someone was asked")
+        XCTAssertTrue(eventually(timeout: 5) { ((try? String(contentsOfFile: olderFile, encoding: .utf8)) ?? "x").isEmpty },
+                      "the old secret is still accepted after A was given the new one\n\(logs)")
+
+        // Now the old secret opens nothing: Carol's dial is a stranger's.
+        do {
+            try carol.call("Connect", [Variant(idB)], timeout: .seconds(20))
+            XCTFail("the removed peer got through with the old secret\n\(logs)")
+        } catch {
+            XCTAssertTrue(error.message.contains("answers only its paired peers"), error.message)
+        }
+        // And A, with the new secret, is still welcome.
+        try a.call("Disconnect", [Variant(idB)])
+        try a.call("Send", [Variant(idB), Variant("with the new secret")])
+        try a.call("Connect", [Variant(idB)], timeout: .seconds(20))
+        XCTAssertNotNil(b.waitForSignal("MessageReceived") { $0.string(2) == "with the new secret" }, logs)
+    }
+
     // MARK: Spoofing
 
     /// Advertisements are only claims: one carrying B's key at another address (where another
