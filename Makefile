@@ -58,7 +58,8 @@ PACKAGES := \
 # libspa-0.2-modules for module-echo-cancel's webrtc backend (AudioProcessing tests and bench-echo);
 # python3-dbusmock for the stand-in notification
 # server and desktop portal of DesktopTests; avahi-daemon, avahi-utils (avahi-browse) and iproute2
-# (ip netns, veth) for LANTests' two network namespaces, each with its own avahi-daemon (as root).
+# (ip netns, veth) for LANTests' two network namespaces, each with its own avahi-daemon (as root);
+# python3-cryptography for their prober (tests/prober/pvprobe.py: X25519, ChaCha20-Poly1305).
 # The desktop app's tests (AppTests): xvfb (the X
 # server), at-spi2-core (the accessibility bus), python3-pyatspi and gir1.2-atspi-2.0 (the AT-SPI
 # driver tests/app/atspi.py), xdotool (press and hold), imagemagick (screenshots), locales (the
@@ -75,6 +76,7 @@ TEST_PACKAGES := \
 	wireplumber \
 	libspa-0.2-modules \
 	python3-dbusmock \
+	python3-cryptography \
 	avahi-daemon \
 	avahi-utils \
 	iproute2 \
@@ -305,6 +307,20 @@ clean:
 bench-messages: deps
 	$(SWIFT) build -c release --product peervoiced $(SWIFT_FLAGS)
 	/usr/bin/python3 bench/messages.py --bin "$$($(SWIFT) build -c release $(SWIFT_FLAGS) --show-bin-path)/peervoiced" $(BENCH_ARGS)
+
+# What the dial proof (issue 35) costs a paired peer's Connect on loopback, and how a prober's
+# dials are closed (bench/connect.py): this build against BENCH_BASELINE (the commit before the
+# change), both release; the baseline is exported with git archive and built once under
+# .build/bench-baseline/COMMIT/. BENCH_ARGS go to bench/connect.py, e.g. '--runs 3'.
+BENCH_BASELINE ?= 338f2a6
+.PHONY: bench-connect
+bench-connect: deps
+	$(SWIFT) build -c release --product peervoiced $(SWIFT_FLAGS)
+	@dir=.build/bench-baseline/$(BENCH_BASELINE); if [ ! -x $$dir/.build/release/peervoiced ]; then \
+	    rm -rf $$dir && mkdir -p $$dir && git archive $(BENCH_BASELINE) | tar -x -C $$dir && \
+	    (cd $$dir && $(SWIFT) build -c release --product peervoiced $(SWIFT_FLAGS)); fi
+	/usr/bin/python3 bench/connect.py --bin "$$($(SWIFT) build -c release $(SWIFT_FLAGS) --show-bin-path)/peervoiced" \
+	    --baseline-bin .build/bench-baseline/$(BENCH_BASELINE)/.build/release/peervoiced $(BENCH_ARGS)
 
 # Smoke test of the two-VM harness with BlueZ's own tools only (no PeerVoice code): A discovers
 # and pairs with B, B restarts bluetoothd, A sees B again. Logs and summary.txt go to

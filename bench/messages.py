@@ -288,6 +288,17 @@ class Service:
         self.handlers = {}
 
 
+def close_clients(services, conns):
+    """Unsubscribes the services and closes their bus connections."""
+    for service in services:
+        service.close()
+    for conn in conns:
+        try:
+            conn.close_sync(None)
+        except GLib.Error:
+            pass
+
+
 def windowed_calls(service, method, make_params, reply_type, n, window, on_reply=None):
     """Issues n calls keeping at most `window` in flight (the next call goes out from the
     previous reply's callback). Returns (call times, reply times, errors)."""
@@ -684,13 +695,7 @@ def one_run(index, args, workdir, logs_dir):
         result["error"] = f"D-Bus: {error.message}"
         log(f"run {index}: FAILED: D-Bus: {error.message}")
     finally:
-        for service in services:
-            service.close()
-        for conn in conns:
-            try:
-                conn.close_sync(None)
-            except GLib.Error:
-                pass
+        close_clients(services, conns)
         exits = {}
         # Daemons first (they say goodbye over TCP and release their names), then the buses.
         for name in ("daemon_a", "daemon_b", "bus_a", "bus_b"):

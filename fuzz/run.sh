@@ -23,7 +23,7 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 
-TARGETS=(frame-decoder handshake jitter-buffer lan-advertisement call-frames channel-frames)
+TARGETS=(frame-decoder handshake jitter-buffer lan-advertisement call-frames channel-frames dial-proof)
 SWIFTC=${SWIFTC:-swiftc}
 FUZZ_DIR=${FUZZ_DIR:-.build/fuzz}
 FUZZ_OPT=${FUZZ_OPT:--O}
@@ -108,8 +108,8 @@ build_target() {
     mkdir -p "$BUILD_DIR/bin"
     local out="$BUILD_DIR/bin/$target"
     local libs=(-L "$BUILD_DIR/lib" -lPeerVoiceCore)
-    # Only the handshake target needs the real cryptography.
-    if [[ $target == handshake ]]; then libs=(-I Sources/CSodium -L "$BUILD_DIR/lib" -lSodium -lPeerVoiceCore -lsodium); fi
+    # Only the handshake and dial-proof targets need the real cryptography.
+    if [[ $target == handshake || $target == dial-proof ]]; then libs=(-I Sources/CSodium -L "$BUILD_DIR/lib" -lSodium -lPeerVoiceCore -lsodium); fi
     if stale "$out" "fuzz/$target.swift" fuzz/support/*.swift "$BUILD_DIR/lib/libPeerVoiceCore.a" "$BUILD_DIR/lib/libSodium.a"; then
         echo "fuzz: building $target" >&2
         swiftc_quiet "${SWIFT_FLAGS[@]}" -module-name "FuzzTarget" -I "$BUILD_DIR/modules" \
@@ -171,6 +171,7 @@ sources_of() {
         jitter-buffer) echo Sources/PeerVoiceCore/Voice/JitterBuffer.swift ;;
         lan-advertisement) ls Sources/PeerVoiceCore/LAN/*.swift ;;
         channel-frames) ls Sources/PeerVoiceCore/Channels/*.swift ;;
+        dial-proof) ls Sources/PeerVoiceCore/Security/{DialProof,DialGate,Handshake,HandshakeError}.swift ;;
     esac
 }
 

@@ -268,6 +268,23 @@ def channel_frames():
     write(t, "script-datagrams", b"\x01" + b"\x00\x02" + b"\x07\x00\x10" + b"\x04\x01\x00")
 
 
+# --- dial-proof ---------------------------------------------------------------------------------
+
+def dial_proof():
+    t = "dial-proof"
+    clock = u64(1_764_580_000)
+    # Honest dials while hidden: with the current secret (then its replay), an older one, none.
+    write(t, "current-then-replay", bytes([0b0001_0100, 7]) + clock + b"\x00" + b"\x08")
+    write(t, "older-accepted", bytes([0b0010_0100, 7]) + clock + b"\x00")
+    write(t, "no-secret", bytes([0b0011_0000, 7]) + clock + b"\x00")
+    # Two epochs off, then one epoch later a replay of an accepted one.
+    write(t, "epoch-offsets", bytes([0b0001_0000, 7]) + clock + b"\x02" + b"\x03\xff" + b"\x03\x00" + b"\xf8")
+    # Raw message 1s: well-formed with a zero proof, too short, the old 33-byte layout; discoverable.
+    write(t, "raw", bytes([0, 7]) + clock + b"\x00" + u16(49) + b"\x21" + bytes(48) + b"\x00" + u16(33) + b"\x21" + bytes(32))
+    write(t, "raw-open", bytes([1, 7]) + clock + b"\x00" + u16(49) + b"\x21" + bytes(48))
+    write(t, "old-version", bytes([0b0001_0010, 7]) + clock + b"\x00" + b"\x00" + u16(33) + b"\x21" + bytes(32))
+
+
 if __name__ == "__main__":
     frame_decoder()
     handshake()
@@ -275,3 +292,4 @@ if __name__ == "__main__":
     lan_advertisement()
     call_frames()
     channel_frames()
+    dial_proof()

@@ -330,6 +330,7 @@ final class PeerVoiceService {
             throw .failed("could not forget \(id) in the state directory: \(error)")
         }
         lan.rotatePresenceSecret()
+        connections.handOutPresenceSecret()
         Log.info("removed \(id): key unpinned, \(failed) queued messages failed")
         // Its object goes; a device found at one of its routes is no route of a peer any more.
         peerChanged(.id(id))

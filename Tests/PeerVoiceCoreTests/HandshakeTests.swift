@@ -108,7 +108,7 @@ final class HandshakeTests: XCTestCase {
 
         for count in [1, 32, 34, 100] {
             let fresh = try Handshake(role: .responder, identity: identity, payload: [], crypto: crypto)
-            assertThrows(HandshakeError.wrongMessageSize(.commitment, bytes: count)) {
+            assertThrows(HandshakeError.wrongMessageSize(.commitment, bytes: count, allowed: 33...33)) {
                 try fresh.readMessage([0x21] + [UInt8](repeating: 9, count: count - 1))
             }
         }
@@ -120,8 +120,8 @@ final class HandshakeTests: XCTestCase {
         try initiator.readMessage(try responder.writeMessage())
         try responder.readMessage(try initiator.writeMessage())
         let message4 = try responder.writeMessage()
-        assertThrows(HandshakeError.wrongMessageSize(.responderIdentity, bytes: 64)) { try initiator.readMessage(message4.prefix(64)) }
-        XCTAssertEqual(HandshakeError.wrongMessageSize(.responderIdentity, bytes: 64).description,
+        assertThrows(HandshakeError.wrongMessageSize(.responderIdentity, bytes: 64, allowed: 65...1024)) { try initiator.readMessage(message4.prefix(64)) }
+        XCTAssertEqual(HandshakeError.wrongMessageSize(.responderIdentity, bytes: 64, allowed: 65...1024).description,
                        "handshake message 4 (responder's identity and payload) has 64 bytes (must have 65-1024)")
     }
 

@@ -14,24 +14,25 @@ final class VersionNegotiationTests: XCTestCase {
     // MARK: Preambles
 
     func testThePreambleAnnouncesTheLowestThenTheHighestVersion() {
-        XCTAssertEqual(Preamble.bytes, preamble(6, 7))
+        XCTAssertEqual(Preamble.bytes, preamble(6, 8))
         XCTAssertEqual(Preamble.bytes(announcing: VersionRange(only: 6)), preamble(6, 0), "one version: bytes 6-7 are 0, as version 6 sent them")
         XCTAssertEqual(Preamble.bytes(announcing: range(7, 9)), preamble(7, 9))
         XCTAssertEqual(VersionRange.supported, range(Wire.minimumProtocolVersion, Wire.protocolVersion))
     }
 
-    /// Each peer's preamble against this side's 6-7: what it speaks, or why it is refused.
+    /// Each peer's preamble against this side's 6-8: what it speaks, or why it is refused.
     func testAPreambleIsAcceptedWhenItSharesAVersionWithThisSide() {
         let table: [(bytes: [UInt8], outcome: Result<VersionRange, WireError>)] = [
             (preamble(6, 0), .success(VersionRange(only: 6))),   // version 6 (the previous release)
-            (preamble(6, 7), .success(range(6, 7))),             // this release
+            (preamble(6, 7), .success(range(6, 7))),             // the release that brought channels
+            (preamble(6, 8), .success(range(6, 8))),             // this release
             (preamble(7, 0), .success(VersionRange(only: 7))),
-            (preamble(7, 9), .success(range(7, 9))),             // a newer side that still speaks 7
+            (preamble(8, 9), .success(range(8, 9))),             // a newer side that still speaks 8
             (preamble(6, 0xABCD), .success(range(6, 0xABCD))),
             (preamble(5, 0), .failure(.unsupportedVersion(5))),   // version 5: one version, too old
             (preamble(5, 7), .failure(.unsupportedVersion(5))),   // up to 5, bytes 6-7 meant nothing
-            (preamble(8, 0), .failure(.unsupportedVersion(8))),
-            (preamble(8, 9), .failure(.unsupportedVersions(range(8, 9)))),
+            (preamble(9, 0), .failure(.unsupportedVersion(9))),
+            (preamble(9, 10), .failure(.unsupportedVersions(range(9, 10)))),
             (preamble(7, 3), .failure(.invalidVersionRange(lowest: 7, highest: 3))),
         ]
         for (bytes, outcome) in table {
@@ -48,11 +49,11 @@ final class VersionNegotiationTests: XCTestCase {
         assertThrows(WireError.unsupportedVersion(5)) { try old.next() }
 
         var newer = FrameDecoder()
-        newer.append(preamble(8, 9).prefix(7))
-        XCTAssertNil(try newer.next(), "8-9 needs bytes 6-7 to be told apart from 8 alone")
+        newer.append(preamble(9, 10).prefix(7))
+        XCTAssertNil(try newer.next(), "9-10 needs bytes 6-7 to be told apart from 9 alone")
         XCTAssertNil(newer.peerVersions)
-        newer.append(preamble(8, 9).suffix(1))
-        assertThrows(WireError.unsupportedVersions(range(8, 9))) { try newer.next() }
+        newer.append(preamble(9, 10).suffix(1))
+        assertThrows(WireError.unsupportedVersions(range(9, 10))) { try newer.next() }
 
         var current = FrameDecoder()
         current.append(preamble(6, 0) + Frame.keepalive.encoded())

@@ -517,7 +517,7 @@ final class SecurityTests: XCTestCase {
         let a = try makePeer("alice")
         let b = try makePeer("bob")
         let preamble = Preamble.bytes
-        XCTAssertEqual(preamble, [0x50, 0x56, 0x4C, 0x4B, 0x00, 0x06, 0x00, 0x07])
+        XCTAssertEqual(preamble, [0x50, 0x56, 0x4C, 0x4B, 0x00, 0x06, 0x00, 0x08])
 
         // Stalls in the middle of message 1.
         let stalled = try TCPStream.connect(port: a.port)
@@ -530,7 +530,7 @@ final class SecurityTests: XCTestCase {
         let shortEnd = short.readUntilEnd(timeout: 5)
         XCTAssertEqual(shortEnd.ending, .closed)
         XCTAssertEqual(shortEnd.bytes, preamble)
-        XCTAssertTrue(eventually(timeout: 5) { a.log.contains("handshake message 1 (initiator's commitment) has 20 bytes (must have 33)") })
+        XCTAssertTrue(eventually(timeout: 5) { a.log.contains("handshake message 1 (initiator's commitment) has 20 bytes (must have 49)") })
 
         // Message 1 cut short by the end of the stream.
         let cut = try TCPStream.connect(port: a.port)
@@ -550,9 +550,11 @@ final class SecurityTests: XCTestCase {
 
         // Message 3 with another ephemeral key than message 1 committed to.
         let committed = try Handshake(role: .initiator, identity: SecureLink.newIdentity(),
-                                      payload: Frame.hello(SecureLink.makeHello(name: "m")).encodedBody(), crypto: SecureLink.crypto)
+                                      payload: Frame.hello(SecureLink.makeHello(name: "m")).encodedBody(),
+                                      dialProof: .present(nil), crypto: SecureLink.crypto)
         let other = try Handshake(role: .initiator, identity: SecureLink.newIdentity(),
-                                  payload: Frame.hello(SecureLink.makeHello(name: "m")).encodedBody(), crypto: SecureLink.crypto)
+                                  payload: Frame.hello(SecureLink.makeHello(name: "m")).encodedBody(),
+                                  dialProof: .present(nil), crypto: SecureLink.crypto)
         let switcher = try TCPStream.connect(port: a.port)
         try switcher.send(preamble + Wire.lengthPrefixed(try committed.writeMessage()))
         let reply = switcher.read(timeout: 5) { $0.count >= 8 + 4 + 33 }

@@ -63,34 +63,35 @@ final class VersionTests: XCTestCase {
         XCTAssertNil(b.client.signals[mark...].first { $0.member == "PeerStateChanged" && $0.string(1) == "disconnected" })
     }
 
-    /// A version-7 side that does not announce presence gets no PRESENCE, and a PRESENCE from it
+    /// A side of this version that does not announce presence gets no PRESENCE, and a PRESENCE from it
     /// is a frame of a feature its link does not carry: GOODBYE with reason 2.
     func testAFeatureOnlyOneSideAnnouncedStaysOffTheLink() throws {
         let b = try started.make("bob")
         let (link, id) = try pairedPeer(with: b, versions: .supported,
                                         capabilities: Capabilities.text.union(.highestVersion(Wire.protocolVersion)))
-        XCTAssertTrue(eventually(timeout: 5) { b.log.contains("\(id) connected (incoming over ip, protocol 7 with text messages, key") }, b.log)
+        XCTAssertTrue(eventually(timeout: 5) { b.log.contains("\(id) connected (incoming over ip, protocol \(Wire.protocolVersion) with text messages, key") }, b.log)
         let frames = try framesUpToAText(from: b, to: id, over: link)
         XCTAssertFalse(frames.contains { if case .presence = $0 { true } else { false } }, "B sent PRESENCE to a peer without it: \(frames)")
 
         try link.send(.presence(secret: [UInt8](repeating: 7, count: 32)))
         let end = try link.receive(timeout: 5) { if case .goodbye = $0 { true } else { false } }
         XCTAssertEqual(end.last, .goodbye(.protocolError))
-        XCTAssertTrue(eventually(timeout: 5) { b.log.contains("frame type 0xa on a link at protocol 7 that does not carry it") }, b.log)
+        XCTAssertTrue(eventually(timeout: 5) { b.log.contains("frame type 0xa on a link at protocol \(Wire.protocolVersion) that does not carry it") }, b.log)
     }
 
-    /// A peer that speaks a newer version (6-8) links at 7; a frame type this side does not know
+    /// A peer that speaks a newer version too links at this build's; a frame type this side does not know
     /// is skipped, and what follows it arrives. From a peer of this side's own version the same
     /// frame ends the link, as it always did.
     func testAnUnknownFrameFromANewerPeerIsSkipped() throws {
         let b = try started.make("bob")
-        let (newer, newerID) = try pairedPeer(with: b, versions: range(6, 8),
-                                              capabilities: Capabilities.text.union(.highestVersion(8)), name: "newer")
-        XCTAssertTrue(eventually(timeout: 5) { b.log.contains("\(newerID) connected (incoming over ip, protocol 7") }, b.log)
+        let next = Wire.protocolVersion + 1
+        let (newer, newerID) = try pairedPeer(with: b, versions: range(6, next),
+                                              capabilities: Capabilities.text.union(.highestVersion(next)), name: "newer")
+        XCTAssertTrue(eventually(timeout: 5) { b.log.contains("\(newerID) connected (incoming over ip, protocol \(Wire.protocolVersion)") }, b.log)
         var mark = b.mark
         try newer.send(body: [0x7E, 1, 2, 3])
-        try newer.sendText(seq: 1, previousSeq: 0, text: "after a frame of version 8")
-        XCTAssertNotNil(b.client.waitForSignalIndex("MessageReceived", after: mark, timeout: 5) { $0.string(2) == "after a frame of version 8" })
+        try newer.sendText(seq: 1, previousSeq: 0, text: "after a frame of a newer version")
+        XCTAssertNotNil(b.client.waitForSignalIndex("MessageReceived", after: mark, timeout: 5) { $0.string(2) == "after a frame of a newer version" })
         XCTAssertNil(b.client.signals[mark...].first { $0.member == "PeerStateChanged" && $0.string(1) == "disconnected" })
 
         let (same, sameID) = try pairedPeer(with: b, versions: .supported,
@@ -105,8 +106,8 @@ final class VersionTests: XCTestCase {
     // MARK: Versions that do not meet
 
     /// B dials an address where a side answers with `preamble`: Connect fails with NotAvailable
-    /// in words; the other side got B's preamble (6-7) and its first handshake message (sent
-    /// without waiting), and B closed the stream.
+    /// in words; the other side got B's preamble and nothing more (message 1 waits for the
+    /// peer's preamble, which shares no version), and B closed the stream.
     private func connectFails(_ b: TestPeer, answeringWith preamble: [UInt8]) throws -> String {
         let listener = try TCPListener()
         defer { listener.close() }
@@ -117,7 +118,7 @@ final class VersionTests: XCTestCase {
         try stream.send(preamble)
         let end = stream.readUntilEnd(timeout: 5)
         XCTAssertEqual(Array(end.bytes.prefix(8)), Preamble.bytes)
-        XCTAssertEqual(end.bytes.count, 8 + 4 + 33, "B's preamble and handshake message 1, nothing more")
+        XCTAssertEqual(end.bytes.count, 8, "B's preamble, nothing more")
         XCTAssertEqual(end.ending, .closed)
         XCTAssertTrue(eventually(timeout: 5) { connect.isDone })
         guard case .failure(let error)? = connect.result else {
@@ -138,13 +139,16 @@ final class VersionTests: XCTestCase {
         let end = stream.readUntilEnd(timeout: 5)
         XCTAssertEqual(end.bytes, Preamble.bytes)
         XCTAssertEqual(end.ending, .closed)
-        XCTAssertTrue(eventually(timeout: 5) { b.log.contains("peer speaks protocol version 5; this side speaks versions 6-7") }, b.log)
+        XCTAssertTrue(eventually(timeout: 5) { b.log.contains("peer speaks protocol version 5; this side speaks versions 6-8") }, b.log)
     }
+
+    /// The two versions after this build's newest.
+    private static let newer = VersionRange(lowest: Wire.protocolVersion + 1, highest: Wire.protocolVersion + 2)!
 
     func testATooNewPeerIsRefusedInWordsThatSayWhichSideToUpdate() throws {
         let b = try started.make("bob")
-        XCTAssertEqual(try connectFails(b, answeringWith: Preamble.bytes(announcing: range(8, 9))),
-                       "ADDRESS runs PeerVoice protocol 8-9 only; this one speaks 6-7: update this one")
+        XCTAssertEqual(try connectFails(b, answeringWith: Preamble.bytes(announcing: Self.newer)),
+                       "ADDRESS runs PeerVoice protocol \(Self.newer) only; this one speaks \(VersionRange.supported): update this one")
     }
 
     /// A paired peer that comes back speaking only newer versions: B's Connect by its id fails
@@ -169,7 +173,7 @@ final class VersionTests: XCTestCase {
         link.close()
         XCTAssertNotNil(b.waitForState("disconnected", of: id, after: mark, timeout: 10))
 
-        // carol updated past this side: B dials her known route, she answers with 8-9.
+        // carol updated past this side: B dials her known route, she answers with newer versions only.
         let path = "/org/example/PeerVoice/peers/" + id.dropFirst("pv:".count)
         var objectChanges: [BusSignal] = []
         let subscription = b.client.connection.subscribe(member: "PropertiesChanged", path: path) { objectChanges.append($0) }
@@ -177,11 +181,11 @@ final class VersionTests: XCTestCase {
         mark = b.mark
         let connect = b.client.callAsync("Connect", [Variant(id)])
         let stream = try XCTUnwrap(try listener.accept(timeout: 10), "B did not dial carol's route")
-        try stream.send(Preamble.bytes(announcing: range(8, 9)))
+        try stream.send(Preamble.bytes(announcing: Self.newer))
         XCTAssertEqual(stream.readUntilEnd(timeout: 5).ending, .closed)
         stream.close()
         XCTAssertTrue(eventually(timeout: 5) { connect.isDone })
-        let words = "carol (\(id)) runs PeerVoice protocol 8-9 only; this one speaks 6-7: update this one"
+        let words = "carol (\(id)) runs PeerVoice protocol \(Self.newer) only; this one speaks \(VersionRange.supported): update this one"
         guard case .failure(let error)? = connect.result else { return XCTFail("Connect succeeded: \(String(describing: connect.result))") }
         XCTAssertEqual(error.name, Self.notAvailable)
         XCTAssertEqual(error.message, words)
@@ -192,7 +196,7 @@ final class VersionTests: XCTestCase {
         let states = b.states(of: id, after: mark)
         XCTAssertEqual(states.last, "disconnected", "\(states)")
 
-        // She is back on 6-7: the next link clears the reason.
+        // She is back on this build's versions: the next link clears the reason.
         mark = b.mark
         objectChanges = []
         let again = try SecureLink.connect(port: b.port, identity: link.identity,
@@ -205,25 +209,31 @@ final class VersionTests: XCTestCase {
                       "StateReason was not cleared: \(objectChanges.map(\.arguments))")
     }
 
-    /// A relay that lowers one side's preamble to "6 only" (a man in the middle forcing the older
-    /// version): the side that receives the edited preamble finds its HELLO naming 7 and ends the
-    /// link before asking its person anything; the link never opens. Either direction.
+    /// A relay that lowers the preambles to "6 only" (a man in the middle forcing the older
+    /// version). One side's edited: the two sides lay message 1 out differently (from version 8 it
+    /// carries the dial proof), so the key exchange fails at message 1. Both edited: both run the
+    /// key exchange at 6, and each finds the peer's HELLO naming this build's version and ends the
+    /// link before asking its person anything. The link never opens.
     func testAPreambleEditedOnTheWayIsFoundOutAndTheLinkEnds() throws {
         let a = try started.make("alice")
         let b = try started.make("bob")
-        for direction in [Relay.Direction.fromClient, .fromServer] {
-            let relay = try Relay(targetPort: b.port, preambles: [direction: Preamble.bytes(announcing: VersionRange(only: 6))])
+        let oldest = Preamble.bytes(announcing: VersionRange(only: 6))
+        for edited in [[Relay.Direction.fromClient], [.fromServer], [.fromClient, .fromServer]] {
+            let relay = try Relay(targetPort: b.port, preambles: Dictionary(uniqueKeysWithValues: edited.map { ($0, oldest) }))
             relays.append(relay)
-            let detector = direction == .fromClient ? b : a
-            let detectorMark = detector.mark, markA = a.mark
+            let markA = a.mark, markB = b.mark
             let connect = a.client.callAsync("Connect", [Variant(relay.address)])
             XCTAssertTrue(eventually(timeout: 15) { connect.isDone }, a.log)
             guard case .failure(let error)? = connect.result else { return XCTFail("Connect through an edited preamble succeeded") }
-            XCTAssertTrue(eventually(timeout: 5) {
-                detector.log.contains("the peer's preamble announced protocol versions up to 6 but its authenticated HELLO says 7: the preamble was altered on the way")
-            }, "\(direction): \(detector.log)")
-            print("\(direction) edited: A's Connect failed: \(error.name): \(error.message)")
-            XCTAssertTrue(detector.pairingRequests(after: detectorMark).isEmpty, "\(direction): the side that found the edit asked its person")
+            if edited.count == 2 {
+                for side in [a, b] {
+                    XCTAssertTrue(eventually(timeout: 5) {
+                        side.log.contains("the peer's preamble announced protocol versions up to 6 but its authenticated HELLO says \(Wire.protocolVersion): the preamble was altered on the way")
+                    }, "\(edited): \(side.log)")
+                }
+            }
+            print("\(edited) edited: A's Connect failed: \(error.name): \(error.message)")
+            XCTAssertTrue(a.pairingRequests(after: markA).isEmpty && b.pairingRequests(after: markB).isEmpty, "\(edited): a person was asked")
             XCTAssertFalse(a.client.signals[markA...].contains { $0.member == "PeerStateChanged" && $0.string(1) == "connected" })
         }
     }

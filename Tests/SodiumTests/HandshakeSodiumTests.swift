@@ -297,7 +297,7 @@ final class HandshakeSodiumTests: XCTestCase {
     func testWrongSizesAreRefusedWithRealKeys() throws {
         let initiator = try handshake(.initiator, .generate(using: crypto), "i")
         _ = try initiator.writeMessage()
-        assertThrows(HandshakeError.wrongMessageSize(.responderEphemeral, bytes: 32)) { try initiator.readMessage([0x22] + [UInt8](repeating: 7, count: 31)) }
+        assertThrows(HandshakeError.wrongMessageSize(.responderEphemeral, bytes: 32, allowed: 33...33)) { try initiator.readMessage([0x22] + [UInt8](repeating: 7, count: 31)) }
         let responder = try handshake(.responder, .generate(using: crypto), "r")
         assertThrows(HandshakeError.messageTooLarge(bytes: 4096)) { try responder.readMessage([UInt8](repeating: 0x21, count: 4096)) }
     }

@@ -13,14 +13,26 @@ final class HandshakeVectorTests: XCTestCase {
     static let responderEphemeral = Array(UInt8(0x60)...UInt8(0x7f))
 
     func testPublishedVector() throws {
+        XCTAssertEqual(try vector(dialProof: .absent), Self.expected)
+    }
+
+    /// The same keys at a version whose message 1 carries the dial proof (§3.4): the responder's
+    /// presence secret is 32 bytes 0x42, the epoch 1960644.
+    func testPublishedVectorWithADialProof() throws {
+        let key = DialProofKey(secret: PresenceSecret(bytes: [UInt8](repeating: 0x42, count: 32))!, epoch: 1_960_644)
+        XCTAssertEqual(try vector(dialProof: .present(key)), Self.expectedWithDialProof)
+    }
+
+    private func vector(dialProof: DialProofField) throws -> [String] {
         let crypto = LibSodium()
+        let responderField: DialProofField = if case .present = dialProof { .present(nil) } else { .absent }
         let initiator = try Handshake(role: .initiator,
                                       identity: StaticIdentity(secretKey: Self.initiatorStatic, using: crypto),
-                                      payload: Array("alice".utf8),
+                                      payload: Array("alice".utf8), dialProof: dialProof,
                                       crypto: SodiumWithKeyPair(fixedSecretKey: Self.initiatorEphemeral))
         let responder = try Handshake(role: .responder,
                                       identity: StaticIdentity(secretKey: Self.responderStatic, using: crypto),
-                                      payload: Array("bob".utf8),
+                                      payload: Array("bob".utf8), dialProof: responderField,
                                       crypto: SodiumWithKeyPair(fixedSecretKey: Self.responderEphemeral))
         var messages: [[UInt8]] = []
         for index in 0..<5 {
@@ -34,7 +46,7 @@ final class HandshakeVectorTests: XCTestCase {
         let voice = VoiceKeys.key(exporterKey: i.exporterKey, direction: .initiatorToResponder,
                                   sessionID: [UInt8](repeating: 0, count: 16), crypto: crypto)
 
-        let actual = [
+        return [
             "msg1 " + hexString(messages[0]),
             "msg2 " + hexString(messages[1]),
             "msg3 " + hexString(messages[2]),
@@ -48,7 +60,6 @@ final class HandshakeVectorTests: XCTestCase {
             "record " + hexString(record),
             "voice " + hexString(voice),
         ]
-        XCTAssertEqual(actual, Self.expected)
     }
 
     static let expected: [String] = [
@@ -64,5 +75,20 @@ final class HandshakeVectorTests: XCTestCase {
         "k_exp 1e81bfba1efa34f140a7d5b98b753325bf4daf3c6b53580023a11994e601dd0b",
         "record 00000000000000009486320acaf8409cd577c3895814575c53",
         "voice 3e2c6b3ca72a990b291194e8a1dda7f656f331bacbed0e7271bb1c25e0034d36",
+    ]
+
+    static let expectedWithDialProof: [String] = [
+        "msg1 21354879cf771ae27bdd1b7c3f36c4afa0eef8b11058269ca65ca91044a478a0121f0ef376a73ec371a31b119a47eb913d",
+        "msg2 22675dd574ed7789310b3d2e7681f3790b466c773b1521fecf36577958371ea52f",
+        "msg3 2379a631eede1bf9c98f12032cdeadd0e7a079398fc786b88cc846ec89af85a51a",
+        "msg4 240ab3b17845163cc23044935481fcacd0b169d357749343cdf957acf7bfe53782d61bafb925cb98e686c8b2f7ec3b5214c25948cd5eb38cb1274793b2d7faaa92233553",
+        "msg5 2523b0ef1d26d690dc4e75568c5a8b451e80fcca25dd0c52bda2e738014f47ed078013def69017dfff1fa27b32d7b5afd64f46193456d573ccc7f9ed1ae1de79f10a46498a34",
+        "code 191631",
+        "h 87ed62cc912ca6f0e89f13c410666760f1a940f188c9b677d9ea14d0ffcd3666",
+        "k_ir 449d1a8fba88e5db7e0c69cb2a2e1c02fbfcfaaa94ea5bde774c8ef017ed31ed",
+        "k_ri 4054a211256a6c04732a298ffb7ed1e43614903b148ea2b2f0d27cb81bddb84d",
+        "k_exp fa84a7653807874e4e102bbd0f2b7c5435bc708c19c2abdbfd6a4f6c9475f9c4",
+        "record 0000000000000000a4c8710ebe78cf686d891b6cbe8714a46f",
+        "voice 2b5d8e26ce8bf784357757f9e73a95139a17003e15cd0c2634d70ede4a8f995a",
     ]
 }

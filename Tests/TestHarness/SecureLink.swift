@@ -60,21 +60,21 @@ public final class SecureLink: @unchecked Sendable {
     private var receivedBodies: [[UInt8]] = []
     private var preambleSent = false
     private var completed: HandshakeResult?
+    /// What the handshake is made from once the peer's preamble has fixed message 1's layout.
+    private var handshakeInputs: (expectedRemoteStaticKey: [UInt8]?, proofKey: DialProofKey?)?
+    /// Bodies that came with the peer's preamble, before the handshake was made.
+    private var earlyBodies: [[UInt8]] = []
 
     /// - Parameters:
     ///   - expectedRemoteStaticKey: the key the peer must present (as a pinned peer would).
+    ///   - proofKey: what message 1's dial proof proves (an initiator without it sends random bytes).
     public init(stream: TCPStream, role: HandshakeRole, identity: StaticIdentity, hello: Hello,
-                expectedRemoteStaticKey: [UInt8]? = nil) throws {
+                expectedRemoteStaticKey: [UInt8]? = nil, proofKey: DialProofKey? = nil) throws {
         self.stream = stream
         self.role = role
         self.identity = identity
         self.hello = hello
-        do {
-            handshake = try Handshake(role: role, identity: identity, payload: Frame.hello(hello).encodedBody(),
-                                      expectedRemoteStaticKey: expectedRemoteStaticKey, crypto: Self.crypto)
-        } catch {
-            throw SecureLinkError.handshake(error)
-        }
+        handshakeInputs = (expectedRemoteStaticKey, proofKey)
         decoder.maxBodyBytes = Handshake.maxMessageBytes
     }
 
@@ -145,6 +145,7 @@ public final class SecureLink: @unchecked Sendable {
     public func runHandshake(through message: HandshakeMessage? = nil, timeout: Double = 10) throws {
         try sendPreamble()
         let deadline = Date().addingTimeInterval(timeout)
+        try beginHandshake(deadline: deadline)
         while let handshake {
             switch handshake.nextAction {
             case .send(let next):
@@ -171,6 +172,34 @@ public final class SecureLink: @unchecked Sendable {
             case .failed(let error):
                 throw SecureLinkError.handshake(error)
             }
+        }
+    }
+
+    /// Makes the handshake once the peer's preamble has come: the version both speak decides
+    /// whether message 1 carries the dial proof (PROTOCOL.md §7.1).
+    private func beginHandshake(deadline: Date) throws {
+        guard let inputs = handshakeInputs else { return }
+        while true {
+            do {
+                if let body = try decoder.nextBody() { earlyBodies.append(body) }
+            } catch {
+                throw SecureLinkError.wire(error)
+            }
+            if decoder.hasCheckedPreamble { break }
+            guard try readMore(deadline: deadline, what: "the peer's preamble") else {
+                throw SecureLinkError.timedOut("the peer's preamble")
+            }
+        }
+        handshakeInputs = nil
+        let ours = (try? Preamble.check(preamble, supporting: VersionRange(lowest: 1, highest: .max)!)) ?? .supported
+        let agreed = decoder.peerVersions.flatMap { ours.agreed(with: $0) } ?? ours.highest
+        do {
+            handshake = try Handshake(role: role, identity: identity, payload: Frame.hello(hello).encodedBody(),
+                                      expectedRemoteStaticKey: inputs.expectedRemoteStaticKey,
+                                      dialProof: DialProof.isCarried(atVersion: agreed) ? .present(inputs.proofKey) : .absent,
+                                      crypto: Self.crypto)
+        } catch {
+            throw SecureLinkError.handshake(error)
         }
     }
 
@@ -233,23 +262,30 @@ public final class SecureLink: @unchecked Sendable {
     /// The next frame body (a handshake message, or a sealed record still sealed), or nil if none
     /// arrives by `deadline`. Throws `closed` at the end of the stream, `wire` on bad framing.
     private func nextBody(deadline: Date, what: String) throws -> [UInt8]? {
+        if !earlyBodies.isEmpty { return earlyBodies.removeFirst() }
         while true {
             do {
                 if let body = try decoder.nextBody() { return body }
             } catch {
                 throw SecureLinkError.wire(error)
             }
-            let remaining = deadline.timeIntervalSinceNow
-            guard remaining > 0 else { return nil }
-            switch stream.read(timeout: min(remaining, 0.25)) {
-            case .bytes(let bytes):
-                decoder.append(bytes)
-            case .end:
-                throw SecureLinkError.closed("while waiting for \(what)")
-            case .timedOut:
-                keepaliveIfIdle()
-            }
+            guard try readMore(deadline: deadline, what: what) else { return nil }
         }
+    }
+
+    /// Reads what comes within a quarter of a second into the decoder; false once `deadline` has passed.
+    private func readMore(deadline: Date, what: String) throws -> Bool {
+        let remaining = deadline.timeIntervalSinceNow
+        guard remaining > 0 else { return false }
+        switch stream.read(timeout: min(remaining, 0.25)) {
+        case .bytes(let bytes):
+            decoder.append(bytes)
+        case .end:
+            throw SecureLinkError.closed("while waiting for \(what)")
+        case .timedOut:
+            keepaliveIfIdle()
+        }
+        return true
     }
 
     /// The next sealed record's body, unopened (recorded in `receivedRecords`); nil on timeout.

@@ -14,6 +14,10 @@
 ///   split: one key per direction + an exporter key (voice)
 /// ```
 ///
+/// From ``DialProof/protocolVersion`` on, message 1 also carries the dial proof (``DialProof``),
+/// mixed into the transcript after the commitment, so that a responder that is not discoverable
+/// can refuse, before message 2, a dial from anyone but its paired peers (``DialGate``).
+///
 /// Pure state machine: it never does I/O. The caller sends each message from ``writeMessage()``
 /// as one length-prefixed frame body and hands each received body to ``readMessage(_:)``;
 /// ``nextAction`` says which comes next. Any error is final: the same error is thrown again on
@@ -48,6 +52,7 @@ public final class Handshake {
     private let identity: StaticIdentity
     private let payload: [UInt8]
     private let expectedRemoteStaticKey: [UInt8]?
+    private let dialProof: DialProofField
     private var symmetric: SymmetricState
     private let ephemeralPublicKey: [UInt8]
     private var ephemeralSecretKey: [UInt8]
@@ -70,6 +75,9 @@ public final class Handshake {
     public private(set) var remotePayload: [UInt8]?
     /// Set once the handshake is complete.
     public private(set) var result: HandshakeResult?
+    /// The responder's view of message 1's commitment and proof field, once read (nil when the
+    /// agreed version has no proof field): what ``DialGate`` decides on before message 2.
+    public private(set) var receivedDialProof: DialProofClaim?
 
     /// - Parameters:
     ///   - identity: this side's long-term key pair.
@@ -81,14 +89,18 @@ public final class Handshake {
     ///     handshake with ``HandshakeError/unexpectedRemoteKey`` as soon as it is received, so an
     ///     initiator never sends msg5 (its own identity) to an impostor. Nil: accept any key and
     ///     let the caller decide from ``remoteStaticKey``.
+    ///   - dialProof: whether message 1 carries the dial proof (the agreed protocol version says)
+    ///     and, for an initiator, what it proves with.
     public init(role: HandshakeRole, identity: StaticIdentity, payload: [UInt8],
-                expectedRemoteStaticKey: [UInt8]? = nil, crypto: any CryptoPrimitives) throws(HandshakeError) {
+                expectedRemoteStaticKey: [UInt8]? = nil, dialProof: DialProofField = .absent,
+                crypto: any CryptoPrimitives) throws(HandshakeError) {
         guard payload.count <= Self.maxPayloadBytes else { throw .payloadTooLarge(bytes: payload.count) }
         self.role = role
         self.crypto = crypto
         self.identity = identity
         self.payload = payload
         self.expectedRemoteStaticKey = expectedRemoteStaticKey
+        self.dialProof = dialProof
         symmetric = SymmetricState(protocolName: Self.protocolName, crypto: crypto)
         let ephemeral = crypto.x25519KeyPair()
         ephemeralPublicKey = ephemeral.publicKey
@@ -111,6 +123,12 @@ public final class Handshake {
 
     public var isComplete: Bool { result != nil }
 
+    /// Whether message 1 has the proof field.
+    public var carriesDialProof: Bool {
+        if case .present = dialProof { return true }
+        return false
+    }
+
     /// The transcript hash so far (after the last message written or read); equals
     /// ``HandshakeResult/handshakeHash`` once complete.
     public var transcriptHash: [UInt8] { symmetric.transcriptHash }
@@ -131,6 +149,13 @@ public final class Handshake {
             let commitment = Self.commitment(to: ephemeralPublicKey, crypto: crypto)
             symmetric.mixHash(commitment)
             bytes += commitment
+            if case .present(let key) = dialProof {
+                // Without the responder's secret, random bytes an observer cannot tell from a proof.
+                let proof = key.map { DialProof.make(secret: $0.secret, epoch: $0.epoch, commitment: commitment, crypto: crypto) }
+                    ?? crypto.randomBytes(DialProof.byteCount)
+                symmetric.mixHash(proof)
+                bytes += proof
+            }
         case .responderEphemeral:
             symmetric.mixHash(ephemeralPublicKey)
             bytes += ephemeralPublicKey
@@ -175,15 +200,22 @@ public final class Handshake {
         guard let expected = nextMessage else { throw fail(.unexpectedMessage(type: type, expected: nil)) }
         guard expected.sender != role else { throw fail(.outOfTurn(attempted: "readMessage(_:)", next: expected)) }
         guard type == expected.rawValue else { throw fail(.unexpectedMessage(type: type, expected: expected)) }
-        guard expected.allowedByteCounts.contains(bytes.count) else {
-            throw fail(.wrongMessageSize(expected, bytes: bytes.count))
+        let allowed = expected.allowedByteCounts(withDialProof: carriesDialProof)
+        guard allowed.contains(bytes.count) else {
+            throw fail(.wrongMessageSize(expected, bytes: bytes.count, allowed: allowed))
         }
         let body = Array(bytes[1...])
         symmetric.mixHash([type])
         switch expected {
         case .commitment:
-            receivedCommitment = body
-            symmetric.mixHash(body)
+            let commitment = Array(body.prefix(CryptoSize.hash))
+            receivedCommitment = commitment
+            symmetric.mixHash(commitment)
+            if carriesDialProof {
+                let proof = Array(body.dropFirst(CryptoSize.hash))
+                symmetric.mixHash(proof)
+                receivedDialProof = DialProofClaim(commitment: commitment, proof: proof)
+            }
         case .responderEphemeral:
             // ee = DH(e_i, e_r), checked now so that e_i is never revealed to a low-order e_r.
             guard let ee = crypto.x25519(ephemeralSecretKey, body) else { throw fail(.lowOrderPoint(.ephemeralKey)) }
@@ -271,4 +303,14 @@ public final class Handshake {
         let digits = String(digest.bigEndianUInt64() % 1_000_000)
         return String(repeating: "0", count: 6 - digits.count) + digits
     }
+}
+
+/// Message 1's proof field (docs/SECURITY.md §3.4), decided by the agreed protocol version.
+public enum DialProofField: Sendable {
+    /// The agreed version has none: message 1 is the commitment alone (33 bytes).
+    case absent
+    /// Message 1 carries it (49 bytes). The initiator proves with the key (the responder's
+    /// presence secret), or sends random bytes when it has none; a responder passes nil and
+    /// reads the claim into ``Handshake/receivedDialProof``.
+    case present(DialProofKey?)
 }

@@ -1,7 +1,8 @@
 /// The five handshake messages, in the order they travel. The raw value is the message's first
 /// byte on the wire. See docs/SECURITY.md §3.
 public enum HandshakeMessage: UInt8, CaseIterable, Sendable, CustomStringConvertible {
-    /// msg1, initiator → responder: type, commitment H("PeerVoice v2 commit" || e_i) (33 bytes).
+    /// msg1, initiator → responder: type, commitment H("PeerVoice v2 commit" || e_i) (33 bytes),
+    /// and from ``DialProof/protocolVersion`` on the dial proof (49 bytes).
     case commitment = 0x21
     /// msg2, responder → initiator: type, e_r (33 bytes).
     case responderEphemeral = 0x22
@@ -23,9 +24,11 @@ public enum HandshakeMessage: UInt8, CaseIterable, Sendable, CustomStringConvert
         }
     }
 
-    /// The allowed sizes of the whole message, type byte included.
-    public var allowedByteCounts: ClosedRange<Int> {
+    /// The allowed sizes of the whole message, type byte included; message 1 is longer by the
+    /// proof field at the versions that carry it.
+    public func allowedByteCounts(withDialProof: Bool) -> ClosedRange<Int> {
         switch self {
+        case .commitment where withDialProof: (33 + DialProof.byteCount)...(33 + DialProof.byteCount)
         case .commitment, .responderEphemeral, .initiatorEphemeral: 33...33
         case .responderIdentity, .initiatorIdentity: Handshake.identityMessageOverhead...Handshake.maxMessageBytes
         }
@@ -59,8 +62,8 @@ public enum HandshakeError: Error, Equatable, Sendable, CustomStringConvertible 
     case emptyMessage
     /// A received message's type byte is not the message expected now (nil: the handshake is over).
     case unexpectedMessage(type: UInt8, expected: HandshakeMessage?)
-    /// A received message has the right type but a size it cannot have.
-    case wrongMessageSize(HandshakeMessage, bytes: Int)
+    /// A received message has the right type but a size it cannot have (`allowed`).
+    case wrongMessageSize(HandshakeMessage, bytes: Int, allowed: ClosedRange<Int>)
     /// `writeMessage()` or `readMessage(_:)` was called when it is not this side's turn to do that.
     case outOfTurn(attempted: String, next: HandshakeMessage?)
     /// The initiator's ephemeral key (msg3) does not match the commitment it sent in msg1.
@@ -84,8 +87,7 @@ public enum HandshakeError: Error, Equatable, Sendable, CustomStringConvertible 
             let got = HandshakeMessage(rawValue: type).map { "\($0)" } ?? "a message of unknown type 0x\(hexString([type]))"
             if let expected { return "expected handshake \(expected), received \(got)" }
             return "received \(got) after the handshake was complete"
-        case .wrongMessageSize(let message, let bytes):
-            let allowed = message.allowedByteCounts
+        case .wrongMessageSize(let message, let bytes, let allowed):
             let range = allowed.count == 1 ? "\(allowed.lowerBound)" : "\(allowed.lowerBound)-\(allowed.upperBound)"
             return "handshake \(message) has \(bytes) bytes (must have \(range))"
         case .outOfTurn(let attempted, let next):

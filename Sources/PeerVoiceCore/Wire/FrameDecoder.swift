@@ -39,6 +39,13 @@ public struct FrameDecoder: Sendable {
         state = expectingPreamble ? .awaitingPreamble : .awaitingFrames
     }
 
+    /// Whether the peer's preamble has arrived and was valid (a dialling side waits for it
+    /// before message 1, whose layout depends on the version).
+    public var hasCheckedPreamble: Bool {
+        if case .awaitingFrames = state { return true }
+        return false
+    }
+
     /// Bytes received and not yet decoded.
     public var bufferedByteCount: Int { buffer.count - readIndex }
 

@@ -115,14 +115,15 @@ extension Capabilities {
     public static let impliedByVersion6: Capabilities = [.presence, .hostedCalls]
 
     /// Each feature, the version it came with, and its name in messages for a person. The
-    /// versions of channels and transfers are placeholders, kept only here.
+    /// version of transfers is a placeholder, kept only here. (Version 8 brought no feature bit:
+    /// the dial proof in handshake message 1, ``DialProof/protocolVersion``.)
     static let catalogue: [(feature: Capabilities, version: UInt16, name: String)] = [
         (.text, 1, "text messages"),
         (.voice, 1, "voice"),
         (.presence, 5, "presence"),
         (.hostedCalls, 6, "hosted calls"),
         (.channels, 7, "app channels"),
-        (.transfers, 8, "file transfers"),
+        (.transfers, 9, "file transfers"),
     ]
 
     /// The features that exist at `version` (every unknown bit counts as newer than it).

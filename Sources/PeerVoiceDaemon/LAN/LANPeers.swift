@@ -6,7 +6,9 @@ import Sodium
 
 /// The service's side of `LANDiscovery`, and the default listener. Without `--listen`
 /// peervoiced listens on the LAN (port 47800, else any free one) while discoverable or while it
-/// has known peers, and accepts first contacts there only while discoverable (`refusesFirstContact`).
+/// has known peers, and accepts first contacts there only while discoverable (`refusesFirstContact`);
+/// while not discoverable it answers only dials that prove our presence secret (`decide(on:over:)`),
+/// so a stranger who dials learns nothing about who listens.
 ///
 /// What it advertises: while discoverable, its name and key; otherwise, while it has paired peers,
 /// only a presence tag under a random name, both new every 15-minute epoch (`PresenceTag`), so that
@@ -41,9 +43,14 @@ final class LANPeers: LinkComponent {
     private(set) var isDiscovering = false
     /// The computer is going to sleep or asleep: nothing is advertised or browsed.
     private var asleep = false
-    /// What paired peers recognise our presence advertisements by (PRESENCE); `presence.key`.
-    private(set) var presenceSecret: PresenceSecret
+    /// What paired peers recognise our presence advertisements by and prove dials with
+    /// (PRESENCE): the current one in `presence.key`, older ones some peers still hold in
+    /// `presence-older.key`.
+    private var presenceSecrets: PresenceSecrets
     private let presenceSecretPath: String
+    private var olderSecretsPath: String { presenceSecretPath.replacingOccurrences(of: "presence.key", with: "presence-older.key") }
+    /// Which dials the default listener answers while not discoverable, and the proofs it accepted.
+    private var dialGate = DialGate()
     /// The presence advertisement's instance name: random, new every epoch.
     private var presenceName = ""
     private var presenceEpoch: UInt64?
@@ -55,7 +62,7 @@ final class LANPeers: LinkComponent {
          clock: WallClock, displayName: @escaping () -> String, offersVoice: @escaping () -> Bool,
          emit: @escaping (ServiceEvent) -> Void) throws {
         presenceSecretPath = options.stateDirectory + "/presence.key"
-        presenceSecret = try Self.loadOrCreatePresenceSecret(at: presenceSecretPath, crypto: crypto)
+        presenceSecrets = PresenceSecrets(current: try Self.loadOrCreatePresenceSecret(at: presenceSecretPath, crypto: crypto))
         self.options = options
         self.fingerprint = fingerprint
         self.crypto = crypto
@@ -66,7 +73,14 @@ final class LANPeers: LinkComponent {
         self.offersVoice = offersVoice
         self.emit = emit
         links.register(self, frames: [.presence])
+        if let text = FileManager.default.contents(atPath: olderSecretsPath).map({ String(decoding: $0, as: UTF8.self) }) {
+            presenceSecrets = PresenceSecrets(current: presenceSecrets.current,
+                                              older: PresenceSecrets.older(fromFileContents: text) ?? [])
+        }
     }
+
+    /// Our current presence secret: the one PRESENCE gives and presence tags use.
+    var presenceSecret: PresenceSecret { presenceSecrets.current }
 
     func start() {
         guard options.lan else { return }
@@ -149,18 +163,53 @@ final class LANPeers: LinkComponent {
         updateAdvertising()
     }
 
-    /// A peer was removed: a new presence secret, so that it cannot recognise us any more (the
-    /// remaining peers get it on their next link).
+    /// A peer was removed: a new presence secret, so that it cannot recognise us any more. The
+    /// remaining peers get it on their next link (`presenceSecretSent`); until then, a week at
+    /// most, the secret they hold still proves their dials (docs/SECURITY.md §11.3).
     func rotatePresenceSecret() {
         let secret = Self.newPresenceSecret(crypto)
         do {
             try Self.writePresenceSecret(secret, to: presenceSecretPath)
-            presenceSecret = secret
+            let paired = Set(registry.all.filter(\.paired).map(\.id))
+            presenceSecrets.rotate(to: secret, paired: paired, unixSeconds: nowSeconds)
+            saveOlderSecrets()
         } catch {
             Log.warning("could not replace the presence secret: \(error)")
         }
         endPresenceEpoch()
         updateAdvertising()
+    }
+
+    /// PRESENCE with the current secret went to `peer` on an open link.
+    func presenceSecretSent(to peer: PeerID) {
+        guard presenceSecrets.awaitsCurrent(peer) else { return }
+        presenceSecrets.holdsCurrent(peer, unixSeconds: nowSeconds)
+        saveOlderSecrets()
+    }
+
+    /// Whether `peer` still holds an older secret of ours (so it should be given the current one).
+    func awaitsPresenceSecret(_ peer: PeerID) -> Bool {
+        presenceSecrets.prune(unixSeconds: nowSeconds)
+        return presenceSecrets.awaitsCurrent(peer)
+    }
+
+    /// Whether to answer an incoming dial's message 1: always while we accept first contacts
+    /// there (discoverable, `--listen`, Bluetooth), otherwise only a dial proving one of our
+    /// presence secrets, once.
+    func decide(on dialProof: DialProofClaim?, over link: PeerLink) -> DialGate.Decision {
+        let now = nowSeconds
+        return dialGate.decide(dialProof, openToStrangers: !refusesFirstContact(over: link),
+                               secrets: presenceSecrets.accepted(unixSeconds: now), unixSeconds: now, crypto: crypto)
+    }
+
+    private var nowSeconds: UInt64 { UInt64(clock.nowMs() / 1000) }
+
+    private func saveOlderSecrets() {
+        do {
+            try Self.writeSecretFile(presenceSecrets.olderFileContents, to: olderSecretsPath)
+        } catch {
+            Log.warning("could not save the older presence secrets: \(error)")
+        }
     }
 
     /// Publishes what the state calls for: our name and key while discoverable, a presence tag
@@ -252,7 +301,14 @@ extension LANPeers {
 
     /// Now that the link is open and the key pinned: what lets this peer find us on a LAN.
     func linkOpened(_ link: PeerLink, to peer: Peer) {
+        sendPresence(on: link, to: peer.id)
+    }
+
+    /// Our current presence secret, on an open link (it recognises our presence tags and proves
+    /// dials to us).
+    func sendPresence(on link: PeerLink, to peer: PeerID) {
         link.send(.presence(secret: presenceSecret.bytes))
+        presenceSecretSent(to: peer)
     }
 
     /// A paired peer's presence secret: its presence advertisements are recognised from now on.
@@ -325,10 +381,14 @@ extension LANPeers: LANDiscoveryDelegate {
         PresenceSecret(bytes: crypto.randomBytes(PresenceSecret.byteCount))!
     }
 
-    /// Written whole (temp file, rename), readable by the user only: it is key material.
     private static func writePresenceSecret(_ secret: PresenceSecret, to path: String) throws {
+        try writeSecretFile(secret.hex + "\n", to: path)
+    }
+
+    /// Written whole (temp file, rename), readable by the user only: it is key material.
+    private static func writeSecretFile(_ text: String, to path: String) throws {
         let temporary = path + ".new"
-        guard FileManager.default.createFile(atPath: temporary, contents: Data((secret.hex + "\n").utf8),
+        guard FileManager.default.createFile(atPath: temporary, contents: Data(text.utf8),
                                              attributes: [.posixPermissions: 0o600]) else {
             throw CocoaError(.fileWriteUnknown, userInfo: [NSFilePathErrorKey: temporary])
         }

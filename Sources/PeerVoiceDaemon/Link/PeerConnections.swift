@@ -312,8 +312,13 @@ final class PeerConnections {
         pendingLinks[ObjectIdentifier(link)] = PendingLink(link: link, dialled: dialled, dial: dial)
         link.delegate = self
         var pinned: PublicKey?
-        if case .peer(let id) = dialled, let peer = registry[id], peer.paired { pinned = peer.key }
-        link.start(hello: hello(), identity: identity, pinnedKey: pinned?.bytes, crypto: crypto)
+        var proofKey: DialProofKey?
+        if case .peer(let id) = dialled, let peer = registry[id], peer.paired {
+            pinned = peer.key
+            // Its presence secret proves the dial, so that it answers us while not discoverable.
+            proofKey = peer.presenceSecret.map { DialProofKey(secret: $0, epoch: PresenceTag.epoch(unixSeconds: clock.nowMs() / 1000)) }
+        }
+        link.start(hello: hello(), identity: identity, pinnedKey: pinned?.bytes, proofKey: proofKey, crypto: crypto)
     }
 
     /// `reason`: for the peer object's `StateReason`, when a person can act on it.
@@ -338,11 +343,13 @@ final class PeerConnections {
         waiters.forEach { $0(.failure(error)) }
     }
 
-    /// Dials `peer` again later if it has messages waiting and may be dialled.
+    /// Dials `peer` again later if it has messages waiting, or still holds an older presence
+    /// secret of ours, and may be dialled.
     func scheduleRedial(_ peer: Peer, immediately: Bool = false) {
         var redial = redials[peer.id] ?? Redial()
         guard !asleep, peer.paired, !peer.routes.isEmpty, !peer.stayDisconnected, !links.isConnected(peer.id), dials[peer.id] == nil,
-              redial.timer == nil, !hasPendingLink(peer), delivery.hasPending(for: peer.id) else { return }
+              redial.timer == nil, !hasPendingLink(peer),
+              delivery.hasPending(for: peer.id) || lan.awaitsPresenceSecret(peer.id) else { return }
         redial.backoff = immediately ? .zero : min(Self.maxRedial, max(Self.firstRedial, redial.backoff * 2))
         redial.timer = Timer.after(redial.backoff) { [unowned self, weak peer] in
             guard let peer, registry.isCurrent(peer) else { return }
@@ -516,6 +523,25 @@ extension PeerConnections: PeerLinkDelegate {
     private func ask(about peer: Peer, over link: PeerLink) {
         registry.setState(peer, .pairing)
         pairing.ask(about: peer, over: link)
+    }
+
+    /// The presence secret was replaced: the peers connected now get the new one at once (the
+    /// others when they next connect, and they are dialled for it).
+    func handOutPresenceSecret() {
+        for peer in registry.all {
+            guard let link = links.link(of: peer.id) else {
+                scheduleRedial(peer, immediately: true)
+                continue
+            }
+            lan.sendPresence(on: link, to: peer.id)
+        }
+    }
+
+    func linkMayAnswer(_ link: PeerLink, dialProof: DialProofClaim?) -> Bool {
+        let decision = lan.decide(on: dialProof, over: link)
+        guard case .refuse(let why) = decision else { return true }
+        Log.info("dial from \(link.remote) refused like a stranger's: \(why)")
+        return false
     }
 
     func linkMayContinueAfterCommitment(_ link: PeerLink) -> Bool {

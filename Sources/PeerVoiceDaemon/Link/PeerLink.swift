@@ -24,6 +24,10 @@ enum RemoteEndpoint: CustomStringConvertible {
 
 /// What a link reports to whoever owns it (the service).
 protocol PeerLinkDelegate: AnyObject {
+    /// An incoming dial's message 1 arrived (`dialProof`: its proof field, nil at a version
+    /// without one). Return false to refuse it as any stranger is refused: no message 2, the
+    /// stream closed `DialGate.refusalDelay` after message 1 arrived (docs/SECURITY.md §11.2).
+    func linkMayAnswer(_ link: PeerLink, dialProof: DialProofClaim?) -> Bool
     /// An incoming key exchange passed message 3: the verification code is fixed, so a man in
     /// the middle has had one guess. Return false to end the link at once (rate limit).
     func linkMayContinueAfterCommitment(_ link: PeerLink) -> Bool
@@ -110,7 +114,8 @@ final class PeerLink {
     static let maxRejectedRecords: UInt64 = 8
 
     enum Phase: Equatable {
-        case handshaking, awaitingPairing, open, closed
+        /// `refusing`: an incoming dial refused before message 2, waiting out the refusal delay.
+        case handshaking, refusing, awaitingPairing, open, closed
     }
 
     weak var delegate: PeerLinkDelegate?
@@ -140,6 +145,12 @@ final class PeerLink {
     /// Where records open (`sealedRecord`); what is handed on from it is valid until the next record.
     private var plaintextBuffer = [UInt8](repeating: 0, count: Wire.maxFrameBodyBytes)
     private var handshake: Handshake?
+    /// What the key exchange needs, kept until the peer's preamble says which version (hence
+    /// which message 1) the link runs at: the initiator waits for it before message 1.
+    private var handshakeInputs: (payload: [UInt8], identity: StaticIdentity, pinnedKey: [UInt8]?,
+                                  proofKey: DialProofKey?, crypto: any CryptoPrimitives)?
+    /// The responder has sent message 2: from then on a failure closes at once.
+    private var answered = false
     private var sealer: RecordSealer?
     private var opener: RecordOpener?
     /// Our PAIRING status (`known` or `asking`) once declared, and the peer's once received.
@@ -163,24 +174,24 @@ final class PeerLink {
         lastSent = startedAt
     }
 
-    /// Sends our preamble and first handshake message (if we dial) and starts reading.
+    /// Sends our preamble and starts reading; the key exchange starts once the peer's preamble
+    /// has come (message 1's layout depends on the version it agrees).
     /// `pinnedKey`: the key the peer must present (we never reveal ourselves to another one).
-    func start(hello: Hello, identity: StaticIdentity, pinnedKey: [UInt8]?, crypto: any CryptoPrimitives) {
+    /// `proofKey`: what a dial proves with (the responder's presence secret), when we have it.
+    func start(hello: Hello, identity: StaticIdentity, pinnedKey: [UInt8]?, proofKey: DialProofKey?, crypto: any CryptoPrimitives) {
         localCapabilities = hello.capabilities
         connection.onBytes = { [unowned self] bytes in received(bytes) }
-        connection.onClose = { [unowned self] reason in finish(.other(reason)) }
+        connection.onClose = { [unowned self] reason in
+            // Message 1 unanswered: most likely a listener that is not discoverable and took us
+            // for a stranger (docs/SECURITY.md §11.2); it tells nobody more.
+            let unanswered = isOutgoing && handshake?.nextAction == .receive(.responderEphemeral)
+            finish(.other(unanswered ? "\(reason) without answering the key exchange (a PeerVoice that is not discoverable answers only its paired peers)" : reason))
+        }
         connection.onDrained = { [unowned self] in outputDrained() }
         decoder.maxBodyBytes = Handshake.maxMessageBytes
+        handshakeInputs = (Frame.hello(hello).encodedBody(), identity, pinnedKey, proofKey, crypto)
         connection.start()
         connection.send(Preamble.bytes)
-        do {
-            handshake = try Handshake(role: isOutgoing ? .initiator : .responder, identity: identity,
-                                      payload: Frame.hello(hello).encodedBody(),
-                                      expectedRemoteStaticKey: pinnedKey, crypto: crypto)
-            try advanceHandshake()
-        } catch {
-            failed(error)
-        }
         timer = Timer.every(.milliseconds(250)) { [weak self] in
             self?.checkLiveness()
             return true
@@ -283,24 +294,32 @@ final class PeerLink {
 
     private func received(_ bytes: ArraySlice<UInt8>) {
         lastReceived = clock.now
+        // A refused dial's further bytes are read and dropped: the same close whatever it sends.
+        guard phase != .refusing else { return }
         decoder.append(bytes)
         do {
-            while phase != .closed, let body = try decoder.nextBodySlice() {
+            while phase == .handshaking || phase == .awaitingPairing || phase == .open, let body = try decoder.nextBodySlice() {
                 if phase == .handshaking {
                     try handshakeMessage(Array(body))
                 } else {
                     try sealedRecord(body)
                 }
             }
+            if phase == .handshaking, handshake == nil, decoder.hasCheckedPreamble { try beginHandshake() }
             if phase == .open { frameReceiver?.linkDidDrainInput(self) }
         } catch {
             failed(error)
         }
     }
 
-    /// Ends the link over what the peer sent: a failed key exchange, or bytes that break the protocol.
+    /// Ends the link over what the peer sent: a failed key exchange, or bytes that break the
+    /// protocol. An incoming dial that fails before we answered it is refused like a stranger's.
     private func failed(_ error: any Error) {
-        if let versions = Self.incompatibleVersions(error) {
+        if !isOutgoing, !answered, phase == .handshaking {
+            // Versions included: an incoming dial is refused like a stranger's (SECURITY.md §11.2);
+            // the dialler learns from our preamble which versions we speak.
+            refuseUnanswered(because: "\(error)")
+        } else if let versions = Self.incompatibleVersions(error) {
             // Before any key exchange: nothing could be sealed, and the peer sees our preamble.
             Log.info("link \(remote): \(error); closing")
             connection.closeAfterFlushing()
@@ -316,14 +335,34 @@ final class PeerLink {
     }
 
     private func handshakeMessage(_ body: [UInt8]) throws {
+        if handshake == nil { try beginHandshake() }
         guard let handshake else { return }
         let hadCode = handshake.verificationCode != nil
         try handshake.readMessage(body)
+        if !isOutgoing, !answered, delegate?.linkMayAnswer(self, dialProof: handshake.receivedDialProof) == false {
+            refuseUnanswered(because: "refused before message 2")
+            return
+        }
         if !isOutgoing, !hadCode, handshake.verificationCode != nil,
            delegate?.linkMayContinueAfterCommitment(self) == false {
             drop(reason: "too many key exchanges from \(remote)")
             return
         }
+        try advanceHandshake()
+    }
+
+    /// The peer's preamble has come: the key exchange starts, with message 1 laid out as the
+    /// version the link runs at says; the initiator sends it now.
+    private func beginHandshake() throws {
+        guard let inputs = handshakeInputs else { return }
+        handshakeInputs = nil
+        // The preamble check refused versions we share none of, so there is an agreed one.
+        let agreed = decoder.peerVersions.flatMap { decoder.supportedVersions.agreed(with: $0) } ?? Wire.minimumProtocolVersion
+        let proof: DialProofField = DialProof.isCarried(atVersion: agreed)
+            ? .present(isOutgoing ? inputs.proofKey : nil) : .absent
+        handshake = try Handshake(role: isOutgoing ? .initiator : .responder, identity: inputs.identity,
+                                  payload: inputs.payload, expectedRemoteStaticKey: inputs.pinnedKey,
+                                  dialProof: proof, crypto: inputs.crypto)
         try advanceHandshake()
     }
 
@@ -333,6 +372,7 @@ final class PeerLink {
         while case .send = handshake.nextAction {
             connection.send(Wire.lengthPrefixed(try handshake.writeMessage()))
             lastSent = clock.now
+            answered = true
         }
         guard let result = handshake.result else { return }
         guard case .hello(let hello) = try Frame(body: result.remotePayload) else {
@@ -458,6 +498,23 @@ final class PeerLink {
             lastSent = clock.now
         } catch {
             drop(reason: "cannot seal: \(error)")
+        }
+    }
+
+    /// Says nothing more to an incoming dial and closes it `DialGate.refusalDelay` after the
+    /// bytes that decided it arrived, whatever they were: a stranger, a wrong proof, a replay, an
+    /// older version while hidden, or bytes that are no key exchange all look the same.
+    private func refuseUnanswered(because reason: String) {
+        Log.info("link \(remote): \(reason); closing after \(DialGate.refusalDelay) without a word")
+        phase = .refusing
+        handshake = nil
+        handshakeInputs = nil
+        let closeAt = lastReceived + DialGate.refusalDelay
+        timer?.cancel()
+        timer = Timer.after(max(.zero, closeAt - clock.now)) { [weak self] in
+            guard let self else { return }
+            connection.closeAfterFlushing()
+            finish(.other("dial refused: \(reason)"))
         }
     }
 
