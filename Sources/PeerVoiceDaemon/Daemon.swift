@@ -48,6 +48,10 @@ public func runDaemon(arguments: [String]) -> Int32 {
     }
     let notifications = options.notify
         ? DesktopNotifications(connection: connection, service: service, promptHandlers: bus.promptHandlers) : nil
+    let roomObjects = RoomObjects(connection: connection, rooms: service.rooms)
+    peerObjects.otherObjects = { roomObjects.managedObjects }
+    service.rooms.changed = { roomObjects.update() }
+    service.rooms.messageReceived = { room, sender, text in roomObjects.messageReceived(in: room, from: sender, text: text) }
     service.peersChanged = { [unowned service] in peerObjects.show(service.peerObjectSnapshots()) }
     // The paired peers from the state directory have objects from the start, not from their first change.
     service.peersChanged()
@@ -77,6 +81,7 @@ public func runDaemon(arguments: [String]) -> Int32 {
 
     withExtendedLifetime((signalSources, shortcuts)) {}
     service.shutdown()
+    roomObjects.unregister()
     peerObjects.unregister()
     bus.unregister()
     connection.releaseName(BusObject.busName)

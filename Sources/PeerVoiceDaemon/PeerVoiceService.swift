@@ -50,6 +50,8 @@ final class PeerVoiceService {
     private let voice: VoiceControl
     /// Registered channels and each link's streams.
     let channels = Channels()
+    /// The Mumble rooms we are in (`JoinRoom`).
+    let rooms: Rooms
     private let sleep = SleepMonitor()
     private let network = NetworkMonitor()
     private var goodbyeTimer: EventSource?
@@ -87,6 +89,7 @@ final class PeerVoiceService {
         } catch {
             throw .failed("cannot use the state directory \(state): \(error)")
         }
+        rooms = Rooms(stateDirectory: state, displayName: { [settings] in settings.name })
         // The components report through `emit`, which the daemon sets after this.
         weak var service: PeerVoiceService?
         let emit: (ServiceEvent) -> Void = { service?.emit($0) }
@@ -163,6 +166,7 @@ final class PeerVoiceService {
     /// Says goodbye to every connected peer.
     func shutdown() {
         channels.shutdown()
+        rooms.shutdown()
         for peer in registry.all {
             peer.link?.close(goodbye: .shuttingDown, logReason: "shutting down")
         }
@@ -377,6 +381,7 @@ final class PeerVoiceService {
         guard muted != isMuted else { return }
         isMuted = muted
         voice.setMuted(muted)
+        rooms.setMuted(muted)
         Log.info(muted ? "microphone muted" : "microphone unmuted")
         emit(.muteChanged(muted))
         emit(.propertiesChanged([.muted]))

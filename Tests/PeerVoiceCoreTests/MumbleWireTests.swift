@@ -141,3 +141,11 @@ final class MumbleWireTests: XCTestCase {
         XCTAssertFalse(model.path(of: 9).isEmpty)
     }
 }
+
+extension MumbleWireTests {
+    func testADisplayNameBecomesAUserNameMumblesDefaultRuleAccepts() {
+        XCTAssertEqual(MumbleURL.username(from: "Ana's laptop"), "Ana_s_laptop")
+        XCTAssertEqual(MumbleURL.username(from: "Zoë-2 (work)"), "Zoë-2__work_")
+        XCTAssertEqual(MumbleURL.username(from: "  "), "PeerVoice")
+    }
+}

@@ -66,6 +66,14 @@ public struct MumbleURL: Sendable, Equatable, CustomStringConvertible {
         return "mumble://\(userPart)\(hostPart):\(port)\(pathPart)"
     }
 
+    /// A user name Mumble's default `username=` rule accepts (`[-=\w\[\]\{\}\(\)\@\|\.]+`),
+    /// made from a display name: every other character becomes `_`; "PeerVoice" if nothing is left.
+    public static func username(from name: String) -> String {
+        let allowed = Set("-=[]{}()@|._")
+        let mapped = String(name.prefix(64).map { $0.isLetter || $0.isNumber || allowed.contains($0) ? $0 : "_" })
+        return mapped.allSatisfy({ $0 == "_" }) ? "PeerVoice" : mapped
+    }
+
     private static func unescape(_ text: Substring) throws(ParseError) -> String {
         var bytes: [UInt8] = []
         var utf8 = text.utf8[...]
