@@ -1,0 +1,212 @@
+import Foundation
+import GIO
+import PeerVoiceBus
+import TestHarness
+import XCTest
+
+/// Mumble rooms against the real `mumble-server` (murmurd 1.3.4) started by the test as an
+/// ordinary process on loopback, with a third-party client nobody here wrote (pymumble 1.6.1 from
+/// PyPI) in the same channel: join and leave, what each side sees of the other, text both ways,
+/// mute as self-mute, a server restart, a changed certificate, a wrong password, a missing channel.
+final class RoomTests: XCTestCase {
+    private static let rejected = PeerVoiceBus.errorPrefix + "Rejected"
+    private static let invalidArgument = PeerVoiceBus.errorPrefix + "InvalidArgument"
+
+    private let started = StartedPeers()
+    private var directory: TemporaryDirectory!
+    private var server: MumbleServer!
+    private var clients: [PyMumbleClient] = []
+
+    override func setUpWithError() throws {
+        directory = try TemporaryDirectory("peervoice-rooms")
+    }
+
+    override func tearDown() {
+        let failed = (testRun?.totalFailureCount ?? 0) > 0
+        if failed, let server { print("----- murmurd -----\n\(server.log.suffix(3_000))") }
+        if failed { clients.forEach { print("----- pymumble \($0.name) -----\n\($0.log.suffix(2_000))") } }
+        clients = []
+        server = nil
+        started.shutdown(printingLogs: failed)
+        directory.remove()
+    }
+
+    /// A server with channel /Games, made by its SuperUser (a pymumble client that then leaves:
+    /// murmurd suppresses the SuperUser's voice), and pymumble user "bob" in it.
+    private func serverWithGames(password: String? = nil) throws -> PyMumbleClient {
+        server = try MumbleServer(in: directory, serverPassword: password)
+        _ = try PyMumbleClient("SuperUser", server: server, in: directory, password: MumbleServer.superUserPassword,
+                               channel: "Games", createChannel: true)
+        let bob = try PyMumbleClient("bob", server: server, in: directory, password: password, channel: "Games")
+        clients.append(bob)
+        return bob
+    }
+
+    private func url(_ user: String, _ channel: String = "/Games") -> String { "mumble://\(user)@127.0.0.1:\(server.port)\(channel)" }
+
+    private func join(_ peer: TestPeer, _ url: String, _ options: [(String, Variant)] = []) throws(BusError) -> String {
+        try peer.client.call("JoinRoom", [Variant(url), Variant(dictionary: options)], timeout: .seconds(30))[0].string!
+    }
+
+    private func property(_ peer: TestPeer, _ room: String, _ name: String) throws -> Variant {
+        try peer.client.connection.call(destination: PeerVoiceBus.name, path: room, interface: "org.freedesktop.DBus.Properties",
+                                        method: "Get", arguments: Variant(tuple: [Variant(PeerVoiceBus.roomInterface), Variant(name)]))[0].unboxed!
+    }
+
+    private func state(_ peer: TestPeer, _ room: String) -> String { (try? property(peer, room, "State").string) ?? "" }
+
+    /// Users as (name, muted), by name.
+    private func users(_ peer: TestPeer, _ room: String) -> [String: Bool] {
+        guard let list = try? property(peer, room, "Users") else { return [:] }
+        return Dictionary(list.children.map { ($0[1].string!, $0[3].bool!) }) { a, _ in a }
+    }
+
+    private func callRoom(_ peer: TestPeer, _ room: String, _ method: String, _ arguments: [Variant]) throws(BusError) -> Variant {
+        try peer.client.connection.call(destination: PeerVoiceBus.name, path: room, interface: PeerVoiceBus.roomInterface,
+                                        method: method, arguments: Variant(tuple: arguments))
+    }
+
+    /// The room objects GetManagedObjects lists.
+    private func roomPaths(_ peer: TestPeer) throws -> [String] {
+        let reply = try peer.client.connection.call(destination: PeerVoiceBus.name, path: PeerVoiceBus.path,
+                                                    interface: "org.freedesktop.DBus.ObjectManager", method: "GetManagedObjects")
+        return reply[0].children.filter { $0[1].lookup(PeerVoiceBus.roomInterface) != nil }.map { $0[0].string! }.sorted()
+    }
+
+    // MARK: Tests
+
+    func testPeerVoiceAndAPyMumbleUserShareAChannelWithTextBothWaysAndMuteSeenBySelfMute() throws {
+        let bob = try serverWithGames()
+        let ana = try started.make("ana", listens: false)
+        var received: [(String, String)] = []
+        let subscription = ana.client.connection.subscribe(interface: PeerVoiceBus.roomInterface, member: "MessageReceived") {
+            received.append(($0.arguments[0].string!, $0.arguments[1].string!))
+        }
+        let began = Date()
+        let room = try join(ana, url("ana"))
+        print("RoomTests: JoinRoom took \(Int(Date().timeIntervalSince(began) * 1000)) ms")
+        XCTAssertEqual(room, "/org/example/PeerVoice/rooms/1")
+        XCTAssertEqual(state(ana, room), "connected")
+        XCTAssertEqual(try property(ana, room, "Channel").string, "/Games")
+        XCTAssertEqual(try property(ana, room, "Url").string, "mumble://ana@127.0.0.1:\(server.port)/Games")
+        XCTAssertEqual(try property(ana, room, "ServerFingerprint").string, server.fingerprint)
+        XCTAssertEqual(try roomPaths(ana), [room], "the room is published through the ObjectManager")
+        XCTAssertTrue(eventually(timeout: 5) { users(ana, room) == ["bob": false] }, "\(users(ana, room))")
+        XCTAssertTrue(eventually(timeout: 5) { bob.usersInChannel(timeout: 1) == ["ana": false] }, "pymumble sees PeerVoice in its channel")
+
+        // Text both ways; Mumble shows HTML, so what PeerVoice sends arrives escaped.
+        let id = try callRoom(ana, room, "Send", [Variant("a <b> & c")])[0].string!
+        XCTAssertFalse(id.isEmpty)
+        XCTAssertTrue(eventually(timeout: 5) { bob.texts.contains { $0 == ("ana", "a &lt;b&gt; &amp; c") } }, "\(bob.texts)")
+        bob.send("send hello from pymumble")
+        XCTAssertTrue(eventually(timeout: 5) { received.contains { $0 == ("bob", "hello from pymumble") } }, "\(received)")
+
+        // PeerVoice's Mute is the room's self-mute, both ways.
+        try ana.client.call("Mute", [Variant(true)])
+        XCTAssertTrue(eventually(timeout: 5) { bob.usersInChannel(timeout: 1) == ["ana": true] })
+        try ana.client.call("Mute", [Variant(false)])
+        XCTAssertTrue(eventually(timeout: 5) { bob.usersInChannel(timeout: 1) == ["ana": false] })
+        bob.send("mute")
+        XCTAssertTrue(eventually(timeout: 5) { users(ana, room) == ["bob": true] })
+
+        // Bad input gets a clear error.
+        XCTAssertEqual(ana.client.errorName("JoinRoom", [Variant("http://x"), Variant(dictionary: [])]), Self.invalidArgument)
+        XCTAssertEqual(ana.client.errorName("JoinRoom", [Variant(url("ana2", "/Nowhere")), Variant(dictionary: [])]), Self.invalidArgument)
+        XCTAssertEqual(ana.client.errorName("JoinRoom", [Variant(url("ana3")), Variant(dictionary: [("colour", Variant("red"))])]), Self.invalidArgument)
+        XCTAssertThrowsError(try callRoom(ana, room, "Send", [Variant("")]))
+        XCTAssertThrowsError(try callRoom(ana, room, "SendTo", [Variant("nobody-here"), Variant("hi")]))
+        XCTAssertEqual(try roomPaths(ana), [room], "failed joins leave no room behind")
+
+        // Leave: gone from the bus and from the server.
+        _ = try callRoom(ana, room, "Leave", [])
+        XCTAssertEqual(try roomPaths(ana), [])
+        XCTAssertTrue(eventually(timeout: 5) { bob.usersInChannel(timeout: 1) == [:] })
+        withExtendedLifetime(subscription) {}
+    }
+
+    func testTwoPeerVoicesInOneChannelSeeEachOtherTextAndMute() throws {
+        _ = try serverWithGames()
+        let ana = try started.make("ana", listens: false)
+        let ben = try started.make("ben", listens: false)
+        var received: [(String, String)] = []
+        let subscription = ben.client.connection.subscribe(interface: PeerVoiceBus.roomInterface, member: "MessageReceived") {
+            received.append(($0.arguments[0].string!, $0.arguments[1].string!))
+        }
+        let roomA = try join(ana, url("ana"))
+        let roomB = try join(ben, url("ben"))
+        XCTAssertTrue(eventually(timeout: 5) { users(ana, roomA) == ["bob": false, "ben": false] }, "\(users(ana, roomA))")
+        XCTAssertTrue(eventually(timeout: 5) { users(ben, roomB) == ["bob": false, "ana": false] }, "\(users(ben, roomB))")
+        // To the channel, and to one user by name.
+        _ = try callRoom(ana, roomA, "Send", [Variant("to all")])
+        _ = try callRoom(ana, roomA, "SendTo", [Variant("ben"), Variant("just you")])
+        XCTAssertTrue(eventually(timeout: 5) { received.count == 2 }, "\(received)")
+        XCTAssertTrue(received.elementsEqual([("ana", "to all"), ("ana", "just you")], by: ==))
+        try ana.client.call("ToggleMute")
+        XCTAssertTrue(eventually(timeout: 5) { users(ben, roomB)["ana"] == true })
+        withExtendedLifetime(subscription) {}
+    }
+
+    func testAWrongPasswordFailsWithTheServersReasonAndTheRightOneJoins() throws {
+        _ = try serverWithGames(password: "open sesame")
+        let ana = try started.make("ana", listens: false)
+        do {
+            _ = try join(ana, url("ana"), [("password", Variant("guess"))])
+            XCTFail("JoinRoom with a wrong password succeeded")
+        } catch {
+            XCTAssertEqual(error.name, Self.rejected)
+            XCTAssertTrue(error.message.contains("Invalid server password"), error.message)
+        }
+        XCTAssertEqual(try roomPaths(ana), [])
+        XCTAssertFalse(ana.log.contains("guess"), "the password reached the log")
+        let room = try join(ana, url("ana"), [("password", Variant("open sesame"))])
+        XCTAssertEqual(state(ana, room), "connected")
+        XCTAssertFalse(ana.log.contains("open sesame"), "the password reached the log")
+    }
+
+    func testAServerRestartBringsTheRoomBackToItsChannel() throws {
+        _ = try serverWithGames()
+        let ana = try started.make("ana", listens: false)
+        let room = try join(ana, url("ana"))
+        clients = []  // pymumble would only notice the restart 20 s later
+        server.stop()
+        XCTAssertTrue(eventually(timeout: 10) { state(ana, room) == "reconnecting" }, state(ana, room))
+        XCTAssertFalse(try property(ana, room, "Error").string!.isEmpty)
+        let restarted = Date()
+        try server.start()
+        XCTAssertTrue(eventually(timeout: 20) { state(ana, room) == "connected" }, state(ana, room))
+        print("RoomTests: back in the channel \(Int(Date().timeIntervalSince(restarted) * 1000)) ms after the server was up again")
+        XCTAssertEqual(try property(ana, room, "Channel").string, "/Games")
+        XCTAssertEqual(try property(ana, room, "Error").string, "")
+    }
+
+    func testAChangedCertificateIsRefusedNamingBothFingerprintsUntilAccepted() throws {
+        server = try MumbleServer(in: directory)
+        let ana = try started.make("ana", listens: false)
+        let room = try join(ana, url("ana", ""))
+        let first = server.fingerprint
+        // The server comes back with a new certificate while the room is in it.
+        server.stop()
+        try server.start(freshCertificate: true)
+        let second = server.fingerprint
+        XCTAssertNotEqual(first, second)
+        XCTAssertTrue(eventually(timeout: 20) { state(ana, room) == "failed" }, state(ana, room))
+        let error = try property(ana, room, "Error").string!
+        XCTAssertTrue(error.contains(first) && error.contains(second), error)
+        _ = try callRoom(ana, room, "Leave", [])
+
+        // Joining anew: Rejected naming both, until the person accepts the new one.
+        do {
+            _ = try join(ana, url("ana", ""))
+            XCTFail("JoinRoom to a server whose certificate changed succeeded")
+        } catch {
+            XCTAssertEqual(error.name, Self.rejected)
+            XCTAssertTrue(error.message.contains(first) && error.message.contains(second), error.message)
+        }
+        let accepted = try join(ana, url("ana", ""), [("accept-certificate", Variant(second))])
+        XCTAssertEqual(state(ana, accepted), "connected")
+        XCTAssertEqual(try property(ana, accepted, "ServerFingerprint").string, second)
+        // The new one is pinned now.
+        _ = try callRoom(ana, accepted, "Leave", [])
+        XCTAssertEqual(state(ana, try join(ana, url("ana", ""))), "connected")
+    }
+}
