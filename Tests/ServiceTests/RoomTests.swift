@@ -106,6 +106,16 @@ final class RoomTests: XCTestCase {
         XCTAssertTrue(eventually(timeout: 5) { bob.usersInChannel(timeout: 1) == ["ana": true] })
         try ana.client.call("Mute", [Variant(false)])
         XCTAssertTrue(eventually(timeout: 5) { bob.usersInChannel(timeout: 1) == ["ana": false] })
+        // Bob talks (pymumble's Opus through the server's TCP tunnel): Users shows him speaking
+        // while his packets come, and not once they stop (pymumble never marks its last frame).
+        var speaking: [Bool] = []
+        let watch = ana.client.connection.subscribe(path: room, { _ in
+            if let flag = (try? self.property(ana, room, "Users"))?.children.first?[2].bool, flag != speaking.last { speaking.append(flag) }
+        })
+        bob.send("tone 1")
+        XCTAssertTrue(eventually(timeout: 5) { speaking == [true] }, "\(speaking)")
+        XCTAssertTrue(eventually(timeout: 5) { speaking == [true, false] }, "\(speaking)")
+        withExtendedLifetime(watch) {}
         bob.send("mute")
         XCTAssertTrue(eventually(timeout: 5) { users(ana, room) == ["bob": true] })
 

@@ -9,12 +9,15 @@ Reads commands from stdin (a FIFO the test writes), one per line:
     users            prints `users JSON`: [{"session", "name", "channel", "self_mute"}] of our channel
     send TEXT        text to our channel
     mute | unmute    our self-mute
+    tone SECONDS     a 440 Hz sine (48 kHz, 16-bit mono, Opus through the TCP tunnel)
     quit
 Prints `ready` once in its channel, `text JSON` ({"actor": name, "message": text}) for each
 message received. Lines are flushed at once.
 """
 import argparse
 import json
+import math
+import struct
 import sys
 import time
 
@@ -74,6 +77,10 @@ def main():
                 for u in client.users.values() if u["channel_id"] == mine and u["session"] != client.users.myself_session]))
         elif command == "send":
             client.my_channel().send_text_message(rest)
+        elif command == "tone":
+            samples = int(48000 * float(rest))
+            client.sound_output.add_sound(b"".join(
+                struct.pack("<h", int(10000 * math.sin(2 * math.pi * 440 * i / 48000))) for i in range(samples)))
         elif command == "mute":
             client.users.myself.mute()
         elif command == "unmute":
