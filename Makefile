@@ -207,6 +207,7 @@ install: deps
 	install -Dm644 dbus/org.example.PeerVoice.xml "$(DESTDIR)$(DATADIR)/dbus-1/interfaces/org.example.PeerVoice.xml"
 	install -Dm644 dbus/org.example.PeerVoice.Peer.xml "$(DESTDIR)$(DATADIR)/dbus-1/interfaces/org.example.PeerVoice.Peer.xml"
 	install -Dm644 dbus/org.example.PeerVoice.ChannelHandler.xml "$(DESTDIR)$(DATADIR)/dbus-1/interfaces/org.example.PeerVoice.ChannelHandler.xml"
+	install -Dm644 dbus/org.example.PeerVoice.Room.xml "$(DESTDIR)$(DATADIR)/dbus-1/interfaces/org.example.PeerVoice.Room.xml"
 	install -Dm644 $(GEN_DIR)/org.example.PeerVoice.service "$(DESTDIR)$(DATADIR)/dbus-1/services/org.example.PeerVoice.service"
 	install -Dm644 $(GEN_DIR)/peervoiced.service "$(DESTDIR)$(USERUNITDIR)/peervoiced.service"
 	install -Dm644 completion/peervoicectl.bash "$(DESTDIR)$(DATADIR)/bash-completion/completions/peervoicectl"
@@ -225,6 +226,7 @@ uninstall:
 	      "$(DESTDIR)$(DATADIR)/dbus-1/interfaces/org.example.PeerVoice.xml" \
 	      "$(DESTDIR)$(DATADIR)/dbus-1/interfaces/org.example.PeerVoice.Peer.xml" \
 	      "$(DESTDIR)$(DATADIR)/dbus-1/interfaces/org.example.PeerVoice.ChannelHandler.xml" \
+	      "$(DESTDIR)$(DATADIR)/dbus-1/interfaces/org.example.PeerVoice.Room.xml" \
 	      "$(DESTDIR)$(DATADIR)/dbus-1/services/org.example.PeerVoice.service" \
 	      "$(DESTDIR)$(USERUNITDIR)/peervoiced.service" \
 	      "$(DESTDIR)$(DATADIR)/bash-completion/completions/peervoicectl" \

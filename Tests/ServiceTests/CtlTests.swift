@@ -164,7 +164,8 @@ final class CtlTests: XCTestCase {
         XCTAssertEqual(help.status, 0, "\(help)")
         XCTAssertTrue(help.output.hasPrefix("Usage: peervoicectl "), help.output)
         let commands = ["status", "peers", "discover", "connect", "disconnect", "send", "history", "remove",
-                        "mute", "name", "visible", "confirm", "voice", "volume", "mute-peer", "monitor", "open", "listen"]
+                        "mute", "name", "visible", "confirm", "voice", "volume", "mute-peer", "monitor", "open", "listen",
+                        "join", "rooms", "room-send", "leave"]
         for command in commands {
             XCTAssertTrue(help.output.contains("\n  \(command) "), "--help lists \(command): \(help.output)")
             for arguments in [[command, "--help"], ["help", command], [command, "-h"]] {
@@ -783,7 +784,7 @@ final class CtlTests: XCTestCase {
         let output = process.log
         XCTAssertTrue(output.hasPrefix("complete -F _peervoicectl peervoicectl\n"), output)
         let expected = [
-            "[peervoicectl ] status peers peer discover connect disconnect send history remove mute name visible confirm voice volume mute-peer monitor open listen help --help --version",
+            "[peervoicectl ] status peers peer discover connect disconnect send history remove mute name visible confirm voice volume mute-peer monitor open listen join rooms room-send leave help --help --version",
             "[peervoicectl mu] mute mute-peer",
             "[peervoicectl mute ] on off toggle",
             "[peervoicectl voice ] start stop",
@@ -837,6 +838,7 @@ final class CtlTests: XCTestCase {
             "usr/share/dbus-1/interfaces/org.example.PeerVoice.xml",
             "usr/share/dbus-1/interfaces/org.example.PeerVoice.Peer.xml",
             "usr/share/dbus-1/interfaces/org.example.PeerVoice.ChannelHandler.xml",
+            "usr/share/dbus-1/interfaces/org.example.PeerVoice.Room.xml",
             "usr/share/dbus-1/services/org.example.PeerVoice.service",
             "usr/lib/systemd/user/peervoiced.service",
             "usr/share/applications/peervoiced.desktop",
@@ -864,7 +866,8 @@ final class CtlTests: XCTestCase {
         XCTAssertTrue(app.contains("\nIcon=org.example.PeerVoice.App\n"), app)
         XCTAssertEqual(read("usr/share/bash-completion/completions/peervoicectl"),
                        try String(contentsOfFile: Self.packageDirectory + "/completion/peervoicectl.bash", encoding: .utf8))
-        for interface in ["org.example.PeerVoice.xml", "org.example.PeerVoice.Peer.xml", "org.example.PeerVoice.ChannelHandler.xml"] {
+        for interface in ["org.example.PeerVoice.xml", "org.example.PeerVoice.Peer.xml", "org.example.PeerVoice.ChannelHandler.xml",
+                          "org.example.PeerVoice.Room.xml"] {
             XCTAssertEqual(read("usr/share/dbus-1/interfaces/" + interface),
                            try String(contentsOfFile: Self.packageDirectory + "/dbus/" + interface, encoding: .utf8))
         }

@@ -91,6 +91,12 @@ final class RoomTests: XCTestCase {
         XCTAssertEqual(try property(ana, room, "Url").string, "mumble://ana@127.0.0.1:\(server.port)/Games")
         XCTAssertEqual(try property(ana, room, "ServerFingerprint").string, server.fingerprint)
         XCTAssertEqual(try roomPaths(ana), [room], "the room is published through the ObjectManager")
+        // The object is what dbus/org.example.PeerVoice.Room.xml describes.
+        let live = try ana.client.connection.call(destination: PeerVoiceBus.name, path: room, interface: "org.freedesktop.DBus.Introspectable",
+                                                  method: "Introspect")[0].string!
+        let documented = try String(contentsOfFile: PyMumbleClient.repository + "/dbus/org.example.PeerVoice.Room.xml", encoding: .utf8)
+        XCTAssertEqual(try interfaceMembers(ofXML: live, interface: PeerVoiceBus.roomInterface),
+                       try interfaceMembers(ofXML: documented, interface: PeerVoiceBus.roomInterface))
         XCTAssertTrue(eventually(timeout: 5) { users(ana, room) == ["bob": false] }, "\(users(ana, room))")
         XCTAssertTrue(eventually(timeout: 5) { bob.usersInChannel(timeout: 1) == ["ana": false] }, "pymumble sees PeerVoice in its channel")
 
@@ -156,8 +162,24 @@ final class RoomTests: XCTestCase {
         withExtendedLifetime(subscription) {}
     }
 
-    func testAWrongPasswordFailsWithTheServersReasonAndTheRightOneJoins() throws {
-        _ = try serverWithGames(password: "open sesame")
+    /// peervoicectl against `peer`'s bus: its exit status and output (stdout and stderr).
+    private func ctl(_ peer: TestPeer, _ arguments: [String], stdin: String? = nil) throws -> (status: Int32?, output: String) {
+        let name = "ctl-\(Int.random(in: 0..<1_000_000))"
+        var stdinPath: String?
+        if let stdin {
+            stdinPath = directory.path + "/\(name).in"
+            try stdin.write(toFile: stdinPath!, atomically: true, encoding: .utf8)
+        }
+        let process = try ChildProcess(Binaries.directory + "/peervoicectl", arguments,
+                                       environment: ["DBUS_SESSION_BUS_ADDRESS": peer.bus.address],
+                                       logPath: directory.path + "/\(name).log", stdinPath: stdinPath)
+        let status = process.wait(timeout: 40)
+        if status == nil { process.kill() }
+        return (status, process.log)
+    }
+
+    func testAWrongPasswordFailsWithTheServersReasonAndTheRightOneJoinsAlsoThroughPeervoicectl() throws {
+        let bob = try serverWithGames(password: "open sesame")
         let ana = try started.make("ana", listens: false)
         do {
             _ = try join(ana, url("ana"), [("password", Variant("guess"))])
@@ -171,6 +193,22 @@ final class RoomTests: XCTestCase {
         let room = try join(ana, url("ana"), [("password", Variant("open sesame"))])
         XCTAssertEqual(state(ana, room), "connected")
         XCTAssertFalse(ana.log.contains("open sesame"), "the password reached the log")
+        _ = try callRoom(ana, room, "Leave", [])
+
+        // The same through peervoicectl, the password from standard input.
+        let wrong = try ctl(ana, ["join", url("ana"), "--password-stdin"], stdin: "guess\n")
+        XCTAssertNotEqual(wrong.status, 0)
+        XCTAssertTrue(wrong.output.contains("Invalid server password"), wrong.output)
+        let joined = try ctl(ana, ["join", url("ana"), "--password-stdin"], stdin: "open sesame\n")
+        XCTAssertEqual(joined.status, 0, joined.output)
+        XCTAssertTrue(joined.output.contains("in /Games") && joined.output.contains(server.fingerprint), joined.output)
+        let listed = try ctl(ana, ["rooms"])
+        XCTAssertTrue(listed.output.contains("connected") && listed.output.contains("with bob"), listed.output)
+        let number = String(listed.output.prefix { $0 != " " })
+        XCTAssertEqual(try ctl(ana, ["room-send", number, "hi", "bob"]).status, 0)
+        XCTAssertTrue(eventually(timeout: 5) { bob.texts.contains { $0 == ("ana", "hi bob") } }, "\(bob.texts)")
+        XCTAssertEqual(try ctl(ana, ["leave", number]).status, 0)
+        XCTAssertTrue(try ctl(ana, ["rooms"]).output.hasPrefix("no rooms"))
     }
 
     func testAServerRestartBringsTheRoomBackToItsChannel() throws {
