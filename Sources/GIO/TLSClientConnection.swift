@@ -62,6 +62,9 @@ public final class TLSClientConnection {
                                               Unmanaged.passRetained(connection).toOpaque())
     }
 
+    /// Writes queued and not yet handed to GIO (the one in flight counts too).
+    public var queuedWrites: Int { pendingWrites.count + (writing == nil ? 0 : 1) }
+
     /// Queues bytes; they go in order, one GIO write at a time.
     public func send(_ bytes: [UInt8]) {
         guard !isClosed, !bytes.isEmpty else { return }

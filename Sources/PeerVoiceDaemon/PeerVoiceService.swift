@@ -89,9 +89,9 @@ final class PeerVoiceService {
         } catch {
             throw .failed("cannot use the state directory \(state): \(error)")
         }
-        rooms = Rooms(stateDirectory: state, displayName: { [settings] in settings.name })
         // The components report through `emit`, which the daemon sets after this.
         weak var service: PeerVoiceService?
+        rooms = Rooms(stateDirectory: state, displayName: { [settings] in settings.name }, voice: { service?.voiceEngine })
         let emit: (ServiceEvent) -> Void = { service?.emit($0) }
         registry = PeerRegistry(directory: directory, emit: emit)
         pairing = PairingPrompts(emit: emit)
@@ -112,6 +112,7 @@ final class PeerVoiceService {
         voice = VoiceControl(options: options, crypto: crypto, ip: ip, registry: registry, bluetooth: bluetooth,
                              emit: emit, peersChanged: { service?.peersChanged() })
         connections.voice = voice
+        voice.roomVoiceOut = { [unowned rooms] number, packet in rooms.sendVoice(packet, toRoom: number) }
         connections.channels = channels
         service = self
         Log.info("identity \(ownID) (key \(ownKey))")

@@ -140,6 +140,51 @@ final class RoomTests: XCTestCase {
         withExtendedLifetime(subscription) {}
     }
 
+    /// Voice both ways through the TCP tunnel and the call's engine: PeerVoice in a headless
+    /// PipeWire with virtual devices, pymumble's tone out of its speaker, speech said into its
+    /// microphone decoded by pymumble; muted, pymumble hears nothing more.
+    func testVoiceGoesBothWaysBetweenPeerVoiceAndAPyMumbleUserThroughTheServer() throws {
+        let bob = try serverWithGames()
+        let pipewire = try PipeWireSession()
+        defer { pipewire.stop() }
+        let ana = try started.make("ana", listens: false, arguments: ["--verbose", "--no-cue"], environment: pipewire.environment)
+        let room = try join(ana, url("ana"))
+        XCTAssertTrue(eventually(timeout: 10) { ana.log.contains("voice: room 1 joined the call") }, ana.log)
+
+        // Bob's 440 Hz tone comes out of Ana's speaker: loud, and crossing zero 880 times a second.
+        let recording = try TimedRecording(pipewire, to: directory.path + "/ana.wav")
+        let toneSent = VoiceRig.monotonicSeconds()
+        bob.send("tone 2")
+        dispatchEvents(for: 3)
+        let speaker = TimedTrack(try recording.stop(), .speaker)
+        let start = try XCTUnwrap(speaker.firstLoud(from: toneSent, to: toneSent + 3, above: -30), "the tone never came out of Ana's speaker")
+        print("RoomTests: bob's tone out of Ana's speaker \(Int((start - toneSent) * 1000)) ms after pymumble was told to play it")
+        let (tone, _) = speaker.slice(from: start + 0.2, to: start + 1.2)
+        let crossings = zip(tone, tone.dropFirst()).filter { ($0 < 0) != ($1 < 0) }.count
+        XCTAssertEqual(Double(crossings), 880, accuracy: 30, "zero crossings in one second of the tone")
+        _ = room
+
+        // Speech into Ana's microphone reaches pymumble, decoded by its own Opus decoder.
+        XCTAssertEqual(bob.heard()?.loudSeconds ?? -1, 0, accuracy: 0.1, "pymumble heard something before Ana spoke")
+        let injection = try pipewire.inject(VoiceRig.fixturePath("speech.wav"))
+        dispatchEvents(for: 3)
+        injection.stop()
+        dispatchEvents(for: 0.5)
+        let heard = try XCTUnwrap(bob.heard())
+        print("RoomTests: pymumble heard \(heard.seconds) s of Ana, \(heard.loudSeconds) s of it loud")
+        XCTAssertGreaterThan(heard.loudSeconds, 1.2)
+
+        // Muted: Ana's speech no longer reaches the room.
+        try ana.client.call("Mute", [Variant(true)])
+        dispatchEvents(for: 0.3)
+        let before = try XCTUnwrap(bob.heard()).loudSeconds
+        let muted = try pipewire.inject(VoiceRig.fixturePath("speech.wav"))
+        dispatchEvents(for: 2)
+        muted.stop()
+        dispatchEvents(for: 0.5)
+        XCTAssertEqual(try XCTUnwrap(bob.heard()).loudSeconds, before, accuracy: 0.05, "muted speech reached the room")
+    }
+
     func testTwoPeerVoicesInOneChannelSeeEachOtherTextAndMute() throws {
         _ = try serverWithGames()
         let ana = try started.make("ana", listens: false)

@@ -156,6 +156,15 @@ public final class PyMumbleClient {
         return Dictionary(users.map { ($0["name"] as? String ?? "", $0["self_mute"] as? Bool ?? false) }) { a, _ in a }
     }
 
+    /// How many seconds of voice it received so far, and how many of them loud (above -40 dBFS).
+    public func heard(timeout: Double = 5) -> (seconds: Double, loudSeconds: Double)? {
+        let before = lines("heard").count
+        send("heard")
+        guard eventually(timeout: timeout, { lines("heard").count > before }),
+              let heard = lines("heard").last as? [String: Double] else { return nil }
+        return (heard["seconds"] ?? 0, heard["loud_seconds"] ?? 0)
+    }
+
     /// The texts it received: (sender's name, text).
     public var texts: [(String, String)] {
         lines("text").compactMap { $0 as? [String: String] }.map { ($0["actor"] ?? "", $0["message"] ?? "") }

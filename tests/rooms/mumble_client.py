@@ -10,6 +10,8 @@ Reads commands from stdin (a FIFO the test writes), one per line:
     send TEXT        text to our channel
     mute | unmute    our self-mute
     tone SECONDS     a 440 Hz sine (48 kHz, 16-bit mono, Opus through the TCP tunnel)
+    heard            prints `heard JSON`: {"seconds", "loud_seconds"} of what it received so far
+                     (PCM decoded by pymumble; loud: 20 ms windows above -40 dBFS)
     quit
 Prints `ready` once in its channel, `text JSON` ({"actor": name, "message": text}) for each
 message received. Lines are flushed at once.
@@ -22,7 +24,7 @@ import sys
 import time
 
 import pymumble_py3 as pymumble
-from pymumble_py3.constants import PYMUMBLE_CLBK_TEXTMESSAGERECEIVED
+from pymumble_py3.constants import PYMUMBLE_CLBK_SOUNDRECEIVED, PYMUMBLE_CLBK_TEXTMESSAGERECEIVED
 
 
 def say(line):
@@ -47,6 +49,13 @@ def main():
         say("text " + json.dumps({"actor": actor, "message": message.message}))
 
     client.callbacks.set_callback(PYMUMBLE_CLBK_TEXTMESSAGERECEIVED, on_text)
+    heard = bytearray()
+
+    def on_sound(user, chunk):
+        heard.extend(chunk.pcm)
+
+    client.set_receive_sound(True)
+    client.callbacks.set_callback(PYMUMBLE_CLBK_SOUNDRECEIVED, on_sound)
     client.start()
     client.is_ready()
     if args.create_channel:
@@ -81,6 +90,15 @@ def main():
             samples = int(48000 * float(rest))
             client.sound_output.add_sound(b"".join(
                 struct.pack("<h", int(10000 * math.sin(2 * math.pi * 440 * i / 48000))) for i in range(samples)))
+        elif command == "heard":
+            samples = struct.unpack("<%dh" % (len(heard) // 2), bytes(heard[:len(heard) // 2 * 2]))
+            window = 960
+            loud = 0
+            for start in range(0, len(samples) - window + 1, window):
+                power = sum(s * s for s in samples[start:start + window]) / window
+                if power > 0 and 10 * math.log10(power / 32768 ** 2) > -40:
+                    loud += 1
+            say("heard " + json.dumps({"seconds": len(samples) / 48000, "loud_seconds": loud * window / 48000}))
         elif command == "mute":
             client.users.myself.mute()
         elif command == "unmute":

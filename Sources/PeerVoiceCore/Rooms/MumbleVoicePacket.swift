@@ -48,6 +48,25 @@ public struct MumbleVoicePacket: Sendable, Equatable {
                                  opus: frame, isLast: opusHeader & 0x2000 != 0)
     }
 
+    /// How much audio the Opus packet holds, from its TOC byte (RFC 6716 §3.1); nil for an empty
+    /// or unreadable one.
+    public var opusDurationMicroseconds: Int? {
+        guard let toc = opus.first else { return nil }
+        let config = Int(toc >> 3)
+        let frameUs = switch config {
+        case 0...11: [10_000, 20_000, 40_000, 60_000][config % 4]  // SILK
+        case 12...15: [10_000, 20_000][config % 2]  // hybrid
+        default: [2_500, 5_000, 10_000, 20_000][config % 4]  // CELT
+        }
+        switch toc & 3 {
+        case 0: return frameUs
+        case 1, 2: return 2 * frameUs
+        default:
+            guard opus.count > 1 else { return nil }
+            return Int(opus[opus.startIndex + 1] & 0x3F) * frameUs
+        }
+    }
+
     /// The packet as a client sends it (no session: the server adds ours).
     public var fromClient: [UInt8] {
         precondition(opus.count <= Self.maxFrameBytes, "an Opus frame of \(opus.count) bytes")

@@ -17,6 +17,10 @@ final class MumbleRoom {
     let username: String
     private let password: String?
     private let pins: RoomPins
+    /// The voice thread, once it runs: our voice and the room's talkers go through the call's engine.
+    private let voice: () -> VoiceEngine?
+    /// The voice thread has this room in its call.
+    private var inCall = false
     /// A fingerprint the person accepted in place of the pinned one (`accept-certificate`).
     private var acceptedFingerprint: String?
 
@@ -57,7 +61,8 @@ final class MumbleRoom {
     static let maxBackoff: Duration = .seconds(30)
 
     init(number: Int, url: MumbleURL, username: String, password: String?, acceptedFingerprint: String?,
-         pins: RoomPins, muted: Bool) {
+         pins: RoomPins, muted: Bool, voice: @escaping () -> VoiceEngine?) {
+        self.voice = voice
         self.number = number
         self.url = url
         self.username = username
@@ -121,6 +126,16 @@ final class MumbleRoom {
         defer { nextMessageID += 1 }
         return "room\(number)-\(nextMessageID)"
     }
+
+    /// Our voice packet for the room (from the voice thread): through the TCP tunnel while
+    /// connected; dropped rather than queued behind a backlog (late voice is useless).
+    func sendVoice(_ packet: [UInt8]) {
+        guard state == .connected, let connection, connection.queuedWrites < Self.maxQueuedVoice else { return }
+        connection.send(MumbleClientMessage.voice(packet).frame)
+    }
+
+    /// Writes waiting in the TLS connection beyond which a voice packet is dropped (100 ms of 20 ms packets).
+    static let maxQueuedVoice = 5
 
     // MARK: The connection
 
@@ -211,12 +226,15 @@ final class MumbleRoom {
         case .userRemove(let session, let reason, let ban) where session == model.ownSession:
             // Applied already: we are no longer in the model.
             return fail(.rejected("\(ban ? "banned" : "kicked") from \(server)\(reason.map { ": \($0)" } ?? "")"))
+        case .userRemove(let session, _, _):
+            if inCall { voice()?.roomTalkerLeft(number, session: session) }
         case .textMessage(let text):
             let sender = text.actor.flatMap { model.users[$0]?.name } ?? "server"
             messageReceived(sender, text.text)
         case .voice(let bytes):
             if let packet = try? MumbleVoicePacket.fromServer(bytes[...]), let session = packet.session {
                 talking(session, stopped: packet.isLast)
+                if inCall { voice()?.roomVoice(number, packet) }
             }
         default:
             break
@@ -225,6 +243,10 @@ final class MumbleRoom {
             state = .connected
             error = ""
             retries = 0
+            if let engine = voice() {
+                engine.roomStarted(number)
+                inCall = true
+            }
             Log.info("room \(number): in \(model.path(of: channel)) on \(server) with \(model.usersInOwnChannel.count) others")
             finishJoin(.success(()))
             changed()
@@ -276,6 +298,10 @@ final class MumbleRoom {
     }
 
     private func stop() {
+        if inCall {
+            voice()?.roomEnded(number)
+            inCall = false
+        }
         pingTimer = nil
         retryTimer = nil
         speakingTimers = [:]

@@ -10,6 +10,7 @@ final class Rooms {
     private let pins: RoomPins
     /// The user name when a URL names none: the service's display name.
     private let displayName: () -> String
+    private let voice: () -> VoiceEngine?
     private var muted = false
 
     /// A room was added, changed or removed.
@@ -17,9 +18,11 @@ final class Rooms {
     /// A room's text message: the room, the sender's name, the text.
     var messageReceived: (MumbleRoom, String, String) -> Void = { _, _, _ in }
 
-    init(stateDirectory: String, displayName: @escaping () -> String) {
+    /// `voice`: the voice thread's handle once it runs (rooms' voice goes through the call).
+    init(stateDirectory: String, displayName: @escaping () -> String, voice: @escaping () -> VoiceEngine?) {
         pins = RoomPins(path: stateDirectory + "/room-servers.json")
         self.displayName = displayName
+        self.voice = voice
     }
 
     /// `JoinRoom(url, options)`: options `password` (s) and `accept-certificate` (s, a fingerprint).
@@ -33,7 +36,8 @@ final class Rooms {
             return completion(.failure(.invalidArgument("\(text): \(error)")))
         }
         let room = MumbleRoom(number: nextNumber, url: url, username: url.user ?? MumbleURL.username(from: displayName()),
-                              password: password, acceptedFingerprint: acceptCertificate, pins: pins, muted: muted)
+                              password: password, acceptedFingerprint: acceptCertificate, pins: pins, muted: muted,
+                              voice: voice)
         nextNumber += 1
         rooms[room.number] = room
         room.changed = { [unowned self] in changed() }
@@ -60,6 +64,11 @@ final class Rooms {
     func setMuted(_ muted: Bool) {
         self.muted = muted
         rooms.values.forEach { $0.setMuted(muted) }
+    }
+
+    /// Our voice packet for room `number`, from the voice thread.
+    func sendVoice(_ packet: [UInt8], toRoom number: Int) {
+        rooms[number]?.sendVoice(packet)
     }
 
     func shutdown() {
