@@ -10,6 +10,7 @@
 //   - a failed decoder keeps failing;
 //   - every decoded voice packet re-encodes to bytes that decode to the same packet (Mumble's
 //     varints are not canonical: a 0 may come in four bytes, so the bytes themselves may differ);
+//   - an Opus packet's duration from its TOC byte is between 0 and 63 frames of 60 ms;
 //   - the room model stays consistent: every user in our channel is in the model, and a channel
 //     path lookup of a channel's own path finds a channel (or nil for a broken tree), never traps.
 #if canImport(Glibc)
@@ -37,6 +38,8 @@ public func fuzz(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
         if case .voice(let packet) = message, let voice = try? MumbleVoicePacket.fromServer(packet[...]) {
             let again = try? MumbleVoicePacket.fromServer(voice.fromServer[...])
             check(again == voice, "voice packet re-encodes to \(String(describing: again)), not \(voice)")
+            // The TOC reading a room uses to pick what it plays: at most 63 frames of 60 ms.
+            if let duration = voice.opusDurationMicroseconds { check(duration >= 0 && duration <= 63 * 60_000, "duration \(duration)") }
         }
     }
     for user in model.usersInOwnChannel { check(model.users[user.session] == user, "user \(user.session) not in the model") }

@@ -145,7 +145,25 @@ final class MumbleWireTests: XCTestCase {
 extension MumbleWireTests {
     func testADisplayNameBecomesAUserNameMumblesDefaultRuleAccepts() {
         XCTAssertEqual(MumbleURL.username(from: "Ana's laptop"), "Ana_s_laptop")
-        XCTAssertEqual(MumbleURL.username(from: "Zoë-2 (work)"), "Zoë-2__work_")
+        XCTAssertEqual(MumbleURL.username(from: "Zoë-2 (work)"), "Zoë-2_(work)")  // brackets are allowed
         XCTAssertEqual(MumbleURL.username(from: "  "), "PeerVoice")
+    }
+}
+
+extension MumbleWireTests {
+    /// RFC 6716 §3.1: the TOC byte's config gives the frame length, its code how many frames.
+    func testAnOpusPacketsDurationComesFromItsTOCByte() {
+        func duration(_ bytes: [UInt8]) -> Int? {
+            MumbleVoicePacket(sequence: 0, opus: bytes[...], isLast: false).opusDurationMicroseconds
+        }
+        XCTAssertEqual(duration([0x78]), 20_000)  // hybrid fullband 20 ms, one frame
+        XCTAssertEqual(duration([0xFC]), 20_000)  // CELT fullband 20 ms
+        XCTAssertEqual(duration([0x08]), 20_000)  // SILK narrowband 20 ms
+        XCTAssertEqual(duration([0x00]), 10_000)  // SILK narrowband 10 ms
+        XCTAssertEqual(duration([0x18]), 60_000)  // SILK narrowband 60 ms
+        XCTAssertEqual(duration([0x79]), 40_000)  // two 20 ms frames
+        XCTAssertEqual(duration([0x7B, 0x03]), 60_000)  // code 3: a count of three
+        XCTAssertNil(duration([0x7B]))
+        XCTAssertNil(duration([]))
     }
 }

@@ -159,13 +159,15 @@ final class PeerObjects {
     private static func interfaces(of snapshot: PeerObjectSnapshot) -> ManagedInterfaces {
         [(interface, PeerProperty.allCases.map { ($0.rawValue, snapshot.value(of: $0)) })]
     }
+}
 
-    private func logIfFails(_ what: String, _ body: () throws(BusError) -> Void) {
-        do throws(BusError) {
-            try body()
-        } catch {
-            Log.warning("could not \(what): \(error)")
-        }
+/// Runs a bus emission or registration whose failure only the log needs to hear of (the client
+/// misses one signal; nothing else can be done): PeerObjects and RoomObjects.
+func logIfFails(_ what: String, _ body: () throws(BusError) -> Void) {
+    do throws(BusError) {
+        try body()
+    } catch {
+        Log.warning("could not \(what): \(error)")
     }
 }
 

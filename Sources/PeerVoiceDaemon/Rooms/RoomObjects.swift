@@ -138,12 +138,4 @@ final class RoomObjects {
     private static func interfaces(of room: MumbleRoom) -> ManagedInterfaces {
         [(interface, RoomProperty.allCases.map { ($0.rawValue, room.value(of: $0)) })]
     }
-
-    private func logIfFails(_ what: String, _ body: () throws(BusError) -> Void) {
-        do throws(BusError) {
-            try body()
-        } catch {
-            Log.warning("could not \(what): \(error)")
-        }
-    }
 }
