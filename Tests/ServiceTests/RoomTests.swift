@@ -162,7 +162,18 @@ final class RoomTests: XCTestCase {
         let (tone, _) = speaker.slice(from: start + 0.2, to: start + 1.2)
         let crossings = zip(tone, tone.dropFirst()).filter { ($0 < 0) != ($1 < 0) }.count
         XCTAssertEqual(Double(crossings), 880, accuracy: 30, "zero crossings in one second of the tone")
-        _ = room
+
+        // SetUserMuted silences Bob here; SetUserVolume 0.5 brings him back 6 dB quieter.
+        let full = try XCTUnwrap(toneLevel(bob, pipewire), "no tone at volume 1")
+        _ = try callRoom(ana, room, "SetUserMuted", [Variant("bob"), Variant(true)])
+        XCTAssertNil(try toneLevel(bob, pipewire), "Bob's tone came out of the speaker while muted here")
+        _ = try callRoom(ana, room, "SetUserMuted", [Variant("bob"), Variant(false)])
+        _ = try callRoom(ana, room, "SetUserVolume", [Variant("bob"), Variant(0.5)])
+        let half = try XCTUnwrap(toneLevel(bob, pipewire), "no tone at volume 0.5")
+        print("RoomTests: bob's tone at volume 1: \(full) dBFS, at 0.5: \(half) dBFS")
+        XCTAssertEqual(half - full, -6.0, accuracy: 1.5)
+        XCTAssertThrowsError(try callRoom(ana, room, "SetUserVolume", [Variant("bob"), Variant(3.0)]))
+        XCTAssertThrowsError(try callRoom(ana, room, "SetUserMuted", [Variant("nobody"), Variant(true)]))
 
         // Speech into Ana's microphone reaches pymumble, decoded by its own Opus decoder.
         XCTAssertEqual(bob.heard()?.loudSeconds ?? -1, 0, accuracy: 0.1, "pymumble heard something before Ana spoke")
@@ -183,6 +194,18 @@ final class RoomTests: XCTestCase {
         muted.stop()
         dispatchEvents(for: 0.5)
         XCTAssertEqual(try XCTUnwrap(bob.heard()).loudSeconds, before, accuracy: 0.05, "muted speech reached the room")
+    }
+
+    /// The median level (dBFS) of Bob's 1 s tone out of the speaker, or nil when it never came out.
+    private func toneLevel(_ bob: PyMumbleClient, _ pipewire: PipeWireSession) throws -> Double? {
+        let recording = try TimedRecording(pipewire, to: directory.path + "/tone-\(Int.random(in: 0..<1_000_000)).wav")
+        let sent = VoiceRig.monotonicSeconds()
+        bob.send("tone 1")
+        dispatchEvents(for: 1.6)
+        let speaker = TimedTrack(try recording.stop(), .speaker)
+        guard let start = speaker.firstLoud(from: sent, to: sent + 1.6, above: -50) else { return nil }
+        let levels = speaker.levels(from: start + 0.2, to: start + 0.8).map(\.dBFS).sorted()
+        return levels.isEmpty ? nil : levels[levels.count / 2]
     }
 
     func testTwoPeerVoicesInOneChannelSeeEachOtherTextAndMute() throws {

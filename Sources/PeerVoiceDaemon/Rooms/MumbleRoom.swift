@@ -50,6 +50,8 @@ final class MumbleRoom {
     /// `JoinRoom`'s reply, until the first attempt ends.
     private var joinCompletion: ((Result<Void, ServiceError>) -> Void)?
     private var nextMessageID = 1
+    /// Volume and mute here by user name (names stay across reconnects, sessions do not).
+    private var playback: [String: VoiceMixer.Channel] = [:]
     /// The timestamp of our pings: a count (the server only echoes it).
     private var pings: UInt64 = 0
     private var isLeft = false
@@ -132,6 +134,18 @@ final class MumbleRoom {
     func sendVoice(_ packet: [UInt8]) {
         guard state == .connected, let connection, connection.queuedWrites < Self.maxQueuedVoice else { return }
         connection.send(MumbleClientMessage.voice(packet).frame)
+    }
+
+    /// `SetUserVolume`, `SetUserMuted`: a user's voice here, by session or name (until it leaves;
+    /// kept while we reconnect, under the name).
+    func setPlayback(ofUser user: String, volume: Double? = nil, muted: Bool? = nil) throws(ServiceError) {
+        let target = UInt32(user).flatMap { model.users[$0] } ?? model.users.values.first { $0.name == user }
+        guard let target else { throw .invalidArgument("no user \"\(user)\" on \(server)") }
+        var channel = playback[target.name] ?? .unity
+        if let volume { try channel.setVolume(volume) }
+        if let muted { channel.muted = muted }
+        playback[target.name] = channel
+        if inCall { voice()?.setRoomPlayback(number, session: target.session, channel) }
     }
 
     /// Writes waiting in the TLS connection beyond which a voice packet is dropped (100 ms of 20 ms packets).
@@ -246,6 +260,7 @@ final class MumbleRoom {
             if let engine = voice() {
                 engine.roomStarted(number)
                 inCall = true
+                for user in model.users.values { if let channel = playback[user.name] { engine.setRoomPlayback(number, session: user.session, channel) } }
             }
             Log.info("room \(number): in \(model.path(of: channel)) on \(server) with \(model.usersInOwnChannel.count) others")
             finishJoin(.success(()))

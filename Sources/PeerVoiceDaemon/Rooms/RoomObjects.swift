@@ -127,6 +127,12 @@ final class RoomObjects {
                 let text = arguments[1].string!
                 try MessageText.validate(text)
                 call.reply(Variant(tuple: [Variant(try room.send(text, toUser: arguments[0].string!))]))
+            case "SetUserVolume":
+                try room.setPlayback(ofUser: arguments[0].string!, volume: arguments[1].double!)
+                call.reply()
+            case "SetUserMuted":
+                try room.setPlayback(ofUser: arguments[0].string!, muted: arguments[1].bool!)
+                call.reply()
             default:
                 call.fail(name: PeerVoiceBus.errorPrefix + "Failed", message: "\(call.method) is declared but not implemented")
             }

@@ -10,7 +10,10 @@ final class RoomVoice {
         let remote: RemoteVoice
         var channel = VoiceMixer.Channel.unity
 
-        init() throws(VoiceCodecError) { remote = try RemoteVoice(frameMs: RoomVoice.frameMs) }
+        init(channel: VoiceMixer.Channel) throws(VoiceCodecError) {
+            remote = try RemoteVoice(frameMs: RoomVoice.frameMs)
+            self.channel = channel
+        }
     }
 
     /// What the decoders are made for, and what we send: Mumble's default 20 ms per packet.
@@ -20,6 +23,8 @@ final class RoomVoice {
 
     let room: Int
     private(set) var talkers: [UInt32: Talker] = [:]
+    /// Volume and mute here by session (`SetUserVolume`, `SetUserMuted`), also for talkers not heard yet.
+    private var playback: [UInt32: VoiceMixer.Channel] = [:]
     /// Our next packet's sequence number.
     private var sequence: UInt64 = 0
     /// Talkers whose packets we dropped for their length (logged once each).
@@ -40,7 +45,7 @@ final class RoomVoice {
         var added = false
         if talkers[session] == nil {
             do {
-                talkers[session] = try Talker()
+                talkers[session] = try Talker(channel: playback[session] ?? .unity)
                 added = true
             } catch {
                 Log.warning("voice: room \(room): no decoder for session \(session): \(error)")
@@ -57,7 +62,18 @@ final class RoomVoice {
     }
 
     /// A talker left the room (or the room reconnected: sessions change).
-    func removeTalker(_ session: UInt32) -> Bool { talkers.removeValue(forKey: session) != nil }
+    func removeTalker(_ session: UInt32) -> Bool {
+        playback[session] = nil
+        return talkers.removeValue(forKey: session) != nil
+    }
+
+    /// A talker's volume and mute here (it ramps to them over one mixer frame).
+    func setPlayback(_ session: UInt32, _ channel: VoiceMixer.Channel) {
+        playback[session] = channel
+        guard let talker = talkers[session] else { return }
+        try? talker.channel.setVolume(channel.volume)  // in range: it is a channel's
+        talker.channel.muted = channel.muted
+    }
 
     /// Our encoded frame as the room's next voice packet (the TCP tunnel's body).
     func packet(for opus: [UInt8]) -> [UInt8] {

@@ -163,6 +163,11 @@ final class VoiceEngine: Sendable {
     /// A talker left the room.
     func roomTalkerLeft(_ room: Int, session: UInt32) { post(.roomTalkerLeft(room: room, session: session)) }
 
+    /// A room talker's volume and mute here.
+    func setRoomPlayback(_ room: Int, session: UInt32, _ playback: VoiceMixer.Channel) {
+        post(.setRoomPlayback(room: room, session: session, playback))
+    }
+
     /// The latest levels the voice thread measured (silence when nothing was measured).
     var levels: VoiceLevels { latestLevels.withLock { $0 } }
 
@@ -213,6 +218,7 @@ private enum VoiceCommand: Sendable {
     case roomEnded(Int)
     case roomVoice(room: Int, MumbleVoicePacket, arrival: Int64)
     case roomTalkerLeft(room: Int, session: UInt32)
+    case setRoomPlayback(room: Int, session: UInt32, VoiceMixer.Channel)
     case shutdown
 }
 
@@ -286,6 +292,8 @@ private final class VoiceThread {
                     if rooms[room]?.receive(packet, arrival: arrival) == true { voicesChanged() }
                 case .roomTalkerLeft(let room, let session):
                     if rooms[room]?.removeTalker(session) == true { voicesChanged() }
+                case .setRoomPlayback(let room, let session, let playback):
+                    rooms[room]?.setPlayback(session, playback)
                 case .shutdown:
                     for room in Array(rooms.keys) { endRoom(room) }
                     for peer in Array(participants.keys) { leave(peer, reason: "shutting down", report: false) }
