@@ -196,6 +196,48 @@ final class RoomTests: XCTestCase {
         XCTAssertEqual(try XCTUnwrap(bob.heard()).loudSeconds, before, accuracy: 0.05, "muted speech reached the room")
     }
 
+    /// One call: Ana talks with peer Ben (a PeerVoice link, UDP voice) and sits in a Mumble room
+    /// with pymumble's Bob. Her microphone, captured once, reaches both; Bob's tone comes out of
+    /// her speaker mixed with the call, and leaving the room leaves the peer call running.
+    func testARoomAndAPeerShareOneCall() throws {
+        let bob = try serverWithGames()
+        let pwAna = try PipeWireSession(), pwBen = try PipeWireSession()
+        defer { pwAna.stop(); pwBen.stop() }
+        let ana = try started.make("ana", arguments: ["--verbose", "--no-cue"], environment: pwAna.environment)
+        let ben = try started.make("ben", arguments: ["--verbose", "--no-cue"], environment: pwBen.environment)
+        let markAna = ana.mark
+        let link = try VoicePairing.connect(ana, to: ben)
+        XCTAssertNotNil(ana.waitForVoiceState("active", of: link.bOnA, after: markAna, timeout: 15), ana.log)
+        let room = try join(ana, url("ana"))
+        XCTAssertTrue(eventually(timeout: 10) { ana.log.contains("voice: room 1 joined the call (1 peers, 1 rooms)") }, ana.log)
+
+        // Ana speaks once: Ben's speaker plays it and pymumble decodes it.
+        let benSpeaker = try TimedRecording(pwBen, to: directory.path + "/ben.wav")
+        let spoke = VoiceRig.monotonicSeconds()
+        let injection = try pwAna.inject(VoiceRig.fixturePath("speech.wav"))
+        dispatchEvents(for: 3)
+        injection.stop()
+        dispatchEvents(for: 0.5)
+        let atBen = TimedTrack(try benSpeaker.stop(), .speaker)
+        XCTAssertNotNil(atBen.firstLoud(from: spoke, to: spoke + 3.5, above: -40), "Ben did not hear Ana")
+        XCTAssertGreaterThan(try XCTUnwrap(bob.heard()).loudSeconds, 1.2, "the room did not hear Ana")
+
+        // Bob's tone comes out of Ana's speaker while the peer call runs.
+        XCTAssertNotNil(try toneLevel(bob, pwAna), "Bob's tone did not come out of Ana's speaker")
+
+        // Leaving the room leaves the call with Ben as it was.
+        _ = try callRoom(ana, room, "Leave", [])
+        XCTAssertTrue(eventually(timeout: 5) { ana.log.contains("voice: room 1 left the call") })
+        XCTAssertEqual(ana.voiceStates(of: link.bOnA, after: markAna).last, "active")
+        let again = try TimedRecording(pwBen, to: directory.path + "/ben-again.wav")
+        let spokeAgain = VoiceRig.monotonicSeconds()
+        let more = try pwAna.inject(VoiceRig.fixturePath("speech.wav"))
+        dispatchEvents(for: 2)
+        more.stop()
+        XCTAssertNotNil(TimedTrack(try again.stop(), .speaker).firstLoud(from: spokeAgain, to: spokeAgain + 2, above: -40),
+                        "Ben no longer hears Ana after she left the room")
+    }
+
     /// The median level (dBFS) of Bob's 1 s tone out of the speaker, or nil when it never came out.
     private func toneLevel(_ bob: PyMumbleClient, _ pipewire: PipeWireSession) throws -> Double? {
         let recording = try TimedRecording(pipewire, to: directory.path + "/tone-\(Int.random(in: 0..<1_000_000)).wav")
