@@ -33,6 +33,7 @@ public final class TLSClientConnection {
     private var isClosed = false
     private var connected: ((Result<TLSClientConnection, Failure>) -> Void)?
     private var timeout: EventSource?
+    private var clientCertificate: String?
 
     private init() {
         cancellable = g_cancellable_new()
@@ -47,10 +48,12 @@ public final class TLSClientConnection {
     }
 
     /// Connects and completes the TLS handshake within `timeout`, then starts reading;
-    /// `completion` runs once on the main context.
-    public static func connect(host: String, port: UInt16, timeout: Duration,
+    /// `completion` runs once on the main context. `clientCertificate`: a PEM file holding our
+    /// certificate and its private key, presented when the server asks.
+    public static func connect(host: String, port: UInt16, timeout: Duration, clientCertificate: String? = nil,
                                completion: @escaping (Result<TLSClientConnection, Failure>) -> Void) {
         let connection = TLSClientConnection()
+        connection.clientCertificate = clientCertificate
         connection.connected = completion
         connection.timeout = Timer.after(timeout) { [weak connection] in
             guard let connection, connection.connected != nil else { return }
@@ -100,6 +103,13 @@ public final class TLSClientConnection {
         }
         let tlsStream = UnsafeMutableRawPointer(tls).assumingMemoryBound(to: GIOStream.self)
         stream = tlsStream
+        if let clientCertificate {
+            guard let certificate = g_tls_certificate_new_from_file(clientCertificate, &error) else {
+                return finishConnecting(.failure(Failure(consuming: error)))
+            }
+            g_tls_connection_set_certificate(tlsConnection(tls), certificate)
+            g_object_unref(certificate)
+        }
         // Any certificate: the caller pins it (see the type's comment).
         g_signal_connect_data(tls, "accept-certificate", unsafeBitCast(acceptAnyCertificate, to: GCallback.self), nil, nil, GConnectFlags(0))
         g_tls_connection_handshake_async(tlsConnection(tls), G_PRIORITY_DEFAULT, cancellable, handshakeDone,

@@ -250,8 +250,8 @@ final class RoomTests: XCTestCase {
         return levels.isEmpty ? nil : levels[levels.count / 2]
     }
 
-    func testTwoPeerVoicesInOneChannelSeeEachOtherTextAndMute() throws {
-        _ = try serverWithGames()
+    func testTwoPeerVoicesInOneChannelSeeEachOtherTextAndMuteEachWithItsOwnIdentity() throws {
+        let bob = try serverWithGames()
         let ana = try started.make("ana", listens: false)
         let ben = try started.make("ben", listens: false)
         var received: [(String, String)] = []
@@ -270,6 +270,21 @@ final class RoomTests: XCTestCase {
         try ana.client.call("ToggleMute")
         XCTAssertTrue(eventually(timeout: 5) { users(ben, roomB)["ana"] == true })
         withExtendedLifetime(subscription) {}
+
+        // Each installation presents its own client certificate (Mumble's identity), kept in its
+        // state directory (0600) and the same after a restart.
+        let hashes = try XCTUnwrap(bob.certificateHashes())
+        let anaHash = try XCTUnwrap(hashes["ana"]), benHash = try XCTUnwrap(hashes["ben"])
+        XCTAssertEqual(anaHash.count, 40, "\(hashes)")
+        XCTAssertEqual(benHash.count, 40, "\(hashes)")
+        XCTAssertNotEqual(anaHash, benHash)
+        let pem = ana.daemon.stateDirectory + "/room-identity.pem"
+        let mode = try XCTUnwrap(FileManager.default.attributesOfItem(atPath: pem)[.posixPermissions] as? Int)
+        XCTAssertEqual(mode & 0o777, 0o600)
+        XCTAssertNotNil(ana.stop())
+        try ana.restart()
+        _ = try join(ana, url("ana"))
+        XCTAssertTrue(eventually(timeout: 5) { bob.certificateHashes(timeout: 1)?["ana"] == anaHash }, "\(String(describing: bob.certificateHashes()))")
     }
 
     /// peervoicectl against `peer`'s bus: its exit status and output (stdout and stderr).

@@ -156,6 +156,16 @@ public final class PyMumbleClient {
         return Dictionary(users.map { ($0["name"] as? String ?? "", $0["self_mute"] as? Bool ?? false) }) { a, _ in a }
     }
 
+    /// The others in its channel: name → the SHA-1 of their client certificate as the server
+    /// reports it ("" without one).
+    public func certificateHashes(timeout: Double = 5) -> [String: String]? {
+        let before = lines("users").count
+        send("users")
+        guard eventually(timeout: timeout, { lines("users").count > before }),
+              let users = lines("users").last as? [[String: Any]] else { return nil }
+        return Dictionary(users.map { ($0["name"] as? String ?? "", $0["hash"] as? String ?? "") }) { a, _ in a }
+    }
+
     /// How many seconds of voice it received so far, and how many of them loud (above -40 dBFS).
     public func heard(timeout: Double = 5) -> (seconds: Double, loudSeconds: Double)? {
         let before = lines("heard").count

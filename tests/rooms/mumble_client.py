@@ -6,7 +6,8 @@ Mumble user would.
     mumble_client.py --port P --user NAME [--password PW] [--create-channel NAME] [--channel NAME]
 
 Reads commands from stdin (a FIFO the test writes), one per line:
-    users            prints `users JSON`: [{"session", "name", "channel", "self_mute"}] of our channel
+    users            prints `users JSON`: [{"session", "name", "channel", "self_mute", "hash"}] of our
+                     channel (hash: the SHA-1 of the user's client certificate, "" without one)
     send TEXT        text to our channel
     mute | unmute    our self-mute
     tone SECONDS     a 440 Hz sine (48 kHz, 16-bit mono, Opus through the TCP tunnel)
@@ -82,7 +83,8 @@ def main():
         if command == "users":
             mine = client.users.myself["channel_id"]
             say("users " + json.dumps([
-                {"session": u["session"], "name": u["name"], "channel": u["channel_id"], "self_mute": bool(u.get("self_mute", False))}
+                {"session": u["session"], "name": u["name"], "channel": u["channel_id"], "self_mute": bool(u.get("self_mute", False)),
+                 "hash": u.get("hash", "")}
                 for u in client.users.values() if u["channel_id"] == mine and u["session"] != client.users.myself_session]))
         elif command == "send":
             client.my_channel().send_text_message(rest)

@@ -17,6 +17,7 @@ final class MumbleRoom {
     let username: String
     private let password: String?
     private let pins: RoomPins
+    private let identity: RoomIdentity
     /// The voice thread, once it runs: our voice and the room's talkers go through the call's engine.
     private let voice: () -> VoiceEngine?
     /// The voice thread has this room in its call.
@@ -63,7 +64,8 @@ final class MumbleRoom {
     static let maxBackoff: Duration = .seconds(30)
 
     init(number: Int, url: MumbleURL, username: String, password: String?, acceptedFingerprint: String?,
-         pins: RoomPins, muted: Bool, voice: @escaping () -> VoiceEngine?) {
+         pins: RoomPins, identity: RoomIdentity, muted: Bool, voice: @escaping () -> VoiceEngine?) {
+        self.identity = identity
         self.voice = voice
         self.number = number
         self.url = url
@@ -159,16 +161,20 @@ final class MumbleRoom {
         model = MumbleRoomModel()
         channel = nil
         Log.info("room \(number): connecting to \(server) as \(username)")
-        TLSClientConnection.connect(host: url.host, port: url.port, timeout: Self.connectTimeout) { [weak self] result in
-            guard let self, !isLeft else {
-                if case .success(let connection) = result { connection.close() }
-                return
-            }
-            switch result {
-            case .success(let connection):
-                secured(connection)
-            case .failure(let failure):
-                lost("cannot reach \(server): \(failure.message)")
+        identity.withCertificate { [weak self] certificate in
+            guard let self, !isLeft else { return }
+            TLSClientConnection.connect(host: url.host, port: url.port, timeout: Self.connectTimeout,
+                                        clientCertificate: certificate) { [weak self] result in
+                guard let self, !isLeft else {
+                    if case .success(let connection) = result { connection.close() }
+                    return
+                }
+                switch result {
+                case .success(let connection):
+                    secured(connection)
+                case .failure(let failure):
+                    lost("cannot reach \(server): \(failure.message)")
+                }
             }
         }
     }

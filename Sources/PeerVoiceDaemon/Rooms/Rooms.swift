@@ -8,6 +8,8 @@ final class Rooms {
     private(set) var rooms: [Int: MumbleRoom] = [:]
     private var nextNumber = 1
     private let pins: RoomPins
+    /// This installation's client certificate (Mumble's identity).
+    private let identity: RoomIdentity
     /// The user name when a URL names none: the service's display name.
     private let displayName: () -> String
     private let voice: () -> VoiceEngine?
@@ -21,6 +23,7 @@ final class Rooms {
     /// `voice`: the voice thread's handle once it runs (rooms' voice goes through the call).
     init(stateDirectory: String, displayName: @escaping () -> String, voice: @escaping () -> VoiceEngine?) {
         pins = RoomPins(path: stateDirectory + "/room-servers.json")
+        identity = RoomIdentity(stateDirectory: stateDirectory)
         self.displayName = displayName
         self.voice = voice
     }
@@ -36,7 +39,7 @@ final class Rooms {
             return completion(.failure(.invalidArgument("\(text): \(error)")))
         }
         let room = MumbleRoom(number: nextNumber, url: url, username: url.user ?? MumbleURL.username(from: displayName()),
-                              password: password, acceptedFingerprint: acceptCertificate, pins: pins, muted: muted,
+                              password: password, acceptedFingerprint: acceptCertificate, pins: pins, identity: identity, muted: muted,
                               voice: voice)
         nextNumber += 1
         rooms[room.number] = room
