@@ -238,6 +238,57 @@ final class RoomTests: XCTestCase {
                         "Ben no longer hears Ana after she left the room")
     }
 
+    /// Speech said into `talker`'s microphone for 3 s, found in `listener`'s speaker: the whole
+    /// span's transfer and its 0.5 s windows.
+    private func speech(from talker: PipeWireSession, to listener: PipeWireSession, _ label: String) throws -> (VoiceTransfer, [VoiceTransfer]) {
+        let recordTalker = try TimedRecording(talker, to: directory.path + "/\(label)-talker.wav")
+        let recordListener = try TimedRecording(listener, to: directory.path + "/\(label)-listener.wav")
+        let start = VoiceRig.monotonicSeconds()
+        let injection = try talker.inject(VoiceRig.fixturePath("speech.wav"))
+        dispatchEvents(for: 3.2)
+        injection.stop()
+        dispatchEvents(for: 0.3)
+        let mic = TimedTrack(try recordTalker.stop(), .mic), speaker = TimedTrack(try recordListener.stop(), .speaker)
+        let (from, audibleTo) = try XCTUnwrap(VoiceAnalysis.audibleSpan(mic, from: start, to: VoiceRig.monotonicSeconds()), "\(label): no speech in the microphone")
+        let to = min(audibleTo, from + 2.5)
+        let transfer = VoiceAnalysis.transfer(mic: mic, speaker: speaker, from: from, to: to)
+        let windows = VoiceAnalysis.windows(mic: mic, speaker: speaker, from: from, to: to)
+        print("RoomTests: \(label): \(transfer), median window correlation \(VoiceAnalysis.medianCorrelation(windows))")
+        return (transfer, windows)
+    }
+
+    /// Two PeerVoices in one channel hear each other through the server (the TCP tunnel), judged
+    /// as VoiceTests judge a peer call; then, for comparison in the same run, the same two over a
+    /// direct peer link.
+    func testTwoPeerVoicesHearEachOtherThroughTheServer() throws {
+        _ = try serverWithGames()
+        clients = []  // bob would only add his silence
+        let pwAna = try PipeWireSession(), pwBen = try PipeWireSession()
+        defer { pwAna.stop(); pwBen.stop() }
+        let ana = try started.make("ana", arguments: ["--verbose", "--no-cue", "--no-auto-voice"], environment: pwAna.environment)
+        let ben = try started.make("ben", arguments: ["--verbose", "--no-cue", "--no-auto-voice"], environment: pwBen.environment)
+        let roomA = try join(ana, url("ana")), roomB = try join(ben, url("ben"))
+        XCTAssertTrue(eventually(timeout: 10) { ana.log.contains("voice: room 1 joined the call") && ben.log.contains("voice: room 1 joined the call") })
+        dispatchEvents(for: 0.5)
+        for (label, talker, listener) in [("ana→ben via murmurd", pwAna, pwBen), ("ben→ana via murmurd", pwBen, pwAna)] {
+            let (transfer, windows) = try speech(from: talker, to: listener, label)
+            XCTAssertGreaterThanOrEqual(windows.count, 3, "\(label): too little speech to judge")
+            XCTAssertGreaterThanOrEqual(VoiceAnalysis.medianCorrelation(windows), 0.5, "\(label): the speech did not come out of the speaker")
+            XCTAssertGreaterThan(transfer.latencyMs, 0, label)
+            XCTAssertLessThanOrEqual(transfer.latencyMs, 150, "\(label): mouth-to-ear latency")
+        }
+        _ = try callRoom(ana, roomA, "Leave", [])
+        _ = try callRoom(ben, roomB, "Leave", [])
+
+        // The same two, directly (for the figure; VoiceTests judges peer calls).
+        let mark = ana.mark
+        let link = try VoicePairing.connect(ana, to: ben)
+        try ana.client.call("StartVoice", [Variant(link.bOnA)])
+        XCTAssertNotNil(ana.waitForVoiceState("active", of: link.bOnA, after: mark, timeout: 15))
+        dispatchEvents(for: 0.5)
+        _ = try speech(from: pwAna, to: pwBen, "ana→ben direct")
+    }
+
     /// The median level (dBFS) of Bob's 1 s tone out of the speaker, or nil when it never came out.
     private func toneLevel(_ bob: PyMumbleClient, _ pipewire: PipeWireSession) throws -> Double? {
         let recording = try TimedRecording(pipewire, to: directory.path + "/tone-\(Int.random(in: 0..<1_000_000)).wav")

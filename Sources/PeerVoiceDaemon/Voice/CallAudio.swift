@@ -71,7 +71,7 @@ final class CallAudio {
     private var speakingFlip: Bool?
     /// Mumble rooms' encoder (20 ms, no FEC: the server relays to everyone alike) and where its
     /// packets go, while any room is in the call.
-    private var roomEncoder: (encoder: OpusVoiceEncoder, deliver: ([UInt8]) -> Void)?
+    private var roomEncoder: (encoder: OpusVoiceEncoder, deliver: (_ opus: [UInt8], _ timestamp: UInt32) -> Void)?
     private var roomPacket = [UInt8](repeating: 0, count: 1500)
     /// What the microphone sent since ``takeInputLevel()`` (only while someone meters).
     private var inputMeter = LevelMeter()
@@ -95,8 +95,9 @@ final class CallAudio {
         try playback.start()
     }
 
-    /// Encodes the microphone for Mumble rooms too and hands each packet to `deliver` (nil: stop).
-    func sendToRooms(_ deliver: (([UInt8]) -> Void)?) throws(VoiceCodecError) {
+    /// Encodes the microphone for Mumble rooms too and hands each packet, with the call's timestamp
+    /// of its first sample, to `deliver` (nil: stop).
+    func sendToRooms(_ deliver: ((_ opus: [UInt8], _ timestamp: UInt32) -> Void)?) throws(VoiceCodecError) {
         guard let deliver else {
             roomEncoder = nil
             return
@@ -175,7 +176,7 @@ final class CallAudio {
                 if let (encoder, deliver) = roomEncoder, pcm.count == OpusFrameDuration.ms20.samples,
                    let bytes = try? roomPacket.withUnsafeMutableBufferPointer({ try encoder.encode(pcm, into: $0) }),
                    bytes > Self.dtxPacketBytes {
-                    deliver(Array(roomPacket[0..<bytes]))
+                    deliver(Array(roomPacket[0..<bytes]), timestamp)
                 }
             }
         }

@@ -25,8 +25,11 @@ final class RoomVoice {
     private(set) var talkers: [UInt32: Talker] = [:]
     /// Volume and mute here by session (`SetUserVolume`, `SetUserMuted`), also for talkers not heard yet.
     private var playback: [UInt32: VoiceMixer.Channel] = [:]
-    /// Our next packet's sequence number.
+    /// Our packets' sequence number: 10 ms frames since our first packet, counted on the call's
+    /// 48 kHz clock, so that it moves on while the microphone rests (as Mumble's own clients
+    /// count frames whether they send them or not): receivers place packets by it.
     private var sequence: UInt64 = 0
+    private var lastTimestamp: UInt32?
     /// Talkers whose packets we dropped for their length (logged once each).
     private var refused: Set<UInt32> = []
 
@@ -75,9 +78,11 @@ final class RoomVoice {
         talker.channel.muted = channel.muted
     }
 
-    /// Our encoded frame as the room's next voice packet (the TCP tunnel's body).
-    func packet(for opus: [UInt8]) -> [UInt8] {
-        defer { sequence &+= Self.sequencePerPacket }
+    /// Our encoded frame, captured at `timestamp` on the call's 48 kHz clock, as the room's voice
+    /// packet (the TCP tunnel's body).
+    func packet(for opus: [UInt8], timestamp: UInt32) -> [UInt8] {
+        if let lastTimestamp { sequence &+= UInt64(timestamp &- lastTimestamp) / 480 }
+        lastTimestamp = timestamp
         return MumbleVoicePacket(sequence: sequence, opus: opus[...], isLast: false).fromClient
     }
 }

@@ -404,8 +404,8 @@ private final class VoiceThread {
             rooms[room] = RoomVoice(room: room)
             if options.frameMs == RoomVoice.frameMs {
                 let sendToRoom = sendToRoom
-                try call.sendToRooms { [unowned self] opus in
-                    for voice in rooms.values { sendToRoom(voice.room, voice.packet(for: opus)) }
+                try call.sendToRooms { [unowned self] opus, timestamp in
+                    for voice in rooms.values { sendToRoom(voice.room, voice.packet(for: opus, timestamp: timestamp)) }
                 }
             } else {
                 Log.warning("voice: room \(room): our voice is not sent (rooms take \(RoomVoice.frameMs) ms frames, the call runs \(options.frameMs) ms)")
