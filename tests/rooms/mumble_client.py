@@ -10,6 +10,7 @@ Reads commands from stdin (a FIFO the test writes), one per line:
                      channel (hash: the SHA-1 of the user's client certificate, "" without one)
     send TEXT        text to our channel
     mute | unmute    our self-mute
+    kick NAME REASON | ban NAME REASON   (as an administrator: the SuperUser)
     tone SECONDS     a 440 Hz sine (48 kHz, 16-bit mono, Opus through the TCP tunnel)
     heard            prints `heard JSON`: {"seconds", "loud_seconds"} of what it received so far
                      (PCM decoded by pymumble; loud: 20 ms windows above -40 dBFS)
@@ -101,6 +102,11 @@ def main():
                 if power > 0 and 10 * math.log10(power / 32768 ** 2) > -40:
                     loud += 1
             say("heard " + json.dumps({"seconds": len(samples) / 48000, "loud_seconds": loud * window / 48000}))
+        elif command in ("kick", "ban"):
+            name, _, reason = rest.partition(" ")
+            for user in list(client.users.values()):
+                if user["name"] == name:
+                    (user.kick if command == "kick" else user.ban)(reason)
         elif command == "mute":
             client.users.myself.mute()
         elif command == "unmute":
