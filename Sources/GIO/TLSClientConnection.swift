@@ -10,6 +10,8 @@ public final class TLSClientConnection {
     /// Why a connection could not be made or ended; `message` is GIO's, for people.
     public struct Failure: Error, Sendable, CustomStringConvertible {
         public let message: String
+        /// The TCP connection was made and the TLS handshake failed.
+        public var inHandshake = false
         public var description: String { message }
     }
 
@@ -117,7 +119,11 @@ public final class TLSClientConnection {
     }
 
     fileprivate func handshakeDidEnd(_ error: UnsafeMutablePointer<GError>?) {
-        if let error { return finishConnecting(.failure(Failure(consuming: error))) }
+        if let error {
+            var failure = Failure(consuming: error)
+            failure.inHandshake = stream != nil
+            return finishConnecting(.failure(failure))
+        }
         guard let stream, let certificate = g_tls_connection_get_peer_certificate(tlsConnection(stream)) else {
             return finishConnecting(.failure(Failure(message: "the server sent no certificate")))
         }

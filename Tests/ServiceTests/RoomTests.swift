@@ -432,8 +432,24 @@ final class RoomTests: XCTestCase {
             XCTFail("a banned PeerVoice joined again")
         } catch {
             XCTAssertEqual(error.name, PeerVoiceBus.errorPrefix + "NotAvailable")
-            XCTAssertTrue(error.message.contains("127.0.0.1:\(server.port)") && error.message.contains("TLS"), error.message)
+            XCTAssertTrue(error.message.contains("127.0.0.1:\(server.port)") && error.message.contains("banned"), error.message)
         }
+    }
+
+    /// murmurd 1.3.4 ends a full server's TLS handshakes without a Reject: the error says what
+    /// that may mean.
+    func testAFullServerFailsTheJoinSayingWhatItMayMean() throws {
+        server = try MumbleServer(in: directory, maxUsers: 1)
+        clients.append(try PyMumbleClient("bob", server: server, in: directory))
+        let ana = try started.make("ana", listens: false)
+        do {
+            _ = try join(ana, url("ana", ""))
+            XCTFail("JoinRoom to a full server succeeded")
+        } catch {
+            XCTAssertEqual(error.name, PeerVoiceBus.errorPrefix + "NotAvailable")
+            XCTAssertTrue(error.message.contains("TLS handshake") && error.message.contains("full"), error.message)
+        }
+        XCTAssertEqual(try roomPaths(ana), [])
     }
 
     func testAChangedCertificateIsRefusedNamingBothFingerprintsUntilAccepted() throws {

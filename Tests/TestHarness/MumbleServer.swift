@@ -17,12 +17,14 @@ public final class MumbleServer {
     public private(set) var fingerprint = ""
     private var process: ChildProcess?
     private let serverPassword: String?
+    private let maxUsers: Int
 
     public var log: String { (try? String(contentsOfFile: directory + "/murmur.log", encoding: .utf8)) ?? "" }
 
     /// Starts a server with a fresh database (hence a fresh certificate); `serverPassword`: the
-    /// password every client must give.
-    public init(in parent: TemporaryDirectory, serverPassword: String? = nil) throws {
+    /// password every client must give; `maxUsers`: murmurd's `users=`.
+    public init(in parent: TemporaryDirectory, serverPassword: String? = nil, maxUsers: Int = 100) throws {
+        self.maxUsers = maxUsers
         directory = parent.path + "/murmur"
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         port = try freeTCPPort()
@@ -39,7 +41,7 @@ public final class MumbleServer {
     public func start(freshCertificate: Bool = false) throws {
         precondition(process?.isRunning != true, "start() of a running murmurd")
         if freshCertificate { try? FileManager.default.removeItem(atPath: directory + "/murmur.sqlite") }
-        let settings = ["database=\(directory)/murmur.sqlite", "host=127.0.0.1", "port=\(port)", "users=100",
+        let settings = ["database=\(directory)/murmur.sqlite", "host=127.0.0.1", "port=\(port)", "users=\(maxUsers)",
                         "bonjour=false", "serverpassword=\(serverPassword ?? "")", "logfile="]
         try (settings.joined(separator: "\n") + "\n").write(toFile: ini, atomically: true, encoding: .utf8)
         let asNobody = getuid() == 0

@@ -172,6 +172,8 @@ final class MumbleRoom {
                 switch result {
                 case .success(let connection):
                     secured(connection)
+                case .failure(let failure) where failure.inHandshake:
+                    lost("\(server) ended the connection in the TLS handshake (murmurd does so when it is full, or to a banned address): \(failure.message)")
                 case .failure(let failure):
                     lost("cannot reach \(server): \(failure.message)")
                 }
