@@ -365,6 +365,16 @@ bench-channels: deps bench-venv
 	$(BENCH_VENV)/bin/python bench/channels/run.py \
 	    --bin-dir "$$($(SWIFT) build -c release $(SWIFT_FLAGS) --show-bin-path)" $(BENCH_ARGS)
 
+# Mumble rooms benchmark, not a test (bench/rooms/run.py): mouth-to-ear of two release peervoiced
+# through a local murmurd (the TCP tunnel) against the same two directly, in the same starts; the
+# CPU of one in a channel of 2, 10 and 30 users (the others pymumble clients, 1 or 3 talking).
+# Medians of BENCH_ARGS' --runs (3) fresh starts; writes bench/results/rooms.json.
+.PHONY: bench-rooms
+bench-rooms: deps bench-venv rooms-venv
+	$(SWIFT) build -c release --product peervoiced $(SWIFT_FLAGS)
+	$(BENCH_VENV)/bin/python bench/rooms/run.py \
+	    --bin "$$($(SWIFT) build -c release $(SWIFT_FLAGS) --show-bin-path)/peervoiced" $(BENCH_ARGS)
+
 # The packages and the Python venv the voice benchmarks score with (PESQ, STOI).
 bench-venv: deps
 	scripts/deps.sh $(BENCH_PACKAGES)

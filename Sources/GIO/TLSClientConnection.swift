@@ -1,4 +1,5 @@
 import CGio
+import Glibc
 
 /// A TLS client stream to `host:port` through GIO: `GSocketClient` for the TCP connection,
 /// `GTlsClientConnection` (glib-networking's GnuTLS backend) for TLS. Main context only: every
@@ -100,6 +101,9 @@ public final class TLSClientConnection {
     fileprivate func socketDidConnect(_ socket: UnsafeMutablePointer<GSocketConnection>) {
         socketConnection = socket
         var error: UnsafeMutablePointer<GError>?
+        // Small writes (20 ms voice packets) go at once, not held by Nagle's algorithm for an ACK
+        // (Mumble's own client asks for the same).
+        _ = g_socket_set_option(g_socket_connection_get_socket(socket), gint(IPPROTO_TCP), gint(TCP_NODELAY), 1, nil)
         guard let tls = g_tls_client_connection_new(socket.withMemoryRebound(to: GIOStream.self, capacity: 1) { $0 }, nil, &error) else {
             return finishConnecting(.failure(Failure(consuming: error)))
         }
