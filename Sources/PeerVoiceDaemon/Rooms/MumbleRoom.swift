@@ -55,6 +55,10 @@ final class MumbleRoom {
     private var playback: [String: VoiceMixer.Channel] = [:]
     /// The timestamp of our pings: a count (the server only echoes it).
     private var pings: UInt64 = 0
+    /// Pings sent since the server last sent anything: a network gone quiet closes nothing.
+    private var pingsUnanswered = 0
+    /// After this many, the connection counts as lost (Mumble's servers drop a client after 30 s).
+    static let maxPingsUnanswered = 6
     private var isLeft = false
 
     static let connectTimeout: Duration = .seconds(10)
@@ -157,6 +161,7 @@ final class MumbleRoom {
 
     private func connect() {
         retryTimer = nil
+        pingsUnanswered = 0
         decoder = MumbleFrameDecoder()
         model = MumbleRoomModel()
         channel = nil
@@ -204,7 +209,12 @@ final class MumbleRoom {
         send(.authenticate(username: username, password: password))
         pingTimer = Timer.every(Self.pingInterval) { [weak self] in
             guard let self else { return false }
+            guard pingsUnanswered < Self.maxPingsUnanswered else {
+                drop("\(server) sent nothing for \(Self.pingInterval * Self.maxPingsUnanswered)")
+                return false
+            }
             pings += 1
+            pingsUnanswered += 1
             send(.ping(timestamp: pings))
             return true
         }
@@ -215,6 +225,7 @@ final class MumbleRoom {
     }
 
     private func received(_ bytes: [UInt8]) {
+        pingsUnanswered = 0
         decoder.append(bytes)
         do throws(MumbleProtocolError) {
             while let (type, body) = try decoder.next() {
