@@ -7,11 +7,14 @@
 #   make check-warnings a fresh build that fails on any compiler warning
 #   make soak           a SOAK_SECONDS (600) call at 5 % loss: latency, memory, underruns
 #   make fuzz           each fuzz target FUZZ_SECONDS (600)
+#   make fuzz-long      each fuzz target to 10 million executions (3 h at most), its new coverage kept in fuzz/corpus/
 #   make test-bluetooth-vm  real BlueZ in two QEMU VMs: discover, pair, restart bluetoothd
 #   make test-bluetooth     PeerVoice over real BlueZ in two QEMU VMs (tests/bluetooth-vm/peervoice-*.sh)
 #   make run-app        build, then run the desktop app peervoice on your desktop (translations from po/)
 #   make screenshots    the app's screenshots in docs/ (peer list, pairing, chat, settings, voice), from AppTests
 #   make install        release build, installed under $(DESTDIR)$(PREFIX) (INSTALL_CONFIGURATION=debug: the debug build)
+#   make deb            the Debian packages (debian/), statically linked Swift runtime, into .build/debs/
+#   make test-package   build, lintian, install, activate, upgrade and purge the packages (root; in `make test`)
 #   make deps           install the Debian packages below that are missing
 #   make clean          swift package clean
 
@@ -62,6 +65,9 @@ PACKAGES := \
 # Mumble rooms (RoomTests): mumble-server (murmurd, started by the tests as an ordinary process),
 # glib-networking (GIO's TLS, which `make run` needs too for JoinRoom), python3-venv (the
 # pymumble venv of `rooms-venv`), openssl (makes each installation's Mumble client certificate once).
+# The real desktop services of RealDesktopTests: GNOME's notification-daemon; the GlobalShortcuts
+# portal (xdg-desktop-portal with KDE's backend and kglobalaccel, about 100 packages, 25 MB);
+# GNOME's settings schemas (gnome-settings-daemon-common) for `peervoicectl shortcut`.
 TEST_PACKAGES := \
 	dbus-daemon \
 	libglib2.0-bin \
@@ -84,7 +90,12 @@ TEST_PACKAGES := \
 	mumble-server \
 	glib-networking \
 	python3-venv \
-	openssl
+	openssl \
+	notification-daemon \
+	xdg-desktop-portal \
+	xdg-desktop-portal-kde \
+	libkf5globalaccel-bin \
+	gnome-settings-daemon-common
 
 # Locales the tests run under besides C.UTF-8.
 TEST_LOCALES := de_DE.UTF-8
@@ -152,12 +163,14 @@ screenshots: deps
 
 # Serial on purpose (no --parallel): each suite starts its own private dbus-daemon.
 # Every suite: unit and service tests (private buses, PipeWire), each fuzz target for
-# FUZZ_SMOKE_SECONDS, then PeerVoice over real BlueZ in the two VMs. TEST_FILTER narrows the first
+# FUZZ_SMOKE_SECONDS, the Debian package round (test-package), then PeerVoice over real BlueZ in
+# the two VMs. TEST_FILTER narrows the first
 # part and skips the rest.
 test: deps rooms-venv
 	$(SWIFT) build --build-tests $(SWIFT_FLAGS) 2>&1 | scripts/no-warnings.sh
 	$(SWIFT) test $(SWIFT_FLAGS) $(if $(TEST_FILTER),--filter '$(TEST_FILTER)') 2>&1 | scripts/failures-last.sh
 	$(if $(TEST_FILTER),,$(MAKE) --no-print-directory fuzz-smoke)
+	$(if $(TEST_FILTER),,$(MAKE) --no-print-directory test-package)
 	$(if $(TEST_FILTER),,$(MAKE) --no-print-directory test-bluetooth)
 
 # RoomTests' third-party Mumble client: pymumble 1.6.1 from PyPI (it pulls opuslib 3.0.1 and
@@ -188,51 +201,97 @@ soak: deps
 # CtlTests installs the debug build the suite already made: a release build from scratch would add
 # minutes to `make test`, and what it checks is the installed tree and bus activation.
 INSTALL_CONFIGURATION ?= release
-install: deps
-	$(SWIFT) build -c $(INSTALL_CONFIGURATION) $(SWIFT_FLAGS)
+# What is installed and shipped. `install-built` builds these products only, never the test targets
+# (they import XCTest, which does not link with --static-swift-stdlib: debian/rules passes it).
+PRODUCTS := peervoiced peervoicectl peervoice
+SYSCONFDIR ?= $(if $(filter /usr,$(PREFIX)),/etc,$(PREFIX)/etc)
+MAN_DIR := .build/man
+# Every interface the bus API has (dbus/*.xml), installed under share/dbus-1/interfaces.
+BUS_INTERFACES := $(notdir $(wildcard dbus/*.xml))
+install: deps install-built
+
+products:
+	for product in $(PRODUCTS); do $(SWIFT) build -c $(INSTALL_CONFIGURATION) $(SWIFT_FLAGS) --product $$product; done
+
+install-built: products
 	mkdir -p $(GEN_DIR)
 	sed 's|@bindir@|$(BINDIR)|g' dbus/org.example.PeerVoice.service.in > $(GEN_DIR)/org.example.PeerVoice.service
 	sed 's|@bindir@|$(BINDIR)|g' desktop/peervoiced.service.in > $(GEN_DIR)/peervoiced.service
 	sed 's|@bindir@|$(BINDIR)|g' desktop/peervoiced.desktop > $(GEN_DIR)/peervoiced.desktop
 	sed 's|@bindir@|$(BINDIR)|g' desktop/org.example.PeerVoice.App.desktop > $(GEN_DIR)/org.example.PeerVoice.App.desktop
 	bin="$$($(SWIFT) build -c $(INSTALL_CONFIGURATION) $(SWIFT_FLAGS) --show-bin-path)"; \
-	install -Dm755 "$$bin/peervoiced" "$(DESTDIR)$(BINDIR)/peervoiced"; \
-	install -Dm755 "$$bin/peervoicectl" "$(DESTDIR)$(BINDIR)/peervoicectl"; \
-	install -Dm755 "$$bin/peervoice" "$(DESTDIR)$(BINDIR)/peervoice"
+	for product in $(PRODUCTS); do install -Dm755 "$$bin/$$product" "$(DESTDIR)$(BINDIR)/$$product"; done; \
+	$(MAKE) --no-print-directory man BIN="$$bin"
+	install -Dm644 $(MAN_DIR)/peervoiced.8 "$(DESTDIR)$(DATADIR)/man/man8/peervoiced.8"
+	install -Dm644 $(MAN_DIR)/peervoicectl.1 "$(DESTDIR)$(DATADIR)/man/man1/peervoicectl.1"
+	install -Dm644 desktop/peervoice.1 "$(DESTDIR)$(DATADIR)/man/man1/peervoice.1"
 	$(MAKE) --no-print-directory translations
 	for lang in $(APP_LANGUAGES); do \
 		install -Dm644 $(LOCALE_DIR)/$$lang/LC_MESSAGES/peervoice.mo "$(DESTDIR)$(DATADIR)/locale/$$lang/LC_MESSAGES/peervoice.mo"; \
 	done
 	install -Dm644 $(GEN_DIR)/org.example.PeerVoice.App.desktop "$(DESTDIR)$(DATADIR)/applications/org.example.PeerVoice.App.desktop"
 	install -Dm644 desktop/org.example.PeerVoice.App.svg "$(DESTDIR)$(DATADIR)/icons/hicolor/scalable/apps/org.example.PeerVoice.App.svg"
-	install -Dm644 dbus/org.example.PeerVoice.xml "$(DESTDIR)$(DATADIR)/dbus-1/interfaces/org.example.PeerVoice.xml"
-	install -Dm644 dbus/org.example.PeerVoice.Peer.xml "$(DESTDIR)$(DATADIR)/dbus-1/interfaces/org.example.PeerVoice.Peer.xml"
-	install -Dm644 dbus/org.example.PeerVoice.ChannelHandler.xml "$(DESTDIR)$(DATADIR)/dbus-1/interfaces/org.example.PeerVoice.ChannelHandler.xml"
-	install -Dm644 dbus/org.example.PeerVoice.Room.xml "$(DESTDIR)$(DATADIR)/dbus-1/interfaces/org.example.PeerVoice.Room.xml"
+	for interface in $(BUS_INTERFACES); do install -Dm644 "dbus/$$interface" "$(DESTDIR)$(DATADIR)/dbus-1/interfaces/$$interface"; done
 	install -Dm644 $(GEN_DIR)/org.example.PeerVoice.service "$(DESTDIR)$(DATADIR)/dbus-1/services/org.example.PeerVoice.service"
 	install -Dm644 $(GEN_DIR)/peervoiced.service "$(DESTDIR)$(USERUNITDIR)/peervoiced.service"
 	install -Dm644 completion/peervoicectl.bash "$(DESTDIR)$(DATADIR)/bash-completion/completions/peervoicectl"
 	install -Dm644 $(GEN_DIR)/peervoiced.desktop "$(DESTDIR)$(DATADIR)/applications/peervoiced.desktop"
 # Autostart: SYSCONFDIR/xdg/autostart, where SYSCONFDIR is /etc for PREFIX=/usr, else PREFIX/etc
 # (set SYSCONFDIR=/etc to have sessions find it under another PREFIX).
-	install -Dm644 $(GEN_DIR)/peervoiced.desktop "$(DESTDIR)$(or $(SYSCONFDIR),$(if $(filter /usr,$(PREFIX)),/etc,$(PREFIX)/etc))/xdg/autostart/peervoiced.desktop"
+	install -Dm644 $(GEN_DIR)/peervoiced.desktop "$(DESTDIR)$(SYSCONFDIR)/xdg/autostart/peervoiced.desktop"
+
+# peervoiced(8) and peervoicectl(1), generated by help2man from each program's --help and --version
+# (the options table is the one description); BIN is the folder the built programs are in. The
+# app, which has no options, has a page written by hand (desktop/peervoice.1).
+BIN ?= .build/debug
+.PHONY: man products install-built
+man:
+	mkdir -p $(MAN_DIR)
+	help2man --no-info --section 8 --name 'PeerVoice session service: nearby computers pair, message and talk' \
+		--output $(MAN_DIR)/peervoiced.8 $(BIN)/peervoiced
+	help2man --no-info --section 1 --name 'control the PeerVoice service from a shell' \
+		--output $(MAN_DIR)/peervoicectl.1 $(BIN)/peervoicectl
 
 uninstall:
-	rm -f "$(DESTDIR)$(BINDIR)/peervoiced" \
-	      "$(DESTDIR)$(BINDIR)/peervoicectl" \
-	      "$(DESTDIR)$(BINDIR)/peervoice" \
+	rm -f $(foreach product,$(PRODUCTS),"$(DESTDIR)$(BINDIR)/$(product)") \
+	      "$(DESTDIR)$(DATADIR)/man/man8/peervoiced.8" \
+	      "$(DESTDIR)$(DATADIR)/man/man1/peervoicectl.1" \
+	      "$(DESTDIR)$(DATADIR)/man/man1/peervoice.1" \
 	      $(foreach lang,$(APP_LANGUAGES),"$(DESTDIR)$(DATADIR)/locale/$(lang)/LC_MESSAGES/peervoice.mo") \
 	      "$(DESTDIR)$(DATADIR)/applications/org.example.PeerVoice.App.desktop" \
 	      "$(DESTDIR)$(DATADIR)/icons/hicolor/scalable/apps/org.example.PeerVoice.App.svg" \
-	      "$(DESTDIR)$(DATADIR)/dbus-1/interfaces/org.example.PeerVoice.xml" \
-	      "$(DESTDIR)$(DATADIR)/dbus-1/interfaces/org.example.PeerVoice.Peer.xml" \
-	      "$(DESTDIR)$(DATADIR)/dbus-1/interfaces/org.example.PeerVoice.ChannelHandler.xml" \
-	      "$(DESTDIR)$(DATADIR)/dbus-1/interfaces/org.example.PeerVoice.Room.xml" \
+	      $(foreach interface,$(BUS_INTERFACES),"$(DESTDIR)$(DATADIR)/dbus-1/interfaces/$(interface)") \
 	      "$(DESTDIR)$(DATADIR)/dbus-1/services/org.example.PeerVoice.service" \
 	      "$(DESTDIR)$(USERUNITDIR)/peervoiced.service" \
 	      "$(DESTDIR)$(DATADIR)/bash-completion/completions/peervoicectl" \
 	      "$(DESTDIR)$(DATADIR)/applications/peervoiced.desktop" \
-	      "$(DESTDIR)$(or $(SYSCONFDIR),$(if $(filter /usr,$(PREFIX)),/etc,$(PREFIX)/etc))/xdg/autostart/peervoiced.desktop"
+	      "$(DESTDIR)$(SYSCONFDIR)/xdg/autostart/peervoiced.desktop"
+
+# The Debian packages (debian/): peervoice (service and peervoicectl) and peervoice-app, with the
+# Swift standard library linked in statically, into .build/debs/. DEB_CONFIGURATION=debug packages
+# a debug build (what `make test` checks, in minutes); DEB_VERSION overrides the version the
+# changelog gives (the upgrade test's rebuilt package). dpkg-buildpackage writes next to the
+# checkout; the files are moved into .build/debs/.
+DEB_PACKAGES := debhelper dpkg-dev help2man lintian
+DEB_CONFIGURATION ?= release
+DEB_VERSION ?=
+.PHONY: deb test-package
+deb: deps
+	scripts/deps.sh $(DEB_PACKAGES)
+	PEERVOICE_CONFIGURATION=$(DEB_CONFIGURATION) PEERVOICE_DEB_VERSION=$(DEB_VERSION) dpkg-buildpackage -b -us -uc
+	mkdir -p .build/debs
+	mv ../peervoice_*.changes ../peervoice_*.buildinfo ../peervoice*.deb .build/debs/
+	ls -l .build/debs/
+
+# The package as a person installs it (tests/package/run.sh): make deb, no program linking the
+# toolchain, lintian, apt-get install, bus activation in an ordinary user's session, an upgrade
+# keeping the state, apt-get purge leaving nothing. Root only. `make test` runs it with the debug
+# configuration (TEST_PACKAGE_CONFIGURATION), which packages in minutes what a release build
+# would take several more to optimise; the packaging is the same.
+TEST_PACKAGE_CONFIGURATION ?= debug
+test-package: deps
+	scripts/deps.sh $(DEB_PACKAGES)
+	tests/package/run.sh $(TEST_PACKAGE_CONFIGURATION)
 
 clean:
 	$(SWIFT) package clean
@@ -404,6 +463,19 @@ fuzz: deps
 
 fuzz-smoke: deps
 	SWIFTC='$(SWIFTC)' fuzz/run.sh all $(FUZZ_SMOKE_SECONDS)
+
+# The long campaign (RELIABILITY.md's fuzzing table): each target until FUZZ_LONG_RUNS executions
+# (10 million) or FUZZ_LONG_SECONDS (3 h), whichever comes first, then what it found that adds
+# coverage is merged into fuzz/corpus/ (commit it), so the next run starts from there. Targets run
+# one after another (FUZZ_JOBS workers each); a failure stops nothing.
+FUZZ_LONG_RUNS ?= 10000000
+FUZZ_LONG_SECONDS ?= 10800
+.PHONY: fuzz-long
+fuzz-long: deps
+	status=0; for target in $$(fuzz/run.sh list); do \
+		SWIFTC='$(SWIFTC)' fuzz/run.sh $$target $(FUZZ_LONG_SECONDS) -runs=$(FUZZ_LONG_RUNS) || status=1; \
+		fuzz/run.sh keep $$target || status=1; \
+	done; exit $$status
 
 # Instructions spent in crypto on the message path, under valgrind's callgrind.
 .PHONY: bench-crypto
