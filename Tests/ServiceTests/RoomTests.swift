@@ -258,16 +258,16 @@ final class RoomTests: XCTestCase {
     }
 
     /// Two PeerVoices in one channel hear each other through the server (the TCP tunnel), judged
-    /// as VoiceTests judge a peer call; then, for comparison in the same run, the same two over a
-    /// direct peer link.
+    /// as VoiceTests judge a peer call (`make bench-rooms` compares the latency with a direct call).
     func testTwoPeerVoicesHearEachOtherThroughTheServer() throws {
         _ = try serverWithGames()
         clients = []  // bob would only add his silence
         let pwAna = try PipeWireSession(), pwBen = try PipeWireSession()
         defer { pwAna.stop(); pwBen.stop() }
-        let ana = try started.make("ana", arguments: ["--verbose", "--no-cue", "--no-auto-voice"], environment: pwAna.environment)
-        let ben = try started.make("ben", arguments: ["--verbose", "--no-cue", "--no-auto-voice"], environment: pwBen.environment)
-        let roomA = try join(ana, url("ana")), roomB = try join(ben, url("ben"))
+        let ana = try started.make("ana", listens: false, arguments: ["--verbose", "--no-cue"], environment: pwAna.environment)
+        let ben = try started.make("ben", listens: false, arguments: ["--verbose", "--no-cue"], environment: pwBen.environment)
+        _ = try join(ana, url("ana"))
+        _ = try join(ben, url("ben"))
         XCTAssertTrue(eventually(timeout: 10) { ana.log.contains("voice: room 1 joined the call") && ben.log.contains("voice: room 1 joined the call") })
         dispatchEvents(for: 0.5)
         for (label, talker, listener) in [("ana→ben via murmurd", pwAna, pwBen), ("ben→ana via murmurd", pwBen, pwAna)] {
@@ -277,16 +277,6 @@ final class RoomTests: XCTestCase {
             XCTAssertGreaterThan(transfer.latencyMs, 0, label)
             XCTAssertLessThanOrEqual(transfer.latencyMs, 150, "\(label): mouth-to-ear latency")
         }
-        _ = try callRoom(ana, roomA, "Leave", [])
-        _ = try callRoom(ben, roomB, "Leave", [])
-
-        // The same two, directly (for the figure; VoiceTests judges peer calls).
-        let mark = ana.mark
-        let link = try VoicePairing.connect(ana, to: ben)
-        try ana.client.call("StartVoice", [Variant(link.bOnA)])
-        XCTAssertNotNil(ana.waitForVoiceState("active", of: link.bOnA, after: mark, timeout: 15))
-        dispatchEvents(for: 0.5)
-        _ = try speech(from: pwAna, to: pwBen, "ana→ben direct")
     }
 
     /// The median level (dBFS) of Bob's 1 s tone out of the speaker, or nil when it never came out.
