@@ -285,6 +285,24 @@ def dial_proof():
     write(t, "old-version", bytes([0b0001_0010, 7]) + clock + b"\x00" + b"\x00" + u16(33) + b"\x21" + bytes(32))
 
 
+# --- mumble-control -----------------------------------------------------------------------------
+
+def mumble_control():
+    t = "mumble-control"
+
+    def msg(kind, body): return u16(kind) + u32(len(body)) + body
+
+    login = (msg(0, b"\x08\x84\x86\x04")  # Version 1.3.4
+             + msg(7, b"\x08\x00\x1a\x04Root") + msg(7, b"\x08\x04\x10\x00\x1a\x05Games")
+             + msg(9, b"\x08\x01\x1a\x02me\x28\x04") + msg(9, b"\x08\x02\x1a\x03bob\x28\x04\x48\x01")
+             + msg(5, b"\x08\x01\x1a\x05hello") + msg(21, b"\x08\x00\x10\x00\x18\x01\x20\x01"))
+    write(t, "login", b"\x07" + login)
+    write(t, "text-and-voice", b"\x03" + msg(11, b"\x08\x02\x1a\x02\x00\x04\x2a\x02hi")
+          + msg(1, b"\x80\x02\x81\x2c\xa0\x02\xaa\xbb") + msg(8, b"\x08\x02\x1a\x03bye"))
+    write(t, "reject", b"\x00" + msg(4, b"\x08\x04\x12\x17Invalid server password"))
+    write(t, "too-long", b"\x01" + u16(7) + u32(0x800000))
+
+
 if __name__ == "__main__":
     frame_decoder()
     handshake()
@@ -293,3 +311,4 @@ if __name__ == "__main__":
     call_frames()
     channel_frames()
     dial_proof()
+    mumble_control()

@@ -9,6 +9,8 @@ public enum PeerVoiceBus {
     public static let interface = "org.example.PeerVoice"
     /// The interface of each peer object (`path/peers/…`, `path/found/…`).
     public static let peerInterface = "org.example.PeerVoice.Peer"
+    /// The interface of each Mumble room object (`path/rooms/<n>`, `dbus/org.example.PeerVoice.Room.xml`).
+    public static let roomInterface = "org.example.PeerVoice.Room"
     /// The interface an app implements on the object it passes to `RegisterChannel`
     /// (`dbus/org.example.PeerVoice.ChannelHandler.xml`).
     public static let channelHandlerInterface = "org.example.PeerVoice.ChannelHandler"

@@ -134,6 +134,13 @@ final class BusObject {
                         Self.fail(call, error)
                     }
                 }
+            case "JoinRoom":
+                let options = arguments[1]
+                try Self.refuseUnknownOptions(options, known: ["password", "accept-certificate"])
+                service.rooms.join(url: arguments[0].string!, password: options.lookup("password")?.string,
+                                   acceptCertificate: options.lookup("accept-certificate")?.string) { result in
+                    Self.reply(call, result.map { Variant(tuple: [Variant(objectPath: RoomObjects.path(of: $0))]) })
+                }
             default:
                 // GDBus only dispatches methods declared in the XML; this is a mismatch between the two.
                 call.fail(name: Self.errorPrefix + "Failed", message: "\(call.method) is declared but not implemented")
@@ -149,6 +156,12 @@ final class BusObject {
         switch result {
         case .success(let value): call.reply(value)
         case .failure(let error): fail(call, error)
+        }
+    }
+
+    private static func refuseUnknownOptions(_ options: Variant, known: Set<String>) throws(ServiceError) {
+        if let unknown = options.children.compactMap({ $0[0].string }).first(where: { !known.contains($0) }) {
+            throw .invalidArgument("unknown option \"\(unknown)\" (known: \(known.sorted().joined(separator: ", ")))")
         }
     }
 

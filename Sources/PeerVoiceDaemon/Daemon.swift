@@ -56,6 +56,10 @@ public func runDaemon(arguments: [String]) -> Int32 {
     let notifications = options.notify
         ? DesktopNotifications(connection: connection, service: service, promptHandlers: bus.promptHandlers) : nil
     service.peerChanged = { [unowned service] ref in peerObjects.show(service.peerObjectSnapshot(of: ref), at: PeerObjects.path(of: ref)) }
+    let roomObjects = RoomObjects(connection: connection, rooms: service.rooms)
+    peerObjects.otherObjects = { roomObjects.managedObjects }
+    service.rooms.changed = { roomObjects.update() }
+    service.rooms.messageReceived = { room, sender, text in roomObjects.messageReceived(in: room, from: sender, text: text) }
     // The paired peers from the state directory have objects from the start, not from their first change.
     peerObjects.show(service.peerObjectSnapshots())
     service.emit = { [unowned bus, unowned service] event in
@@ -79,6 +83,7 @@ public func runDaemon(arguments: [String]) -> Int32 {
 
     withExtendedLifetime((signalSources, shortcuts)) {}
     service.shutdown()
+    roomObjects.unregister()
     peerObjects.unregister()
     bus.unregister()
     connection.releaseName(BusObject.busName)

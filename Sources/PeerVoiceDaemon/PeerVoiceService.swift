@@ -55,6 +55,8 @@ final class PeerVoiceService {
     private let voice: VoiceControl
     /// Registered channels and each link's streams.
     let channels: Channels
+    /// The Mumble rooms we are in (`JoinRoom`).
+    let rooms: Rooms
     private let sleep = SleepMonitor()
     private let network = NetworkMonitor()
     private var goodbyeTimer: EventSource?
@@ -94,6 +96,7 @@ final class PeerVoiceService {
         }
         // The components report through `emit`, which the daemon sets after this.
         weak var service: PeerVoiceService?
+        rooms = Rooms(stateDirectory: state, displayName: { [settings] in settings.name }, voice: { service?.voiceEngine })
         let emit: (ServiceEvent) -> Void = { service?.emit($0) }
         registry = PeerRegistry(directory: directory, emit: emit)
         pairing = PairingPrompts(clock: clock, emit: emit)
@@ -116,6 +119,7 @@ final class PeerVoiceService {
         lan.knownPeerAppeared = { [unowned connections] in connections.scheduleRedial($0, immediately: true) }
         voice = VoiceControl(options: options, crypto: crypto, ip: ip, registry: registry, links: links, bluetooth: bluetooth,
                              emit: emit, peerChanged: { service?.peerChanged($0) })
+        voice.roomVoiceOut = { [unowned rooms] number, packet in rooms.sendVoice(packet, toRoom: number) }
         channels = Channels(links: links)
         service = self
         Log.info("identity \(ownID) (key \(ownKey))")
@@ -170,6 +174,7 @@ final class PeerVoiceService {
     /// Says goodbye to every connected peer.
     func shutdown() {
         channels.shutdown()
+        rooms.shutdown()
         for (_, link) in links.openLinks {
             link.close(goodbye: .shuttingDown, logReason: "shutting down")
         }
@@ -393,6 +398,7 @@ final class PeerVoiceService {
         guard muted != isMuted else { return }
         isMuted = muted
         voice.setMuted(muted)
+        rooms.setMuted(muted)
         Log.info(muted ? "microphone muted" : "microphone unmuted")
         emit(.muteChanged(muted))
         emit(.propertiesChanged([.muted]))

@@ -210,6 +210,16 @@ enum Ctl {
         case "open":
             let mode = try choice(invocation.options["--mode"] ?? "stream", ["stream", "messages"], of: invocation)
             try openStream(Service(), peer: arguments[0], channel: arguments[1], lines: mode == "messages")
+        case "join":
+            try RoomCommands.join(Service(), url: arguments[0], passwordFromStdin: invocation.has("--password-stdin"),
+                                  acceptCertificate: invocation.options["--accept-certificate"])
+        case "rooms":
+            try RoomCommands.list(Service())
+        case "room-send":
+            let text = arguments.dropFirst().joined(separator: " ")
+            try RoomCommands.send(Service(), room: arguments[0], text: text)
+        case "leave":
+            try RoomCommands.leave(Service(), room: arguments[0])
         case "listen":
             try listen(Service(), channel: arguments[0], command: Array(arguments.dropFirst()), once: invocation.has("--once"))
         case "shortcut":

@@ -92,6 +92,39 @@ final class Service {
         }
     }
 
+    /// Calls a method of another of PeerVoice's objects (a room).
+    @discardableResult
+    func call(path: String, interface: String, method: String, _ arguments: [Variant] = []) throws(Exit) -> Variant {
+        do {
+            return try connection.call(destination: Self.name, path: path, interface: interface,
+                                       method: method, arguments: Variant(tuple: arguments))
+        } catch {
+            throw Exit.from(error)
+        }
+    }
+
+    /// The path and properties (`a{sv}`) of every object implementing `interface`, by path.
+    func managedObjects(implementing interface: String) throws(Exit) -> [(String, Variant)] {
+        do {
+            let reply = try connection.call(destination: Self.name, path: Self.path,
+                                            interface: "org.freedesktop.DBus.ObjectManager", method: "GetManagedObjects")
+            return reply[0].children.compactMap { entry in entry[1].lookup(interface).map { (entry[0].string ?? "", $0) } }
+                .sorted { ($0.0.count, $0.0) < ($1.0.count, $1.0) }  // rooms/2 before rooms/10
+        } catch {
+            throw Exit.from(error)
+        }
+    }
+
+    /// Every property of the object at `path` for `interface`, as an `a{sv}`.
+    func objectProperties(path: String, interface: String) throws(Exit) -> Variant {
+        do {
+            return try connection.call(destination: Self.name, path: path, interface: "org.freedesktop.DBus.Properties",
+                                       method: "GetAll", arguments: Variant(tuple: [Variant(interface)]))[0]
+        } catch {
+            throw Exit.from(error)
+        }
+    }
+
     /// Every property, as an `a{sv}`.
     func properties() throws(Exit) -> Variant {
         do {

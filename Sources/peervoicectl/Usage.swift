@@ -156,6 +156,34 @@ enum Usage {
               peervoicectl listen org.example.Files --once > photo.jpg
               peervoicectl listen org.example.Tar -- tar x -C Incoming
             """),
+        CommandSpec("join", "URL [--password-stdin] [--accept-certificate FINGERPRINT]", "join a Mumble room: a channel on a Mumble server",
+                    options: ["--password-stdin": false, "--accept-certificate": true], positionals: 1...1, details: """
+            URL is mumble://[USER@]HOST[:PORT][/CHANNEL/SUB] (port 64738, your name, the server's
+            default channel when left out). Waits until PeerVoice is in the channel, then prints the
+            room's number and the server certificate's SHA-256 fingerprint: compare it with the one
+            the server's administrator gives you (the first one is pinned; a different one later is
+            refused, naming both, until you accept it).
+
+              --password-stdin              read the server's (or your user's) password from the
+                                            first line of standard input
+              --accept-certificate FINGERPRINT
+                                            accept this certificate in place of the pinned one
+            Examples:
+              peervoicectl join mumble://ana@mumble.example.org/Games
+              secret-tool lookup mumble example | peervoicectl join mumble://example.org --password-stdin
+            """),
+        CommandSpec("rooms", "", "list the Mumble rooms: number, state, URL, channel, who is there", details: """
+            One line per room (number, state, URL, channel, and why while reconnecting or
+            failed), then the others in its channel, each marked when muted or speaking.
+            """),
+        CommandSpec("room-send", "ROOM TEXT...", "send text to everyone in a room's channel and print its id",
+                    positionals: 2...Int.max, details: """
+            ROOM is the room's number as `peervoicectl rooms` lists it. TEXT is the remaining
+            arguments joined by spaces; Mumble clients show it as typed.
+            """),
+        CommandSpec("leave", "ROOM", "leave a Mumble room", positionals: 1...1, details: """
+            ROOM is the room's number as `peervoicectl rooms` lists it.
+            """),
         CommandSpec("shortcut", "install KEYS | remove", "add or remove a GNOME keyboard shortcut that toggles mute",
                     positionals: 1...2, details: """
             For GNOME 43-47, whose desktop portal binds no global shortcuts: `install` adds a custom

@@ -97,12 +97,14 @@ final class PeerObjects {
     private let connection: DBusConnection
     private var manager: ObjectRegistration?
     private var objects: [String: Exported] = [:]
+    /// Other objects this ObjectManager publishes (the rooms: `RoomObjects`), for GetManagedObjects.
+    var otherObjects: () -> [(String, ManagedInterfaces)] = { [] }
 
     init(connection: DBusConnection) throws(BusError) {
         self.connection = connection
         manager = try connection.registerObjectManager(path: Self.managerPath) { [weak self] in
             guard let self else { return [] }
-            return objects.sorted { $0.key < $1.key }.map { ($0.key, Self.interfaces(of: $0.value.snapshot)) }
+            return objects.sorted { $0.key < $1.key }.map { ($0.key, Self.interfaces(of: $0.value.snapshot)) } + otherObjects()
         }
     }
 
@@ -168,13 +170,15 @@ final class PeerObjects {
     private static func interfaces(of snapshot: PeerObjectSnapshot) -> ManagedInterfaces {
         [(interface, PeerProperty.allCases.map { ($0.rawValue, snapshot.value(of: $0)) })]
     }
+}
 
-    private func logIfFails(_ what: String, _ body: () throws(BusError) -> Void) {
-        do throws(BusError) {
-            try body()
-        } catch {
-            Log.warning("could not \(what): \(error)")
-        }
+/// Runs a bus emission or registration whose failure only the log needs to hear of (the client
+/// misses one signal; nothing else can be done): PeerObjects and RoomObjects.
+func logIfFails(_ what: String, _ body: () throws(BusError) -> Void) {
+    do throws(BusError) {
+        try body()
+    } catch {
+        Log.warning("could not \(what): \(error)")
     }
 }
 

@@ -69,6 +69,10 @@ final class CallAudio {
     private var cueChannel = VoiceMixer.Channel.unity
     private var speaking = SpeakingState()
     private var speakingFlip: Bool?
+    /// Mumble rooms' encoder (20 ms, no FEC: the server relays to everyone alike) and where its
+    /// packets go, while any room is in the call.
+    private var roomEncoder: (encoder: OpusVoiceEncoder, deliver: (_ opus: [UInt8], _ timestamp: UInt32) -> Void)?
+    private var roomPacket = [UInt8](repeating: 0, count: 1500)
     /// What the microphone sent since ``takeInputLevel()`` (only while someone meters).
     private var inputMeter = LevelMeter()
 
@@ -89,6 +93,20 @@ final class CallAudio {
         playback = try PlaybackStream(context: context, source: playbackSource, target: options.sink)
         try capture.start()
         try playback.start()
+    }
+
+    /// Encodes the microphone for Mumble rooms too and hands each packet, with the call's timestamp
+    /// of its first sample, to `deliver` (nil: stop).
+    func sendToRooms(_ deliver: ((_ opus: [UInt8], _ timestamp: UInt32) -> Void)?) throws(VoiceCodecError) {
+        guard let deliver else {
+            roomEncoder = nil
+            return
+        }
+        if let kept = roomEncoder?.encoder {
+            roomEncoder = (kept, deliver)
+        } else {
+            roomEncoder = (try OpusVoiceEncoder(configuration: .init(frameDuration: .ms20, packetLossPercent: 0)), deliver)
+        }
     }
 
     /// Why the call's audio cannot go on (a stream failed), or nil.
@@ -154,6 +172,11 @@ final class CallAudio {
             frame.withUnsafeBufferPointer { pcm in
                 encoders.encode(pcm, dtxPacketBytes: Self.dtxPacketBytes) { payload, receivers in
                     for receiver in receivers { participants[receiver]?.send(payload, timestamp: timestamp, socket: socket) }
+                }
+                if let (encoder, deliver) = roomEncoder, pcm.count == OpusFrameDuration.ms20.samples,
+                   let bytes = try? roomPacket.withUnsafeMutableBufferPointer({ try encoder.encode(pcm, into: $0) }),
+                   bytes > Self.dtxPacketBytes {
+                    deliver(Array(roomPacket[0..<bytes]), timestamp)
                 }
             }
         }

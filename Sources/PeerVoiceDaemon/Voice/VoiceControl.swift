@@ -23,6 +23,8 @@ final class VoiceControl: LinkComponent {
 
     /// The voice thread's handle, once its UDP socket is bound.
     private(set) var engine: VoiceEngine?
+    /// Our voice for a Mumble room (its number, a voice packet for its TCP tunnel): `Rooms` sends it.
+    var roomVoiceOut: (Int, [UInt8]) -> Void = { _, _ in }
     /// The UDP port HELLO announces for voice (0: the listen port).
     private(set) var voicePort: UInt16 = 0
     /// The capture processing of the latest voice session (before one: what the options allow).
@@ -89,6 +91,8 @@ final class VoiceControl: LinkComponent {
                 runOnMainContext { control.object?.voiceEngineReported(event) }
             } sendOnLink: { id, frame, queuedAt in
                 runOnMainContext { control.object?.sendVoiceOnLink(frame, to: id, queuedAt: queuedAt) }
+            } sendToRoom: { room, packet in
+                runOnMainContext { control.object?.roomVoiceOut(room, packet) }
             }
         } catch {
             Log.warning("voice is off: cannot receive voice on UDP: \(error)")

@@ -97,12 +97,15 @@ final class VoiceEngine: Sendable {
     /// and `sendOnLink` (a VOICE or RELAYED_VOICE frame for a peer whose route is
     /// ``VoiceRoute/link``, and when it was made) run on the voice thread; hop to the main
     /// context from them.
+    /// `sendToRoom` (a voice packet for a Mumble room's TCP tunnel) runs on the voice thread too.
     init(socket: Socket, options: VoiceAudioOptions, onEvent: @escaping @Sendable (VoiceEvent) -> Void,
-         sendOnLink: @escaping @Sendable (_ peer: PeerID, _ frame: Frame, _ queuedAt: Int64) -> Void) {
+         sendOnLink: @escaping @Sendable (_ peer: PeerID, _ frame: Frame, _ queuedAt: Int64) -> Void,
+         sendToRoom: @escaping @Sendable (_ room: Int, _ packet: [UInt8]) -> Void) {
         let fd = socket.release()
         // Not joined: `shutdown` waits for `finished` instead, so the handle keeps no thread object.
         _ = NamedThread(name: "peervoice-voice") { [unowned self] in
-            VoiceThread(socket: Socket(adopting: fd), options: options, engine: self, onEvent: onEvent, sendOnLink: sendOnLink).run()
+            VoiceThread(socket: Socket(adopting: fd), options: options, engine: self, onEvent: onEvent, sendOnLink: sendOnLink,
+                        sendToRoom: sendToRoom).run()
             finished.signal()
         }
     }
@@ -148,6 +151,23 @@ final class VoiceEngine: Sendable {
     /// The peer's volume and mute here (``VoiceMixer/Channel``: it ramps to them over one frame).
     func setPlayback(peer: PeerID, _ playback: VoiceMixer.Channel) {
         post(.setPlayback(peer: peer, playback))
+    }
+
+    /// A Mumble room is in its channel: its talkers join the mix, and our voice goes to it.
+    func roomStarted(_ room: Int) { post(.roomStarted(room)) }
+
+    /// The room left, failed or is reconnecting: its talkers and our voice to it stop.
+    func roomEnded(_ room: Int) { post(.roomEnded(room)) }
+
+    /// A voice packet from the room's server (a UDPTunnel body), stamped on arrival.
+    func roomVoice(_ room: Int, _ packet: MumbleVoicePacket) { post(.roomVoice(room: room, packet, arrival: Self.monotonicNs())) }
+
+    /// A talker left the room.
+    func roomTalkerLeft(_ room: Int, session: UInt32) { post(.roomTalkerLeft(room: room, session: session)) }
+
+    /// A room talker's volume and mute here.
+    func setRoomPlayback(_ room: Int, session: UInt32, _ playback: VoiceMixer.Channel) {
+        post(.setRoomPlayback(room: room, session: session, playback))
     }
 
     /// The latest levels the voice thread measured (silence when nothing was measured).
@@ -196,6 +216,11 @@ private enum VoiceCommand: Sendable {
     case listenerReported(peer: PeerID, RelayReport)
     case peerReportedLoss(peer: PeerID, percent: Int)
     case setPlayback(peer: PeerID, VoiceMixer.Channel)
+    case roomStarted(Int)
+    case roomEnded(Int)
+    case roomVoice(room: Int, MumbleVoicePacket, arrival: Int64)
+    case roomTalkerLeft(room: Int, session: UInt32)
+    case setRoomPlayback(room: Int, session: UInt32, VoiceMixer.Channel)
     case shutdown
 }
 
@@ -223,6 +248,9 @@ private final class VoiceThread {
     private var realtimeAsked = false
     private var call: CallAudio?
     private var participants: [PeerID: VoiceParticipant] = [:]
+    /// The Mumble rooms in their channel (docs/ARCHITECTURE.md, Rooms): the call runs for them too.
+    private var rooms: [Int: RoomVoice] = [:]
+    private let sendToRoom: @Sendable (_ room: Int, _ packet: [UInt8]) -> Void
     /// Every voice the call mixes: each participant's own and the ones relayed to us (rebuilt by
     /// ``voicesChanged()`` whenever either changes).
     private var voices: [any MixedVoice] = []
@@ -231,9 +259,14 @@ private final class VoiceThread {
     private var levelsPublishedAt: Int64 = 0
 
     init(socket: Socket, options: VoiceAudioOptions, engine: VoiceEngine, onEvent: @escaping @Sendable (VoiceEvent) -> Void,
-         sendOnLink: @escaping @Sendable (_ peer: PeerID, _ frame: Frame, _ queuedAt: Int64) -> Void) {
+         sendOnLink: @escaping @Sendable (_ peer: PeerID, _ frame: Frame, _ queuedAt: Int64) -> Void,
+         sendToRoom: @escaping @Sendable (_ room: Int, _ packet: [UInt8]) -> Void) {
         (self.socket, self.options, self.engine, self.onEvent, self.sendOnLink) = (socket, options, engine, onEvent, sendOnLink)
+        self.sendToRoom = sendToRoom
     }
+
+    /// Peers or rooms are in the call.
+    private var hasCallers: Bool { !participants.isEmpty || !rooms.isEmpty }
 
     func run() {
         var fds = [pollfd(fd: socket.fd, events: Int16(POLLIN), revents: 0),
@@ -255,7 +288,16 @@ private final class VoiceThread {
                     guard let participant = participants[peer] else { break }
                     try? participant.channel.setVolume(playback.volume)  // in range: it is a channel's
                     participant.channel.muted = playback.muted
+                case .roomStarted(let room): startRoom(room)
+                case .roomEnded(let room): endRoom(room)
+                case .roomVoice(let room, let packet, let arrival):
+                    if rooms[room]?.receive(packet, arrival: arrival) == true { voicesChanged() }
+                case .roomTalkerLeft(let room, let session):
+                    if rooms[room]?.removeTalker(session) == true { voicesChanged() }
+                case .setRoomPlayback(let room, let session, let playback):
+                    rooms[room]?.setPlayback(session, playback)
                 case .shutdown:
+                    for room in Array(rooms.keys) { endRoom(room) }
                     for peer in Array(participants.keys) { leave(peer, reason: "shutting down", report: false) }
                     context = nil
                     return
@@ -269,7 +311,7 @@ private final class VoiceThread {
     /// poll(2)'s timeout: none while no peer is in the call; else ``stateCheckMs``, or less when a
     /// refill waits, rounded up to whole milliseconds (``RefillSchedule``'s margin allows for that).
     private func pollTimeoutMs(wakeAt: Int64?) -> Int32 {
-        guard !participants.isEmpty else { return -1 }
+        guard hasCallers else { return -1 }
         guard let wakeAt else { return Self.stateCheckMs }
         let remainingNs = max(0, wakeAt - VoiceEngine.monotonicNs())
         return Int32(min(Int64(Self.stateCheckMs), (remainingNs + 999_999) / 1_000_000))
@@ -279,6 +321,10 @@ private final class VoiceThread {
     private func pumpCall() -> Int64? {
         guard let call else { return nil }
         if let failure = call.failure {
+            for room in Array(rooms.keys) {
+                Log.warning("voice: room \(room): \(failure)")
+                endRoom(room)
+            }
             for peer in Array(participants.keys) { leave(peer, reason: failure, report: true) }
             return nil
         }
@@ -316,22 +362,7 @@ private final class VoiceThread {
         leave(setup.peer, reason: "replaced by a new session", report: false)
         let peer = setup.peer, sendOnLink = sendOnLink
         do {
-            if call == nil {
-                if context == nil || context?.isConnected == false {
-                    context = try PipeWireContext(applicationName: "PeerVoice")
-                }
-                guard let context else { return }
-                if !realtimeAsked {
-                    realtimeAsked = true
-                    if let refused = context.makeCurrentThreadRealtime(priority: Self.realtimePriority) {
-                        Log.info("voice: the voice thread runs at normal priority (real-time priority refused: \(refused))")
-                    } else {
-                        Log.info("voice: the voice thread runs at real-time priority \(Self.realtimePriority)")
-                    }
-                }
-                call = try CallAudio(context: context, options: options, wakeup: engine.wakeupForCallbacks)
-            }
-            guard let call else { return }
+            let call = try startCall()
             let participant = try VoiceParticipant(setup: setup) { frame in sendOnLink(peer, frame, VoiceEngine.monotonicNs()) }
             try call.encoders.add(receiver: peer)
             participants[peer] = participant
@@ -340,10 +371,60 @@ private final class VoiceThread {
             Log.info("voice with \(peer): session started (\(setup.localFrameMs) ms frames out, \(setup.remoteFrameMs) ms in), \(participants.count) in the call")
         } catch {
             call?.encoders.remove(receiver: peer)
-            if participants.isEmpty { endCall(cue: false) }
+            if !hasCallers { endCall(cue: false) }
             if call == nil { context = nil }
             onEvent(.stopped(peer: peer, generation: setup.generation, reason: "\(error)"))
         }
+    }
+
+    /// The call's audio, started with its first peer or room.
+    private func startCall() throws -> CallAudio {
+        if let call { return call }
+        if context == nil || context?.isConnected == false {
+            context = try PipeWireContext(applicationName: "PeerVoice")
+        }
+        guard let context else { throw VoiceThreadError("no PipeWire context") }
+        if !realtimeAsked {
+            realtimeAsked = true
+            if let refused = context.makeCurrentThreadRealtime(priority: Self.realtimePriority) {
+                Log.info("voice: the voice thread runs at normal priority (real-time priority refused: \(refused))")
+            } else {
+                Log.info("voice: the voice thread runs at real-time priority \(Self.realtimePriority)")
+            }
+        }
+        let call = try CallAudio(context: context, options: options, wakeup: engine.wakeupForCallbacks)
+        self.call = call
+        return call
+    }
+
+    /// A Mumble room joins the call: its talkers are mixed, our microphone goes to it (20 ms
+    /// frames only: with --frame-ms 10 the room hears nothing from us).
+    private func startRoom(_ room: Int) {
+        guard rooms[room] == nil else { return }
+        do {
+            let call = try startCall()
+            rooms[room] = RoomVoice(room: room)
+            if options.frameMs == RoomVoice.frameMs {
+                let sendToRoom = sendToRoom
+                try call.sendToRooms { [unowned self] opus, timestamp in
+                    for voice in rooms.values { sendToRoom(voice.room, voice.packet(for: opus, timestamp: timestamp)) }
+                }
+            } else {
+                Log.warning("voice: room \(room): our voice is not sent (rooms take \(RoomVoice.frameMs) ms frames, the call runs \(options.frameMs) ms)")
+            }
+            Log.info("voice: room \(room) joined the call (\(participants.count) peers, \(rooms.count) rooms)")
+        } catch {
+            if !hasCallers { endCall(cue: false) }
+            Log.warning("voice: room \(room): no voice: \(error)")
+        }
+    }
+
+    private func endRoom(_ room: Int) {
+        guard rooms.removeValue(forKey: room) != nil else { return }
+        if rooms.isEmpty { try? call?.sendToRooms(nil) }
+        voicesChanged()
+        Log.info("voice: room \(room) left the call")
+        if !hasCallers { endCall(cue: false) }
     }
 
     /// Takes `peer` out of the call; `report` tells the control plane, which did not ask for it.
@@ -358,7 +439,7 @@ private final class VoiceThread {
             _ = other.setRelayed(participant.source, wanted: true)
         }
         voicesChanged()
-        if participants.isEmpty {
+        if !hasCallers {
             endCall(cue: options.cue)
         } else if options.cue {
             call.playCue(rising: false)
@@ -463,5 +544,11 @@ private final class VoiceThread {
                 voices.append(relayed)
             }
         }
+        for room in rooms.values { voices += room.talkers.values.map { $0 as any MixedVoice } }
     }
+}
+
+struct VoiceThreadError: Error, CustomStringConvertible {
+    let description: String
+    init(_ description: String) { self.description = description }
 }

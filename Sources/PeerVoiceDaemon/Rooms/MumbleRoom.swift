@@ -1,0 +1,352 @@
+import GIO
+import PeerVoiceCore
+
+/// One room: a connection to a Mumble server, logged in and sitting in one channel, kept up
+/// (reconnecting with backoff) until `leave()`. Main loop only. Owns the TLS connection, the
+/// control stream's decoder, what the server told us (`MumbleRoomModel`) and the timers.
+///
+/// The password is held for reconnecting and sent only inside TLS to a server whose certificate
+/// is the pinned one; it is never logged.
+final class MumbleRoom {
+    enum State: String {
+        case connecting, connected, reconnecting, failed
+    }
+
+    let number: Int
+    let url: MumbleURL
+    let username: String
+    private let password: String?
+    private let pins: RoomPins
+    private let identity: RoomIdentity
+    /// The voice thread, once it runs: our voice and the room's talkers go through the call's engine.
+    private let voice: () -> VoiceEngine?
+    /// The voice thread has this room in its call.
+    private var inCall = false
+    /// A fingerprint the person accepted in place of the pinned one (`accept-certificate`).
+    private var acceptedFingerprint: String?
+
+    private(set) var state = State.connecting
+    /// Why the room is `failed` or `reconnecting`, in words; "" otherwise.
+    private(set) var error = ""
+    /// The server certificate's SHA-256, as `openssl x509 -fingerprint -sha256` prints it.
+    private(set) var serverFingerprint = ""
+    private(set) var model = MumbleRoomModel()
+    /// The sessions whose voice packets arrived in the last `speakingHold`.
+    private(set) var speaking: Set<UInt32> = []
+
+    /// Something a `Room` property shows changed.
+    var changed: () -> Void = {}
+    /// A text message to us or our channel: the sender's name and the text (as the server sent it, often HTML).
+    var messageReceived: (String, String) -> Void = { _, _ in }
+
+    private var connection: TLSClientConnection?
+    private var decoder = MumbleFrameDecoder()
+    private var channel: UInt32?
+    private var pingTimer: EventSource?
+    private var retryTimer: EventSource?
+    private var speakingTimers: [UInt32: EventSource] = [:]
+    /// Failed attempts since the last time we were in the channel.
+    private var retries = 0
+    private var muted: Bool
+    /// `JoinRoom`'s reply, until the first attempt ends.
+    private var joinCompletion: ((Result<Void, ServiceError>) -> Void)?
+    private var nextMessageID = 1
+    /// Volume and mute here by user name (names stay across reconnects, sessions do not).
+    private var playback: [String: VoiceMixer.Channel] = [:]
+    /// The timestamp of our pings: a count (the server only echoes it).
+    private var pings: UInt64 = 0
+    /// Pings sent since the server last sent anything: a network gone quiet closes nothing.
+    private var pingsUnanswered = 0
+    /// After this many, the connection counts as lost (Mumble's servers drop a client after 30 s).
+    static let maxPingsUnanswered = 6
+    private var isLeft = false
+
+    static let connectTimeout: Duration = .seconds(10)
+    /// Mumble drops a client silent for 30 s; its own clients ping every 5 s.
+    static let pingInterval: Duration = .seconds(5)
+    static let speakingHold: Duration = .milliseconds(300)
+    static let maxBackoff: Duration = .seconds(30)
+
+    init(number: Int, url: MumbleURL, username: String, password: String?, acceptedFingerprint: String?,
+         pins: RoomPins, identity: RoomIdentity, muted: Bool, voice: @escaping () -> VoiceEngine?) {
+        self.identity = identity
+        self.voice = voice
+        self.number = number
+        self.url = url
+        self.username = username
+        self.password = password
+        self.acceptedFingerprint = acceptedFingerprint
+        self.pins = pins
+        self.muted = muted
+    }
+
+    var server: String { url.host.contains(":") ? "[\(url.host)]:\(url.port)" : "\(url.host):\(url.port)" }
+
+    /// The channel we are in, as a path from the root ("/" for the root); "" before we are in one.
+    var channelPath: String { model.ownChannel.map(model.path(of:)) ?? "" }
+
+    /// Connects; `completion` gets the first attempt's outcome (in the channel, or why not).
+    func join(completion: @escaping (Result<Void, ServiceError>) -> Void) {
+        joinCompletion = completion
+        connect()
+    }
+
+    /// Leaves the server (no reconnecting); the room is done.
+    func leave() {
+        isLeft = true
+        stop()
+        finishJoin(.failure(.failed("the room was left before it was joined")))
+    }
+
+    func setMuted(_ muted: Bool) {
+        guard muted != self.muted else { return }
+        self.muted = muted
+        if state == .connected, let own = model.ownSession { send(.selfMute(session: own, muted: muted)) }
+    }
+
+    /// Sends text to our channel; returns its id.
+    func sendToChannel(_ text: String) throws(ServiceError) -> String {
+        guard state == .connected, let channel = model.ownChannel else { throw .notConnected("the room is \(state.rawValue), not connected") }
+        return sendText(text, sessions: [], channels: [channel])
+    }
+
+    /// Sends text to one user of the server, named by session number or name.
+    func send(_ text: String, toUser user: String) throws(ServiceError) -> String {
+        guard state == .connected else { throw .notConnected("the room is \(state.rawValue), not connected") }
+        let target = UInt32(user).flatMap { model.users[$0] } ?? model.users.values.first { $0.name == user }
+        guard let target else { throw .invalidArgument("no user \"\(user)\" on \(server)") }
+        return sendText(text, sessions: [target.session], channels: [])
+    }
+
+    private func sendText(_ text: String, sessions: [UInt32], channels: [UInt32]) -> String {
+        // Mumble shows text as HTML: escape it, so what is typed is what is read.
+        var escaped = ""
+        for character in text {
+            switch character {
+            case "<": escaped += "&lt;"
+            case ">": escaped += "&gt;"
+            case "&": escaped += "&amp;"
+            case "\n": escaped += "<br>"
+            default: escaped.append(character)
+            }
+        }
+        send(.textMessage(sessions: sessions, channels: channels, text: escaped))
+        defer { nextMessageID += 1 }
+        return "room\(number)-\(nextMessageID)"
+    }
+
+    /// Our voice packet for the room (from the voice thread): through the TCP tunnel while
+    /// connected; dropped rather than queued behind a backlog (late voice is useless).
+    func sendVoice(_ packet: [UInt8]) {
+        guard state == .connected, let connection, connection.queuedWrites < Self.maxQueuedVoice else { return }
+        connection.send(MumbleClientMessage.voice(packet).frame)
+    }
+
+    /// `SetUserVolume`, `SetUserMuted`: a user's voice here, by session or name (until it leaves;
+    /// kept while we reconnect, under the name).
+    func setPlayback(ofUser user: String, volume: Double? = nil, muted: Bool? = nil) throws(ServiceError) {
+        let target = UInt32(user).flatMap { model.users[$0] } ?? model.users.values.first { $0.name == user }
+        guard let target else { throw .invalidArgument("no user \"\(user)\" on \(server)") }
+        var channel = playback[target.name] ?? .unity
+        if let volume { try channel.setVolume(volume) }
+        if let muted { channel.muted = muted }
+        playback[target.name] = channel
+        if inCall { voice()?.setRoomPlayback(number, session: target.session, channel) }
+    }
+
+    /// Writes waiting in the TLS connection beyond which a voice packet is dropped (100 ms of 20 ms packets).
+    static let maxQueuedVoice = 5
+
+    // MARK: The connection
+
+    private func connect() {
+        retryTimer = nil
+        pingsUnanswered = 0
+        decoder = MumbleFrameDecoder()
+        model = MumbleRoomModel()
+        channel = nil
+        Log.info("room \(number): connecting to \(server) as \(username)")
+        identity.withCertificate { [weak self] certificate in
+            guard let self, !isLeft else { return }
+            TLSClientConnection.connect(host: url.host, port: url.port, timeout: Self.connectTimeout,
+                                        clientCertificate: certificate) { [weak self] result in
+                guard let self, !isLeft else {
+                    if case .success(let connection) = result { connection.close() }
+                    return
+                }
+                switch result {
+                case .success(let connection):
+                    secured(connection)
+                case .failure(let failure) where failure.inHandshake:
+                    lost("\(server) ended the connection in the TLS handshake (murmurd does so when it is full, or to a banned address): \(failure.message)")
+                case .failure(let failure):
+                    lost("cannot reach \(server): \(failure.message)")
+                }
+            }
+        }
+    }
+
+    private func secured(_ connection: TLSClientConnection) {
+        let fingerprint = connection.peerCertificateFingerprint
+        serverFingerprint = fingerprint
+        switch pins.check(server: server, fingerprint: fingerprint, accepted: acceptedFingerprint) {
+        case .trusted:
+            break
+        case .changed(let pinned):
+            connection.close()
+            Log.warning("room \(number): \(server)'s certificate changed (pinned \(pinned), now \(fingerprint)); refused")
+            return fail(.rejected("the certificate of \(server) changed: it was \(pinned), it is now \(fingerprint). If you trust the new one, join again with accept-certificate set to it"))
+        }
+        Log.info("room \(number): TLS to \(server), certificate \(fingerprint)")
+        self.connection = connection
+        connection.onReceive = { [unowned self] bytes in received(bytes) }
+        connection.onClosed = { [unowned self] failure in
+            self.connection = nil
+            lost(failure.map { "\(server) closed the connection: \($0.message)" } ?? "\(server) closed the connection")
+        }
+        // 1.3.4: the legacy UDP voice format (PROTOCOL.md "Rooms").
+        send(.version(0x01_03_04, release: "PeerVoice \(Options.version)", os: "Linux", osVersion: ""))
+        send(.authenticate(username: username, password: password))
+        pingTimer = Timer.every(Self.pingInterval) { [weak self] in
+            guard let self else { return false }
+            guard pingsUnanswered < Self.maxPingsUnanswered else {
+                drop("\(server) sent nothing for \(Self.pingInterval * Self.maxPingsUnanswered)")
+                return false
+            }
+            pings += 1
+            pingsUnanswered += 1
+            send(.ping(timestamp: pings))
+            return true
+        }
+    }
+
+    private func send(_ message: MumbleClientMessage) {
+        connection?.send(message.frame)
+    }
+
+    private func received(_ bytes: [UInt8]) {
+        pingsUnanswered = 0
+        decoder.append(bytes)
+        do throws(MumbleProtocolError) {
+            while let (type, body) = try decoder.next() {
+                handle(try MumbleServerMessage(type: type, body: body))
+                if connection == nil { return }
+            }
+        } catch {
+            Log.warning("room \(number): \(server) sent a bad message: \(error)")
+            drop("\(server) broke the protocol (\(error))")
+        }
+    }
+
+    private func handle(_ message: MumbleServerMessage) {
+        let change = model.apply(message)
+        switch message {
+        case .reject(let kind, let reason):
+            let words = reason.flatMap { $0.isEmpty ? nil : $0 } ?? "refused (\(kind.map { "\($0)" } ?? "no reason given"))"
+            Log.info("room \(number): \(server) refused us: \(words)")
+            return fail(kind == .wrongServerPassword || kind == .wrongUserPassword ? .rejected(words) : .failed(words))
+        case .serverSync:
+            guard let wanted = model.channel(atPath: url.channelPath) else {
+                return fail(.invalidArgument("\(server) has no channel /\(url.channelPath.joined(separator: "/"))"))
+            }
+            channel = wanted
+            if muted, let own = model.ownSession { send(.selfMute(session: own, muted: true)) }
+            if model.ownChannel != wanted, let own = model.ownSession { send(.joinChannel(session: own, channel: wanted)) }
+        case .permissionDenied(let reason):
+            if state != .connected {
+                return fail(.rejected("\(server) did not let us in: \(reason ?? "permission denied")"))
+            }
+        case .userRemove(let session, let reason, let ban) where session == model.ownSession:
+            // Applied already: we are no longer in the model.
+            return fail(.rejected("\(ban ? "banned" : "kicked") from \(server)\(reason.map { ": \($0)" } ?? "")"))
+        case .userRemove(let session, _, _):
+            if inCall { voice()?.roomTalkerLeft(number, session: session) }
+        case .textMessage(let text):
+            let sender = text.actor.flatMap { model.users[$0]?.name } ?? "server"
+            messageReceived(sender, text.text)
+        case .voice(let bytes):
+            if let packet = try? MumbleVoicePacket.fromServer(bytes[...]), let session = packet.session {
+                talking(session, stopped: packet.isLast)
+                if inCall { voice()?.roomVoice(number, packet) }
+            }
+        default:
+            break
+        }
+        if let channel, state != .connected, model.ownChannel == channel {
+            state = .connected
+            error = ""
+            retries = 0
+            if let engine = voice() {
+                engine.roomStarted(number)
+                inCall = true
+                for user in model.users.values { if let channel = playback[user.name] { engine.setRoomPlayback(number, session: user.session, channel) } }
+            }
+            Log.info("room \(number): in \(model.path(of: channel)) on \(server) with \(model.usersInOwnChannel.count) others")
+            finishJoin(.success(()))
+            changed()
+        } else if change != .none && state == .connected {
+            changed()
+        }
+    }
+
+    private func talking(_ session: UInt32, stopped: Bool) {
+        let was = speaking.contains(session)
+        speakingTimers[session] = nil
+        if stopped {
+            speaking.remove(session)
+        } else {
+            speaking.insert(session)
+            speakingTimers[session] = Timer.after(Self.speakingHold) { [weak self] in self?.talking(session, stopped: true) }
+        }
+        if was != speaking.contains(session) { changed() }
+    }
+
+    /// The connection is gone: before the first join it is the join's failure, afterwards we come back.
+    private func lost(_ reason: String) {
+        stop()
+        if joinCompletion != nil {
+            return fail(.notAvailable(reason))
+        }
+        retries += 1
+        let delay = min(Self.maxBackoff, .seconds(1) * (1 << min(retries - 1, 5)))
+        Log.info("room \(number): \(reason); reconnecting in \(delay)")
+        state = .reconnecting
+        error = reason
+        changed()
+        retryTimer = Timer.after(delay) { [weak self] in self?.connect() }
+    }
+
+    /// The server said no: no reconnecting until the person joins again.
+    private func fail(_ reason: ServiceError) {
+        stop()
+        state = .failed
+        error = reason.message
+        finishJoin(.failure(reason))
+        changed()
+    }
+
+    private func drop(_ reason: String) {
+        connection?.close()
+        connection = nil
+        lost(reason)
+    }
+
+    private func stop() {
+        if inCall {
+            voice()?.roomEnded(number)
+            inCall = false
+        }
+        pingTimer = nil
+        retryTimer = nil
+        speakingTimers = [:]
+        speaking = []
+        connection?.close()
+        connection = nil
+    }
+
+    private func finishJoin(_ result: Result<Void, ServiceError>) {
+        guard let completion = joinCompletion else { return }
+        joinCompletion = nil
+        completion(result)
+    }
+}
