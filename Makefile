@@ -126,10 +126,10 @@ translations:
 		msgfmt --check -o $(LOCALE_DIR)/$$lang/LC_MESSAGES/peervoice.mo po/$$lang.po; \
 	done
 
-# po/peervoice.pot from the strings the app passes through tr() and the model through localize();
+# po/peervoice.pot from the strings the app passes through tr() (trn() with a plural) and the model through localize();
 # then `msgmerge -U po/de.po po/peervoice.pot` brings a translation up to date.
 pot:
-	xgettext --language=C --keyword=tr --keyword=localize --from-code=UTF-8 --package-name=PeerVoice \
+	xgettext --language=C --keyword=tr --keyword=trn:1,2 --keyword=localize --from-code=UTF-8 --package-name=PeerVoice \
 		--msgid-bugs-address= -o po/peervoice.pot Sources/peervoice/*.swift Sources/PeerVoiceAppModel/*.swift
 
 # The desktop app on your desktop and session bus; it starts the installed service by bus

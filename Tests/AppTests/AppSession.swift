@@ -25,8 +25,9 @@ final class AppSession {
         // A desktop session's accessibility bus would win over the one started here.
         unsetenv("AT_SPI_BUS_ADDRESS")
         (xvfb, display) = try Self.startXvfb(in: directory)
+        // The app keeps its own preferences under XDG_CONFIG_HOME: a fresh one per session.
         let desktop = ["DISPLAY": display, "DBUS_SESSION_BUS_ADDRESS": bus.address, "GDK_BACKEND": "x11",
-                       "GSK_RENDERER": "cairo", "GSETTINGS_BACKEND": "memory"]
+                       "GSK_RENDERER": "cairo", "GSETTINGS_BACKEND": "memory", "XDG_CONFIG_HOME": directory.path + "/config"]
         self.environment = desktop.merging(environment) { $1 }
         accessibilityBus = try ChildProcess("/usr/libexec/at-spi-bus-launcher", ["--launch-immediately"],
                                             environment: desktop, logPath: directory.path + "/at-spi.log")
@@ -74,6 +75,11 @@ final class AppSession {
     /// test failure naming what the window lacked.
     @discardableResult
     func ui(_ arguments: String..., timeout: Double = 15, file: StaticString = #filePath, line: UInt = #line) -> String? {
+        ui(arguments, timeout: timeout, file: file, line: line)
+    }
+
+    @discardableResult
+    func ui(_ arguments: [String], timeout: Double = 15, file: StaticString = #filePath, line: UInt = #line) -> String? {
         let result = Self.run("/usr/bin/python3", [Self.driver] + arguments,
                               environment: environment.merging(["ATSPI_TIMEOUT": "\(timeout)"]) { $1 })
         guard result.status == 0 else {
@@ -83,11 +89,29 @@ final class AppSession {
         return result.output.trimmingCharacters(in: .newlines)
     }
 
-    /// The position of the control `name` within the window: its centre.
-    func centre(of name: String, file: StaticString = #filePath, line: UInt = #line) -> (x: Int, y: Int)? {
-        guard let extents = ui("extents", name, file: file, line: line)?.split(separator: " ").compactMap({ Int($0) }),
+    /// The position of the control `name` (of `role`, when given) within the window: its centre.
+    func centre(of name: String, role: String? = nil, file: StaticString = #filePath, line: UInt = #line) -> (x: Int, y: Int)? {
+        let arguments = ["extents", name] + (role.map { [$0] } ?? [])
+        guard let extents = ui(arguments, file: file, line: line)?.split(separator: " ").compactMap({ Int($0) }),
               extents.count == 4 else { return nil }
         return (extents[0] + extents[2] / 2, extents[1] + extents[3] / 2)
+    }
+
+    /// Keys pressed on the keyboard, as a person types them (`ctrl+f`, `Return`, or text with
+    /// `type`): the focused window gets them, nothing else is touched.
+    func keys(_ keys: String..., file: StaticString = #filePath, line: UInt = #line) {
+        for key in keys { xdotool("key", "--clearmodifiers", key, file: file, line: line) }
+    }
+
+    func type(_ text: String, file: StaticString = #filePath, line: UInt = #line) {
+        xdotool("type", "--delay", "20", text, file: file, line: line)
+    }
+
+    /// Every control a person can use has an accessible name of its own (tests/app/atspi.py
+    /// `unnamed`: none, GTK's class name, or one name said twice fail).
+    func assertEveryControlNamed(_ what: String, file: StaticString = #filePath, line: UInt = #line) {
+        let unnamed = ui("unnamed", file: file, line: line)
+        XCTAssertEqual(unnamed, "", "controls without a name \(what):\n\(unnamed ?? "")", file: file, line: line)
     }
 
     /// xdotool against the app's window (`WINDOW` in `arguments` is replaced by its id).
@@ -99,19 +123,25 @@ final class AppSession {
         XCTAssertEqual(result.status, 0, "xdotool \(arguments): \(result.error)", file: file, line: line)
     }
 
+    /// Gives the keyboard focus to the app's window titled `title` (a dialog: there is no window
+    /// manager to do it).
+    func focusWindow(named title: String, file: StaticString = #filePath, line: UInt = #line) {
+        var window = ""
+        XCTAssertTrue(eventually(timeout: 10) {
+            window = Self.run("xdotool", ["search", "--onlyvisible", "--name", "^\(title)$"], environment: environment)
+                .output.split(separator: "\n").first.map(String.init) ?? ""
+            return !window.isEmpty
+        }, "no window \(title)", file: file, line: line)
+        let focus = Self.run("xdotool", ["windowfocus", "--sync", window], environment: environment)
+        XCTAssertEqual(focus.status, 0, focus.error, file: file, line: line)
+    }
+
     /// Opens another window (ImageMagick's `display`) and gives it the keyboard focus, as a person
     /// switching windows would; the window lasts until the returned process is stopped.
     func focusAnotherWindow(file: StaticString = #filePath, line: UInt = #line) throws -> ChildProcess {
         let other = try ChildProcess("display", ["-title", "other-window", "-size", "200x200", "xc:white"],
                                      environment: environment, logPath: directory.path + "/display.log")
-        var window = ""
-        XCTAssertTrue(eventually(timeout: 10) {
-            window = Self.run("xdotool", ["search", "--onlyvisible", "--name", "^other-window$"], environment: environment)
-                .output.split(separator: "\n").first.map(String.init) ?? ""
-            return !window.isEmpty
-        }, "the other window did not appear: \(other.log)", file: file, line: line)
-        let focus = Self.run("xdotool", ["windowfocus", "--sync", window], environment: environment)
-        XCTAssertEqual(focus.status, 0, focus.error, file: file, line: line)
+        focusWindow(named: "other-window", file: file, line: line)
         return other
     }
 

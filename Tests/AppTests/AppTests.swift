@@ -69,12 +69,10 @@ final class AppTests: XCTestCase {
         self.notifications = notifications
         let app = try session(on: alpha)
 
-        // No BlueZ on these buses: Search nearby says so in the service's words and springs back.
-        app.ui("click", "Search nearby")
-        XCTAssertNotNil(app.ui("label-starting", "Search nearby: "))
-        app.ui("wait-pressed", "Search nearby", "false")
-        XCTAssertEqual(try alpha.client.property("Discovering").bool, false)
-        app.ui("click", "Dismiss")
+        // No BlueZ and no Avahi on these buses: nothing can search, and the empty list says so.
+        app.ui("wait-label", "Bluetooth is off")
+        app.ui("wait-gone", "Search nearby")
+        app.assertEveryControlNamed("with the empty list")
 
         // An address where nothing listens: the problem in the service's words, and no row left.
         let nowhere = "ip:127.0.0.1:\(try freeTCPPort())"
@@ -95,18 +93,21 @@ final class AppTests: XCTestCase {
         XCTAssertTrue(Pairing.isPasskey(code), code)
         XCTAssertEqual(app.ui("text", "Pairing code"), String(code.prefix(3)) + " " + String(code.suffix(3)),
                        "the dialog shows the code the other side got, in two groups")
+        app.ui("wait-label", "Pair with bravo?")
+        app.ui("wait", "Reject")
+        app.assertEveryControlNamed("with the pairing dialog")
         screenshot(app, "app-pairing", in: alpha)
         try bravo.client.call("ConfirmPairing", [Variant(alpha.id), Variant(true)])
         app.ui("click", "Accept")
         XCTAssertNotNil(alpha.waitForState("connected", of: bravo.id, timeout: 15), alpha.log)
         app.ui("wait-gone", "Pairing code")
-        app.ui("wait-row", "bravo")
+        app.ui("wait-row-in", "Peers", "bravo")
 
-        // Chat both ways; the sent message shows its state.
+        // Chat both ways; the sent message shows its state, as a mark named for it.
         app.ui("set-text", "Message", "hello from the window")
         app.ui("click", "Send")
         XCTAssertNotNil(bravo.client.waitForSignal("MessageReceived", timeout: 10) { $0.string(2) == "hello from the window" })
-        app.ui("wait-label", "Delivered")
+        app.ui("wait", "Delivered")
         try bravo.client.call("Send", [Variant(alpha.id), Variant("hello back")])
         app.ui("wait-label", "hello back")
         let entry = try XCTUnwrap(app.centre(of: "Message"))
@@ -116,6 +117,13 @@ final class AppTests: XCTestCase {
         XCTAssertNotNil(bravo.client.waitForSignal("MessageReceived", timeout: 10) { $0.string(2) == "sent with Enter" },
                         "Enter in the Message field sends")
         app.ui("wait-label", "sent with Enter")
+        // Read back as a screen reader reads the bubbles: in order, who said what; ours on the
+        // right, theirs on the left.
+        XCTAssertEqual(app.ui("conversation")?.split(separator: "\n").map(String.init),
+                       ["You: hello from the window", "bravo: hello back", "You: sent with Enter"])
+        let theirs = Int(app.ui("x", "hello back") ?? ""), ours = Int(app.ui("x", "sent with Enter") ?? "")
+        XCTAssertLessThan(try XCTUnwrap(theirs), try XCTUnwrap(ours), "their bubble starts left of ours")
+        app.assertEveryControlNamed("with a conversation open")
         screenshot(app, "app-chat", in: alpha)
 
         // Mute: the toggle sets the service's Muted, and mirrors a Mute from elsewhere.
@@ -139,7 +147,7 @@ final class AppTests: XCTestCase {
         XCTAssertTrue(eventually(timeout: 5) { muted(alpha) == false }, "releasing the hold button did not unmute")
 
         // Space held in the window (not in a text field) does the same as the hold button.
-        let peers = try XCTUnwrap(app.centre(of: "bravo"))
+        let peers = try XCTUnwrap(app.centre(of: "bravo", role: "list item"))
         app.xdotool("mousemove", "--window", "WINDOW", "\(peers.x)", "\(peers.y)", "click", "1")
         app.xdotool("keydown", "space")
         XCTAssertTrue(eventually(timeout: 5) { muted(alpha) == true }, "holding Space did not mute")
@@ -176,7 +184,7 @@ final class AppTests: XCTestCase {
         XCTAssertNotNil(charlie.pairingRequest(for: alpha.id, after: charlieMark))
         try charlie.client.call("ConfirmPairing", [Variant(alpha.id), Variant(true)])
         eventually(timeout: 15) { dial.isDone }
-        app.ui("wait-row", "charlie")
+        app.ui("wait-row-in", "Peers", "charlie")
         screenshot(app, "app-peers", in: alpha)
 
         // Reject in the dialog refuses the pairing: the dialler's Connect fails with Rejected.
@@ -286,13 +294,18 @@ final class AppTests: XCTestCase {
         app.ui("wait-row", "bravo")
     }
 
-    /// Settings: the display name and where discovery makes this device visible, changed in the
-    /// window (the service's Name and Visible follow) and from elsewhere (the window follows).
-    func testSettingsRenameAndChooseWhereThisDeviceIsVisible() throws {
+    /// Preferences (from the main menu): the display name and where discovery makes this device
+    /// visible, changed in the window (the service's Name and Visible follow) and from elsewhere
+    /// (the window follows); what cleans the microphone, as the service reports it.
+    func testPreferencesRenameAndChooseWhereThisDeviceIsVisible() throws {
         let alpha = try peer("alpha")
         let app = try session(on: alpha)
-        app.ui("click", "Settings")
+        app.ui("click", "Main menu")
+        app.ui("click", "Preferences")
         XCTAssertTrue(eventually(timeout: 5) { app.ui("field", "Display name") == "alpha" }, "the field shows the service's Name")
+        let processing = try alpha.client.property("AudioProcessing").strings ?? []
+        XCTAssertEqual(app.ui("row-description", "Noise suppression"), processing.contains("noise-suppression") ? "On" : "Off")
+        app.assertEveryControlNamed("in the preferences")
         XCTAssertEqual(app.ui("pressed", "Visible over Bluetooth"), "true")
         XCTAssertEqual(app.ui("pressed", "Visible on the LAN"), "true")
 
@@ -300,7 +313,7 @@ final class AppTests: XCTestCase {
         app.ui("click", "Rename")
         XCTAssertTrue(eventually(timeout: 5) { (try? alpha.client.property("Name").string) == "Alpha’s desk" }, "Rename did not rename")
         screenshot(app, "app-settings", in: alpha)
-        // A name the service refuses: its reason in the problem bar, and the field shows the name kept.
+        // A name the service refuses: its reason in a toast, and the field shows the name kept.
         app.ui("set-text", "Display name", "   ")
         app.ui("click", "Rename")
         XCTAssertNotNil(app.ui("label-starting", "Rename: the name is empty"))
@@ -342,6 +355,7 @@ final class AppTests: XCTestCase {
                                  environment: ["LANG": "de_DE.UTF-8", "LANGUAGE": "", "PEERVOICE_LOCALEDIR": locale])
         sessions.append(app)
         app.ui("wait-label", "PeerVoice ist für diese Sitzung nicht installiert: Der Bus weiß nicht, wie er org.example.PeerVoice starten soll.")
+        app.ui("wait-label", "PeerVoice läuft nicht")
         XCTAssertEqual(app.ui("sensitive", "Stumm"), "false", "Mute while there is no service")
 
         try """
@@ -355,7 +369,8 @@ final class AppTests: XCTestCase {
         XCTAssertEqual(app.ui("sensitive", "Stumm"), "true")
         app.ui("click", "Stumm")
         XCTAssertTrue(eventually(timeout: 5) { (try? client.property("Muted").bool) == true })
-        app.ui("wait-label", "Noch keine Gegenstellen: in der Nähe suchen oder eine Adresse eingeben.")
+        app.ui("wait-label", "Bluetooth ist aus")
+        app.ui("click", "Hauptmenü")
         app.ui("click", "Einstellungen")
         XCTAssertTrue(eventually(timeout: 5) { app.ui("field", "Anzeigename") == "delta" }, "the settings in German")
         XCTAssertEqual(app.ui("pressed", "Im lokalen Netz sichtbar"), "true")
@@ -379,5 +394,121 @@ final class AppTests: XCTestCase {
                                              arguments: Variant(tuple: [Variant(APIClient.name)]))[0].uint32
         if let pid { kill(pid_t(pid), SIGTERM) }
         XCTAssertTrue(eventually(timeout: 10) { !client.nameHasOwner() }, "the activated peervoiced did not stop")
+    }
+}
+
+/// The empty list, the keyboard, a narrow window, light and dark.
+extension AppTests {
+    /// With Bluetooth to search on (python-dbusmock's bluez5 template as the system bus's BlueZ,
+    /// one powered adapter), the empty list says nobody is nearby yet and offers Search nearby,
+    /// which starts the service's discovery and then stops it; once the adapter is switched off,
+    /// the list says Bluetooth is off.
+    func testTheEmptyListOffersSearchNearbyAndSaysWhenBluetoothIsOff() throws {
+        let systemDirectory = try TemporaryDirectory("peervoice-app-system-bus")
+        defer { systemDirectory.remove() }
+        let systemBus = try PrivateBus(in: systemDirectory)
+        defer { systemBus.stop() }
+        let bluez = try DBusMock(template: "bluez5", busName: "org.bluez", path: "/", bus: systemBus, systemBus: true,
+                                 client: try APIClient(address: systemBus.address), in: systemDirectory, name: "bluez")
+        defer { bluez.stop() }
+        try bluez.call("org.bluez.Mock", "AddAdapter", [Variant("hci0"), Variant("app-test")])
+        let alpha = try TestPeer(name: "alpha", environment: ["DBUS_SYSTEM_BUS_ADDRESS": systemBus.address])
+        peers.append(alpha)
+        XCTAssertTrue(eventually(timeout: 10) { (try? alpha.client.property("DiscoveryMethods").strings)?.contains("bluetooth") == true },
+                      "the service did not take the adapter: \(alpha.log)")
+        let app = try session(on: alpha)
+
+        app.ui("wait-label", "No one nearby yet")
+        app.assertEveryControlNamed("with nobody nearby")
+        screenshot(app, "app-empty", in: alpha)
+        app.ui("click", "Search nearby")
+        XCTAssertTrue(eventually(timeout: 10) { (try? alpha.client.property("Discovering").bool) == true },
+                      "Search nearby did not start discovery: \(alpha.log.suffix(2_000))")
+        app.ui("wait-label", "Searching for computers nearby, over Bluetooth and this network…")
+        app.ui("click", "Stop searching")
+        XCTAssertTrue(eventually(timeout: 10) { (try? alpha.client.property("Discovering").bool) == false })
+        app.ui("wait", "Search nearby")
+
+        try bluez.call("org.freedesktop.DBus.Properties", "Set", [Variant("org.bluez.Adapter1"), Variant("Powered"), Variant(boxing: Variant(false))],
+                       on: "/org/bluez/hci0")
+        app.ui("wait-label", "Bluetooth is off")
+        app.ui("wait-gone", "Search nearby")
+    }
+
+    /// Keyboard only, on a window as narrow as a phone: the panes fold into one; Ctrl+F finds a
+    /// peer by name, Enter opens its conversation (its history loaded), Enter sends, Ctrl+M mutes
+    /// and unmutes, Escape goes back to the list, where a message that came meanwhile is counted
+    /// on its row. No pointer is used. Then, wide again, the dark style from the preferences.
+    func testKeyboardOnlyOnANarrowWindowFindChatMuteAndGoBack() throws {
+        let alpha = try peer("alpha"), bravo = try peer("bravo"), charlie = try peer("charlie")
+        XCTAssertEqual(try alpha.pair(with: bravo).connect.get()[0].string, bravo.id)
+        XCTAssertEqual(try alpha.pair(with: charlie).connect.get()[0].string, charlie.id)
+        try bravo.client.call("Send", [Variant(alpha.id), Variant("sent before the window opened")])
+        XCTAssertNotNil(alpha.client.waitForSignal("MessageReceived", timeout: 10) { $0.string(2) == "sent before the window opened" })
+        let app = try session(on: alpha)
+        app.ui("wait-row-in", "Peers", "charlie")
+        screenshot(app, "app-light", in: alpha)
+        let wide = try luminance(of: "app-light", in: alpha)
+
+        app.xdotool("windowsize", "WINDOW", "360", "640")
+        // Folded: the list alone, the conversation pane out of sight and out of the screen reader's.
+        app.ui("wait-gone", "Message")
+        app.ui("wait-row-in", "Peers", "bravo")
+        app.assertEveryControlNamed("on the folded list")
+
+        app.keys("ctrl+f")
+        XCTAssertEqual(app.ui("focused"), "entry Find a peer")
+        app.type("bra")
+        app.ui("wait-gone", "charlie")
+        app.keys("Return")
+        XCTAssertTrue(eventually(timeout: 5) { app.ui("focused") == "text Message" }, "Enter in the search did not open the conversation")
+        app.ui("wait-gone", "Peers")
+        XCTAssertEqual(app.ui("conversation"), "bravo: sent before the window opened", "the history, loaded on open")
+        app.type("typed without a pointer")
+        app.keys("Return")
+        XCTAssertNotNil(bravo.client.waitForSignal("MessageReceived", timeout: 10) { $0.string(2) == "typed without a pointer" })
+        app.keys("ctrl+m")
+        XCTAssertTrue(eventually(timeout: 5) { muted(alpha) == true }, "Ctrl+M did not mute")
+        app.ui("wait-pressed", "Mute", "true")
+        app.keys("ctrl+m")
+        XCTAssertTrue(eventually(timeout: 5) { muted(alpha) == false }, "Ctrl+M again did not unmute")
+        app.assertEveryControlNamed("in the folded conversation")
+        screenshot(app, "app-narrow", in: alpha)
+
+        app.keys("Escape")
+        app.ui("wait-gone", "Message")
+        XCTAssertEqual(app.ui("focused"), "list item bravo", "back on the list, at the peer it came from")
+        try bravo.client.call("Send", [Variant(alpha.id), Variant("while you look at the list")])
+        app.ui("wait-in-row", "bravo", "1 unread message")
+        app.keys("Return")
+        app.ui("wait-label", "while you look at the list")
+        app.keys("Escape")
+        XCTAssertEqual(app.ui("row-description", "bravo"), "network · connected", "read once opened")
+
+        // Wide again, dark (Preferences, Ctrl+comma): both panes side by side, in the dark style.
+        app.xdotool("windowsize", "WINDOW", "760", "560")
+        app.ui("wait-row-in", "Peers", "bravo")
+        app.keys("ctrl+comma")
+        app.ui("click", "Dark")
+        app.focusWindow(named: "Preferences")
+        app.keys("Escape")
+        app.ui("wait-gone", "Display name")
+        app.xdotool("windowfocus", "--sync", "WINDOW")
+        screenshot(app, "app-dark", in: alpha)
+        let dark = try luminance(of: "app-dark", in: alpha)
+        XCTAssertLessThan(dark, wide - 0.3, "the dark style is not darker (mean luminance \(dark) against \(wide))")
+    }
+
+    /// The mean luminance (0–1) of a screenshot this test saved.
+    private func luminance(of name: String, in peer: TestPeer) throws -> Double {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/convert")
+        process.arguments = [peer.directory.path + "/\(name).png", "-colorspace", "Gray", "-format", "%[fx:mean]", "info:"]
+        let output = Pipe()
+        process.standardOutput = output
+        try process.run()
+        let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        process.waitUntilExit()
+        return try XCTUnwrap(Double(text), "convert said \(text)")
     }
 }
