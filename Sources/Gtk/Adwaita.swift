@@ -395,6 +395,18 @@ public enum AboutWindow {
         adw_about_window_set_developer_name(OpaquePointer(about), developer)
         adw_about_window_set_comments(OpaquePointer(about), comments)
         gtk_window_set_transient_for(about.withMemoryRebound(to: GtkWindow.self, capacity: 1) { $0 }, parent.ptr())
+        // libadwaita 1.2 names its icon buttons (Back) only by their tooltips, and keeps text views
+        // for release notes and debugging information this app does not give: name the ones,
+        // leave the others out for screen readers.
+        for child in descendants(of: about) {
+            let type = String(cString: cgtk_type_name_of(child))
+            if isButton(child), gtk_button_get_label(child.withMemoryRebound(to: GtkButton.self, capacity: 1) { $0 }) == nil,
+               let tooltip = gtk_widget_get_tooltip_text(child) {
+                cgtk_accessible_set_name(OpaquePointer(child), String(cString: tooltip))
+            } else if type == "GtkTextView" {
+                cgtk_accessible_set_state(OpaquePointer(child), GTK_ACCESSIBLE_STATE_HIDDEN, 1)
+            }
+        }
         gtk_window_present(about.withMemoryRebound(to: GtkWindow.self, capacity: 1) { $0 })
     }
 }

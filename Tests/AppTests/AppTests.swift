@@ -295,7 +295,7 @@ final class AppTests: XCTestCase {
 
     /// Preferences (from the main menu): the display name and where discovery makes this device
     /// visible, changed in the window (the service's Name and Visible follow) and from elsewhere
-    /// (the window follows); what cleans the microphone, as the service reports it.
+    /// (the window follows); what cleans the microphone, as the service reports it; then About.
     func testPreferencesRenameAndChooseWhereThisDeviceIsVisible() throws {
         let alpha = try peer("alpha")
         let app = try session(on: alpha)
@@ -329,6 +329,15 @@ final class AppTests: XCTestCase {
         app.ui("wait-pressed", "Visible over Bluetooth", "false")
         app.ui("click", "Visible over Bluetooth")
         XCTAssertTrue(eventually(timeout: 5) { (try? alpha.client.property("Visible").strings) == ["bluetooth"] })
+
+        // The main menu's other item: About, libadwaita's window, its controls named too.
+        app.focusWindow(named: "Preferences")
+        app.keys("Escape")
+        app.ui("wait-gone", "Display name")
+        app.ui("click", "Main menu")
+        app.ui("click", "About PeerVoice")
+        app.ui("wait-label", "Talk and chat with computers nearby, over Bluetooth or the local network.")
+        app.assertEveryControlNamed("in the About window")
     }
 
     /// In German (de_DE.UTF-8, the catalog compiled from po/de.po): with no PeerVoice service the
