@@ -193,6 +193,7 @@ install: deps
 	install -Dm644 desktop/org.example.PeerVoice.App.svg "$(DESTDIR)$(DATADIR)/icons/hicolor/scalable/apps/org.example.PeerVoice.App.svg"
 	install -Dm644 dbus/org.example.PeerVoice.xml "$(DESTDIR)$(DATADIR)/dbus-1/interfaces/org.example.PeerVoice.xml"
 	install -Dm644 dbus/org.example.PeerVoice.Peer.xml "$(DESTDIR)$(DATADIR)/dbus-1/interfaces/org.example.PeerVoice.Peer.xml"
+	install -Dm644 dbus/org.example.PeerVoice.ChannelHandler.xml "$(DESTDIR)$(DATADIR)/dbus-1/interfaces/org.example.PeerVoice.ChannelHandler.xml"
 	install -Dm644 $(GEN_DIR)/org.example.PeerVoice.service "$(DESTDIR)$(DATADIR)/dbus-1/services/org.example.PeerVoice.service"
 	install -Dm644 $(GEN_DIR)/peervoiced.service "$(DESTDIR)$(USERUNITDIR)/peervoiced.service"
 	install -Dm644 completion/peervoicectl.bash "$(DESTDIR)$(DATADIR)/bash-completion/completions/peervoicectl"
@@ -210,6 +211,7 @@ uninstall:
 	      "$(DESTDIR)$(DATADIR)/icons/hicolor/scalable/apps/org.example.PeerVoice.App.svg" \
 	      "$(DESTDIR)$(DATADIR)/dbus-1/interfaces/org.example.PeerVoice.xml" \
 	      "$(DESTDIR)$(DATADIR)/dbus-1/interfaces/org.example.PeerVoice.Peer.xml" \
+	      "$(DESTDIR)$(DATADIR)/dbus-1/interfaces/org.example.PeerVoice.ChannelHandler.xml" \
 	      "$(DESTDIR)$(DATADIR)/dbus-1/services/org.example.PeerVoice.service" \
 	      "$(DESTDIR)$(USERUNITDIR)/peervoiced.service" \
 	      "$(DESTDIR)$(DATADIR)/bash-completion/completions/peervoicectl" \
@@ -243,13 +245,15 @@ test-bluetooth-vm:
 
 # PeerVoice over real BlueZ in the two VMs (tests/bluetooth-vm/peervoice-a.sh, peervoice-b.sh): each
 # runs .build/debug/peervoiced --default-agent on its own session bus; A discovers B, pairs (both
-# people confirm), messages go both ways, A disconnects, A's bluetoothd is killed and restarted,
+# people confirm), messages go both ways, an app stream goes beside a text (peervoicectl open and
+# listen), A disconnects, A's bluetoothd is killed and restarted,
 # they connect again, then a refused pairing makes Connect fail with Rejected. About a minute.
 BLUETOOTH_OUT ?= .build/bluetooth-vm/peervoice
 .PHONY: test-bluetooth
 test-bluetooth: deps
 	scripts/deps.sh $(VM_PACKAGES) $(BUSCTL_PACKAGE)
 	$(SWIFT) build --product peervoiced $(SWIFT_FLAGS)
+	$(SWIFT) build --product peervoicectl $(SWIFT_FLAGS)
 	tests/bluetooth-vm/run-pair.sh --out $(BLUETOOTH_OUT) --timeout 600 \
 	    --guest-a tests/bluetooth-vm/peervoice-a.sh --guest-b tests/bluetooth-vm/peervoice-b.sh
 
@@ -327,6 +331,23 @@ bench-echo: deps bench-venv
 	$(SWIFT) build -c release --product peervoiced $(SWIFT_FLAGS)
 	$(BENCH_VENV)/bin/python bench/echo/run.py \
 	    --bin "$$($(SWIFT) build -c release $(SWIFT_FLAGS) --show-bin-path)/peervoiced" $(BENCH_ARGS)
+
+# App channels benchmark, not a test (bench/channels/README.md): loopback throughput of one stream
+# and of 8 at once through peervoicectl, side by side with raw TCP (socat) and OpenSSH (a private
+# sshd); then a call's latency and PESQ-WB through a 20 Mbit/s bottleneck (three network
+# namespaces, tbf with a 100 ms queue in the middle one) alone, during a saturating stream, and
+# during a plain TCP flood. 3 fresh starts per part, about 10 minutes; needs root. Prints two
+# tables, writes bench/results/channels.json. BENCH_ARGS go to bench/channels/run.py, e.g.
+# BENCH_ARGS='--runs 5 --peervoice-args "--no-echo-cancel --no-noise-suppression"'. openssh-server
+# is installed for the baseline (on a machine with systemd it then also runs as a service).
+BENCH_CHANNELS_PACKAGES := socat openssh-server
+.PHONY: bench-channels
+bench-channels: deps bench-venv
+	scripts/deps.sh $(BENCH_CHANNELS_PACKAGES)
+	$(SWIFT) build -c release --product peervoiced $(SWIFT_FLAGS)
+	$(SWIFT) build -c release --product peervoicectl $(SWIFT_FLAGS)
+	$(BENCH_VENV)/bin/python bench/channels/run.py \
+	    --bin-dir "$$($(SWIFT) build -c release $(SWIFT_FLAGS) --show-bin-path)" $(BENCH_ARGS)
 
 # The packages and the Python venv the voice benchmarks score with (PESQ, STOI).
 bench-venv: deps

@@ -21,7 +21,7 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 
-TARGETS=(frame-decoder handshake jitter-buffer lan-advertisement call-frames)
+TARGETS=(frame-decoder handshake jitter-buffer lan-advertisement call-frames channel-frames)
 SWIFTC=${SWIFTC:-swiftc}
 FUZZ_DIR=${FUZZ_DIR:-.build/fuzz}
 FUZZ_OPT=${FUZZ_OPT:--O}
@@ -168,6 +168,7 @@ sources_of() {
         handshake) ls Sources/PeerVoiceCore/Security/{CryptoPrimitives,Handshake,HandshakeError,HandshakeResult,SealedRecord,StaticIdentity,SymmetricState,VoiceKeys}.swift Sources/Sodium/*.swift ;;
         jitter-buffer) echo Sources/PeerVoiceCore/Voice/JitterBuffer.swift ;;
         lan-advertisement) ls Sources/PeerVoiceCore/LAN/*.swift ;;
+        channel-frames) ls Sources/PeerVoiceCore/Channels/*.swift ;;
     esac
 }
 

@@ -207,6 +207,11 @@ enum Ctl {
             Output.line(action == "on" ? "\(arguments[0]) muted here" : "\(arguments[0]) unmuted here")
         case "monitor":
             try monitor(Service(), json: invocation.has("--json"), levels: invocation.has("--levels"))
+        case "open":
+            let mode = try choice(invocation.options["--mode"] ?? "stream", ["stream", "messages"], of: invocation)
+            try openStream(Service(), peer: arguments[0], channel: arguments[1], lines: mode == "messages")
+        case "listen":
+            try listen(Service(), channel: arguments[0], command: Array(arguments.dropFirst()), once: invocation.has("--once"))
         default:
             throw Exit.usage("unknown command '\(invocation.spec.name)'")
         }

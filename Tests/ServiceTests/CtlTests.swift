@@ -164,7 +164,7 @@ final class CtlTests: XCTestCase {
         XCTAssertEqual(help.status, 0, "\(help)")
         XCTAssertTrue(help.output.hasPrefix("Usage: peervoicectl "), help.output)
         let commands = ["status", "peers", "discover", "connect", "disconnect", "send", "history", "remove",
-                        "mute", "name", "visible", "confirm", "voice", "volume", "mute-peer", "monitor"]
+                        "mute", "name", "visible", "confirm", "voice", "volume", "mute-peer", "monitor", "open", "listen"]
         for command in commands {
             XCTAssertTrue(help.output.contains("\n  \(command) "), "--help lists \(command): \(help.output)")
             for arguments in [[command, "--help"], ["help", command], [command, "-h"]] {
@@ -783,7 +783,7 @@ final class CtlTests: XCTestCase {
         let output = process.log
         XCTAssertTrue(output.hasPrefix("complete -F _peervoicectl peervoicectl\n"), output)
         let expected = [
-            "[peervoicectl ] status peers peer discover connect disconnect send history remove mute name visible confirm voice volume mute-peer monitor help --help --version",
+            "[peervoicectl ] status peers peer discover connect disconnect send history remove mute name visible confirm voice volume mute-peer monitor open listen help --help --version",
             "[peervoicectl mu] mute mute-peer",
             "[peervoicectl mute ] on off toggle",
             "[peervoicectl voice ] start stop",
@@ -836,6 +836,7 @@ final class CtlTests: XCTestCase {
             "usr/share/locale/de/LC_MESSAGES/peervoice.mo",
             "usr/share/dbus-1/interfaces/org.example.PeerVoice.xml",
             "usr/share/dbus-1/interfaces/org.example.PeerVoice.Peer.xml",
+            "usr/share/dbus-1/interfaces/org.example.PeerVoice.ChannelHandler.xml",
             "usr/share/dbus-1/services/org.example.PeerVoice.service",
             "usr/lib/systemd/user/peervoiced.service",
             "usr/share/applications/peervoiced.desktop",
@@ -863,7 +864,7 @@ final class CtlTests: XCTestCase {
         XCTAssertTrue(app.contains("\nIcon=org.example.PeerVoice.App\n"), app)
         XCTAssertEqual(read("usr/share/bash-completion/completions/peervoicectl"),
                        try String(contentsOfFile: Self.packageDirectory + "/completion/peervoicectl.bash", encoding: .utf8))
-        for interface in ["org.example.PeerVoice.xml", "org.example.PeerVoice.Peer.xml"] {
+        for interface in ["org.example.PeerVoice.xml", "org.example.PeerVoice.Peer.xml", "org.example.PeerVoice.ChannelHandler.xml"] {
             XCTAssertEqual(read("usr/share/dbus-1/interfaces/" + interface),
                            try String(contentsOfFile: Self.packageDirectory + "/dbus/" + interface, encoding: .utf8))
         }
