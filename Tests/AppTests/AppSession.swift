@@ -12,58 +12,35 @@ final class AppSession {
         .deletingLastPathComponent().deletingLastPathComponent().path
     static let driver = repository + "/tests/app/atspi.py"
 
-    private let display: String
-    private let xvfb: ChildProcess
-    private let accessibilityBus: ChildProcess
+    private let display: VirtualDisplay
     private(set) var app: ChildProcess
     private let directory: TemporaryDirectory
     private let environment: [String: String]
+    /// The window's accessible tree went into a failure message already.
+    private var treeShown = false
 
     /// Starts Xvfb, the AT-SPI bus launcher on `bus` and the app with `environment` added (e.g. LANG).
     init(bus: PrivateBus, client: APIClient, in directory: TemporaryDirectory, environment: [String: String] = [:]) throws {
         self.directory = directory
-        // A desktop session's accessibility bus would win over the one started here.
-        unsetenv("AT_SPI_BUS_ADDRESS")
-        (xvfb, display) = try Self.startXvfb(in: directory)
+        display = try VirtualDisplay(in: directory)
+        do {
+            try display.startAccessibilityBus(on: bus, client: client, in: directory)
+        } catch {
+            display.stop()
+            throw error
+        }
         // The app keeps its own preferences under XDG_CONFIG_HOME: a fresh one per session.
-        let desktop = ["DISPLAY": display, "DBUS_SESSION_BUS_ADDRESS": bus.address, "GDK_BACKEND": "x11",
+        let desktop = ["DISPLAY": display.name, "DBUS_SESSION_BUS_ADDRESS": bus.address, "GDK_BACKEND": "x11",
                        "GSK_RENDERER": "cairo", "GSETTINGS_BACKEND": "memory", "XDG_CONFIG_HOME": directory.path + "/config"]
         self.environment = desktop.merging(environment) { $1 }
-        accessibilityBus = try ChildProcess("/usr/libexec/at-spi-bus-launcher", ["--launch-immediately"],
-                                            environment: desktop, logPath: directory.path + "/at-spi.log")
-        guard eventually(timeout: 10, { client.nameHasOwner("org.a11y.Bus") }) else {
-            xvfb.kill()
-            throw HarnessError("the AT-SPI bus launcher did not own org.a11y.Bus: \(accessibilityBus.log)")
-        }
         app = try ChildProcess(Binaries.directory + "/peervoice", [], environment: self.environment,
                                logPath: directory.path + "/peervoice.log")
-    }
-
-    /// Xvfb on the first free display from :140 (other tests and people may hold some).
-    private static func startXvfb(in directory: TemporaryDirectory) throws -> (ChildProcess, String) {
-        for number in 140..<200 where !FileManager.default.fileExists(atPath: "/tmp/.X11-unix/X\(number)")
-            && !FileManager.default.fileExists(atPath: "/tmp/.X\(number)-lock") {
-            let xvfb = try ChildProcess("Xvfb", [":\(number)", "-screen", "0", "1024x768x24", "-nolisten", "tcp"],
-                                        logPath: directory.path + "/xvfb.log")
-            // Ready once a client gets an answer (its socket appears before it serves). An answer
-            // can come from another server that holds the display while ours finds it taken and
-            // exits ("cannot open display" in the app, seen once): ours must still run a moment later.
-            if eventually(timeout: 10, { !xvfb.isRunning || run("xdotool", ["getdisplaygeometry"], environment: ["DISPLAY": ":\(number)"]).status == 0 }),
-               xvfb.wait(timeout: 0.3) == nil {
-                return (xvfb, ":\(number)")
-            }
-            xvfb.kill()
-        }
-        throw HarnessError("no X display could be started: \((try? String(contentsOfFile: directory.path + "/xvfb.log", encoding: .utf8)) ?? "")")
     }
 
     func stop() {
         app.signal(SIGTERM)
         if app.wait(timeout: 5) == nil { app.kill() }
-        accessibilityBus.signal(SIGTERM)
-        if accessibilityBus.wait(timeout: 5) == nil { accessibilityBus.kill() }
-        xvfb.signal(SIGTERM)
-        if xvfb.wait(timeout: 5) == nil { xvfb.kill() }
+        display.stop()
     }
 
     /// What the app printed (its stdout and stderr).
@@ -83,7 +60,10 @@ final class AppSession {
         let result = Self.run("/usr/bin/python3", [Self.driver] + arguments,
                               environment: environment.merging(["ATSPI_TIMEOUT": "\(timeout)"]) { $1 })
         guard result.status == 0 else {
-            XCTFail("atspi.py \(arguments.joined(separator: " ")): \(result.error)\napp log:\n\(log)", file: file, line: line)
+            // What the window showed, the first time a command fails: later failures follow from it.
+            let window = treeShown ? "" : "\nthe window, as a screen reader saw it then:\n" + Self.run("/usr/bin/python3", [Self.driver, "tree"], environment: environment).output
+            treeShown = true
+            XCTFail("atspi.py \(arguments.joined(separator: " ")): \(result.error)\napp log:\n\(log)\(window)", file: file, line: line)
             return nil
         }
         return result.output.trimmingCharacters(in: .newlines)

@@ -9,28 +9,28 @@ public final class VirtualDisplay {
     private let xvfb: ChildProcess
     private var accessibilityBus: ChildProcess?
 
-    /// Xvfb on the first free display from :140 (other tests and people may hold some).
+    /// Xvfb on a display it finds free itself (`-displayfd`: it takes the first display whose
+    /// socket and lock it can create, and writes the number once it serves). Choosing a number
+    /// here raced with other tests' servers: a display seen free was taken by the time ours
+    /// started, ours exited, and a program found no server or another test's ("cannot open
+    /// display: :140").
     public init(in directory: TemporaryDirectory, size: String = "1024x768x24") throws {
-        for number in 140..<200 where !FileManager.default.fileExists(atPath: "/tmp/.X11-unix/X\(number)")
-            && !FileManager.default.fileExists(atPath: "/tmp/.X\(number)-lock") {
-            let xvfb = try ChildProcess("Xvfb", [":\(number)", "-screen", "0", size, "-nolisten", "tcp"],
-                                        logPath: directory.path + "/xvfb-\(number).log")
-            // Ready once a client gets an answer (its socket appears before it serves). An answer
-            // can come from another server that holds the display while ours finds it taken and
-            // exits: ours must still run a moment later.
-            if eventually(timeout: 10, { !xvfb.isRunning || Self.answers(":\(number)", in: directory) }),
-               xvfb.wait(timeout: 0.3) == nil {
-                self.xvfb = xvfb
-                name = ":\(number)"
-                return
-            }
+        let numberFile = directory.path + "/xvfb-display"
+        try? FileManager.default.removeItem(atPath: numberFile)
+        // Through sh only to open the file as descriptor 3; exec keeps the pid Xvfb's.
+        let xvfb = try ChildProcess("/bin/sh", ["-c", "exec Xvfb -displayfd 3 -screen 0 \"$1\" -nolisten tcp 3>\"$0\"", numberFile, size],
+                                logPath: directory.path + "/xvfb.log")
+        // The number and a newline, once it serves.
+        var written = ""
+        guard eventually(timeout: 10, {
+            written = (try? String(contentsOfFile: numberFile, encoding: .utf8)) ?? ""
+            return written.hasSuffix("\n") || !xvfb.isRunning
+        }), xvfb.isRunning, let number = Int(written.dropLast()) else {
             xvfb.kill()
+            throw HarnessError("no X display could be started: \(xvfb.log)")
         }
-        throw HarnessError("no X display could be started")
-    }
-
-    private static func answers(_ display: String, in directory: TemporaryDirectory) -> Bool {
-        (try? runCommand("xdotool", ["getdisplaygeometry"], environment: ["DISPLAY": display], in: directory, timeout: 5)) != nil
+        self.xvfb = xvfb
+        name = ":\(number)"
     }
 
     /// Starts the AT-SPI bus launcher for `bus` (the session bus the programs on this display use);

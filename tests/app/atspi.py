@@ -34,6 +34,8 @@ usage: atspi.py COMMAND ARG...   (one command per run; waits up to $ATSPI_TIMEOU
   set-value NAME V        moves the slider NAME to V (its Value interface), waits until it shows V
   sensitive NAME          prints "true" or "false"
   extents NAME [ROLE]     prints "X Y WIDTH HEIGHT" of NAME (of ROLE, when given) within its window
+  tree                    prints what a screen reader sees now: every visible node, indented by
+                          depth, as "ROLE 'NAME'" (and its states focused, pressed, insensitive)
 Exit status 0 on success, 1 when the control did not show up or the check failed (with a reason).
 """
 import os, sys, time, warnings
@@ -258,6 +260,24 @@ def main(command, *args):
     elif command == "extents":
         box = control(args[0], {args[1]} if len(args) > 1 else None).get_component_iface().get_extents(Atspi.CoordType.WINDOW)
         print(box.x, box.y, box.width, box.height)
+    elif command == "tree":
+        def show(node, depth):
+            try:
+                if not is_visible(node):
+                    return
+                states = node.get_state_set()
+                marks = [word for word, state in (("focused", Atspi.StateType.FOCUSED), ("pressed", Atspi.StateType.PRESSED),
+                                                  ("checked", Atspi.StateType.CHECKED))
+                         if states.contains(state)] + ([] if states.contains(Atspi.StateType.SENSITIVE) else ["insensitive"])
+                print("%s%s '%s'%s" % ("  " * depth, node.get_role_name(), node.get_name(),
+                                       " [" + ", ".join(marks) + "]" if marks else ""))
+                for i in range(node.get_child_count()):
+                    show(node.get_child_at_index(i), depth + 1)
+            except GLib.Error:
+                pass
+        app = application() or fail("no application %s" % APP)
+        for i in range(app.get_child_count()):
+            show(app.get_child_at_index(i), 0)
     else:
         fail("unknown command " + command)
 
