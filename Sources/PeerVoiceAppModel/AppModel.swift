@@ -37,6 +37,10 @@ public final class AppModel {
     /// Failed messages a person sent again: the new one stands in for them (`History` still
     /// lists them, failed).
     private var resent: Set<String> = []
+    /// Addresses `PeerIdentified` named a peer for, while a listing still shows their found
+    /// objects: the service replaces those in the same turn as the signal, but a listing read
+    /// before that arrives lags behind it (seen under load: the selection was lost mid-pairing).
+    private var identifiedAddresses: [String: String] = [:]
     /// What the peer list shows: rows whose name holds this text (any case); "" for all.
     public private(set) var peerFilter = ""
     /// The methods `StartDiscovery` can use now (`DiscoveryMethods`); nil until the service says.
@@ -140,9 +144,19 @@ public final class AppModel {
     /// them or `PeerLost`.
     public func objectsListed(_ listed: [String: ServiceObject]) {
         objects = listed
-        let objectRows = listed.keys.sorted().compactMap { path -> PeerRow? in
+        let listedRows = listed.keys.sorted().compactMap { path -> PeerRow? in
             guard case .peer(let row) = listed[path] else { return nil }
             return row
+        }
+        // A found object already identified stands for its peer until the peer's own object
+        // comes; once the found object is gone, so is the need.
+        identifiedAddresses = identifiedAddresses.filter { address, _ in listedRows.contains { $0.id == address } }
+        let objectRows = listedRows.compactMap { row -> PeerRow? in
+            guard let peer = identifiedAddresses[row.id] else { return row }
+            if listedRows.contains(where: { $0.id == peer }) { return nil }
+            var renamed = row
+            renamed.id = peer
+            return renamed
         }
         var rows = objectRows
         for row in peers where row.state == .nearby && !objectRows.contains(where: { $0.id == row.id }) {
@@ -222,7 +236,9 @@ public final class AppModel {
     /// `PeerIdentified(address, peer)`: the row (chat, selection, question) known by `address` is
     /// now known by `peer`; if `peer` already has a row, the two become one.
     public func peerIdentified(address: String, as peer: String) {
-        guard address != peer, let from = index(of: address) else { return }
+        guard address != peer else { return }
+        identifiedAddresses[address] = peer
+        guard let from = index(of: address) else { return }
         let row = peers.remove(at: from)
         if let existing = index(of: peer) {
             if peers[existing].name.isEmpty { peers[existing].name = row.name }

@@ -266,6 +266,28 @@ final class AppModelTests: XCTestCase {
         XCTAssertEqual(model.messages(with: "pv:a").map(\.text), ["hi"])
     }
 
+    /// Under load the listing read after `PeerIdentified` can still hold the found object (the
+    /// service removes it in the same turn): it stands for the peer until the peer's object comes,
+    /// so the selection stays; a found object at that address later is a device of its own again.
+    func testAListingThatLagsBehindPeerIdentifiedKeepsTheRowAndSelection() {
+        let address = "ip:10.0.0.2:47800"
+        model.peerStateChanged(address, state: .connecting, transport: "")
+        model.select(address)
+        model.peerIdentified(address: address, as: "pv:a")
+        list(PeerRow(id: address, name: "", transport: "ip", state: .connecting))
+        XCTAssertEqual(model.selectedPeer, "pv:a")
+        XCTAssertEqual(model.peers.map(\.id), ["pv:a"])
+        list(PeerRow(id: address, name: "", transport: "ip", state: .connecting),
+             PeerRow(id: "pv:a", name: "Ada", transport: "ip", state: .pairing))
+        XCTAssertEqual(model.peers.map(\.id), ["pv:a"], "the peer's own object wins")
+        XCTAssertEqual(model.selectedRow?.state, .pairing)
+        list(PeerRow(id: "pv:a", name: "Ada", transport: "ip", state: .connected, isPaired: true))
+        XCTAssertEqual(model.selectedPeer, "pv:a")
+        list(PeerRow(id: "pv:a", name: "Ada", transport: "ip", state: .connected, isPaired: true),
+             PeerRow(id: address, name: "", transport: "ip", state: .connecting))
+        XCTAssertEqual(Set(model.peers.map(\.id)), ["pv:a", address], "once gone, a found object there is its own device")
+    }
+
     func testMessagesFromAPeerWhoseConversationIsNotOnScreenCountAsUnread() {
         list(PeerRow(id: "pv:a", name: "Ada", transport: "ip", state: .connected, isPaired: true),
              PeerRow(id: "pv:b", name: "Bo", transport: "ip", state: .connected, isPaired: true))
