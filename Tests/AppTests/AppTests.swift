@@ -348,9 +348,12 @@ final class AppTests: XCTestCase {
         defer { directory.remove() }
         let services = directory.path + "/services"
         try FileManager.default.createDirectory(atPath: services, withIntermediateDirectories: true)
-        // Only this directory and the system's (for AT-SPI's registry): an installed
-        // org.example.PeerVoice.service elsewhere must not be found.
-        let bus = try PrivateBus(in: directory, activatingFrom: [services, "/usr/share/dbus-1/services"])
+        // Only this directory: an installed org.example.PeerVoice.service elsewhere must not be
+        // found, nor the machine's services (GTK 4.8's GtkApplication, finding no session
+        // manager, starts xdg-desktop-portal for its Inhibit interface, and the portal its KDE
+        // backend, which then lived as long as the bus). AT-SPI's registry is on the
+        // accessibility bus, which activates it from its own directory.
+        let bus = try PrivateBus(in: directory, activatingFrom: [services])
         defer { bus.stop() }
         let client = try APIClient(address: bus.address)
         let locale = directory.path + "/locale"
