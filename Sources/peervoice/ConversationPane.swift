@@ -54,6 +54,9 @@ final class ConversationPane {
         conversation.setMargins(12)
         scroller.expandsVertically = true
         scroller.followEnd()
+        // With no button among the bubbles the view itself takes the focus (the arrow keys and
+        // Page Up scroll it): named, so a screen reader does not say only "scroll pane".
+        scroller.setAccessibleName(tr("Conversation"))
         chatPage.append(scroller)
         chatPage.append(Separator(.horizontal))
         chatPage.append(voiceBar())

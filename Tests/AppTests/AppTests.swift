@@ -515,6 +515,34 @@ extension AppTests {
         XCTAssertLessThan(dark, light - 0.3, "the dark style is not darker (mean luminance \(dark) against \(light))")
     }
 
+    /// Tab alone reaches every control on screen, in the order they are laid out (the list's
+    /// pane, then the conversation's, each from its header down), and comes round again.
+    func testTabReachesEveryControlInTheOrderTheyAreLaidOut() throws {
+        let alpha = try peer("alpha"), bravo = try peer("bravo")
+        XCTAssertEqual(try alpha.pair(with: bravo).connect.get()[0].string, bravo.id)
+        try bravo.client.call("Send", [Variant(alpha.id), Variant("a message to read")])
+        XCTAssertNotNil(alpha.client.waitForSignal("MessageReceived", timeout: 10) { $0.string(2) == "a message to read" })
+        let app = try session(on: alpha)
+        app.ui("select-row", "bravo")
+        app.ui("wait-label", "a message to read")
+        app.xdotool("windowfocus", "--sync", "WINDOW")
+
+        let order = ["push button Mute", "push button Find a peer", "push button Main menu", "list Peers",
+                     "push button Search nearby", "text Address", "push button Connect to address",
+                     "push button Disconnect", "scroll pane Conversation", "push button Start voice", "push button Hold to mute",
+                     "slider Volume", "push button Mute this peer", "text Message", "push button Send"]
+        let walk = try XCTUnwrap(app.ui("tab-walk")).split(separator: "\n").map(String.init)
+        // The walk ends where it began: the same round, started there.
+        let start = try XCTUnwrap(order.firstIndex(of: walk.last ?? ""), "the walk: \(walk)")
+        XCTAssertEqual(walk, Array(order[(start + 1)...] + order[...start]))
+        // Whatever the keyboard can reach is in that round, but the window's own buttons (the
+        // window manager's keys work them: Alt+F4, Super+Up; GTK leaves them out of Tab).
+        let reachable = try XCTUnwrap(app.ui("focusables")).split(separator: "\n").map(String.init)
+            .filter { !["push button Minimize", "push button Maximize", "push button Close"].contains($0) }
+        XCTAssertEqual(Set(reachable).subtracting(walk), [], "reachable but not with Tab")
+        app.assertEveryControlNamed("with the focus in the window")
+    }
+
     /// A message that could not be delivered — queued while bravo was away, a week ago by
     /// alpha's clock (libfaketime), so it expired when alpha started again — shows as not
     /// delivered, with Retry; Retry sends it again, it arrives, and the new message takes the

@@ -34,11 +34,16 @@ usage: atspi.py COMMAND ARG...   (one command per run; waits up to $ATSPI_TIMEOU
   set-value NAME V        moves the slider NAME to V (its Value interface), waits until it shows V
   sensitive NAME          prints "true" or "false"
   extents NAME [ROLE]     prints "X Y WIDTH HEIGHT" of NAME (of ROLE, when given) within its window
+  focusables              prints every control the keyboard can reach now (visible, on screen,
+                          enabled, focusable), "ROLE NAME" per line in tree order; the rows of a
+                          list as one line "list NAME"
+  tab-walk                presses Tab (xdotool) until the focus comes back to where it was,
+                          printing where each press took it, as focusables names them
   tree                    prints what a screen reader sees now: every visible node, indented by
                           depth, as "ROLE 'NAME'" (and its states focused, pressed, insensitive)
 Exit status 0 on success, 1 when the control did not show up or the check failed (with a reason).
 """
-import os, sys, time, warnings
+import os, subprocess, sys, time, warnings
 warnings.simplefilter("ignore", DeprecationWarning)  # PyGObject flags the Atspi *_iface getters
 import gi
 gi.require_version("Atspi", "2.0")
@@ -139,6 +144,17 @@ def has_own_name(node):
     words = name.split(" ")
     doubled = len(words) % 2 == 0 and words[:len(words) // 2] == words[len(words) // 2:]
     return name != "" and not doubled and not (name[:3] in ("Gtk", "Adw") and name[3:4].isupper() and " " not in name)
+
+def reach_name(node):
+    """A control as the keyboard reaches it: a list's rows all count as the list."""
+    if node.get_role_name() == "list item":
+        parent = node.get_parent()
+        return "list %s" % (parent.get_name() if parent else "")
+    return "%s %s" % (node.get_role_name(), node.get_name())
+
+def focused_node():
+    app = application()
+    return next((n for n in walk(app) if n.get_state_set().contains(Atspi.StateType.FOCUSED)), None) if app else None
 
 def slider_value(node):
     return node.get_value_iface().get_current_value()
@@ -241,6 +257,8 @@ def main(command, *args):
             try:
                 role = node.get_role_name()
                 focusable = node.get_state_set().contains(Atspi.StateType.FOCUSABLE)
+                # Every scroll pane says it is focusable, though Tab stops only at one whose content
+                # takes no focus: AppTests' Tab walk checks the names of those it reaches.
                 if (role in CONTROLS or (focusable and role not in ("scroll pane", "list", "frame", "dialog"))) \
                         and is_visible(node) and not has_own_name(node):
                     parent = node.get_parent()
@@ -260,6 +278,42 @@ def main(command, *args):
     elif command == "extents":
         box = control(args[0], {args[1]} if len(args) > 1 else None).get_component_iface().get_extents(Atspi.CoordType.WINDOW)
         print(box.x, box.y, box.width, box.height)
+    elif command == "focusables":
+        app = application() or fail("no application %s" % APP)
+        printed = set()
+        for node in walk(app):
+            try:
+                states = node.get_state_set()
+                if node.get_role_name() in ("frame", "dialog") or not all(
+                        states.contains(state) for state in (Atspi.StateType.FOCUSABLE, Atspi.StateType.VISIBLE,
+                                                             Atspi.StateType.SHOWING, Atspi.StateType.SENSITIVE)):
+                    continue
+                name = reach_name(node)
+                if name not in printed:
+                    printed.add(name)
+                    print(name)
+            except GLib.Error:
+                continue
+    elif command == "tab-walk":
+        start = until(focused_node, "a focused control")
+        start_name = reach_name(start)
+        previous = start_name
+        for _ in range(200):
+            subprocess.run(["xdotool", "key", "--clearmodifiers", "Tab"], check=True)
+            # Wait for the focus to move (a lone control keeps it: then after a moment).
+            end = time.monotonic() + 1
+            while True:
+                node = focused_node()
+                name = reach_name(node) if node else ""
+                if (name and name != previous) or time.monotonic() > end:
+                    break
+                time.sleep(0.02)
+            print(name)
+            if name == start_name:
+                break
+            previous = name
+        else:
+            fail("the focus never came back to %s" % start_name)
     elif command == "tree":
         def show(node, depth):
             try:
