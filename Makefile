@@ -7,6 +7,7 @@
 #   make check-warnings a fresh build that fails on any compiler warning
 #   make soak           a SOAK_SECONDS (600) call at 5 % loss: latency, memory, underruns
 #   make fuzz           each fuzz target FUZZ_SECONDS (600)
+#   make fuzz-long      each fuzz target to 10 million executions (3 h at most), its new coverage kept in fuzz/corpus/
 #   make test-bluetooth-vm  real BlueZ in two QEMU VMs: discover, pair, restart bluetoothd
 #   make test-bluetooth     PeerVoice over real BlueZ in two QEMU VMs (tests/bluetooth-vm/peervoice-*.sh)
 #   make run-app        build, then run the desktop app peervoice on your desktop (translations from po/)
@@ -438,6 +439,19 @@ fuzz: deps
 
 fuzz-smoke: deps
 	SWIFTC='$(SWIFTC)' fuzz/run.sh all $(FUZZ_SMOKE_SECONDS)
+
+# The long campaign (RELIABILITY.md's fuzzing table): each target until FUZZ_LONG_RUNS executions
+# (10 million) or FUZZ_LONG_SECONDS (3 h), whichever comes first, then what it found that adds
+# coverage is merged into fuzz/corpus/ (commit it), so the next run starts from there. Targets run
+# one after another (FUZZ_JOBS workers each); a failure stops nothing.
+FUZZ_LONG_RUNS ?= 10000000
+FUZZ_LONG_SECONDS ?= 10800
+.PHONY: fuzz-long
+fuzz-long: deps
+	status=0; for target in $$(fuzz/run.sh list); do \
+		SWIFTC='$(SWIFTC)' fuzz/run.sh $$target $(FUZZ_LONG_SECONDS) -runs=$(FUZZ_LONG_RUNS) || status=1; \
+		fuzz/run.sh keep $$target || status=1; \
+	done; exit $$status
 
 # Instructions spent in crypto on the message path, under valgrind's callgrind.
 .PHONY: bench-crypto
