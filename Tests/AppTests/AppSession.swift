@@ -62,6 +62,7 @@ final class AppSession {
         guard result.status == 0 else {
             // What the window showed, the first time a command fails: later failures follow from it.
             let window = treeShown ? "" : "\nthe window, as a screen reader saw it then:\n" + Self.run("/usr/bin/python3", [Self.driver, "tree"], environment: environment).output
+                + "\nthe X server (\(display.name)) said:\n" + display.log
             treeShown = true
             XCTFail("atspi.py \(arguments.joined(separator: " ")): \(result.error)\napp log:\n\(log)\(window)", file: file, line: line)
             return nil
@@ -125,12 +126,37 @@ final class AppSession {
         return other
     }
 
-    /// Saves the screen as a PNG (ImageMagick's `import`), trimmed to the windows on it.
+    /// Saves the screen as a PNG (ImageMagick's `import`), trimmed to the windows on it. The
+    /// app's other windows (a dialog, the preferences) are first centred over the main one, as
+    /// a window manager places them; without one they sit in the corner.
     func screenshot(to path: String) -> Bool {
-        Self.run("import", ["-window", "root", "-trim", "+repage", path], environment: environment).status == 0
+        let windows = Self.run("xdotool", ["search", "--onlyvisible", "--pid", "\(app.pid)"], environment: environment).output
+            .split(separator: "\n").map(String.init)
+        let main = Self.run("xdotool", ["search", "--onlyvisible", "--name", "^PeerVoice$"], environment: environment).output
+            .split(separator: "\n").first.map(String.init)
+        if let main, let frame = geometry(of: main) {
+            for window in windows where window != main {
+                guard let dialog = geometry(of: window) else { continue }
+                Self.run("xdotool", ["windowmove", "--sync", window, "\(frame.x + (frame.width - dialog.width) / 2)",
+                                     "\(frame.y + (frame.height - dialog.height) / 2)"], environment: environment)
+            }
+        }
+        return Self.run("import", ["-window", "root", "-trim", "+repage", path], environment: environment).status == 0
+    }
+
+    /// Where a window is and how large (`xdotool getwindowgeometry --shell`).
+    private func geometry(of window: String) -> (x: Int, y: Int, width: Int, height: Int)? {
+        let fields = Dictionary(Self.run("xdotool", ["getwindowgeometry", "--shell", window], environment: environment).output
+            .split(separator: "\n").compactMap { line -> (String, Int)? in
+                let parts = line.split(separator: "=", maxSplits: 1)
+                return parts.count == 2 ? Int(parts[1]).map { (String(parts[0]), $0) } : nil
+            }) { first, _ in first }
+        guard let x = fields["X"], let y = fields["Y"], let width = fields["WIDTH"], let height = fields["HEIGHT"] else { return nil }
+        return (x, y, width, height)
     }
 
     /// Runs a helper to its end with `environment` added to the tests' own.
+    @discardableResult
     private static func run(_ executable: String, _ arguments: [String], environment: [String: String])
         -> (status: Int32, output: String, error: String) {
         let process = Process()
