@@ -24,31 +24,38 @@ public final class Application {
         g_application_run(raw.assumingMemoryBound(to: GApplication.self), 0, nil)
     }
 
+    /// An action `app.NAME` (what a menu item or `accelerators` such as `<Control>comma` run).
+    public func addAction(_ name: String, accelerators: [String] = [], _ action: @escaping () -> Void) {
+        let simple = g_simple_action_new(name, nil)!
+        connectSignal(UnsafeMutableRawPointer(simple), "activate", { (_: UnsafeMutableRawPointer?) in action() },
+                      trampoline: callback(pointerTrampoline))
+        g_action_map_add_action(OpaquePointer(raw), simple)
+        g_object_unref(UnsafeMutableRawPointer(simple))
+        guard !accelerators.isEmpty else { return }
+        var strings = accelerators.map { strdup($0) } + [nil]
+        defer { strings.forEach { free($0) } }
+        strings.withUnsafeMutableBufferPointer { buffer in
+            buffer.baseAddress!.withMemoryRebound(to: UnsafePointer<CChar>?.self, capacity: buffer.count) {
+                gtk_application_set_accels_for_action(raw.assumingMemoryBound(to: GtkApplication.self), "app." + name, $0)
+            }
+        }
+    }
+
     /// Line-buffered stdout, so a test reading it through a pipe sees each line at once.
     public static func lineBufferStandardOutput() { cgtk_stdout_line_buffered() }
 }
 
-/// A `GtkWindow`: `AdwApplicationWindow` for the main window, a plain one for dialogs.
+/// The app's main window (`AdwApplicationWindow`).
 public final class Window: Widget {
     private var content: Widget?
+    /// The window's `GtkShortcutController` (owned by the window), made by the first shortcut.
+    private var shortcuts: OpaquePointer?
 
-    /// The application's main window.
     public init(application: Application) {
         super.init(adopting: UnsafeMutableRawPointer(adw_application_window_new(application.raw.assumingMemoryBound(to: GtkApplication.self))))
     }
 
-    /// A modal dialog window over `parent`.
-    public init(dialogFor parent: Window) {
-        super.init(adopting: UnsafeMutableRawPointer(gtk_window_new()))
-        gtk_window_set_transient_for(window, parent.window)
-        gtk_window_set_modal(window, 1)
-        gtk_window_set_destroy_with_parent(window, 1)
-    }
-
     private var window: UnsafeMutablePointer<GtkWindow> { ptr() }
-    private var isApplicationWindow: Bool {
-        g_type_check_instance_is_a(raw.assumingMemoryBound(to: GTypeInstance.self), adw_application_window_get_type()) != 0
-    }
 
     public var title: String {
         get { gtk_window_get_title(window).map { String(cString: $0) } ?? "" }
@@ -56,21 +63,26 @@ public final class Window: Widget {
     }
 
     public func setDefaultSize(width: Int32, height: Int32) { gtk_window_set_default_size(window, width, height) }
-    public func setResizable(_ resizable: Bool) { gtk_window_set_resizable(window, resizable ? 1 : 0) }
+
+    /// Runs `action` for the key combination `trigger` (`<Control>f`, `Escape`) pressed anywhere
+    /// in the window that the focused widget did not use itself; `action` returns false to let
+    /// the key go on.
+    public func addShortcut(_ trigger: String, _ action: @escaping () -> Bool) {
+        if shortcuts == nil {
+            let controller = gtk_shortcut_controller_new()!
+            gtk_widget_add_controller(widget, controller)
+            shortcuts = controller
+        }
+        let callbackAction = gtk_callback_action_new(shortcutTrampoline, HandlerBox(action).retainedPointer(), releaseBox)
+        gtk_shortcut_controller_add_shortcut(shortcuts, gtk_shortcut_new(gtk_shortcut_trigger_parse_string(trigger), callbackAction))
+    }
 
     public func setContent(_ child: Widget) {
-        if isApplicationWindow {
-            adw_application_window_set_content(ptr(), child.widget)
-        } else {
-            gtk_window_set_child(window, child.widget)
-        }
+        adw_application_window_set_content(ptr(), child.widget)
         content = child
     }
 
     public func present() { gtk_window_present(window) }
-
-    /// Hides and drops the window (a dialog that has been answered).
-    public func destroy() { gtk_window_destroy(window) }
 
     /// Whether the widget with the keyboard focus has its own use for Space: a text field types
     /// it, a button, switch or check box is pressed by it. `except` is a widget to leave out.
@@ -86,11 +98,6 @@ public final class Window: Widget {
         connectSignal(raw, "notify::is-active", { [unowned self] in
             action(gtk_window_is_active(window) != 0)
         }, trampoline: callback(notifyTrampoline))
-    }
-
-    /// A person asked to close the window; return true to keep it open.
-    public func onCloseRequest(_ action: @escaping () -> Bool) {
-        connectSignal(raw, "close-request", action, trampoline: callback(closeRequestTrampoline))
     }
 
     /// Keys pressed and released anywhere in the window, seen before the focused widget (capture
@@ -114,6 +121,22 @@ public struct Key: Equatable, Sendable {
     public static let space = Key(keyval: UInt32(GDK_KEY_space))
 }
 
+/// `GtkMenuButton` showing a menu of actions (`app.NAME`), with an icon: the primary menu.
+public final class MenuButton: Widget {
+    public init(icon: String, name: String, items: [(label: String, action: String)]) {
+        super.init(adopting: UnsafeMutableRawPointer(gtk_menu_button_new()))
+        let menu = g_menu_new()!
+        for item in items { g_menu_append(menu, item.label, item.action) }
+        gtk_menu_button_set_menu_model(ptr(), UnsafeMutableRawPointer(menu).assumingMemoryBound(to: GMenuModel.self))
+        g_object_unref(UnsafeMutableRawPointer(menu))
+        gtk_menu_button_set_icon_name(ptr(), icon)
+        // F10 opens it, as GNOME's primary menus do.
+        gtk_menu_button_set_primary(ptr(), 1)
+        setAccessibleName(name)
+        setTooltip(name)
+    }
+}
+
 /// `AdwHeaderBar`: the window's title bar.
 public final class HeaderBar: Widget {
     private var items: [Widget] = []
@@ -130,6 +153,18 @@ public final class HeaderBar: Widget {
     public func packEnd(_ child: Widget) {
         adw_header_bar_pack_end(ptr(), child.widget)
         items.append(child)
+    }
+
+    public func setTitleWidget(_ title: Widget) {
+        adw_header_bar_set_title_widget(ptr(), title.widget)
+        items.append(title)
+    }
+
+    /// Whether the window's buttons show at this bar's start (close on the left) and end: a
+    /// leaflet's panes share them while unfolded, each shows them folded.
+    public func showWindowButtons(start: Bool, end: Bool) {
+        adw_header_bar_set_show_start_title_buttons(ptr(), start ? 1 : 0)
+        adw_header_bar_set_show_end_title_buttons(ptr(), end ? 1 : 0)
     }
 }
 
@@ -148,5 +183,10 @@ public enum Gettext {
     public static func translate(_ text: String) -> String {
         // gettext returns its argument when there is no translation: read it while it lives.
         text.withCString { String(cString: gettext($0)) }
+    }
+
+    /// The form of `singular`/`plural` (English) for `count` in the user's language (`ngettext`).
+    public static func translate(_ singular: String, _ plural: String, count: Int) -> String {
+        singular.withCString { one in plural.withCString { many in String(cString: ngettext(one, many, UInt(max(count, 0)))) } }
     }
 }

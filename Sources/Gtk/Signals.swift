@@ -37,7 +37,8 @@ let notifyTrampoline: @convention(c) (gpointer?, gpointer?, gpointer?) -> Void =
     HandlerBox<() -> Void>.from(data)()
 }
 
-/// `(instance, pointer, user_data)`: row-selected (the row may be NULL).
+/// `(instance, pointer, user_data)`: row-selected and row-activated (the row; NULL when none),
+/// activate of a GAction (its parameter), response of an AdwMessageDialog (its id, a C string).
 let pointerTrampoline: @convention(c) (gpointer?, gpointer?, gpointer?) -> Void = { _, argument, data in
     HandlerBox<(UnsafeMutableRawPointer?) -> Void>.from(data)(argument)
 }
@@ -62,9 +63,15 @@ let keyReleasedTrampoline: @convention(c) (gpointer?, guint, guint, GdkModifierT
     _ = HandlerBox<(UInt32) -> Bool>.from(data)(keyval)
 }
 
-/// `(GtkWindow*, user_data) -> gboolean`: close-request (true keeps the window open).
-let closeRequestTrampoline: @convention(c) (gpointer?, gpointer?) -> gboolean = { _, data in
+func callback<T>(_ trampoline: T) -> GCallback { unsafeBitCast(trampoline, to: GCallback.self) }
+
+/// `(GtkWidget*, GVariant* args, user_data) -> gboolean`: a `GtkCallbackAction` (a shortcut).
+let shortcutTrampoline: @convention(c) (UnsafeMutablePointer<GtkWidget>?, OpaquePointer?, gpointer?) -> gboolean = { _, _, data in
     HandlerBox<() -> Bool>.from(data)() ? 1 : 0
 }
 
-func callback<T>(_ trampoline: T) -> GCallback { unsafeBitCast(trampoline, to: GCallback.self) }
+/// Releases a `HandlerBox` handed to C as a `GDestroyNotify`.
+let releaseBox: GDestroyNotify = { pointer in
+    guard let pointer else { return }
+    Unmanaged<AnyObject>.fromOpaque(pointer).release()
+}

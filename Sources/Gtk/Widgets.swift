@@ -25,7 +25,7 @@ public class Widget {
 
     /// The name screen readers (and the tests, through AT-SPI) know this control by.
     public func setAccessibleName(_ name: String) {
-        cgtk_accessible_set_string(accessible, GTK_ACCESSIBLE_PROPERTY_LABEL, name)
+        cgtk_accessible_set_name(accessible, name)
     }
 
     public var isSensitive: Bool {
@@ -63,6 +63,35 @@ public class Widget {
 
     public func setTooltip(_ text: String) { gtk_widget_set_tooltip_text(widget, text) }
 
+    /// What screen readers say after the name (a message's time and delivery state).
+    public func setAccessibleDescription(_ text: String) {
+        cgtk_accessible_set_string(accessible, GTK_ACCESSIBLE_PROPERTY_DESCRIPTION, text)
+    }
+
+    /// Left out of what screen readers (and AT-SPI) see, with everything inside: a pane that is
+    /// off screen but still mapped (a folded leaflet's other side, a stack's other pages).
+    public func setAccessibleHidden(_ hidden: Bool) {
+        cgtk_accessible_set_state(accessible, GTK_ACCESSIBLE_STATE_HIDDEN, hidden ? 1 : 0)
+    }
+
+    /// Moves the keyboard focus here; false if the widget cannot take it.
+    @discardableResult
+    public func grabFocus() -> Bool { gtk_widget_grab_focus(widget) != 0 }
+
+    public func setAlignment(horizontal: Alignment) { gtk_widget_set_halign(widget, horizontal.gtk) }
+    public func setAlignment(vertical: Alignment) { gtk_widget_set_valign(widget, vertical.gtk) }
+}
+
+public enum Alignment {
+    case fill, start, end, center
+    var gtk: GtkAlign {
+        switch self {
+        case .fill: GTK_ALIGN_FILL
+        case .start: GTK_ALIGN_START
+        case .end: GTK_ALIGN_END
+        case .center: GTK_ALIGN_CENTER
+        }
+    }
 }
 
 public enum Orientation {
@@ -102,16 +131,19 @@ public final class Label: Widget {
         set { gtk_label_set_text(ptr(), newValue) }
     }
 
-    /// Pango markup; the caller escapes text with `Label.escape`.
-    public func setMarkup(_ markup: String) { gtk_label_set_markup(ptr(), markup) }
-
+    /// `text` as Pango markup that shows it as it is (libadwaita's titles are markup).
     public static func escape(_ text: String) -> String {
         let escaped = g_markup_escape_text(text, -1)!
         defer { g_free(escaped) }
         return String(cString: escaped)
     }
 
-    public func setWraps(_ wraps: Bool) { gtk_label_set_wrap(ptr(), wraps ? 1 : 0) }
+    public func setWraps(_ wraps: Bool) {
+        gtk_label_set_wrap(ptr(), wraps ? 1 : 0)
+        gtk_label_set_wrap_mode(ptr(), PANGO_WRAP_WORD_CHAR)
+    }
+    /// Wraps (or ellipsizes) beyond about `characters` characters.
+    public func setMaximumWidth(characters: Int32) { gtk_label_set_max_width_chars(ptr(), characters) }
     public func setSelectable(_ selectable: Bool) { gtk_label_set_selectable(ptr(), selectable ? 1 : 0) }
     /// 0 = start, 1 = end.
     public func setAlignment(_ xalign: Float) { gtk_label_set_xalign(ptr(), xalign) }
@@ -123,11 +155,24 @@ public class Button: Widget {
         self.init(adopting: UnsafeMutableRawPointer(gtk_button_new_with_label(label)))
     }
 
+    /// A button showing only the icon `icon`: `name` is its accessible name and its tooltip.
+    public convenience init(icon: String, name: String) {
+        self.init(adopting: UnsafeMutableRawPointer(gtk_button_new_from_icon_name(icon)))
+        setIcon(icon, name: name)
+    }
+
     override init(adopting pointer: UnsafeMutableRawPointer) { super.init(adopting: pointer) }
 
     public var label: String {
         get { gtk_button_get_label(ptr()).map { String(cString: $0) } ?? "" }
         set { gtk_button_set_label(ptr(), newValue) }
+    }
+
+    /// Shows the icon `icon`, named `name` for screen readers and in the tooltip.
+    public func setIcon(_ icon: String, name: String) {
+        gtk_button_set_icon_name(ptr(), icon)
+        setAccessibleName(name)
+        setTooltip(name)
     }
 
     public func onClicked(_ action: @escaping () -> Void) {
@@ -159,6 +204,12 @@ public final class ToggleButton: Button {
         super.init(adopting: UnsafeMutableRawPointer(gtk_toggle_button_new_with_label(label)))
     }
 
+    /// A toggle showing only the icon `icon`: `name` is its accessible name and its tooltip.
+    public init(icon: String, name: String) {
+        super.init(adopting: UnsafeMutableRawPointer(gtk_toggle_button_new()))
+        setIcon(icon, name: name)
+    }
+
     public var isActive: Bool {
         get { gtk_toggle_button_get_active(ptr()) != 0 }
         set {
@@ -175,6 +226,9 @@ public final class ToggleButton: Button {
             if !settingActive { action(isActive) }
         }, trampoline: callback(voidTrampoline))
     }
+
+    /// Joins `other`'s group: at most one button of the group is pressed (a choice of one).
+    public func join(_ other: ToggleButton) { gtk_toggle_button_set_group(ptr(), other.ptr()) }
 }
 
 /// `GtkEntry`: one line of text.
@@ -193,11 +247,14 @@ public final class Entry: Widget {
     public func onActivate(_ action: @escaping () -> Void) {
         connectSignal(raw, "activate", action, trampoline: callback(voidTrampoline))
     }
+
 }
 
 /// `GtkScrolledWindow` around one child.
 public final class ScrolledWindow: Widget {
     private var child: Widget?
+    /// The view shows the end of its content (within a pixel), as far as a person is concerned.
+    private var isAtEnd = true
 
     public init(_ child: Widget) {
         super.init(adopting: UnsafeMutableRawPointer(gtk_scrolled_window_new()))
@@ -206,48 +263,72 @@ public final class ScrolledWindow: Widget {
         self.child = child
     }
 
-    /// Scrolls to the end (the newest chat message) once the layout has settled.
+    private var adjustment: UnsafeMutablePointer<GtkAdjustment> { gtk_scrolled_window_get_vadjustment(ptr()) }
+
+    /// Keeps the end in view as the content grows or the view shrinks, unless a person scrolled
+    /// away from it (a chat: new messages show, older ones stay put while being read).
+    public func followEnd() {
+        let adjustmentRaw = UnsafeMutableRawPointer(adjustment)
+        connectSignal(adjustmentRaw, "value-changed", { [unowned self] in
+            isAtEnd = gtk_adjustment_get_value(adjustment) + gtk_adjustment_get_page_size(adjustment)
+                >= gtk_adjustment_get_upper(adjustment) - 1
+        }, trampoline: callback(voidTrampoline))
+        // "changed": the content's or the view's height changed (after both are set).
+        connectSignal(adjustmentRaw, "changed", { [unowned self] in
+            if isAtEnd { scrollToEnd() }
+        }, trampoline: callback(voidTrampoline))
+    }
+
+    /// Shows the end of the content (the newest chat message), and follows it from now on.
     public func scrollToEnd() {
-        let adjustment = gtk_scrolled_window_get_vadjustment(ptr())
-        gtk_adjustment_set_value(adjustment, gtk_adjustment_get_upper(adjustment))
+        isAtEnd = true
+        gtk_adjustment_set_value(adjustment, gtk_adjustment_get_upper(adjustment) - gtk_adjustment_get_page_size(adjustment))
     }
 }
 
-/// `GtkListBox` of rows, each row one child widget; single selection.
+/// `GtkListBox`: rows (`ListRow`, `ActionRow`), at most one selected.
 public final class ListBox: Widget {
-    private var rows: [(row: Widget, child: Widget)] = []
+    private var rows: [Widget] = []
+    private var placeholder: Widget?
 
-    public init() {
+    /// `selectable`: one row can be selected (a peer list); otherwise rows are only shown or
+    /// activated (a conversation).
+    public init(selectable: Bool = true) {
         super.init(adopting: UnsafeMutableRawPointer(gtk_list_box_new()))
-        gtk_list_box_set_selection_mode(ptr(), GTK_SELECTION_SINGLE)
+        gtk_list_box_set_selection_mode(ptr(), selectable ? GTK_SELECTION_SINGLE : GTK_SELECTION_NONE)
     }
 
     public var count: Int { rows.count }
 
-    /// Adds `child` as a new last row whose accessible name is `name`.
-    public func append(_ child: Widget, name: String) {
-        let row = Widget(adopting: UnsafeMutableRawPointer(gtk_list_box_row_new()))
-        gtk_list_box_row_set_child(row.ptr(), child.widget)
-        row.setAccessibleName(name)
+    /// Adds `row` (a `ListRow` or an `ActionRow`) as the new last row.
+    public func append(_ row: Widget) {
         gtk_list_box_append(ptr(), row.widget)
-        rows.append((row, child))
+        rows.append(row)
     }
 
-    public func setName(_ name: String, at index: Int) { rows[index].row.setAccessibleName(name) }
-
     public func remove(at index: Int) {
-        gtk_list_box_remove(ptr(), rows[index].row.widget)
+        gtk_list_box_remove(ptr(), rows[index].widget)
         rows.remove(at: index)
+    }
+
+    public func removeAll() {
+        while !rows.isEmpty { remove(at: rows.count - 1) }
+    }
+
+    /// Shown while the list has no rows.
+    public func setPlaceholder(_ widget: Widget) {
+        gtk_list_box_set_placeholder(ptr(), widget.widget)
+        placeholder = widget
     }
 
     public var selectedIndex: Int? {
         get {
             guard let selected = gtk_list_box_get_selected_row(ptr()) else { return nil }
-            return rows.firstIndex { $0.row.raw == UnsafeMutableRawPointer(selected) }
+            return rows.firstIndex { $0.raw == UnsafeMutableRawPointer(selected) }
         }
         set {
             if let newValue {
-                gtk_list_box_select_row(ptr(), rows[newValue].row.ptr())
+                gtk_list_box_select_row(ptr(), rows[newValue].ptr())
             } else {
                 gtk_list_box_unselect_all(ptr())
             }
@@ -258,6 +339,28 @@ public final class ListBox: Widget {
     public func onSelectionChanged(_ action: @escaping (Int?) -> Void) {
         connectSignal(raw, "row-selected", { [unowned self] (_: UnsafeMutableRawPointer?) in action(selectedIndex) },
                       trampoline: callback(pointerTrampoline))
+    }
+
+    /// A row was activated: clicked, or Enter or Space on it.
+    public func onRowActivated(_ action: @escaping (Int) -> Void) {
+        connectSignal(raw, "row-activated", { [unowned self] (row: UnsafeMutableRawPointer?) in
+            if let index = rows.firstIndex(where: { $0.raw == row }) { action(index) }
+        }, trampoline: callback(pointerTrampoline))
+    }
+}
+
+/// `GtkListBoxRow` holding one child.
+public final class ListRow: Widget {
+    private let child: Widget
+
+    /// `activatable`: the row takes the focus and can be activated (a peer); otherwise it only
+    /// shows its child (a chat bubble, whose own buttons take the focus).
+    public init(_ child: Widget, activatable: Bool = true) {
+        self.child = child
+        super.init(adopting: UnsafeMutableRawPointer(gtk_list_box_row_new()))
+        gtk_list_box_row_set_child(ptr(), child.widget)
+        gtk_list_box_row_set_activatable(ptr(), activatable ? 1 : 0)
+        gtk_widget_set_focusable(widget, activatable ? 1 : 0)
     }
 }
 
@@ -318,5 +421,108 @@ public final class Scale: Widget {
         connectSignal(raw, "value-changed", { [unowned self] in
             if !settingValue { action(value) }
         }, trampoline: callback(voidTrampoline))
+    }
+}
+
+/// `GtkSpinner`: something is under way.
+public final class Spinner: Widget {
+    public init() {
+        super.init(adopting: UnsafeMutableRawPointer(gtk_spinner_new()))
+    }
+
+    public var isSpinning: Bool {
+        get { gtk_spinner_get_spinning(ptr()) != 0 }
+        set { gtk_spinner_set_spinning(ptr(), newValue ? 1 : 0) }
+    }
+}
+
+/// `GtkSeparator`.
+public final class Separator: Widget {
+    public init(_ orientation: Orientation) {
+        super.init(adopting: UnsafeMutableRawPointer(gtk_separator_new(orientation.gtk)))
+    }
+}
+
+/// `GtkSearchEntry`: a text field for a search, with its clear button; Escape stops the search.
+public final class SearchEntry: Widget {
+    public init(placeholder: String) {
+        super.init(adopting: UnsafeMutableRawPointer(gtk_search_entry_new()))
+        setStringProperty(raw, "placeholder-text", placeholder)
+    }
+
+    public var text: String {
+        get { String(cString: gtk_editable_get_text(ptr())) }
+        set { gtk_editable_set_text(ptr(), newValue) }
+    }
+
+    /// The text changed (after GtkSearchEntry's short delay).
+    public func onSearchChanged(_ action: @escaping () -> Void) {
+        connectSignal(raw, "search-changed", action, trampoline: callback(voidTrampoline))
+    }
+
+    /// Enter pressed.
+    public func onActivate(_ action: @escaping () -> Void) {
+        connectSignal(raw, "activate", action, trampoline: callback(voidTrampoline))
+    }
+
+    /// Escape pressed: the search is over.
+    public func onStopSearch(_ action: @escaping () -> Void) {
+        connectSignal(raw, "stop-search", action, trampoline: callback(voidTrampoline))
+    }
+}
+
+/// `GtkSearchBar`: a search entry revealed below a header bar.
+public final class SearchBar: Widget {
+    private let entry: SearchEntry
+
+    public init(_ entry: SearchEntry) {
+        self.entry = entry
+        super.init(adopting: UnsafeMutableRawPointer(gtk_search_bar_new()))
+        gtk_search_bar_set_child(ptr(), entry.widget)
+        gtk_search_bar_connect_entry(ptr(), entry.ptr())
+    }
+
+    public var isShown: Bool {
+        get { gtk_search_bar_get_search_mode(ptr()) != 0 }
+        set { gtk_search_bar_set_search_mode(ptr(), newValue ? 1 : 0) }
+    }
+
+    /// The bar was shown or hidden (by code, by Escape in its entry).
+    public func onShownChanged(_ action: @escaping (Bool) -> Void) {
+        connectSignal(raw, "notify::search-mode-enabled", { [unowned self] in action(isShown) },
+                      trampoline: callback(notifyTrampoline))
+    }
+}
+
+/// The app's own style sheet (chat bubbles, badges), on top of libadwaita's, for the display.
+public enum StyleSheet {
+    public static func load(_ css: String) {
+        let provider = gtk_css_provider_new()!
+        gtk_css_provider_load_from_data(provider, css, -1)
+        gtk_style_context_add_provider_for_display(gdk_display_get_default(), OpaquePointer(provider),
+                                                   UInt32(GTK_STYLE_PROVIDER_PRIORITY_APPLICATION))
+    }
+}
+
+/// Sets a string property of a GObject by name (`g_object_set` is variadic).
+func setStringProperty(_ object: UnsafeMutableRawPointer, _ name: String, _ value: String) {
+    var gvalue = GValue()
+    g_value_init(&gvalue, cgtk_type_string())
+    g_value_set_string(&gvalue, value)
+    g_object_set_property(object.assumingMemoryBound(to: GObject.self), name, &gvalue)
+    g_value_unset(&gvalue)
+}
+
+/// `GtkImage` showing a themed icon; `name` says what it shows (for screen readers, and the
+/// tooltip).
+public final class Image: Widget {
+    public init(icon: String) {
+        super.init(adopting: UnsafeMutableRawPointer(gtk_image_new_from_icon_name(icon)))
+    }
+
+    public func set(icon: String, name: String) {
+        gtk_image_set_from_icon_name(ptr(), icon)
+        setAccessibleName(name)
+        setTooltip(name)
     }
 }

@@ -4,7 +4,11 @@
 /// Peer ids are opaque strings (an address today, a `pv:` id once keys name peers); an address
 /// becomes an id through `peerIdentified`.
 public final class AppModel {
+    /// Every peer row: the service's peer objects, and devices the LAN found (`PeerFound`) or a
+    /// person dialled by address that have no object yet.
     public private(set) var peers: [PeerRow] = []
+    /// The service's objects below its ObjectManager, by path, decoded by interface.
+    public private(set) var objects: [String: ServiceObject] = [:]
     public private(set) var selectedPeer: String?
     /// The pairing question on screen, if any (at most one at a time: the newest).
     public private(set) var question: PairingQuestion?
@@ -26,6 +30,25 @@ public final class AppModel {
     /// Volumes a person set with the slider that the service has not shown yet (by peer): the
     /// slider keeps them while older values arrive, so it does not jump back during a drag.
     private var requestedVolumes: [String: Double] = [:]
+    /// Messages received from each peer while its conversation was not on screen.
+    private var unread: [String: Int] = [:]
+    /// The selected peer's conversation is on screen (not folded away behind the list).
+    public private(set) var conversationVisible = true
+    /// Failed messages a person sent again: the new one stands in for them (`History` still
+    /// lists them, failed).
+    private var resent: Set<String> = []
+    /// Addresses `PeerIdentified` named a peer for, while a listing still shows their found
+    /// objects: the service replaces those in the same turn as the signal, but a listing read
+    /// before that arrives lags behind it (seen under load: the selection was lost mid-pairing).
+    private var identifiedAddresses: [String: String] = [:]
+    /// What the peer list shows: rows whose name holds this text (any case); "" for all.
+    public private(set) var peerFilter = ""
+    /// The methods `StartDiscovery` can use now (`DiscoveryMethods`); nil until the service says.
+    public private(set) var discoveryMethods: [String]?
+    /// What cleans our microphone (`AudioProcessing`); nil until the service says.
+    public private(set) var audioProcessing: [String]?
+    /// Light, dark, or as the desktop prefers.
+    public var style: AppStyle = .followSystem { didSet { if style != oldValue { changed(.style) } } }
 
     /// Called after every change, with what changed.
     public var onChange: (Change) -> Void = { _ in }
@@ -38,6 +61,8 @@ public final class AppModel {
 
     public enum Change: Equatable {
         case peers, selection, question, chat(peer: String), mute, discovering, service, notice, hold, settings
+        /// The light or dark style a person chose.
+        case style
         /// The microphone's `Speaking`.
         case speaking
         /// The selected peer's volume or mute here, as a person set it.
@@ -46,11 +71,19 @@ public final class AppModel {
 
     private func changed(_ change: Change) { onChange(change) }
 
+    /// What the app keeps between starts, as it is now.
+    public var preferences: AppPreferences {
+        get { AppPreferences(holdMode: holdMode, style: style) }
+        set {
+            holdMode = newValue.holdMode
+            style = newValue.style
+        }
+    }
+
     // MARK: Service
 
     public func serviceAppeared() {
         service = .running
-        if notice?.remedy == .retryActivation { notice = nil; changed(.notice) }
         changed(.service)
     }
 
@@ -58,14 +91,10 @@ public final class AppModel {
     /// person is told so (with Retry) unless it was never there (activation is under way).
     public func serviceVanished() {
         let wasRunning = service == .running
-        service = .starting
+        service = wasRunning ? .unavailable(localize("The PeerVoice service is not running.")) : .starting
         question = nil
         changed(.question)
         changed(.service)
-        if wasRunning {
-            notice = .serviceUnavailable(localize("The PeerVoice service is not running."))
-            changed(.notice)
-        }
     }
 
     /// Bus activation (`StartServiceByName`) failed with the D-Bus error `errorName`.
@@ -82,27 +111,90 @@ public final class AppModel {
             reason = localize("The PeerVoice service could not be reached:") + " " + message
         }
         service = .unavailable(reason)
-        notice = .serviceUnavailable(reason)
         changed(.service)
-        changed(.notice)
+    }
+
+    /// A person asked to start the service again (Retry): it is starting until it appears or
+    /// activation fails again.
+    public func activationRetried() {
+        guard service != .running else { return }
+        service = .starting
+        changed(.service)
+    }
+
+    /// What the peer list shows instead of rows, or `.peers` when it has some to show.
+    public var peerListState: PeerListState {
+        switch service {
+        case .starting: return .starting
+        case .unavailable(let reason): return .serviceNotRunning(reason)
+        case .running:
+            guard peers.isEmpty else { return .peers }
+            // A service that has not said (or is older) is taken to search over Bluetooth.
+            let methods = discoveryMethods ?? ["bluetooth"]
+            if methods.contains("bluetooth") { return .noOneNearby(searching: discovering) }
+            return .bluetoothOff(canSearchNetwork: methods.contains("lan"), searching: discovering)
+        }
     }
 
     // MARK: Peers
 
-    /// The service's `ListPeers` answer: every known peer. Found-only rows stay.
-    public func peersListed(_ listed: [PeerRow]) {
-        var rows = listed
-        for row in peers where row.state == .nearby && !listed.contains(where: { $0.id == row.id }) {
+    /// The service's objects (`GetManagedObjects`, kept current by `InterfacesAdded`,
+    /// `InterfacesRemoved` and `PropertiesChanged`), decoded by interface. Peer rows follow the
+    /// peer objects; rows only found on the LAN (`PeerFound`) stay until an object stands for
+    /// them or `PeerLost`.
+    public func objectsListed(_ listed: [String: ServiceObject]) {
+        objects = listed
+        let listedRows = listed.keys.sorted().compactMap { path -> PeerRow? in
+            guard case .peer(let row) = listed[path] else { return nil }
+            return row
+        }
+        // A found object already identified stands for its peer until the peer's own object
+        // comes; once the found object is gone, so is the need.
+        identifiedAddresses = identifiedAddresses.filter { address, _ in listedRows.contains { $0.id == address } }
+        let objectRows = listedRows.compactMap { row -> PeerRow? in
+            guard let peer = identifiedAddresses[row.id] else { return row }
+            if listedRows.contains(where: { $0.id == peer }) { return nil }
+            var renamed = row
+            renamed.id = peer
+            return renamed
+        }
+        var rows = objectRows
+        for row in peers where row.state == .nearby && !objectRows.contains(where: { $0.id == row.id }) {
             rows.append(row)
         }
+        let removed = peers.filter { old in !rows.contains { $0.id == old.id } }.map(\.id)
         peers = rows
-        for row in listed where requestedVolumes[row.id] == row.volume { requestedVolumes[row.id] = nil }
+        for row in objectRows where requestedVolumes[row.id] == row.volume { requestedVolumes[row.id] = nil }
+        for id in removed { unread[id] = nil }
         changed(.peers)
         if let selected = selectedPeer, !rows.contains(where: { $0.id == selected }) {
             selectedPeer = nil
             changed(.selection)
         }
+        closeQuestionIfPairingEnded()
     }
+
+    /// Peers paired with (their keys pinned), by name.
+    public var pairedPeers: [PeerRow] { shown(peers.filter(\.isPaired)) }
+
+    /// Devices found nearby, being dialled or paired with, whose pairing is not (yet) confirmed, by name.
+    public var nearbyPeers: [PeerRow] { shown(peers.filter { !$0.isPaired }) }
+
+    private func shown(_ rows: [PeerRow]) -> [PeerRow] {
+        let filter = peerFilter.lowercased()
+        return rows.filter { filter.isEmpty || $0.displayName.lowercased().contains(filter) }
+            .sorted { ($0.displayName.lowercased(), $0.id) < ($1.displayName.lowercased(), $1.id) }
+    }
+
+    /// A person typed `text` into the peer search (Ctrl+F); "" shows every row.
+    public func filterPeers(_ text: String) {
+        guard peerFilter != text else { return }
+        peerFilter = text
+        changed(.peers)
+    }
+
+    /// How many messages `peer` sent that were not on screen when they came.
+    public func unreadCount(of peer: String) -> Int { unread[peer] ?? 0 }
 
     public func peerFound(_ id: String, name: String, transport: String) {
         if let index = index(of: id) {
@@ -129,18 +221,24 @@ public final class AppModel {
         }
         if state != .connected, let index = index(of: id) { peers[index].voiceActive = false }
         changed(.peers)
-        // Connected or not: the pairing is over, however it ended (a service without
-        // PairingSettled says so only this way; a code that was only shown has no other end).
-        if question?.peer == id && (state == .connected || state == .disconnected) {
-            question = nil
-            changed(.question)
-        }
+        closeQuestionIfPairingEnded()
+    }
+
+    /// Connected or not: the pairing is over, however it ended (a service without
+    /// PairingSettled says so only this way; a code that was only shown has no other end).
+    private func closeQuestionIfPairingEnded() {
+        guard let peer = question?.peer, let row = peers.first(where: { $0.id == peer }),
+              row.state == .connected || row.state == .disconnected else { return }
+        question = nil
+        changed(.question)
     }
 
     /// `PeerIdentified(address, peer)`: the row (chat, selection, question) known by `address` is
     /// now known by `peer`; if `peer` already has a row, the two become one.
     public func peerIdentified(address: String, as peer: String) {
-        guard address != peer, let from = index(of: address) else { return }
+        guard address != peer else { return }
+        identifiedAddresses[address] = peer
+        guard let from = index(of: address) else { return }
         let row = peers.remove(at: from)
         if let existing = index(of: peer) {
             if peers[existing].name.isEmpty { peers[existing].name = row.name }
@@ -154,6 +252,7 @@ public final class AppModel {
             chats[peer] = merge(chats[peer] ?? [], messages)
             changed(.chat(peer: peer))
         }
+        if let count = unread.removeValue(forKey: address) { unread[peer, default: 0] += count }
         if selectedPeer == address { selectedPeer = peer; changed(.selection) }
         if question?.peer == address { question?.peer = peer; changed(.question) }
         changed(.peers)
@@ -168,7 +267,22 @@ public final class AppModel {
     public func select(_ id: String?) {
         guard selectedPeer != id else { return }
         selectedPeer = id
+        markRead()
         changed(.selection)
+    }
+
+    /// Whether the selected peer's conversation is on screen: a folded window shows either the
+    /// list or the conversation.
+    public func conversationShown(_ visible: Bool) {
+        guard conversationVisible != visible else { return }
+        conversationVisible = visible
+        markRead()
+    }
+
+    private func markRead() {
+        guard conversationVisible, let peer = selectedPeer, unread[peer] != nil else { return }
+        unread[peer] = nil
+        changed(.peers)
     }
 
     public var selectedRow: PeerRow? { selectedPeer.flatMap { id in peers.first { $0.id == id } } }
@@ -223,7 +337,20 @@ public final class AppModel {
     }
 
     public func messageReceived(from peer: String, id: String, text: String, timeMs: UInt64) {
+        let isNew = !(chats[peer] ?? []).contains { $0.id == id }
         append(ChatMessage(id: id, incoming: true, text: text, state: .received, timeMs: timeMs), to: peer)
+        if isNew && !(conversationVisible && selectedPeer == peer) {
+            unread[peer, default: 0] += 1
+            changed(.peers)
+        }
+    }
+
+    /// A failed message was sent again as `newID` (Retry): the new one takes its place.
+    public func messageResent(to peer: String, failedID: String, as newID: String, timeMs: UInt64) {
+        guard let failed = chats[peer]?.first(where: { $0.id == failedID }) else { return }
+        resent.insert(failedID)
+        chats[peer]?.removeAll { $0.id == failedID }
+        append(ChatMessage(id: newID, incoming: false, text: failed.text, state: .queued, timeMs: timeMs), to: peer)
     }
 
     /// `Send` returned the message's id: it is queued until delivered or failed.
@@ -234,6 +361,12 @@ public final class AppModel {
     public func messageDelivered(to peer: String, id: String) { update(id, of: peer, to: .delivered) }
 
     public func messageFailed(to peer: String, id: String, reason: String) { update(id, of: peer, to: .failed(reason)) }
+
+    /// `peer`'s conversation, oldest first: what it shows (messages today; a transfer or a room's
+    /// messages plug in as further kinds of `ConversationItem`).
+    public func conversation(with peer: String) -> [ConversationItem] {
+        messages(with: peer).filter { !$0.text.isEmpty }.map(ConversationItem.message)
+    }
 
     public func messages(with peer: String) -> [ChatMessage] { chats[peer] ?? [] }
 
@@ -263,8 +396,8 @@ public final class AppModel {
 
     /// `first` and then those of `second` it lacks, by id; a known text or state wins over a blank one.
     private func merge(_ first: [ChatMessage], _ second: [ChatMessage]) -> [ChatMessage] {
-        var result = first
-        for message in second {
+        var result = first.filter { !resent.contains($0.id) }
+        for message in second where !resent.contains(message.id) {
             if let index = result.firstIndex(where: { $0.id == message.id }) {
                 if result[index].text.isEmpty { result[index].text = message.text }
                 if result[index].state == .queued { result[index].state = message.state }
@@ -362,6 +495,24 @@ public final class AppModel {
         if changedAny { changed(.settings) }
     }
 
+    /// `DiscoveryMethods` and `AudioProcessing` from `GetAll` or `PropertiesChanged` (nil: not
+    /// among them).
+    public func capabilitiesChanged(discoveryMethods: [String]?, audioProcessing: [String]?) {
+        if let discoveryMethods, discoveryMethods != self.discoveryMethods {
+            self.discoveryMethods = discoveryMethods
+            changed(.service)
+        }
+        if let audioProcessing, audioProcessing != self.audioProcessing {
+            self.audioProcessing = audioProcessing
+            changed(.settings)
+        }
+    }
+
+    /// Each stage that may clean our microphone, in the service's order, and whether it runs.
+    public var audioProcessingStages: [(stage: AudioProcessingStage, on: Bool)] {
+        AudioProcessingStage.allCases.map { stage in (stage, audioProcessing?.contains(stage.rawValue) ?? false) }
+    }
+
     /// Whether the settings can be changed now: the service runs and has them.
     public var settingsAvailable: Bool { service == .running && displayName != nil }
 
@@ -371,7 +522,14 @@ public final class AppModel {
 
     /// A call failed with the D-Bus error `errorName`: show it as something a person can act on.
     public func callFailed(_ action: String, peer: String?, errorName: String, message: String) {
-        notice = Notice.from(action: action, peer: peer, errorName: errorName, message: message, localize: localize)
+        let failure = Notice.from(action: action, peer: peer, errorName: errorName, message: message, localize: localize)
+        if failure.remedy == .retryActivation {
+            // The service is gone: the peer list says so, with Retry.
+            service = .unavailable(failure.text)
+            changed(.service)
+            return
+        }
+        notice = failure
         changed(.notice)
     }
 

@@ -24,9 +24,13 @@ public struct PeerRow: Equatable, Sendable {
     public var volume = 1.0
     /// Its voice is not played here (the peer object's `Muted`, `SetPeerMuted`).
     public var mutedHere = false
+    /// Both people confirmed pairing (its key is pinned: the peer object's `Paired`): listed
+    /// under the peers, not among the devices nearby.
+    public var isPaired = false
 
     public init(id: String, name: String, transport: String, state: PeerState, voiceActive: Bool = false,
-                speaking: Bool = false, volume: Double = 1, mutedHere: Bool = false) {
+                speaking: Bool = false, volume: Double = 1, mutedHere: Bool = false, isPaired: Bool = false) {
+        self.isPaired = isPaired
         self.id = id
         self.name = name
         self.transport = transport
@@ -121,8 +125,27 @@ public enum ServiceStatus: Equatable, Sendable {
 
 /// Whether the hold button mutes while held (the original app's Touch Down = mute, Touch Up =
 /// unmute) or opens the microphone while held (push to talk).
-public enum HoldMode: Equatable, Sendable {
-    case holdToMute, holdToTalk
+public enum HoldMode: String, Equatable, Codable, Sendable {
+    case holdToMute = "hold-to-mute"
+    case holdToTalk = "hold-to-talk"
+}
+
+/// What the app itself keeps between starts (the service keeps its own settings). Fields a
+/// file lacks keep their defaults.
+public struct AppPreferences: Codable, Equatable, Sendable {
+    public var holdMode: HoldMode = .holdToMute
+    public var style: AppStyle = .followSystem
+
+    public init(holdMode: HoldMode = .holdToMute, style: AppStyle = .followSystem) {
+        self.holdMode = holdMode
+        self.style = style
+    }
+
+    public init(from decoder: Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        holdMode = (try? container.decode(HoldMode.self, forKey: .holdMode)) ?? .holdToMute
+        style = (try? container.decode(AppStyle.self, forKey: .style)) ?? .followSystem
+    }
 }
 
 /// Which peer actions make sense now.
@@ -168,4 +191,47 @@ public struct PeerPlayback: Equatable, Sendable {
 
     /// The volume as the slider shows it: 0 to 200 %.
     public var percent: Double { (volume * 100).rounded() }
+}
+
+/// An object the service publishes through its ObjectManager, decoded by its interface. The bus
+/// client decodes each interface it knows (`org.example.PeerVoice.Peer` today); a transfer
+/// (`org.example.PeerVoice.Transfer`) or a room (`org.example.PeerVoice.Room`) becomes a case
+/// here, and the model places it: a transfer in its peer's conversation, a room as a
+/// conversation of its own.
+public enum ServiceObject: Equatable, Sendable {
+    /// A known peer (`peers/<ID>`) or a device found but not keyed yet (`found/<ADDRESS>`).
+    case peer(PeerRow)
+}
+
+/// One entry of a conversation, oldest first.
+public enum ConversationItem: Equatable, Sendable {
+    case message(ChatMessage)
+}
+
+/// What the peer list shows when it has no rows to show, or `.peers`.
+public enum PeerListState: Equatable, Sendable {
+    /// The service is not on the bus yet (activation is under way).
+    case starting
+    /// The service cannot be reached: why, in words; Retry starts it.
+    case serviceNotRunning(String)
+    /// Nobody known or found yet, and Bluetooth can search (Search nearby).
+    case noOneNearby(searching: Bool)
+    /// Nobody known or found yet, and Bluetooth cannot search (off, or no adapter); the local
+    /// network perhaps can.
+    case bluetoothOff(canSearchNetwork: Bool, searching: Bool)
+    case peers
+}
+
+/// Light, dark, or the desktop's preference (AdwStyleManager's colour scheme).
+public enum AppStyle: String, CaseIterable, Codable, Sendable {
+    case followSystem = "follow-system"
+    case light, dark
+}
+
+/// A stage of the capture processing, by its name in `AudioProcessing`.
+public enum AudioProcessingStage: String, CaseIterable, Sendable {
+    case echoCancel = "echo-cancel"
+    case noiseSuppression = "noise-suppression"
+    case highPass = "high-pass"
+    case gainControl = "gain-control"
 }

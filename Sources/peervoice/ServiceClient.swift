@@ -16,13 +16,13 @@ final class ServiceClient {
     private let model: AppModel
     private var subscriptions: [SignalSubscription] = []
     private var nameWatch: NameWatch?
-    /// The service's peer objects (known peers, and devices found or dialled whose key is not
-    /// known yet), kept current by their ObjectManager's signals: the peer list needs no polling.
-    private let peerObjects: ObjectManagerClient
-    /// A pending list update: the service replaces a found object by its peer object in one turn
-    /// (InterfacesRemoved, then InterfacesAdded), which the list shows as one change, so the row
-    /// (and its selection) never goes away in between.
-    private var peerObjectsUpdate: EventSource?
+    /// The service's objects (peer objects today: known peers, and devices found or dialled whose
+    /// key is not known yet), kept current by their ObjectManager's signals: nothing is polled.
+    private let objectManager: ObjectManagerClient
+    /// A pending update of the model's objects: the service replaces a found object by its peer
+    /// object in one turn (InterfacesRemoved, then InterfacesAdded), which the model gets as one
+    /// change, so the row (and its selection) never goes away in between.
+    private var objectsUpdate: EventSource?
     /// Set once the service has sent a `PairingPrompt`: it then also sends `PairingRequested`
     /// for every prompt, which carries less and is ignored.
     private var serviceSendsPrompts = false
@@ -30,7 +30,7 @@ final class ServiceClient {
     init(connection: DBusConnection, model: AppModel) {
         self.connection = connection
         self.model = model
-        peerObjects = ObjectManagerClient(connection: connection, service: Self.name, managerPath: Self.path)
+        objectManager = ObjectManagerClient(connection: connection, service: Self.name, managerPath: Self.path)
     }
 
     /// Starts watching for the service and asks the bus to start it.
@@ -42,20 +42,26 @@ final class ServiceClient {
         ]
         nameWatch = connection.watchName(Self.name, appeared: { [unowned self] _ in serviceAppeared() },
                                          vanished: { [unowned self] in model.serviceVanished() })
-        peerObjects.onChange = { [unowned self] change in
+        objectManager.onChange = { [unowned self] change in
             switch change {
             case .ready, .interfacesAdded, .interfacesRemoved, .propertiesChanged:
-                if peerObjectsUpdate == nil {
-                    peerObjectsUpdate = Timer.after(.milliseconds(10)) { [unowned self] in
-                        peerObjectsUpdate = nil
-                        showPeerObjects()
+                if objectsUpdate == nil {
+                    objectsUpdate = Timer.after(.milliseconds(10)) { [unowned self] in
+                        objectsUpdate = nil
+                        showObjects()
                     }
                 }
-            case .failed(let error): print("peervoice: the peer objects could not be read: \(error.message)")
+            case .failed(let error): print("peervoice: the service's objects could not be read: \(error.message)")
             case .appeared, .vanished: break
             }
         }
-        peerObjects.start()
+        objectManager.start()
+        activate()
+    }
+
+    /// Retry: asks the bus to start the service again.
+    func retryActivation() {
+        model.activationRetried()
         activate()
     }
 
@@ -83,19 +89,37 @@ final class ServiceClient {
         if let peer = model.selectedPeer { loadHistory(of: peer) }
     }
 
-    /// Every peer object as a row: a peer by its id, a device not keyed yet by its address.
-    private func showPeerObjects() {
-        guard peerObjects.isReady else { return }
-        model.peersListed(peerObjects.paths(implementing: Self.peerInterface).compactMap { path in
-            guard let peer = peerObjects.properties(of: path, interface: Self.peerInterface) else { return nil }
-            let id = peer["Id"]?.string ?? ""
-            let ref = id.isEmpty ? peer["Routes"]?.children.first?[1].string ?? "" : id
+    /// Every object of an interface the app shows, decoded for the model.
+    private func showObjects() {
+        guard objectManager.isReady else { return }
+        var listed: [String: ServiceObject] = [:]
+        for interface in [Self.peerInterface] {
+            for path in objectManager.paths(implementing: interface) {
+                guard let properties = objectManager.properties(of: path, interface: interface),
+                      let object = Self.decode(interface, properties) else { continue }
+                listed[path] = object
+            }
+        }
+        model.objectsListed(listed)
+    }
+
+    /// An object's properties as the model's value for `interface` (a transfer's or a room's
+    /// interface gets its case here); nil when they do not make one.
+    private static func decode(_ interface: String, _ properties: ObjectManagerClient.Properties) -> ServiceObject? {
+        switch interface {
+        case peerInterface:
+            // A peer by its id; a device not keyed yet by its address.
+            let id = properties["Id"]?.string ?? ""
+            let ref = id.isEmpty ? properties["Routes"]?.children.first?[1].string ?? "" : id
             guard !ref.isEmpty else { return nil }
-            return PeerRow(id: ref, name: peer["Name"]?.string ?? "", transport: peer["Transport"]?.string ?? "",
-                           state: PeerState(service: peer["State"]?.string ?? ""), voiceActive: peer["Voice"]?.string == "active",
-                           speaking: peer["Speaking"]?.bool ?? false, volume: peer["Volume"]?.double ?? 1,
-                           mutedHere: peer["Muted"]?.bool ?? false)
-        })
+            return .peer(PeerRow(id: ref, name: properties["Name"]?.string ?? "", transport: properties["Transport"]?.string ?? "",
+                                 state: PeerState(service: properties["State"]?.string ?? ""),
+                                 voiceActive: properties["Voice"]?.string == "active", speaking: properties["Speaking"]?.bool ?? false,
+                                 volume: properties["Volume"]?.double ?? 1, mutedHere: properties["Muted"]?.bool ?? false,
+                                 isPaired: properties["Paired"]?.bool ?? false))
+        default:
+            return nil
+        }
     }
 
     func loadHistory(of peer: String) {
@@ -118,10 +142,10 @@ final class ServiceClient {
             if reply.count > 0, let id = reply[0].string, !id.isEmpty, id != target {
                 model.peerIdentified(address: target, as: id)
             }
-            showPeerObjects()
+            showObjects()
         }, otherwise: { [unowned self] in
             // A typed address the service refused leaves no row behind.
-            showPeerObjects()
+            showObjects()
         })
     }
 
@@ -130,8 +154,8 @@ final class ServiceClient {
     /// Forgets a peer whose key changed, then dials the address it was reached at, so that the
     /// device there (its new key) pairs anew and both people compare codes.
     func forgetAndPairAgain(_ peer: String) {
-        let route = peerObjects.paths(implementing: Self.peerInterface).lazy
-            .compactMap { [peerObjects] in peerObjects.properties(of: $0, interface: Self.peerInterface) }
+        let route = objectManager.paths(implementing: Self.peerInterface).lazy
+            .compactMap { [objectManager] in objectManager.properties(of: $0, interface: Self.peerInterface) }
             .first { $0["Id"]?.string == peer }?["Routes"]?.children.first?[1].string
         call("RemovePeer", [Variant(peer)], action: "Forget and pair again", peer: peer) { [unowned self] _ in
             // Without a route there is nothing to dial: Connect then says the id is unknown.
@@ -142,6 +166,13 @@ final class ServiceClient {
     func send(_ text: String, to peer: String) {
         call("Send", [Variant(peer), Variant(text)], action: "Send", peer: peer) { [unowned self] reply in
             model.messageQueued(to: peer, id: reply[0].string ?? "", text: text, timeMs: Self.nowMs())
+        }
+    }
+
+    /// Sends a failed message's text again (Retry); the new message takes its place.
+    func resend(_ failed: ChatMessage, to peer: String) {
+        call("Send", [Variant(peer), Variant(failed.text)], action: "Retry sending", peer: peer) { [unowned self] reply in
+            model.messageResent(to: peer, failedID: failed.id, as: reply[0].string ?? "", timeMs: Self.nowMs())
         }
     }
 
@@ -240,5 +271,7 @@ final class ServiceClient {
         if let discovering = properties.lookup("Discovering")?.bool { model.discoveringChanged(discovering) }
         if let speaking = properties.lookup("Speaking")?.bool { model.microphoneSpeakingChanged(speaking) }
         model.settingsChanged(name: properties.lookup("Name")?.string, visible: properties.lookup("Visible")?.strings)
+        model.capabilitiesChanged(discoveryMethods: properties.lookup("DiscoveryMethods")?.strings,
+                                  audioProcessing: properties.lookup("AudioProcessing")?.strings)
     }
 }

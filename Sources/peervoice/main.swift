@@ -16,12 +16,15 @@ do {
 }
 
 let model = AppModel(localize: tr)
+let preferencesFile = PreferencesFile()
+model.preferences = preferencesFile.load()
 let client = ServiceClient(connection: connection, model: model)
 let application = Application(id: "org.example.PeerVoice.App", unique: true)
 var mainWindow: MainWindow?
 application.onActivate {
     if mainWindow == nil {
-        mainWindow = MainWindow(application: application, model: model, client: client)
+        StyleSheet.load(MainWindow.styleSheet)
+        mainWindow = MainWindow(application: application, model: model, client: client, preferencesFile: preferencesFile)
         client.start()
     }
     mainWindow?.present()

@@ -12,57 +12,35 @@ final class AppSession {
         .deletingLastPathComponent().deletingLastPathComponent().path
     static let driver = repository + "/tests/app/atspi.py"
 
-    private let display: String
-    private let xvfb: ChildProcess
-    private let accessibilityBus: ChildProcess
+    private let display: VirtualDisplay
     private(set) var app: ChildProcess
     private let directory: TemporaryDirectory
     private let environment: [String: String]
+    /// The window's accessible tree went into a failure message already.
+    private var treeShown = false
 
     /// Starts Xvfb, the AT-SPI bus launcher on `bus` and the app with `environment` added (e.g. LANG).
     init(bus: PrivateBus, client: APIClient, in directory: TemporaryDirectory, environment: [String: String] = [:]) throws {
         self.directory = directory
-        // A desktop session's accessibility bus would win over the one started here.
-        unsetenv("AT_SPI_BUS_ADDRESS")
-        (xvfb, display) = try Self.startXvfb(in: directory)
-        let desktop = ["DISPLAY": display, "DBUS_SESSION_BUS_ADDRESS": bus.address, "GDK_BACKEND": "x11",
-                       "GSK_RENDERER": "cairo", "GSETTINGS_BACKEND": "memory"]
-        self.environment = desktop.merging(environment) { $1 }
-        accessibilityBus = try ChildProcess("/usr/libexec/at-spi-bus-launcher", ["--launch-immediately"],
-                                            environment: desktop, logPath: directory.path + "/at-spi.log")
-        guard eventually(timeout: 10, { client.nameHasOwner("org.a11y.Bus") }) else {
-            xvfb.kill()
-            throw HarnessError("the AT-SPI bus launcher did not own org.a11y.Bus: \(accessibilityBus.log)")
+        display = try VirtualDisplay(in: directory)
+        do {
+            try display.startAccessibilityBus(on: bus, client: client, in: directory)
+        } catch {
+            display.stop()
+            throw error
         }
+        // The app keeps its own preferences under XDG_CONFIG_HOME: a fresh one per session.
+        let desktop = ["DISPLAY": display.name, "DBUS_SESSION_BUS_ADDRESS": bus.address, "GDK_BACKEND": "x11",
+                       "GSK_RENDERER": "cairo", "GSETTINGS_BACKEND": "memory", "XDG_CONFIG_HOME": directory.path + "/config"]
+        self.environment = desktop.merging(environment) { $1 }
         app = try ChildProcess(Binaries.directory + "/peervoice", [], environment: self.environment,
                                logPath: directory.path + "/peervoice.log")
-    }
-
-    /// Xvfb on the first free display from :140 (other tests and people may hold some).
-    private static func startXvfb(in directory: TemporaryDirectory) throws -> (ChildProcess, String) {
-        for number in 140..<200 where !FileManager.default.fileExists(atPath: "/tmp/.X11-unix/X\(number)")
-            && !FileManager.default.fileExists(atPath: "/tmp/.X\(number)-lock") {
-            let xvfb = try ChildProcess("Xvfb", [":\(number)", "-screen", "0", "1024x768x24", "-nolisten", "tcp"],
-                                        logPath: directory.path + "/xvfb.log")
-            // Ready once a client gets an answer (its socket appears before it serves). An answer
-            // can come from another server that holds the display while ours finds it taken and
-            // exits ("cannot open display" in the app, seen once): ours must still run a moment later.
-            if eventually(timeout: 10, { !xvfb.isRunning || run("xdotool", ["getdisplaygeometry"], environment: ["DISPLAY": ":\(number)"]).status == 0 }),
-               xvfb.wait(timeout: 0.3) == nil {
-                return (xvfb, ":\(number)")
-            }
-            xvfb.kill()
-        }
-        throw HarnessError("no X display could be started: \((try? String(contentsOfFile: directory.path + "/xvfb.log", encoding: .utf8)) ?? "")")
     }
 
     func stop() {
         app.signal(SIGTERM)
         if app.wait(timeout: 5) == nil { app.kill() }
-        accessibilityBus.signal(SIGTERM)
-        if accessibilityBus.wait(timeout: 5) == nil { accessibilityBus.kill() }
-        xvfb.signal(SIGTERM)
-        if xvfb.wait(timeout: 5) == nil { xvfb.kill() }
+        display.stop()
     }
 
     /// What the app printed (its stdout and stderr).
@@ -74,20 +52,47 @@ final class AppSession {
     /// test failure naming what the window lacked.
     @discardableResult
     func ui(_ arguments: String..., timeout: Double = 15, file: StaticString = #filePath, line: UInt = #line) -> String? {
+        ui(arguments, timeout: timeout, file: file, line: line)
+    }
+
+    @discardableResult
+    func ui(_ arguments: [String], timeout: Double = 15, file: StaticString = #filePath, line: UInt = #line) -> String? {
         let result = Self.run("/usr/bin/python3", [Self.driver] + arguments,
                               environment: environment.merging(["ATSPI_TIMEOUT": "\(timeout)"]) { $1 })
         guard result.status == 0 else {
-            XCTFail("atspi.py \(arguments.joined(separator: " ")): \(result.error)\napp log:\n\(log)", file: file, line: line)
+            // What the window showed, the first time a command fails: later failures follow from it.
+            let window = treeShown ? "" : "\nthe window, as a screen reader saw it then:\n" + Self.run("/usr/bin/python3", [Self.driver, "tree"], environment: environment).output
+                + "\nthe X server (\(display.name)) said:\n" + display.log
+            treeShown = true
+            XCTFail("atspi.py \(arguments.joined(separator: " ")): \(result.error)\napp log:\n\(log)\(window)", file: file, line: line)
             return nil
         }
         return result.output.trimmingCharacters(in: .newlines)
     }
 
-    /// The position of the control `name` within the window: its centre.
-    func centre(of name: String, file: StaticString = #filePath, line: UInt = #line) -> (x: Int, y: Int)? {
-        guard let extents = ui("extents", name, file: file, line: line)?.split(separator: " ").compactMap({ Int($0) }),
+    /// The position of the control `name` (of `role`, when given) within the window: its centre.
+    func centre(of name: String, role: String? = nil, file: StaticString = #filePath, line: UInt = #line) -> (x: Int, y: Int)? {
+        let arguments = ["extents", name] + (role.map { [$0] } ?? [])
+        guard let extents = ui(arguments, file: file, line: line)?.split(separator: " ").compactMap({ Int($0) }),
               extents.count == 4 else { return nil }
         return (extents[0] + extents[2] / 2, extents[1] + extents[3] / 2)
+    }
+
+    /// Keys pressed on the keyboard, as a person types them (`ctrl+f`, `Return`, or text with
+    /// `type`): the focused window gets them, nothing else is touched.
+    func keys(_ keys: String..., file: StaticString = #filePath, line: UInt = #line) {
+        for key in keys { xdotool("key", "--clearmodifiers", key, file: file, line: line) }
+    }
+
+    func type(_ text: String, file: StaticString = #filePath, line: UInt = #line) {
+        xdotool("type", "--delay", "20", text, file: file, line: line)
+    }
+
+    /// Every control a person can use has an accessible name of its own (tests/app/atspi.py
+    /// `unnamed`: none, GTK's class name, or one name said twice fail).
+    func assertEveryControlNamed(_ what: String, file: StaticString = #filePath, line: UInt = #line) {
+        let unnamed = ui("unnamed", file: file, line: line)
+        XCTAssertEqual(unnamed, "", "controls without a name \(what):\n\(unnamed ?? "")", file: file, line: line)
     }
 
     /// xdotool against the app's window (`WINDOW` in `arguments` is replaced by its id).
@@ -99,28 +104,59 @@ final class AppSession {
         XCTAssertEqual(result.status, 0, "xdotool \(arguments): \(result.error)", file: file, line: line)
     }
 
+    /// Gives the keyboard focus to the app's window titled `title` (a dialog: there is no window
+    /// manager to do it).
+    func focusWindow(named title: String, file: StaticString = #filePath, line: UInt = #line) {
+        var window = ""
+        XCTAssertTrue(eventually(timeout: 10) {
+            window = Self.run("xdotool", ["search", "--onlyvisible", "--name", "^\(title)$"], environment: environment)
+                .output.split(separator: "\n").first.map(String.init) ?? ""
+            return !window.isEmpty
+        }, "no window \(title)", file: file, line: line)
+        let focus = Self.run("xdotool", ["windowfocus", "--sync", window], environment: environment)
+        XCTAssertEqual(focus.status, 0, focus.error, file: file, line: line)
+    }
+
     /// Opens another window (ImageMagick's `display`) and gives it the keyboard focus, as a person
     /// switching windows would; the window lasts until the returned process is stopped.
     func focusAnotherWindow(file: StaticString = #filePath, line: UInt = #line) throws -> ChildProcess {
         let other = try ChildProcess("display", ["-title", "other-window", "-size", "200x200", "xc:white"],
                                      environment: environment, logPath: directory.path + "/display.log")
-        var window = ""
-        XCTAssertTrue(eventually(timeout: 10) {
-            window = Self.run("xdotool", ["search", "--onlyvisible", "--name", "^other-window$"], environment: environment)
-                .output.split(separator: "\n").first.map(String.init) ?? ""
-            return !window.isEmpty
-        }, "the other window did not appear: \(other.log)", file: file, line: line)
-        let focus = Self.run("xdotool", ["windowfocus", "--sync", window], environment: environment)
-        XCTAssertEqual(focus.status, 0, focus.error, file: file, line: line)
+        focusWindow(named: "other-window", file: file, line: line)
         return other
     }
 
-    /// Saves the screen as a PNG (ImageMagick's `import`), trimmed to the windows on it.
+    /// Saves the screen as a PNG (ImageMagick's `import`), trimmed to the windows on it. The
+    /// app's other windows (a dialog, the preferences) are first centred over the main one, as
+    /// a window manager places them; without one they sit in the corner.
     func screenshot(to path: String) -> Bool {
-        Self.run("import", ["-window", "root", "-trim", "+repage", path], environment: environment).status == 0
+        let windows = Self.run("xdotool", ["search", "--onlyvisible", "--pid", "\(app.pid)"], environment: environment).output
+            .split(separator: "\n").map(String.init)
+        let main = Self.run("xdotool", ["search", "--onlyvisible", "--name", "^PeerVoice$"], environment: environment).output
+            .split(separator: "\n").first.map(String.init)
+        if let main, let frame = geometry(of: main) {
+            for window in windows where window != main {
+                guard let dialog = geometry(of: window) else { continue }
+                Self.run("xdotool", ["windowmove", "--sync", window, "\(frame.x + (frame.width - dialog.width) / 2)",
+                                     "\(frame.y + (frame.height - dialog.height) / 2)"], environment: environment)
+            }
+        }
+        return Self.run("import", ["-window", "root", "-trim", "+repage", path], environment: environment).status == 0
+    }
+
+    /// Where a window is and how large (`xdotool getwindowgeometry --shell`).
+    private func geometry(of window: String) -> (x: Int, y: Int, width: Int, height: Int)? {
+        let fields = Dictionary(Self.run("xdotool", ["getwindowgeometry", "--shell", window], environment: environment).output
+            .split(separator: "\n").compactMap { line -> (String, Int)? in
+                let parts = line.split(separator: "=", maxSplits: 1)
+                return parts.count == 2 ? Int(parts[1]).map { (String(parts[0]), $0) } : nil
+            }) { first, _ in first }
+        guard let x = fields["X"], let y = fields["Y"], let width = fields["WIDTH"], let height = fields["HEIGHT"] else { return nil }
+        return (x, y, width, height)
     }
 
     /// Runs a helper to its end with `environment` added to the tests' own.
+    @discardableResult
     private static func run(_ executable: String, _ arguments: [String], environment: [String: String])
         -> (status: Int32, output: String, error: String) {
         let process = Process()

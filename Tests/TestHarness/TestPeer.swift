@@ -110,8 +110,10 @@ public final class TestPeer {
     public func stop(timeout: Double = 5) -> Int32? { daemon.terminate(timeout: timeout) }
 
     /// Starts the daemon again (it must have ended) with the same state directory and port,
-    /// on `host` if given (a device that moved to another address).
-    public func restart(onHost newHost: String? = nil) throws {
+    /// on `host` if given (a device that moved to another address), with `adding` added to its
+    /// environment and run by `launcher` (see `Daemon`) for this run only.
+    public func restart(onHost newHost: String? = nil, adding extraEnvironment: [String: String] = [:],
+                        launcher: [String] = []) throws {
         precondition(!daemon.process.isRunning, "restart() of a running daemon")
         // The bus drops the dead daemon's name when it sees its connection close.
         guard eventually(timeout: 10, { !client.nameHasOwner() }) else {
@@ -119,7 +121,7 @@ public final class TestPeer {
         }
         if let newHost { host = newHost }
         daemon = try Daemon(bus: bus, in: directory, name: name, arguments: listenArguments + extraArguments,
-                            environment: environment, binary: binary)
+                            environment: environment.merging(extraEnvironment) { $1 }, launcher: launcher, binary: binary)
         try awaitStart(expectedPort: port)
     }
 

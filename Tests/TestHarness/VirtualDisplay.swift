@@ -9,29 +9,48 @@ public final class VirtualDisplay {
     private let xvfb: ChildProcess
     private var accessibilityBus: ChildProcess?
 
-    /// Xvfb on the first free display from :140 (other tests and people may hold some).
+    /// Xvfb on a display it finds free itself (`-displayfd`: it takes the first display whose
+    /// socket and lock it can create, and writes the number once it serves). Choosing a number
+    /// here raced with other tests' servers: a display seen free was taken by the time ours
+    /// started, ours exited, and a program found no server or another test's ("cannot open
+    /// display: :140"). `-noreset`: every server started this way tries :0 first, and one that
+    /// finds it taken has already unlinked the holder's socket file; the holder still answers on
+    /// its abstract socket, until its last client leaves and it resets: then it re-creates its
+    /// listeners and the next client (our app, after at-spi-bus-launcher left) hung or got
+    /// "cannot open display: :0" (2 AppTests runs in 3 here; reproduced by removing the file and
+    /// connecting twice). A display counts once a client was served on it, else it is replaced.
     public init(in directory: TemporaryDirectory, size: String = "1024x768x24") throws {
-        for number in 140..<200 where !FileManager.default.fileExists(atPath: "/tmp/.X11-unix/X\(number)")
-            && !FileManager.default.fileExists(atPath: "/tmp/.X\(number)-lock") {
-            let xvfb = try ChildProcess("Xvfb", [":\(number)", "-screen", "0", size, "-nolisten", "tcp"],
-                                        logPath: directory.path + "/xvfb-\(number).log")
-            // Ready once a client gets an answer (its socket appears before it serves). An answer
-            // can come from another server that holds the display while ours finds it taken and
-            // exits: ours must still run a moment later.
-            if eventually(timeout: 10, { !xvfb.isRunning || Self.answers(":\(number)", in: directory) }),
-               xvfb.wait(timeout: 0.3) == nil {
+        var failures: [String] = []
+        for attempt in 1...3 {
+            let numberFile = directory.path + "/xvfb-display"
+            try? FileManager.default.removeItem(atPath: numberFile)
+            // Through sh only to open the file as descriptor 3; exec keeps the pid Xvfb's.
+            let xvfb = try ChildProcess("/bin/sh", ["-c", "exec Xvfb -displayfd 3 -noreset -screen 0 \"$1\" -nolisten tcp 3>\"$0\"", numberFile, size],
+                                    logPath: directory.path + "/xvfb-\(attempt).log")
+            // The number and a newline, once it serves.
+            var written = ""
+            let numbered = eventually(timeout: 10) {
+                written = (try? String(contentsOfFile: numberFile, encoding: .utf8)) ?? ""
+                return written.hasSuffix("\n") || !xvfb.isRunning
+            }
+            if numbered, let number = Int(written.dropLast()), Self.serves(":\(number)", in: directory), xvfb.isRunning {
                 self.xvfb = xvfb
                 name = ":\(number)"
                 return
             }
             xvfb.kill()
+            failures.append("display \(written.isEmpty ? "none" : ":" + written.dropLast()): \(xvfb.log)")
         }
-        throw HarnessError("no X display could be started")
+        throw HarnessError("no X display could be started:\n" + failures.joined(separator: "\n"))
     }
 
-    private static func answers(_ display: String, in directory: TemporaryDirectory) -> Bool {
+    /// Whether a client gets an answer from the server on `display` (its screen's size).
+    private static func serves(_ display: String, in directory: TemporaryDirectory) -> Bool {
         (try? runCommand("xdotool", ["getdisplaygeometry"], environment: ["DISPLAY": display], in: directory, timeout: 5)) != nil
     }
+
+    /// What the X server printed (its warnings, or why it stopped).
+    public var log: String { xvfb.log }
 
     /// Starts the AT-SPI bus launcher for `bus` (the session bus the programs on this display use);
     /// returns once `org.a11y.Bus` is owned there.

@@ -12,16 +12,38 @@ usage: atspi.py COMMAND ARG...   (one command per run; waits up to $ATSPI_TIMEOU
   wait-label TEXT         waits for a label showing TEXT
   label-starting TEXT     waits for a label whose text starts with TEXT; prints that text
   wait-gone NAME          waits until no control is named NAME
-  wait-row NAME           waits for a row named NAME in the list "Peers"
-  select-row NAME         selects the row NAME in the list "Peers"
-  wait-in-row ROW NAME    waits until the row ROW in "Peers" holds a visible control named NAME
+  wait NAME               waits for a control (any role) named NAME
+  wait-row NAME           waits for a row named NAME in the list "Peers" or "Nearby devices"
+  wait-row-in LIST NAME   waits for a row named NAME in the list LIST
+  select-row NAME         selects the row NAME in "Peers" or "Nearby devices"
+  wait-in-row ROW NAME    waits until the row ROW in those lists holds a visible control named NAME
+  row-description NAME    prints the description of the list row NAME (in any list)
+  conversation            prints the rows of the list "Conversation", one name per line, in order
+  x NAME                  prints the x of the left edge of NAME within its window
+  scroll NAME [V]         prints "VALUE HEIGHT PAGE" of the view around the list NAME: where it is
+                          scrolled to, the content's height and the view's (at the end when
+                          VALUE + PAGE = HEIGHT); with V, scrolls it to V first
+  focused                 prints "ROLE NAME" of the control with the keyboard focus
+  focus NAME              gives the control NAME the keyboard focus (GTK 4.8 check buttons have
+                          no AT-SPI action: focus one, then press Space)
+  unnamed                 prints every control a person can use (focusable, or a button, field,
+                          slider, switch, row) that has no accessible name of its own (none, its
+                          class name, or one name said twice), "ROLE 'NAME' (in PARENT)" per line;
+                          nothing when all have one
   value NAME              prints the current value of the slider NAME
   set-value NAME V        moves the slider NAME to V (its Value interface), waits until it shows V
   sensitive NAME          prints "true" or "false"
-  extents NAME            prints "X Y WIDTH HEIGHT" of NAME within its window
+  extents NAME [ROLE]     prints "X Y WIDTH HEIGHT" of NAME (of ROLE, when given) within its window
+  focusables              prints every control the keyboard can reach now (visible, on screen,
+                          enabled, focusable), "ROLE NAME" per line in tree order; the rows of a
+                          list as one line "list NAME"
+  tab-walk                presses Tab (xdotool) until the focus comes back to where it was,
+                          printing where each press took it, as focusables names them
+  tree                    prints what a screen reader sees now: every visible node, indented by
+                          depth, as "ROLE 'NAME'" (and its states focused, pressed, insensitive)
 Exit status 0 on success, 1 when the control did not show up or the check failed (with a reason).
 """
-import os, sys, time, warnings
+import os, subprocess, sys, time, warnings
 warnings.simplefilter("ignore", DeprecationWarning)  # PyGObject flags the Atspi *_iface getters
 import gi
 gi.require_version("Atspi", "2.0")
@@ -29,9 +51,12 @@ from gi.repository import Atspi, GLib
 
 TIMEOUT = float(os.environ.get("ATSPI_TIMEOUT", "10"))
 APP = os.environ.get("ATSPI_APP", "peervoice")
-BUTTONS = {"push button", "toggle button", "check box"}  # GTK 4.8 shows a GtkSwitch as a check box
+BUTTONS = {"push button", "toggle button", "check box", "radio button", "menu item"}  # GTK 4.8 shows a GtkSwitch as a check box
 FIELDS = {"text", "entry"}
 SLIDERS = {"slider"}
+ROW_LISTS = ("Peers", "Nearby devices")
+# Roles a person operates; a control of these needs a name a screen reader can say.
+CONTROLS = BUTTONS | FIELDS | SLIDERS | {"list item", "combo box", "spin button", "password text", "switch", "link"}
 
 def fail(reason):
     print(reason, file=sys.stderr)
@@ -99,18 +124,61 @@ def is_pressed(node):
     states = node.get_state_set()
     return states.contains(Atspi.StateType.PRESSED) or states.contains(Atspi.StateType.CHECKED)
 
-def rows():
-    peers = find("Peers", {"list", "list box"})
-    if peers is None:
-        return None, []
-    return peers, [peers.get_child_at_index(i) for i in range(peers.get_child_count())]
+def rows(lists=ROW_LISTS):
+    """(list, row) for every row of the named lists, in order."""
+    found = []
+    for name in lists:
+        box = find(name, {"list", "list box"})
+        if box is not None:
+            found += [(box, box.get_child_at_index(i)) for i in range(box.get_child_count())]
+    return found
+
+def row_named(name, lists=ROW_LISTS):
+    return next(((box, index, row) for box, row in rows(lists) for index in [row.get_index_in_parent()]
+                 if row.get_name() == name), None)
+
+def has_own_name(node):
+    """GTK names a control it has no name for after its class (GtkEntry, AdwGizmo), and reads a
+    name given twice (its label and a label it is labelled by) twice ("Accept Accept")."""
+    name = (node.get_name() or "").strip()
+    words = name.split(" ")
+    doubled = len(words) % 2 == 0 and words[:len(words) // 2] == words[len(words) // 2:]
+    return name != "" and not doubled and not (name[:3] in ("Gtk", "Adw") and name[3:4].isupper() and " " not in name)
+
+def reach_name(node):
+    """A control as the keyboard reaches it: a list's rows all count as the list."""
+    if node.get_role_name() == "list item":
+        parent = node.get_parent()
+        return "list %s" % (parent.get_name() if parent else "")
+    return "%s %s" % (node.get_role_name(), node.get_name())
+
+def focused_node():
+    app = application()
+    return next((n for n in walk(app) if n.get_state_set().contains(Atspi.StateType.FOCUSED)), None) if app else None
 
 def slider_value(node):
     return node.get_value_iface().get_current_value()
 
+def vertical_scroll_bar(list_name):
+    """The vertical scroll bar of the scroll pane around the list: (its GtkRange's Value, its height)."""
+    node = control(list_name, {"list", "list box"})
+    while node is not None and node.get_role_name() != "scroll pane":
+        node = node.get_parent()
+    if node is None:
+        fail("'%s' is not in a scroll pane" % list_name)
+    for i in range(node.get_child_count()):
+        bar = node.get_child_at_index(i)
+        if bar.get_role_name() == "scroll bar" and bar.get_state_set().contains(Atspi.StateType.VERTICAL):
+            # GTK 4.8: the value is on the bar's GtkRange; its maximum is the content's height.
+            return bar.get_child_at_index(0).get_value_iface(), bar.get_component_iface().get_extents(Atspi.CoordType.WINDOW).height
+    fail("no vertical scroll bar around '%s'" % list_name)
+
 def main(command, *args):
     if command == "click":
         node = control(args[0], BUTTONS)
+        # A GtkMenuButton is a button around the toggle button that has the action.
+        node = next((n for n in walk(node) if n.get_name() == args[0] and n.get_action_iface()
+                     and n.get_action_iface().get_n_actions() > 0), node)
         until(lambda: node.get_state_set().contains(Atspi.StateType.SENSITIVE), "'%s' to be enabled" % args[0])
         action = node.get_action_iface()
         names = [action.get_action_name(i) for i in range(action.get_n_actions())]
@@ -145,23 +213,59 @@ def main(command, *args):
         print(until(starting, "a label starting with '%s'" % args[0]))
     elif command == "wait-gone":
         until(lambda: find(args[0]) is None, "'%s' to go away" % args[0])
+    elif command == "wait":
+        control(args[0])
     elif command == "wait-row":
-        until(lambda: any(r.get_name() == args[0] for r in rows()[1]), "row '%s' in Peers" % args[0])
+        until(lambda: row_named(args[0]), "row '%s' in %s" % (args[0], " or ".join(ROW_LISTS)))
+    elif command == "wait-row-in":
+        until(lambda: row_named(args[1], (args[0],)), "row '%s' in %s" % (args[1], args[0]))
     elif command == "select-row":
         def select():
-            peers, items = rows()
-            for index, row in enumerate(items):
-                if row.get_name() == args[0]:
-                    return peers.get_selection_iface().select_child(index) or True
-            return None
-        until(select, "row '%s' in Peers" % args[0])
+            found = row_named(args[0])
+            return found and (found[0].get_selection_iface().select_child(found[1]) or True)
+        until(select, "row '%s' in %s" % (args[0], " or ".join(ROW_LISTS)))
     elif command == "wait-in-row":
         def holds():
-            for row in rows()[1]:
-                if row.get_name() == args[0]:
-                    return any(node is not row and node.get_name() == args[1] and is_visible(node) for node in walk(row))
-            return False
+            found = row_named(args[0])
+            return found and any(node is not found[2] and node.get_name() == args[1] and is_visible(node)
+                                 for node in walk(found[2]))
         until(holds, "'%s' in row '%s'" % (args[1], args[0]))
+    elif command == "row-description":
+        print(control(args[0], {"list item"}).get_description())
+    elif command == "conversation":
+        box = control("Conversation", {"list", "list box"})
+        for i in range(box.get_child_count()):
+            print(box.get_child_at_index(i).get_name())
+    elif command == "x":
+        print(control(args[0]).get_component_iface().get_extents(Atspi.CoordType.WINDOW).x)
+    elif command == "scroll":
+        value, page = vertical_scroll_bar(args[0])
+        if len(args) > 1:
+            value.set_current_value(float(args[1]))
+        print("%g %g %g" % (value.get_current_value(), value.get_maximum_value(), page))
+    elif command == "focus":
+        node = control(args[0])
+        node.get_component_iface().grab_focus()
+        until(lambda: node.get_state_set().contains(Atspi.StateType.FOCUSED), "'%s' to have the focus" % args[0])
+    elif command == "focused":
+        node = until(lambda: next((n for n in walk(application())
+                                   if n.get_state_set().contains(Atspi.StateType.FOCUSED)), None), "a focused control")
+        print(node.get_role_name(), node.get_name())
+    elif command == "unnamed":
+        app = application() or fail("no application %s" % APP)
+        for node in walk(app):
+            try:
+                role = node.get_role_name()
+                focusable = node.get_state_set().contains(Atspi.StateType.FOCUSABLE)
+                # Every scroll pane says it is focusable, though Tab stops only at one whose content
+                # takes no focus: AppTests' Tab walk checks the names of those it reaches.
+                if (role in CONTROLS or (focusable and role not in ("scroll pane", "list", "frame", "dialog"))) \
+                        and is_visible(node) and not has_own_name(node):
+                    parent = node.get_parent()
+                    print("%s '%s' (in %s '%s')" % (role, node.get_name(), parent.get_role_name() if parent else "",
+                                                    parent.get_name() if parent else ""))
+            except GLib.Error:
+                continue
     elif command == "value":
         print("%g" % slider_value(control(args[0], SLIDERS)))
     elif command == "set-value":
@@ -172,8 +276,62 @@ def main(command, *args):
     elif command == "sensitive":
         print("true" if control(args[0]).get_state_set().contains(Atspi.StateType.SENSITIVE) else "false")
     elif command == "extents":
-        box = control(args[0]).get_component_iface().get_extents(Atspi.CoordType.WINDOW)
+        box = control(args[0], {args[1]} if len(args) > 1 else None).get_component_iface().get_extents(Atspi.CoordType.WINDOW)
         print(box.x, box.y, box.width, box.height)
+    elif command == "focusables":
+        app = application() or fail("no application %s" % APP)
+        printed = set()
+        for node in walk(app):
+            try:
+                states = node.get_state_set()
+                if node.get_role_name() in ("frame", "dialog") or not all(
+                        states.contains(state) for state in (Atspi.StateType.FOCUSABLE, Atspi.StateType.VISIBLE,
+                                                             Atspi.StateType.SHOWING, Atspi.StateType.SENSITIVE)):
+                    continue
+                name = reach_name(node)
+                if name not in printed:
+                    printed.add(name)
+                    print(name)
+            except GLib.Error:
+                continue
+    elif command == "tab-walk":
+        start = until(focused_node, "a focused control")
+        start_name = reach_name(start)
+        previous = start_name
+        for _ in range(200):
+            subprocess.run(["xdotool", "key", "--clearmodifiers", "Tab"], check=True)
+            # Wait for the focus to move (a lone control keeps it: then after a moment).
+            end = time.monotonic() + 1
+            while True:
+                node = focused_node()
+                name = reach_name(node) if node else ""
+                if (name and name != previous) or time.monotonic() > end:
+                    break
+                time.sleep(0.02)
+            print(name)
+            if name == start_name:
+                break
+            previous = name
+        else:
+            fail("the focus never came back to %s" % start_name)
+    elif command == "tree":
+        def show(node, depth):
+            try:
+                if not is_visible(node):
+                    return
+                states = node.get_state_set()
+                marks = [word for word, state in (("focused", Atspi.StateType.FOCUSED), ("pressed", Atspi.StateType.PRESSED),
+                                                  ("checked", Atspi.StateType.CHECKED))
+                         if states.contains(state)] + ([] if states.contains(Atspi.StateType.SENSITIVE) else ["insensitive"])
+                print("%s%s '%s'%s" % ("  " * depth, node.get_role_name(), node.get_name(),
+                                       " [" + ", ".join(marks) + "]" if marks else ""))
+                for i in range(node.get_child_count()):
+                    show(node.get_child_at_index(i), depth + 1)
+            except GLib.Error:
+                pass
+        app = application() or fail("no application %s" % APP)
+        for i in range(app.get_child_count()):
+            show(app.get_child_at_index(i), 0)
     else:
         fail("unknown command " + command)
 
