@@ -125,18 +125,16 @@ final class CallAudio {
         while captureRing.availableToRead >= frame.count {
             sourceSilent = frame.withUnsafeMutableBufferPointer { buffer in
                 _ = captureRing.read(into: buffer)
-                let digitalSilence = !buffer.contains { $0 != 0 }
                 // Processed even when muted or silent, so the canceller keeps pace with the far end.
-                let voiced = processing.process(buffer, pendingCaptureSamples: captureRing.availableToRead,
-                                                deviceDelayFrames: capture.deviceDelayFrames + playback.deviceDelayFrames)
+                let outcome = processing.process(buffer, pendingCaptureSamples: captureRing.availableToRead,
+                                                 deviceDelayFrames: capture.deviceDelayFrames + playback.deviceDelayFrames)
                 // Muted speech is not speaking.
-                if !muted, let flip = speaking.update(isSpeech: voiced, samples: buffer.count) { speakingFlip = flip }
+                if !muted, let flip = speaking.update(isSpeech: outcome.voiced, samples: buffer.count) { speakingFlip = flip }
                 // Muting happens here, within one frame: the encoder hears silence, then rests
-                // (WirePlumber would remember a muted node). Digital silence stays digital
-                // silence (no comfort noise), so the encoder can rest on it.
-                if muted || digitalSilence { buffer.update(repeating: 0) }
+                // (WirePlumber would remember a muted node).
+                if muted { buffer.update(repeating: 0) }
                 if metering { inputMeter.add(UnsafeBufferPointer(buffer)) }
-                return digitalSilence
+                return outcome.isDigitalSilence
             }
             // Every frame moves the timestamp, sent or not: the receivers tell silence from loss.
             defer { timestamp &+= UInt32(frame.count) }

@@ -7,6 +7,15 @@ import PeerVoiceCore
 /// two from the streams' own timing. It adds no buffering: a frame is processed as soon as it
 /// is read.
 final class CaptureProcessing {
+    /// What ``process(_:pendingCaptureSamples:deviceDelayFrames:)`` found in a frame.
+    struct Outcome: Equatable {
+        /// The processor's voice detector heard voice in one of the frame's blocks (the
+        /// microphone's `Speaking` follows it).
+        var voiced: Bool
+        /// The frame is digital silence, and now exact zeros: the encoder may rest on it.
+        var isDigitalSilence: Bool
+    }
+
     /// What the playback callback handed PipeWire, silence included (`PlaybackRingSource` writes
     /// it on the real-time thread); about 340 ms, far more than one voice-thread pass drains.
     let playedRing = AudioRing(minimumCapacity: 16_384)
@@ -29,9 +38,17 @@ final class CaptureProcessing {
     /// Feeds the processor everything played since the last call, then processes `frame` (a
     /// whole number of blocks) in place. `pendingCaptureSamples`: what the capture ring still
     /// holds behind this frame; `deviceDelayFrames`: the two streams' device delays together.
-    /// Returns whether the processor's voice detector heard voice in any of the frame's blocks
-    /// (the microphone's `Speaking` follows it).
-    func process(_ frame: UnsafeMutableBufferPointer<Int16>, pendingCaptureSamples: Int, deviceDelayFrames: Int) -> Bool {
+    /// Digital silence in (a muted or idle source's exact zeros) comes out as exact zeros, so
+    /// the encoder can rest on it (docs/VOICE.md, "Digital silence").
+    func process(_ frame: UnsafeMutableBufferPointer<Int16>, pendingCaptureSamples: Int, deviceDelayFrames: Int) -> Outcome {
+        let digitalSilence = !frame.contains { $0 != 0 }
+        let voiced = clean(frame, pendingCaptureSamples: pendingCaptureSamples, deviceDelayFrames: deviceDelayFrames)
+        if digitalSilence { frame.update(repeating: 0) }
+        return Outcome(voiced: voiced, isDigitalSilence: digitalSilence)
+    }
+
+    /// The processor over `frame`, in place; whether it heard voice in any of its blocks.
+    private func clean(_ frame: UnsafeMutableBufferPointer<Int16>, pendingCaptureSamples: Int, deviceDelayFrames: Int) -> Bool {
         let started = Self.threadCPUNs()
         defer { cpuNs += Self.threadCPUNs() - started }
         let block = voiceProcessingBlockSamples
