@@ -39,13 +39,20 @@ final class CaptureProcessing {
     /// whole number of blocks) in place. `pendingCaptureSamples`: what the capture ring still
     /// holds behind this frame; `deviceDelayFrames`: the two streams' device delays together.
     /// Digital silence in (a muted or idle source's exact zeros) comes out as exact zeros, so
-    /// the encoder can rest on it (docs/VOICE.md, "Digital silence").
+    /// the encoder can rest on it (docs/VOICE.md, "Digital silence"), once what the processor
+    /// still held of the sound before is out: it delays the microphone by up to 14 ms, so the
+    /// first silent frame after a word carries the word's end.
     func process(_ frame: UnsafeMutableBufferPointer<Int16>, pendingCaptureSamples: Int, deviceDelayFrames: Int) -> Outcome {
-        let digitalSilence = !frame.contains { $0 != 0 }
+        let silentIn = !frame.contains { $0 != 0 }
         let voiced = clean(frame, pendingCaptureSamples: pendingCaptureSamples, deviceDelayFrames: deviceDelayFrames)
+        let digitalSilence = silentIn && !frame.contains { abs(Int32($0)) > Self.silentTailPeak }
         if digitalSilence { frame.update(repeating: 0) }
         return Outcome(voiced: voiced, isDigitalSilence: digitalSilence)
     }
+
+    /// A silent frame's output peaking at most this (−60 dBFS) holds only the end of a filter's
+    /// tail (the high-pass filter's rings out at ±23 for a frame or two), nothing of a word.
+    static let silentTailPeak: Int32 = 32
 
     /// The processor over `frame`, in place; whether it heard voice in any of its blocks.
     private func clean(_ frame: UnsafeMutableBufferPointer<Int16>, pendingCaptureSamples: Int, deviceDelayFrames: Int) -> Bool {
