@@ -711,7 +711,7 @@ def print_table(results, frames):
     print("relay's p99 one-way delay (x = latency / ideal); dPESQ = PESQ-WB minus the same system's clean PESQ-WB;")
     print("CPU = % of one core; late/merg/conc/str = PeerVoice receiver's late packets, merged late packets, concealment")
     print("outputs and stretched frames per packet received (%), under = its speaker underruns (its log)")
-    header = (f"{'frame':>5} {'network':<11} {'system':<14} {'lat ms':>7} {'range':>11} {'win':>6} {'ideal':>6} {'x':>5} "
+    header = (f"{'frame':>5} {'network':<11} {'system':<20} {'lat ms':>7} {'range':>11} {'win':>6} {'ideal':>6} {'x':>5} "
               f"{'PESQ-WB':>7} {'dPESQ':>6} {'STOI':>5} {'CPU tx':>6} {'CPU rx':>6} {'sum':>5} {'late%':>5} {'merg%':>5} "
               f"{'conc%':>5} {'str%':>5} {'under':>5}")
     print(header)
@@ -727,7 +727,7 @@ def print_table(results, frames):
                 dpesq = (s["pesq_wb"] - clean["pesq_wb"]) if s.get("pesq_wb") is not None and clean.get("pesq_wb") is not None else None
                 ratio = s["latency_ms"] / ideal if s.get("latency_ms") is not None and ideal else None
                 rng = f"{fmt(s['latency_min_ms'])}-{fmt(s['latency_max_ms'])}"
-                print(f"{f:>5} {cond:<11} {kind:<14} {fmt(s['latency_ms']):>7} {rng:>11} "
+                print(f"{f:>5} {cond:<11} {kind:<20} {fmt(s['latency_ms']):>7} {rng:>11} "
                       f"{fmt(s.get('window_latency_median_ms')):>6} {fmt(ideal):>6} {fmt(ratio, '{:.2f}'):>5} "
                       f"{fmt(s['pesq_wb'], '{:.2f}'):>7} {fmt(dpesq, '{:+.2f}'):>6} {fmt(s['stoi'], '{:.2f}'):>5} "
                       f"{fmt(s['cpu_sender_pct']):>6} {fmt(s['cpu_receiver_pct']):>6} {fmt(s.get('cpu_total_pct')):>5} "
@@ -748,7 +748,7 @@ def print_table(results, frames):
                 cells = [fmt(v, "{:.2f}") + (f" ({v - clean[i]:+.2f})" if cond != "clean" and i < len(clean)
                                              and None not in (v, clean[i]) else "")
                          for i, v in enumerate(s["talkspurt_pesq_wb"])]
-                print(f"{f:>5} {cond:<11} {kind:<14} " + "  ".join(f"{c:<13}" for c in cells))
+                print(f"{f:>5} {cond:<11} {kind:<20} " + "  ".join(f"{c:<13}" for c in cells))
     print()
 
 
@@ -880,6 +880,37 @@ def plot(results, frames, path):
     log(f"wrote {path}")
 
 
+def run_once(pw, kind, f, impair, workdir, label, a, daemon_args):
+    """One fresh start of system `kind` and one measured run; its result (with "error" when it
+    could not be carried out)."""
+    # Each run starts afresh: what a start leaves behind (GStreamer's sink keeps a backlog queued
+    # before WirePlumber linked it) varies from start to start.
+    system, stats = None, None
+    try:
+        if kind == "gstreamer":
+            system = GStreamer(pw, f, impair, workdir, label, a.gst_latency)
+        elif kind in GStreamerCall.KINDS:
+            system = GStreamerCall(pw, f, impair, workdir, label, a.gst_latency, GStreamerCall.KINDS[kind])
+        else:
+            options, speaker = PEERVOICE_KINDS.get(kind, PEERVOICE_KINDS["peervoice"])
+            system = PeerVoice(pw, a.base_bin if kind == PeerVoice.BASE else a.bin, f, impair, workdir, label,
+                               devices={"a": (MIC, speaker), "b": (MIC_B, SPEAKER)},
+                               extra_args={"a": options + daemon_args, "b": options + daemon_args})
+        time.sleep(a.settle)
+        res = measure(pw, system, os.path.join(workdir, f"{label}.wav"))
+    except BenchError as e:
+        res = {"error": str(e)}
+    finally:
+        if system is not None:
+            stats = system.stop()
+    if stats:
+        res["daemon_statistics"] = stats
+    if system is not None and system.relay_stats:
+        res["relay"] = system.relay_stats
+    res["load"] = os.getloadavg()[0]
+    return res
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bin", required=True, help="the (release) peervoiced to run")
@@ -939,42 +970,23 @@ def main():
         pw = PipeWire(os.path.join(workdir, "pw"))
         for f in frames:
             for cond in conditions:
-                for kind in systems:
-                    label = f"f{f}-{cond}-{kind}"
-                    log(f"{label}: starting")
-                    impair = CONDITIONS[cond]
-                    entry = {"frame_ms": f, "network": cond, "system": kind, "impairment": impair, "runs": []}
-                    for r in range(a.runs):
-                        # Each run starts afresh: what a start leaves behind (GStreamer's sink keeps a
-                        # backlog queued before WirePlumber linked it) varies from start to start.
-                        system, stats = None, None
-                        try:
-                            if kind == "gstreamer":
-                                system = GStreamer(pw, f, impair, workdir, f"{label}-{r + 1}", a.gst_latency)
-                            elif kind in GStreamerCall.KINDS:
-                                system = GStreamerCall(pw, f, impair, workdir, f"{label}-{r + 1}", a.gst_latency,
-                                                       GStreamerCall.KINDS[kind])
-                            else:
-                                options, speaker = PEERVOICE_KINDS.get(kind, PEERVOICE_KINDS["peervoice"])
-                                system = PeerVoice(pw, a.base_bin if kind == PeerVoice.BASE else a.bin, f, impair,
-                                                   workdir, f"{label}-{r + 1}", devices={"a": (MIC, speaker), "b": (MIC_B, SPEAKER)},
-                                                   extra_args={"a": options + daemon_args, "b": options + daemon_args})
-                            time.sleep(a.settle)
-                            res = measure(pw, system, os.path.join(workdir, f"{label}-run{r + 1}.wav"))
-                        except BenchError as e:
-                            res = {"error": str(e)}
+                impair = CONDITIONS[cond]
+                entries = {kind: {"frame_ms": f, "network": cond, "system": kind, "impairment": impair, "runs": []}
+                           for kind in systems}
+                log(f"f{f}-{cond}: starting {', '.join(systems)}, {a.runs} runs each, interleaved")
+                # Run by run, every system in turn: a stretch of load on a shared machine then hits
+                # each system alike, not one system's cell.
+                for r in range(a.runs):
+                    for kind in systems:
+                        label = f"f{f}-{cond}-{kind}"
+                        res = run_once(pw, kind, f, impair, workdir, f"{label}-{r + 1}", a, daemon_args)
+                        if "error" in res:
                             status = 1
-                        finally:
-                            if system is not None:
-                                stats = system.stop()
-                        if stats:
-                            res["daemon_statistics"] = stats
-                        if system is not None and system.relay_stats:
-                            res["relay"] = system.relay_stats
                         log(f"{label} run {r + 1}: " + json.dumps({k: v for k, v in res.items() if k != "window_latency_ms"}))
-                        entry["runs"].append(res)
+                        entries[kind]["runs"].append(res)
+                for kind, entry in entries.items():
                     entry["summary"] = summarize(entry["runs"])
-                    results[label] = entry
+                    results[f"f{f}-{cond}-{kind}"] = entry
     except Terminated as e:
         log(f"stopped: {e}")
         status = 130
