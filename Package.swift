@@ -72,7 +72,8 @@ let package = Package(
         .testTarget(name: "PeerVoiceCoreTests", dependencies: ["PeerVoiceCore", "SeededRandom", "CoreTestSupport"]),
         .testTarget(name: "SodiumTests", dependencies: ["Sodium", "PeerVoiceCore", "CoreTestSupport"]),
         .testTarget(name: "OpusTests", dependencies: ["Opus", "PeerVoiceCore"]),
-        .testTarget(name: "AudioProcessingTests", dependencies: ["AudioProcessing", "PeerVoiceCore"]),
+        // The processor offline, and the daemon's capture path around it (no PipeWire).
+        .testTarget(name: "AudioProcessingTests", dependencies: ["AudioProcessing", "PeerVoiceCore", "PeerVoiceDaemon"]),
         .testTarget(name: "PipeWireTests", dependencies: ["PipeWire", "PeerVoiceCore", "TestHarness"]),
         .testTarget(name: "ServiceTests", dependencies: ["TestHarness", "GIO"]),
         // PeerObjects in-process (the daemon module's component) against a real private dbus-daemon.

@@ -11,7 +11,7 @@ import PeerVoiceCore
 /// Not thread-safe: one thread (the voice thread) uses it. `Sendable` only so that it can be
 /// handed to that thread.
 public final class WebRTCVoiceProcessor: VoiceProcessor, @unchecked Sendable {
-    public let processing: Set<VoiceProcessing>
+    public private(set) var processing: Set<VoiceProcessing>
     private let native: OpaquePointer
 
     /// A processor running `processing` (which may be empty: then only voice activity is judged).
@@ -30,6 +30,13 @@ public final class WebRTCVoiceProcessor: VoiceProcessor, @unchecked Sendable {
     }
 
     deinit { peervoice_webrtc_audio_destroy(native) }
+
+    public func setEchoCancellation(_ on: Bool) throws(VoiceCodecError) {
+        guard on != processing.contains(.echoCancel) else { return }
+        let result = peervoice_webrtc_audio_set_echo_cancel(native, on ? 1 : 0)
+        if result != 0 { throw VoiceCodecError("webrtc-audio-processing: cannot turn echo cancellation \(on ? "on" : "off") (error \(result))", code: result) }
+        if on { processing.insert(.echoCancel) } else { processing.remove(.echoCancel) }
+    }
 
     public func analyzeFarEnd(_ block: UnsafeBufferPointer<Int16>) throws(VoiceCodecError) {
         try Self.checkSize(block.count)

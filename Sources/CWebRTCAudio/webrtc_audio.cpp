@@ -115,6 +115,17 @@ extern "C" peervoice_webrtc_audio *peervoice_webrtc_audio_create(const peervoice
 
 extern "C" void peervoice_webrtc_audio_destroy(peervoice_webrtc_audio *processor) { delete processor; }
 
+extern "C" int peervoice_webrtc_audio_set_echo_cancel(peervoice_webrtc_audio *processor, int on) {
+    webrtc::EchoCancellation *canceller = processor->apm->echo_cancellation();
+    int result = canceller->set_suppression_level(suppression_levels[processor->suppression_level]);
+    if (result == 0) result = canceller->Enable(on != 0);
+    if (result != 0) return result;
+    processor->echo_cancel = on != 0;
+    processor->current_level = processor->suppression_level;
+    processor->double_talk_hold = 0;
+    return 0;
+}
+
 extern "C" int peervoice_webrtc_audio_far_end(peervoice_webrtc_audio *processor, const int16_t *block) {
     to_float(block, processor->far_end);
     float *channels[] = {processor->far_end};

@@ -182,7 +182,9 @@ final class BusObject {
         case .id: Variant(service.ownID.description)
         case .fingerprint: Variant(service.ownKey.fingerprint)
         case .discoveryMethods: Variant(array: service.discoveryMethods.map { Variant($0) }, elementType: "s")
-        case .audioProcessing: Variant(array: service.audioProcessing.map { Variant($0) }, elementType: "s")
+        case .audioProcessing:
+            Variant(array: service.audioProcessing.map { Variant(tuple: [Variant($0.part.rawValue), Variant($0.running), Variant($0.reason)]) },
+                    elementType: "(sbs)")
         case .name: Variant(service.settings.name)
         case .visible: Variant(array: DiscoveryMethod.allCases.filter(service.settings.visible.contains).map { Variant($0.rawValue) }, elementType: "s")
         case .speaking: Variant(service.isMicrophoneSpeaking)

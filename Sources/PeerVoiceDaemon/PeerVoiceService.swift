@@ -24,7 +24,7 @@ final class PeerVoiceService {
         (bluetooth.canDiscover ? ["bluetooth"] : []) + (lan.canDiscover ? ["lan"] : [])
     }
     /// The capture processing of the latest voice session (before one: what the options allow).
-    var audioProcessing: [String] { voice.audioProcessing }
+    var audioProcessing: [VoiceProcessingState] { voice.audioProcessing }
     /// Our microphone holds speech, unmuted (`Speaking`).
     var isMicrophoneSpeaking: Bool { voice.isMicrophoneSpeaking }
     /// The others in the calls our voice peers host (`Participants`).

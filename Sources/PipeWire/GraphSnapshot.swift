@@ -10,6 +10,20 @@ public struct GraphObject: Sendable, Equatable {
     public let properties: [String: String]
 }
 
+extension GraphObject {
+    /// A PipeWire property dictionary as Swift's.
+    static func properties(_ dict: UnsafePointer<spa_dict>?) -> [String: String] {
+        var properties = [String: String]()
+        if let dict = dict?.pointee, let items = dict.items {
+            for index in 0..<Int(dict.n_items) {
+                guard let key = items[index].key, let value = items[index].value else { continue }
+                properties[String(cString: key)] = String(cString: value)
+            }
+        }
+        return properties
+    }
+}
+
 extension PipeWireContext {
     /// Every object in the graph now: binds the registry, waits one roundtrip for its globals,
     /// drops it. Blocks the calling thread for that roundtrip (not for the real-time thread, nor
@@ -53,15 +67,8 @@ private final class GraphCollector {
         table.version = UInt32(PW_VERSION_REGISTRY_EVENTS)
         table.global = { data, id, _, type, _, props in
             guard let data, let type else { return }
-            var properties = [String: String]()
-            if let dict = props?.pointee, let items = dict.items {
-                for index in 0..<Int(dict.n_items) {
-                    guard let key = items[index].key, let value = items[index].value else { continue }
-                    properties[String(cString: key)] = String(cString: value)
-                }
-            }
             Unmanaged<GraphCollector>.fromOpaque(data).takeUnretainedValue()
-                .objects.append(GraphObject(id: id, type: String(cString: type), properties: properties))
+                .objects.append(GraphObject(id: id, type: String(cString: type), properties: GraphObject.properties(props)))
         }
         events.initialize(to: table)
     }

@@ -241,6 +241,17 @@ enum Ctl {
         return value ? "yes" : "no"
     }
 
+    /// `AudioProcessing` as "echo-cancel off (headphones: …), noise-suppression on, …": each part,
+    /// whether it runs, and why when that is not the default.
+    private static func processing(_ value: Variant?) -> String {
+        let parts = (value?.children ?? []).map { part -> String in
+            guard part.count == 3 else { return part.string ?? "?" }  // a daemon before reasons: the names that run
+            let (name, running, why) = (part[0].string ?? "?", part[1].bool ?? false, part[2].string ?? "")
+            return "\(name) \(running ? "on" : "off")" + (why == "default" ? "" : " (\(why))")
+        }
+        return parts.isEmpty ? "?" : parts.joined(separator: ", ")
+    }
+
     private static func status(_ service: Service) throws(Exit) {
         let properties = try service.properties()
         let peers = try service.peers()
@@ -259,6 +270,7 @@ enum Ctl {
             ["Adapter:", adapter.isEmpty ? "none (no Bluetooth)" : adapter],
             ["Discovery:", methods.isEmpty ? "none (neither BlueZ nor Avahi)" : methods.joined(separator: ", ")],
             ["Visible:", visible.isEmpty ? "nowhere (peervoicectl visible lan on)" : visible.joined(separator: ", ")],
+            ["Processing:", processing(properties.lookup("AudioProcessing"))],
         ]
         rows.append(["Peers:", peers.isEmpty ? "none" : "\(peers.count)"])
         Output.line(Format.table(rows))

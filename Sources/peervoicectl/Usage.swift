@@ -38,8 +38,9 @@ enum Usage {
     static let commands: [CommandSpec] = [
         CommandSpec("status", "", "the service's version, mute and transport state, and its peers", details: """
             Prints the properties Name, Version, Muted, Discovering, ListenAddress, Adapter,
-            DiscoveryMethods (as Discovery) and Visible, then the known peers as `peervoicectl
-            peers` does.
+            DiscoveryMethods (as Discovery), Visible and AudioProcessing (as Processing: each part
+            on or off, and why when not by default, e.g. "echo-cancel off (headphones: NODE
+            (device.form-factor=headphones))"), then the known peers as `peervoicectl peers` does.
             """),
         CommandSpec("peers", "[--ids]", "list known peers: id, name, transport, state", options: ["--ids": false], details: """
               --ids   print only the peer ids, one per line (for scripts and completion)

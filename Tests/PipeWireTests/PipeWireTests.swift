@@ -208,6 +208,38 @@ final class PipeWireTests: XCTestCase {
         XCTAssertEqual(Double(peakOut) / Double(peakIn), 1, accuracy: 0.05)
     }
 
+    /// `SinkWatch` follows what a playback stream plays into, with the sink's own properties (not
+    /// only the registry's few): the test speaker first, then a sink that says it is headphones
+    /// once the stream is moved there, and the speaker again.
+    func testSinkWatchFollowsWhereThePlaybackGoes() throws {
+        let session = try startSession()
+        defer { session.stop() }
+        try session.createSink("peervoice-test-headphones", properties: ["device.form-factor": "headphones",
+                                                                         "device.icon-name": "audio-headphones"])
+        let context = try PipeWireContext(remote: session.socketPath)
+        let playback = try PlaybackStream(context: context, source: BufferSource([0], armed: false), target: PipeWireSession.speakerName)
+        try playback.start()
+        XCTAssertTrue(eventually(timeout: 10) { playback.nodeID != nil && playback.state == .streaming }, "state \(playback.state)")
+        let watch = try SinkWatch(context: context, playbackNode: XCTUnwrap(playback.nodeID))
+        func sink() -> String? { watch.sinks.first?.node["node.name"] }
+        XCTAssertTrue(eventually(timeout: 5) { sink() == PipeWireSession.speakerName }, "sinks \(watch.sinks)")
+        XCTAssertNil(watch.sinks.first?.node["device.form-factor"])
+        let before = watch.generation
+
+        try session.move(stream: PlaybackStream.defaultNodeName, to: "peervoice-test-headphones")
+        XCTAssertTrue(eventually(timeout: 5) { sink() == "peervoice-test-headphones" }, "sinks \(watch.sinks)")
+        XCTAssertEqual(watch.sinks.count, 1)
+        XCTAssertEqual(watch.sinks.first?.node["device.form-factor"], "headphones")
+        XCTAssertEqual(watch.sinks.first?.node["device.icon-name"], "audio-headphones")
+        XCTAssertTrue(watch.sinks.first?.device.isEmpty == true, "a virtual sink has no device")
+        XCTAssertGreaterThan(watch.generation, before)
+
+        try session.move(stream: PlaybackStream.defaultNodeName, to: PipeWireSession.speakerName)
+        XCTAssertTrue(eventually(timeout: 5) { sink() == PipeWireSession.speakerName }, "sinks \(watch.sinks)")
+        playback.stop()
+        XCTAssertTrue(eventually(timeout: 5) { watch.sinks.isEmpty }, "still \(watch.sinks) after the stream stopped")
+    }
+
     // MARK: Capture → AudioRing → playback, measured like mouth-to-ear
 
     func testLoopThroughAudioRingMeasuredByTap() throws {

@@ -224,8 +224,8 @@ final class BusAPITests: XCTestCase {
         XCTAssertTrue(id.hasPrefix("pv:") && id.count == 29, "Id '\(id)'")
         let fingerprint = try XCTUnwrap(try client.property("Fingerprint").string)
         XCTAssertEqual(fingerprint.split(separator: " ").count, 16, "Fingerprint '\(fingerprint)'")
-        XCTAssertEqual(try client.property("AudioProcessing").children.map { $0.string! },
-                       ["echo-cancel", "noise-suppression", "high-pass"], "all processing is on by default")
+        XCTAssertEqual(try client.audioProcessing(), ["echo-cancel on: default", "noise-suppression on: default", "high-pass on: default",
+                                                      "gain-control off: default"], "all processing but gain control is on by default")
     }
 
     // MARK: Life cycle

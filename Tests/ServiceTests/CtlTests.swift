@@ -299,6 +299,7 @@ final class CtlTests: XCTestCase {
         XCTAssertEqual(fields["Peers"], "none", status.output)
         XCTAssertEqual(fields["Name"], "alpha", status.output)
         XCTAssertEqual(fields["Visible"], "bluetooth, lan", status.output)
+        XCTAssertEqual(fields["Processing"], "echo-cancel on, noise-suppression on, high-pass on, gain-control off", status.output)
         XCTAssertTrue(status.output.contains("\nListenAddress:  127.0.0.1:\(a.port)\n"), status.output)
 
         let peers = try ctl(["peers"], bus: a.bus.address)

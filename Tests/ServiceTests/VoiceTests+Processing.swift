@@ -21,7 +21,8 @@ extension VoiceTests {
     func testEchoFromTheRoomIsCancelledAndDoubleTalkGetsThrough() throws {
         let (on, _) = try makeRig()
         let (off, _) = try makeRig(extraArguments: ["--no-echo-cancel"])
-        XCTAssertEqual(try off.b.client.property("AudioProcessing").children.map { $0.string! }, ["noise-suppression", "high-pass"])
+        XCTAssertEqual(try off.b.client.runningProcessing(), ["noise-suppression", "high-pass"])
+        XCTAssertEqual(try off.b.client.audioProcessing().first, "echo-cancel off: option")
         let rooms = try [on, off].map { try AcousticPath($0.pwB) }
         defer { rooms.forEach { $0.stop() } }
 
@@ -122,9 +123,41 @@ extension VoiceTests {
         return max(AudioAnalysis.levelDBFS(pauseHeard), -100) - AudioAnalysis.levelDBFS(pauseSaid)
     }
 
+    /// No canceller where nothing can echo (docs/VOICE.md): B's speaker stream is moved during the
+    /// call, as a mixer application moves it, from the test speaker (a sink that says nothing of
+    /// itself: the canceller runs) to virtual sinks that say they are headphones
+    /// (`device.form-factor`) and a Bluetooth headset (`device.icon-name`, `device.bus`), and
+    /// back. `AudioProcessing` says after each move whether the canceller runs and why (with a
+    /// PropertiesChanged), the log says when it turns off and on, and the call goes on.
+    func testEchoCancellerFollowsTheOutputToHeadphonesAndBack() throws {
+        let (rig, _) = try makeRig()
+        defer { stopAndReadStatistics(rig) }
+        let (pw, b) = (rig.pwB, rig.b)
+        try pw.createSink("peervoice-test-headphones", properties: ["device.form-factor": "headphones"])
+        try pw.createSink("peervoice-test-headset", properties: ["device.icon-name": "audio-headset-bluetooth", "device.bus": "bluetooth"])
+        func echoCancel() -> String { (try? b.client.audioProcessing().first) ?? "-" }
+        XCTAssertTrue(eventually(timeout: 5) { echoCancel() == "echo-cancel on: speaker: \(PipeWireSession.speakerName)" }, echoCancel())
+        let moves = [
+            ("peervoice-test-headphones", "echo-cancel off: headphones: peervoice-test-headphones (device.form-factor=headphones)"),
+            ("peervoice-test-headset", "echo-cancel off: bluetooth-headset: peervoice-test-headset (device.icon-name=audio-headset-bluetooth)"),
+            (PipeWireSession.speakerName, "echo-cancel on: speaker: \(PipeWireSession.speakerName)"),
+        ]
+        for (sink, expected) in moves {
+            let mark = b.mark, moved = VoiceRig.monotonicSeconds()
+            try pw.move(stream: "peervoice-playback", to: sink)
+            XCTAssertTrue(eventually(timeout: 5) { echoCancel() == expected }, "after the move to \(sink): \(echoCancel())")
+            XCTAssertNotNil(b.client.waitForSignal("PropertiesChanged", after: mark, timeout: 5) { $0.arguments[1].lookup("AudioProcessing") != nil },
+                            "no PropertiesChanged for AudioProcessing after the move to \(sink)")
+            print("moved to \(sink): \(expected) after \(ms(VoiceRig.monotonicSeconds() - moved)) ms")
+        }
+        XCTAssertEqual(b.logCount("voice: echo cancellation off, headphones: peervoice-test-headphones"), 1, b.log.suffix(3_000).description)
+        XCTAssertEqual(b.logCount("voice: echo cancellation on, speaker: \(PipeWireSession.speakerName)"), 1)
+        XCTAssertEqual(b.voiceStates(of: rig.link.aOnB).last, "active", "the call went on")
+    }
+
     /// B's default source is PipeWire's own echo canceller (libpipewire-module-echo-cancel, run in
     /// a client process of B's PipeWire): once voice runs, B's canceller is off and says so in the
-    /// log, and AudioProcessing no longer lists "echo-cancel" — never two cancellers in series.
+    /// log, and AudioProcessing shows "echo-cancel" off and why — never two cancellers in series.
     /// B runs with `--gain-control`, which lists "gain-control" and stays through the swap.
     func testOwnCancellerTurnsOffOnPipeWiresEchoCanceller() throws {
         let pwB = try startPipeWire()
@@ -148,22 +181,22 @@ extension VoiceTests {
         let pwA = try startPipeWire()
         let a = try startPeer("alice", environment: pwA.environment)
         let b = try startPeer("bob", environment: pwB.environment, extraArguments: ["--gain-control"])
-        XCTAssertEqual(try b.client.property("AudioProcessing").children.map { $0.string! },
-                       ["echo-cancel", "noise-suppression", "high-pass", "gain-control"])
+        XCTAssertEqual(try b.client.runningProcessing(), ["echo-cancel", "noise-suppression", "high-pass", "gain-control"])
         let markA = a.mark, markB = b.mark
         let link = try VoicePairing.connect(a, to: b)
         try waitActive(a, b, link, markA: markA, markB: markB)
         XCTAssertTrue(eventually(timeout: 5) { b.logCount("is PipeWire's echo canceller already: PeerVoice's echo cancellation is off") == 1 },
                       "no log line saying the canceller turned off: \(b.log.suffix(2_000))")
         XCTAssertTrue(eventually(timeout: 5) {
-            (try? b.client.property("AudioProcessing").children.map { $0.string! }) == ["noise-suppression", "high-pass", "gain-control"]
+            (try? b.client.runningProcessing()) == ["noise-suppression", "high-pass", "gain-control"]
         }, "AudioProcessing still lists echo-cancel")
+        XCTAssertEqual(try b.client.audioProcessing().first, "echo-cancel off: pipewire-echo-cancel: echo-cancel-source")
         // The Get that saw the new list can return before the main loop dispatched the signal that
         // came ahead of its reply, so the signal is waited for, not looked up.
         XCTAssertNotNil(b.client.waitForSignal("PropertiesChanged", after: markB, timeout: 5) { $0.arguments[1].lookup("AudioProcessing") != nil },
                         "no PropertiesChanged for AudioProcessing")
         // A's microphone is the plain virtual one: its canceller stays on.
         XCTAssertEqual(a.logCount("PeerVoice's echo cancellation is off"), 0)
-        XCTAssertEqual(try a.client.property("AudioProcessing").children.map { $0.string! }, ["echo-cancel", "noise-suppression", "high-pass"])
+        XCTAssertEqual(try a.client.runningProcessing(), ["echo-cancel", "noise-suppression", "high-pass"])
     }
 }

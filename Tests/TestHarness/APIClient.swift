@@ -34,6 +34,16 @@ public final class APIClient {
                             method: "Get", arguments: Variant(tuple: [Variant(Self.interface), Variant(name)]))[0].unboxed!
     }
 
+    /// `AudioProcessing`: every part of the capture processing as "part on|off: why".
+    public func audioProcessing() throws(BusError) -> [String] {
+        try property("AudioProcessing").children.map { "\($0[0].string!) \($0[1].bool! ? "on" : "off"): \($0[2].string!)" }
+    }
+
+    /// The parts of `AudioProcessing` that run, in its order.
+    public func runningProcessing() throws(BusError) -> [String] {
+        try property("AudioProcessing").children.filter { $0[1].bool! }.map { $0[0].string! }
+    }
+
     public func nameHasOwner(_ name: String = APIClient.name) -> Bool {
         let reply = try? connection.call(destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus",
                                          interface: "org.freedesktop.DBus", method: "NameHasOwner",

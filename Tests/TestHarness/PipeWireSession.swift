@@ -200,6 +200,23 @@ public final class PipeWireSession {
         return nil
     }
 
+    /// Makes a mono virtual sink called `name` (a null sink) carrying `properties`, as a real
+    /// device's sink would (`device.form-factor`, `device.icon-name`, `device.bus`, ...); returns
+    /// once its port exists.
+    public func createSink(_ name: String, properties: [String: String] = [:]) throws {
+        let extra = properties.sorted { $0.key < $1.key }.map { "\($0.key)=\"\($0.value)\"" }.joined(separator: " ")
+        try run("pw-cli", ["create-node", "adapter", "{ factory.name=support.null-audio-sink node.name=\"\(name)\" "
+                           + "media.class=Audio/Sink object.linger=true audio.position=[MONO] \(extra) }"])
+        try waitForPorts(["\(name):playback_MONO"])
+    }
+
+    /// Moves the stream whose node is called `stream` to the sink called `sink`, as a mixer
+    /// application does (its `target.object` in the default metadata; WirePlumber relinks it).
+    public func move(stream: String, to sink: String) throws {
+        guard let id = try nodeProperties(named: stream)?["object.id"] else { throw HarnessError("no node \(stream)") }
+        try run("pw-metadata", ["-n", "default", id, "target.object", sink])
+    }
+
     // MARK: Injecting and recording
 
     /// Plays a WAV file (mono) into `node`'s input (the virtual mic by default): pw-play with

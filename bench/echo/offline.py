@@ -16,6 +16,10 @@ this module builds the signals, sweeps the settings and scores the output:
             cross-correlation); `none` rows score the unprocessed microphone
   latency   the output's lag behind the input with no far end (speech, cross-correlation), per part
   CPU       thread CPU time per 10 ms block in the harness (far end and capture)
+  clean     the fixture alone (nothing plays, nothing echoes: bench-voice's A) through the shim,
+            each setting toggled, and as CallAudio sends it (digital silence judged before and
+            after issue 28), and through webrtc-audio-processing driven as GStreamer's webrtcdsp
+            drives it (webrtcdsp.cpp); PESQ-WB against the fixture, no codec
 """
 import os
 import subprocess
@@ -35,6 +39,9 @@ FLOOR_DBFS = -85.0
 SILENCE_DBFS = -100.0
 SOURCES = [os.path.join(ROOT, "Sources", "CWebRTCAudio", "webrtc_audio.cpp"), os.path.join(HERE, "offline.cpp")]
 HARNESS = os.path.join(ROOT, ".build", "bench-echo-offline")
+WEBRTCDSP = os.path.join(ROOT, ".build", "bench-echo-webrtcdsp")
+# CaptureProcessing.silentTailPeak: a silent frame's output at most this loud is digital silence.
+SILENT_TAIL_PEAK = 32
 SETTING_NAMES = {"ef": "extended_filter", "da": "delay_agnostic", "sup": "suppression_level", "ns": "noise_level",
                  "agc": "gain_control", "aec": "echo_cancel", "nsup": "noise_suppression", "hp": "high_pass",
                  "jitter": "jitter", "dt": "double_talk_suppression_level"}
@@ -44,16 +51,24 @@ LEVELS = {"sup": ("low", "moderate", "high"), "ns": ("low", "moderate", "high", 
 
 def build_harness():
     """Compiles offline.cpp with the shim (again only when a source is newer than the binary)."""
-    newest = max(os.path.getmtime(p) for p in SOURCES + [os.path.join(ROOT, "Sources", "CWebRTCAudio", "include",
-                                                                      "peervoice_webrtc_audio.h")])
-    if os.path.exists(HARNESS) and os.path.getmtime(HARNESS) >= newest:
-        return HARNESS
-    os.makedirs(os.path.dirname(HARNESS), exist_ok=True)
+    return build(SOURCES, HARNESS, [os.path.join(ROOT, "Sources", "CWebRTCAudio", "include", "peervoice_webrtc_audio.h")])
+
+
+def build_webrtcdsp():
+    """Compiles webrtcdsp.cpp (the library as GStreamer's webrtcdsp drives it)."""
+    return build([os.path.join(HERE, "webrtcdsp.cpp")], WEBRTCDSP)
+
+
+def build(sources, binary, headers=()):
+    newest = max(os.path.getmtime(p) for p in [*sources, *headers])
+    if os.path.exists(binary) and os.path.getmtime(binary) >= newest:
+        return binary
+    os.makedirs(os.path.dirname(binary), exist_ok=True)
     subprocess.run(["g++", "-O2", "-std=c++17", "-Wall", "-Wextra", "-Werror", "-DWEBRTC_POSIX",
                     "-DWEBRTC_AUDIO_PROCESSING_ONLY_BUILD", "-isystem", "/usr/include/webrtc_audio_processing",
-                    "-I", os.path.join(ROOT, "Sources", "CWebRTCAudio", "include"), *SOURCES,
-                    "-lwebrtc_audio_processing", "-o", HARNESS], check=True)
-    return HARNESS
+                    "-I", os.path.join(ROOT, "Sources", "CWebRTCAudio", "include"), *sources,
+                    "-lwebrtc_audio_processing", "-o", binary], check=True)
+    return binary
 
 
 def level_dbfs(x):
@@ -246,4 +261,74 @@ def noise_by_level(workdir):
         out = np.fromfile(out_path, dtype="<i2") / 32768.0
         judged = slice(3 * RATE, n)
         rows.append({"noise_level": name, "less_noise_db": round(level_dbfs(pink[judged]) - level_dbfs(out[judged]), 1)})
+    return rows
+
+
+def sent(mic, out, frame, judged_on_output):
+    """What CallAudio hands the encoder of the processed `out`, in frames of `frame` samples: a
+    frame of digital silence goes as zeros (the encoder rests on it). Judged on the captured frame
+    alone, as before issue 28, or on it and on what the processing made of it (CaptureProcessing)."""
+    result = out.copy()
+    for start in range(0, len(out) - frame + 1, frame):
+        silent = not mic[start:start + frame].any()
+        if judged_on_output:
+            silent = silent and np.abs(out[start:start + frame]).max() <= SILENT_TAIL_PEAK
+        if silent:
+            result[start:start + frame] = 0
+    return result
+
+
+def clean_speech(speech_path, workdir):
+    """The fixture alone (1 s of digital silence before, 0.5 s after) through the shim as shipped
+    and with each setting toggled, then as sent at both frame sizes, then through webrtcdsp.cpp:
+    the lag, the correlation at it and PESQ-WB against the fixture, as bench-voice's A would send
+    it before the codec (nothing plays: the far end is silence)."""
+    harness, gst = build_harness(), build_webrtcdsp()
+    rate16, speech16 = wavfile.read(speech_path)
+    speech = signal.resample_poly(speech16.astype(np.float64) / 32768.0, RATE // rate16, 1)
+    speech = np.concatenate([np.zeros(RATE), speech, np.zeros(RATE // 2)])
+    mic = np.clip(np.round(speech * 32768), -32768, 32767).astype("<i2")
+    n = len(mic)
+    mic_path, far_path, out_path = (os.path.join(workdir, name) for name in ("clean.s16", "clean-far.s16", "clean-out.s16"))
+    mic.tofile(mic_path)
+    np.zeros(n, dtype="<i2").tofile(far_path)
+    reference = mic / 32768.0
+
+    def score(label, out):
+        lag, peak = analysis.xcorr_lag(reference, out / 32768.0, int(0.05 * RATE))
+        quality = analysis.quality(reference[:n - lag], out[lag:] / 32768.0, RATE)
+        return {"what": label, "lag_ms": round(1000 * lag / RATE, 2), "xcorr": round(peak, 3), "pesq_wb": quality.get("pesq_wb")}
+
+    def shim(settings, hint=HINT_MS):
+        args = [f"{SETTING_NAMES[k]}={v}" for k, v in settings.items()]
+        subprocess.run([harness, far_path, mic_path, out_path, str(hint), *args], check=True, capture_output=True)
+        return np.fromfile(out_path, dtype="<i2")
+
+    def webrtcdsp(settings):
+        subprocess.run([gst, mic_path, out_path, *[f"{k}={v}" for k, v in settings.items()]], check=True, capture_output=True)
+        return np.fromfile(out_path, dtype="<i2")
+
+    rows = [score("the fixture as captured", mic)]
+    shipped = shim({})
+    rows.append(score("shim, shipped: what the processor gives", shipped))
+    for frame_ms in (20, 10):
+        for on_output, when in ((False, "judged on the captured frame (before)"), (True, "judged on it and the output (now)")):
+            rows.append(score(f"  as sent at {frame_ms} ms frames, digital silence {when}",
+                              sent(mic, shipped, frame_ms * RATE // 1000, on_output)))
+    for label, settings, hint in (("shim, no double-talk switch (moderate throughout)", {"dt": -1}, HINT_MS),
+                                  ("shim, delay hint 0 ms", {}, 0), ("shim, delay hint 100 ms", {}, 100),
+                                  ("shim, webrtcdsp's levels (moderate, no switch, noise moderate)", {"dt": -1, "ns": 1}, HINT_MS),
+                                  ("shim, high-pass only", {"aec": 0, "nsup": 0}, HINT_MS),
+                                  ("shim, noise suppression low only", {"aec": 0, "hp": 0}, HINT_MS),
+                                  ("shim, noise suppression moderate only", {"aec": 0, "hp": 0, "ns": 1}, HINT_MS),
+                                  ("shim, echo cancellation only", {"nsup": 0, "hp": 0}, HINT_MS),
+                                  ("shim, no echo cancellation (headphones)", {"aec": 0}, HINT_MS)):
+        rows.append(score(label, shim(settings, hint)))
+    for label, settings in (("webrtcdsp, as bench-voice's gstreamer-dsp sets it (int16)", {}),
+                            ("webrtcdsp, the float interface", {"int16": 0}),
+                            ("webrtcdsp, noise suppression low", {"ns_level": 0}),
+                            ("webrtcdsp, no voice detection", {"vad": 0}),
+                            ("webrtcdsp, far end never fed", {"far": 0}),
+                            ("webrtcdsp, PeerVoice's levels, nothing else", {"ns_level": 0, "vad": 0})):
+        rows.append(score(label, webrtcdsp(settings)))
     return rows

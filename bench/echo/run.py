@@ -32,8 +32,9 @@ Medians of --runs (5). Prints a table, writes bench/results/echo.json and echo.p
 nothing: exits non-zero only when a run could not be carried out.
 
 --offline runs the shim itself over simulated rooms instead (offline.py: deterministic, about a
-minute, no PipeWire): the settings sweep and the processing's own delay per part; it writes
-bench/results/echo-offline.json.
+minute, no PipeWire): the settings sweep, the processing's own delay per part, and clean speech
+alone through the shim and through the library as GStreamer's webrtcdsp drives it (webrtcdsp.cpp);
+it writes bench/results/echo-offline.json.
 """
 import argparse
 import datetime
@@ -339,6 +340,7 @@ def run_offline():
         delays = offline.latency_by_part(voice.SPEECH, workdir)
         rows = offline.sweep(voice.SPEECH, workdir, voice.log)
         noise = offline.noise_by_level(workdir)
+        clean = offline.clean_speech(voice.SPEECH, workdir)
     finally:
         subprocess.run(["rm", "-rf", workdir])
     print("\nbench-echo --offline: the processing's own delay, no far end (speech cross-correlation; a click's peak)")
@@ -351,6 +353,11 @@ def run_offline():
     print("| --- | ---: |")
     for row in noise:
         print(f"| {row['noise_level']} | {row['less_noise_db']:.1f} |")
+    print("\nbench-echo --offline: clean speech alone (the fixture, nothing plays), PESQ-WB against it, no codec")
+    print("| what | lag ms | correlation | PESQ-WB |")
+    print("| --- | ---: | ---: | ---: |")
+    for row in clean:
+        print(f"| {row['what']} | {row['lag_ms']:.2f} | {row['xcorr']:.3f} | {fmt(row['pesq_wb'], '{:.2f}')} |")
     print(f"\nbench-echo --offline: settings sweep (hint {offline.HINT_MS} ms, room {offline.ROOM_MS} ms, "
           f"{offline.ROOM_DB:.0f} dB; ef extended filter, da delay agnostic, sup canceller suppression, dt its level "
           f"in double talk (same: sup throughout), ns noise level, jitter late voice-thread passes)")
@@ -363,7 +370,7 @@ def run_offline():
     os.makedirs(voice.RESULTS, exist_ok=True)
     with open(os.path.join(voice.RESULTS, "echo-offline.json"), "w") as f:
         json.dump({"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                   "host": platform.node(), "delays": delays, "noise": noise,
+                   "host": platform.node(), "delays": delays, "noise": noise, "clean_speech": clean,
                    "sweep": rows}, f, indent=1)
     return 0
 

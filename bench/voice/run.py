@@ -9,9 +9,14 @@ latency without clock skew. The other two devices are the far ends nobody listen
 `bench-speaker-a` (A's speaker) and `bench-mic-b` (B's silent microphone).
 
   peervoice  two release peervoiced on private buses, `--listen 127.0.0.1:0 --no-cue
-             --frame-ms F`; A: --source peervoice-test-mic --sink bench-speaker-a, B: --source
-             bench-mic-b --sink peervoice-test-speaker; A Connects to B (or to the relay in front
-             of B), both confirm, voice starts on connect. A speaks, B listens.
+             --frame-ms F`, as shipped (capture processing on); A: --source peervoice-test-mic
+             --sink bench-speaker-a, B: --source bench-mic-b --sink peervoice-test-speaker; A
+             Connects to B (or to the relay in front of B), both confirm, voice starts on connect.
+             A speaks, B listens.
+  peervoice-off  the same with --no-echo-cancel --no-noise-suppression (the playout alone: the
+             like-for-like pair of gstreamer-call, as peervoice is of gstreamer-dsp)
+  peervoice-headphones  peervoice with A's speaker a sink that says it is headphones
+             (device.form-factor): A's echo canceller turns itself off
   gstreamer  pipewiresrc → opusenc (voice, 24 kbit/s, F ms) → rtpopuspay → udpsink | udpsrc →
              rtpjitterbuffer latency=40 → rtpopusdepay → opusdec plc=true → pipewiresink sync=false
              (--gst-latency N sets rtpjitterbuffer's latency, for its delay/quality trade-off)
@@ -66,6 +71,20 @@ BUS = ["org.example.PeerVoice", "/org/example/PeerVoice", "org.example.PeerVoice
 FLOOR_MS = {f: round(1000 * (2 * QUANTUM + 312) / RATE + f, 1) for f in (10, 20)}
 # Issue 20: clean latency at most 1.05 x the floor
 CLEAN_TARGET_MS = {f: round(1.05 * floor, 1) for f, floor in FLOOR_MS.items()}
+
+# Options of each PeerVoice kind (besides --peervoice-args), and A's speaker.
+PEERVOICE_KINDS = {
+    "peervoice": ([], SPEAKER_A),
+    "peervoice-off": (["--no-echo-cancel", "--no-noise-suppression"], SPEAKER_A),
+    "peervoice-headphones": ([], "bench-headphones-a"),
+}
+# The pairs a reader compares: PeerVoice and GStreamer doing the same work.
+LIKE_FOR_LIKE = (("peervoice-off", "gstreamer-call", "processing off"), ("peervoice", "gstreamer-dsp", "defaults"))
+# Issue 28: the default path may add the library's own buffering to the floor (band split 1 ms,
+# canceller 7 ms, noise suppressor 6 ms: bench/echo/README.md), and clean speech may lose this
+# much PESQ-WB against processing off.
+LIBRARY_DELAY_MS = 14.0
+DEFAULTS_PESQ_MARGIN = 0.15
 
 CONDITIONS = {
     "clean": None,
@@ -198,20 +217,22 @@ class PipeWire:
                 if line.startswith("export ") and "=" in line:
                     k, v = line[7:].strip().split("=", 1)
                     self.env[k] = v.strip("'")
-        self.add_devices([(SPEAKER_A, "Audio/Sink"), (MIC_B, "Audio/Source/Virtual")])
+        self.add_devices([(SPEAKER_A, "Audio/Sink"), (MIC_B, "Audio/Source/Virtual"),
+                          ("bench-headphones-a", "Audio/Sink", "device.form-factor = headphones")])
         self.run("pw-metadata", "-n", "settings", "0", "clock.force-quantum", str(QUANTUM))
         self.serial = 0
 
     def add_devices(self, devices):
         """Mono virtual devices like the session's two: (node name, "Audio/Sink" or
-        "Audio/Source/Virtual") each; returns once their ports are there."""
-        for name, media_class in devices:
+        "Audio/Source/Virtual"[, more properties]) each; returns once their ports are there."""
+        for name, media_class, *more in devices:
             self.run("pw-cli", "create-node", "adapter",
                      "{ factory.name = support.null-audio-sink node.name = \"%s\" media.class = \"%s\" "
                      "audio.position = [ MONO ] audio.rate = 48000 object.linger = true monitor.channel-volumes = true "
-                     "adapter.auto-port-config = { mode = dsp monitor = true position = preserve } }" % (name, media_class))
+                     "adapter.auto-port-config = { mode = dsp monitor = true position = preserve } %s }"
+                     % (name, media_class, " ".join(more)))
         wait_for("the extra virtual devices", lambda: {f"{name}:monitor_MONO" if media_class == "Audio/Sink" else
-                                                       f"{name}:capture_MONO" for name, media_class in devices} <= self.ports(), 10)
+                                                       f"{name}:capture_MONO" for name, media_class, *_ in devices} <= self.ports(), 10)
 
     def run(self, *args, timeout=10):
         r = subprocess.run(args, env=self.env, capture_output=True, text=True, timeout=timeout)
@@ -668,7 +689,8 @@ def fmt(v, spec="{:.1f}"):
     return "-" if v is None else spec.format(v)
 
 
-SYSTEMS = ("peervoice", PeerVoice.BASE, "gstreamer", *GStreamerCall.KINDS)
+SYSTEMS = (*PEERVOICE_KINDS, PeerVoice.BASE, "gstreamer", *GStreamerCall.KINDS)
+DEFAULT_SYSTEMS = "peervoice,peervoice-off,gstreamer-call,gstreamer-dsp"
 
 
 def ideal_ms(results, f, cond):
@@ -692,7 +714,7 @@ def print_table(results, frames):
     print("relay's p99 one-way delay (x = latency / ideal); dPESQ = PESQ-WB minus the same system's clean PESQ-WB;")
     print("CPU = % of one core; late/merg/conc/str = PeerVoice receiver's late packets, merged late packets, concealment")
     print("outputs and stretched frames per packet received (%), under = its speaker underruns (its log)")
-    header = (f"{'frame':>5} {'network':<11} {'system':<14} {'lat ms':>7} {'range':>11} {'win':>6} {'ideal':>6} {'x':>5} "
+    header = (f"{'frame':>5} {'network':<11} {'system':<20} {'lat ms':>7} {'range':>11} {'win':>6} {'ideal':>6} {'x':>5} "
               f"{'PESQ-WB':>7} {'dPESQ':>6} {'STOI':>5} {'CPU tx':>6} {'CPU rx':>6} {'sum':>5} {'late%':>5} {'merg%':>5} "
               f"{'conc%':>5} {'str%':>5} {'under':>5}")
     print(header)
@@ -708,7 +730,7 @@ def print_table(results, frames):
                 dpesq = (s["pesq_wb"] - clean["pesq_wb"]) if s.get("pesq_wb") is not None and clean.get("pesq_wb") is not None else None
                 ratio = s["latency_ms"] / ideal if s.get("latency_ms") is not None and ideal else None
                 rng = f"{fmt(s['latency_min_ms'])}-{fmt(s['latency_max_ms'])}"
-                print(f"{f:>5} {cond:<11} {kind:<14} {fmt(s['latency_ms']):>7} {rng:>11} "
+                print(f"{f:>5} {cond:<11} {kind:<20} {fmt(s['latency_ms']):>7} {rng:>11} "
                       f"{fmt(s.get('window_latency_median_ms')):>6} {fmt(ideal):>6} {fmt(ratio, '{:.2f}'):>5} "
                       f"{fmt(s['pesq_wb'], '{:.2f}'):>7} {fmt(dpesq, '{:+.2f}'):>6} {fmt(s['stoi'], '{:.2f}'):>5} "
                       f"{fmt(s['cpu_sender_pct']):>6} {fmt(s['cpu_receiver_pct']):>6} {fmt(s.get('cpu_total_pct')):>5} "
@@ -729,12 +751,49 @@ def print_table(results, frames):
                 cells = [fmt(v, "{:.2f}") + (f" ({v - clean[i]:+.2f})" if cond != "clean" and i < len(clean)
                                              and None not in (v, clean[i]) else "")
                          for i, v in enumerate(s["talkspurt_pesq_wb"])]
-                print(f"{f:>5} {cond:<11} {kind:<14} " + "  ".join(f"{c:<13}" for c in cells))
+                print(f"{f:>5} {cond:<11} {kind:<20} " + "  ".join(f"{c:<13}" for c in cells))
     print()
 
 
-def evaluate(results, frames):
-    """Issue 20's targets; `before` is peervoice-base when it ran (else those checks are skipped)."""
+def print_pairs(results, frames):
+    """Each like-for-like pair side by side, and what the default processing costs against it off."""
+    pairs = [(ours, theirs, f"{label}: {ours} / {theirs}") for ours, theirs, label in LIKE_FOR_LIKE]
+    pairs.append(("peervoice", "peervoice-off", "the processing's cost: peervoice / peervoice-off"))
+    rows = []
+    for f in frames:
+        for cond in CONDITIONS:
+            for ours, theirs, label in pairs:
+                a, b = summary(results, f, cond, ours), summary(results, f, cond, theirs)
+                if not a or not b:
+                    continue
+                dl = a["latency_ms"] - b["latency_ms"] if None not in (a["latency_ms"], b["latency_ms"]) else None
+                dp = a["pesq_wb"] - b["pesq_wb"] if None not in (a["pesq_wb"], b["pesq_wb"]) else None
+                rows.append(f"{f:>5} {cond:<11} {label:<50} {fmt(a['latency_ms']):>6} / {fmt(a['pesq_wb'], '{:.2f}'):<5} "
+                            f"{fmt(b['latency_ms']):>6} / {fmt(b['pesq_wb'], '{:.2f}'):<5} {fmt(dl, '{:+.1f}'):>7} {fmt(dp, '{:+.2f}'):>6}")
+    if not rows:
+        return
+    print("Like for like (medians of the table above): PeerVoice against GStreamer doing the same work, and the default")
+    print(f"processing against none (allowed: the library's own {LIBRARY_DELAY_MS:g} ms, {DEFAULTS_PESQ_MARGIN} PESQ-WB on clean speech)")
+    print(f"{'frame':>5} {'network':<11} {'pair':<50} {'first ms / PESQ':>14} {'second ms / PESQ':>16} {'ms':>6} {'PESQ':>6}")
+    for row in rows:
+        print(row)
+    print()
+
+
+def processing_off_kind(systems, daemon_args):
+    """The kind that ran with the processing off: peervoice-off, or peervoice run with
+    --peervoice-args turning it off (as before peervoice-off existed); None when neither."""
+    if "peervoice-off" in systems:
+        return "peervoice-off"
+    if {"--no-echo-cancel", "--no-noise-suppression"} <= set(daemon_args) and "peervoice" in systems:
+        return "peervoice"
+    return None
+
+
+def evaluate(results, frames, off):
+    """Issue 20's targets, on `off` (processing off; skipped when None); `before` is peervoice-base
+    when it ran (else those checks are skipped); and issue 28's for the default path (peervoice)
+    against peervoice-off and gstreamer-dsp."""
     checks = []
 
     def get(f, cond, kind, key):
@@ -745,33 +804,47 @@ def evaluate(results, frames):
 
     base = PeerVoice.BASE
     for f in frames:
-        lat = get(f, "clean", "peervoice", "latency_ms")
+        defaults, without = get(f, "clean", "peervoice", "pesq_wb"), get(f, "clean", "peervoice-off", "pesq_wb")
+        dsp = get(f, "clean", "gstreamer-dsp", "pesq_wb")
+        if defaults is not None and dsp is not None:
+            check(f"{f} ms frames, clean: defaults' PESQ-WB >= gstreamer-dsp's", defaults, dsp, defaults >= dsp)
+            ours, theirs = get(f, "clean", "peervoice", "cpu_total_pct"), get(f, "clean", "gstreamer-dsp", "cpu_total_pct")
+            if None not in (ours, theirs):
+                check(f"{f} ms frames, clean: CPU of both peervoice processes <= gstreamer-dsp A + B", ours, theirs, ours <= theirs)
+        if defaults is not None and without is not None:
+            check(f"{f} ms frames, clean: defaults' PESQ-WB within {DEFAULTS_PESQ_MARGIN} of processing off", defaults, without,
+                  defaults >= without - DEFAULTS_PESQ_MARGIN)
+            lat = get(f, "clean", "peervoice", "latency_ms")
+            budget = round(FLOOR_MS[f] + LIBRARY_DELAY_MS, 1)
+            check(f"{f} ms frames, clean: defaults' latency <= floor + the library's {LIBRARY_DELAY_MS:g} ms ({budget} ms)",
+                  lat, budget, lat is not None and lat <= budget)
+        ours, before = get(f, "clean", "peervoice", "pesq_wb"), get(f, "clean", base, "pesq_wb")
+        if before is not None:
+            check(f"{f} ms frames: clean PESQ-WB >= before", ours, before, ours is not None and ours >= before)
+        if off is None:
+            continue
+        lat = get(f, "clean", off, "latency_ms")
         check(f"{f} ms frames: clean latency <= 1.05 x floor ({round(1.05 * FLOOR_MS[f], 1)} ms)", lat, FLOOR_MS[f],
               lat is not None and lat <= 1.05 * FLOOR_MS[f])
-        clean = get(f, "clean", "peervoice", "pesq_wb")
-        if get(f, "clean", base, "pesq_wb") is not None:
-            before = get(f, "clean", base, "pesq_wb")
-            check(f"{f} ms frames: clean PESQ-WB >= before", clean, before, clean is not None and clean >= before)
+        clean = get(f, "clean", off, "pesq_wb")
         ideal = ideal_ms(results, f, "j30")
-        lat, pesq = get(f, "j30", "peervoice", "latency_ms"), get(f, "j30", "peervoice", "pesq_wb")
+        lat, pesq = get(f, "j30", off, "latency_ms"), get(f, "j30", off, "pesq_wb")
         if ideal is not None:
             check(f"{f} ms frames, j30: latency <= 1.02 x ideal ({round(1.02 * ideal, 1)} ms)", lat, ideal,
                   lat is not None and lat <= 1.02 * ideal)
-        check(f"{f} ms frames, j30: PESQ-WB within 0.3 of own clean", pesq, clean,
-              pesq is not None and clean is not None and pesq >= clean - 0.3)
+        if pesq is not None:
+            check(f"{f} ms frames, j30: PESQ-WB within 0.3 of own clean", pesq, clean, clean is not None and pesq >= clean - 0.3)
         if get(f, "j30-loss10", base, "pesq_wb") is not None:
             for key, name, better in (("pesq_wb", "PESQ-WB", lambda o, b: o >= b), ("latency_ms", "latency", lambda o, b: o <= b)):
                 ours, before = get(f, "j30-loss10", "peervoice", key), get(f, "j30-loss10", base, key)
                 check(f"{f} ms frames, j30-loss10: {name} {'>=' if key == 'pesq_wb' else '<='} before", ours, before,
                       ours is not None and before is not None and better(ours, before))
-        ours = get(f, "clean", "peervoice", "cpu_total_pct")
-        for kind in ("gstreamer", *GStreamerCall.KINDS):
-            theirs = get(f, "clean", kind, "cpu_total_pct")
-            if theirs is None and kind != "gstreamer":
+        for kind, ours_kind in (("gstreamer", off), ("gstreamer-call", off)):
+            ours, theirs = get(f, "clean", ours_kind, "cpu_total_pct"), get(f, "clean", kind, "cpu_total_pct")
+            if theirs is None or ours is None:
                 continue
-            check(f"{f} ms frames, clean: CPU of both PeerVoice processes <= {kind} A + B", ours, theirs,
-                  ours is not None and theirs is not None and ours <= theirs)
-    print("Targets (issue 20; 'baseline' is the reference named in each line)")
+            check(f"{f} ms frames, clean: CPU of both {ours_kind} processes <= {kind} A + B", ours, theirs, ours <= theirs)
+    print("Targets (issues 20 and 28; 'baseline' is the reference named in each line)")
     for c in checks:
         print(f"  [{'met' if c['met'] else 'MISSED'}] {c['target']}: PeerVoice {fmt(c['peervoice'], '{:.2f}')}, "
               f"reference {fmt(c['baseline'], '{:.2f}')}")
@@ -810,6 +883,37 @@ def plot(results, frames, path):
     log(f"wrote {path}")
 
 
+def run_once(pw, kind, f, impair, workdir, label, a, daemon_args):
+    """One fresh start of system `kind` and one measured run; its result (with "error" when it
+    could not be carried out)."""
+    # Each run starts afresh: what a start leaves behind (GStreamer's sink keeps a backlog queued
+    # before WirePlumber linked it) varies from start to start.
+    system, stats = None, None
+    try:
+        if kind == "gstreamer":
+            system = GStreamer(pw, f, impair, workdir, label, a.gst_latency)
+        elif kind in GStreamerCall.KINDS:
+            system = GStreamerCall(pw, f, impair, workdir, label, a.gst_latency, GStreamerCall.KINDS[kind])
+        else:
+            options, speaker = PEERVOICE_KINDS.get(kind, PEERVOICE_KINDS["peervoice"])
+            system = PeerVoice(pw, a.base_bin if kind == PeerVoice.BASE else a.bin, f, impair, workdir, label,
+                               devices={"a": (MIC, speaker), "b": (MIC_B, SPEAKER)},
+                               extra_args={"a": options + daemon_args, "b": options + daemon_args})
+        time.sleep(a.settle)
+        res = measure(pw, system, os.path.join(workdir, f"{label}.wav"))
+    except BenchError as e:
+        res = {"error": str(e)}
+    finally:
+        if system is not None:
+            stats = system.stop()
+    if stats:
+        res["daemon_statistics"] = stats
+    if system is not None and system.relay_stats:
+        res["relay"] = system.relay_stats
+    res["load"] = os.getloadavg()[0]
+    return res
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bin", required=True, help="the (release) peervoiced to run")
@@ -817,8 +921,8 @@ def main():
     ap.add_argument("--frames", default="20,10", help="Opus frame lengths in ms (default 20,10)")
     ap.add_argument("--conditions", default=",".join(CONDITIONS), help=f"networks (default {','.join(CONDITIONS)})")
     ap.add_argument("--systems", default=None,
-                    help="default peervoice,gstreamer; with --base-bin peervoice,peervoice-base,gstreamer; "
-                         "also gstreamer-call, gstreamer-dsp (a call: both directions in each process; with webrtcdsp)")
+                    help=f"default {DEFAULT_SYSTEMS} (both like-for-like pairs); with --base-bin also peervoice-base; "
+                         "also gstreamer (one-way), peervoice-headphones")
     ap.add_argument("--base-bin", help="a second peervoiced (e.g. the commit before a change), run as peervoice-base "
                                        "in the same session, interleaved")
     ap.add_argument("--gst-latency", type=int, default=40,
@@ -828,8 +932,8 @@ def main():
     ap.add_argument("--keep-temp", action="store_true", help="keep the work directory (logs, taps)")
     ap.add_argument("--replot", action="store_true", help="only redraw the PNG and the table (summaries recomputed) from --out's JSON")
     ap.add_argument("--peervoice-args", default="",
-                    help="more options for every peervoiced, e.g. '--no-echo-cancel --no-noise-suppression' "
-                         "(the capture processing adds ~14 ms and changes PESQ; off, the playout is measured alone)")
+                    help="more options for every peervoiced of every PeerVoice kind (peervoice-off adds "
+                         "'--no-echo-cancel --no-noise-suppression' itself)")
     a = ap.parse_args()
     daemon_args = shlex.split(a.peervoice_args)
     if a.replot:
@@ -839,14 +943,19 @@ def main():
         for configuration in doc["results"].values():  # with this version's summary
             configuration["summary"] = summarize(configuration["runs"])
         print_table(doc["results"], frames)
-        evaluate(doc["results"], frames)
+        print_pairs(doc["results"], frames)
+        evaluate(doc["results"], frames, processing_off_kind(doc["parameters"].get("systems") or SYSTEMS,
+                                                             doc["parameters"].get("peervoice_args", [])))
         plot(doc["results"], frames, os.path.splitext(a.out)[0] + ".png")
         return 0
     frames = [int(x) for x in a.frames.split(",")]
     conditions = a.conditions.split(",")
-    systems = (a.systems or ("peervoice,peervoice-base,gstreamer" if a.base_bin else "peervoice,gstreamer")).split(",")
+    systems = (a.systems or (DEFAULT_SYSTEMS + ",peervoice-base" if a.base_bin else DEFAULT_SYSTEMS)).split(",")
     if PeerVoice.BASE in systems and not a.base_bin:
         ap.error("peervoice-base needs --base-bin")
+    for kind in systems:
+        if kind not in SYSTEMS:
+            ap.error(f"unknown system {kind} (known: {', '.join(SYSTEMS)})")
     for c in conditions:
         if c not in CONDITIONS:
             ap.error(f"unknown condition {c}")
@@ -864,40 +973,23 @@ def main():
         pw = PipeWire(os.path.join(workdir, "pw"))
         for f in frames:
             for cond in conditions:
-                for kind in systems:
-                    label = f"f{f}-{cond}-{kind}"
-                    log(f"{label}: starting")
-                    impair = CONDITIONS[cond]
-                    entry = {"frame_ms": f, "network": cond, "system": kind, "impairment": impair, "runs": []}
-                    for r in range(a.runs):
-                        # Each run starts afresh: what a start leaves behind (GStreamer's sink keeps a
-                        # backlog queued before WirePlumber linked it) varies from start to start.
-                        system, stats = None, None
-                        try:
-                            if kind == "gstreamer":
-                                system = GStreamer(pw, f, impair, workdir, f"{label}-{r + 1}", a.gst_latency)
-                            elif kind in GStreamerCall.KINDS:
-                                system = GStreamerCall(pw, f, impair, workdir, f"{label}-{r + 1}", a.gst_latency,
-                                                       GStreamerCall.KINDS[kind])
-                            else:
-                                system = PeerVoice(pw, a.base_bin if kind == PeerVoice.BASE else a.bin, f, impair,
-                                                   workdir, f"{label}-{r + 1}", extra_args={"a": daemon_args, "b": daemon_args})
-                            time.sleep(a.settle)
-                            res = measure(pw, system, os.path.join(workdir, f"{label}-run{r + 1}.wav"))
-                        except BenchError as e:
-                            res = {"error": str(e)}
+                impair = CONDITIONS[cond]
+                entries = {kind: {"frame_ms": f, "network": cond, "system": kind, "impairment": impair, "runs": []}
+                           for kind in systems}
+                log(f"f{f}-{cond}: starting {', '.join(systems)}, {a.runs} runs each, interleaved")
+                # Run by run, every system in turn: a stretch of load on a shared machine then hits
+                # each system alike, not one system's cell.
+                for r in range(a.runs):
+                    for kind in systems:
+                        label = f"f{f}-{cond}-{kind}"
+                        res = run_once(pw, kind, f, impair, workdir, f"{label}-{r + 1}", a, daemon_args)
+                        if "error" in res:
                             status = 1
-                        finally:
-                            if system is not None:
-                                stats = system.stop()
-                        if stats:
-                            res["daemon_statistics"] = stats
-                        if system is not None and system.relay_stats:
-                            res["relay"] = system.relay_stats
                         log(f"{label} run {r + 1}: " + json.dumps({k: v for k, v in res.items() if k != "window_latency_ms"}))
-                        entry["runs"].append(res)
+                        entries[kind]["runs"].append(res)
+                for kind, entry in entries.items():
                     entry["summary"] = summarize(entry["runs"])
-                    results[label] = entry
+                    results[f"f{f}-{cond}-{kind}"] = entry
     except Terminated as e:
         log(f"stopped: {e}")
         status = 130
@@ -912,7 +1004,8 @@ def main():
             subprocess.run(["rm", "-rf", workdir])
 
     print_table(results, frames)
-    checks = evaluate(results, frames)
+    print_pairs(results, frames)
+    checks = evaluate(results, frames, processing_off_kind(systems, daemon_args))
     os.makedirs(os.path.dirname(a.out), exist_ok=True)
     doc = {
         "benchmark": "voice", "started": started, "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),

@@ -42,6 +42,11 @@ peervoice_webrtc_audio_settings peervoice_webrtc_audio_default_settings(void);
 peervoice_webrtc_audio *peervoice_webrtc_audio_create(const peervoice_webrtc_audio_settings *settings, int *error);
 void peervoice_webrtc_audio_destroy(peervoice_webrtc_audio *processor);
 
+/// Turns the echo canceller on (non-zero) or off while the processor runs; the other parts keep
+/// their state. On again, it starts afresh (it learns the echo path anew). 0 or the library's
+/// error code.
+int peervoice_webrtc_audio_set_echo_cancel(peervoice_webrtc_audio *processor, int on);
+
 /// One block of what is being played (the far end), in the order it is played. 0 or the
 /// library's error code.
 int peervoice_webrtc_audio_far_end(peervoice_webrtc_audio *processor, const int16_t *block);

@@ -26,6 +26,10 @@ public protocol VoiceProcessor: AnyObject {
     /// The parts this processor runs.
     var processing: Set<VoiceProcessing> { get }
 
+    /// Turns the echo canceller on or off while running (nothing to cancel with headphones); the
+    /// other parts go on undisturbed. On again, it learns the echo path afresh.
+    func setEchoCancellation(_ on: Bool) throws(VoiceCodecError)
+
     /// One block of what the speaker plays, in the order it plays (silence included: the
     /// canceller needs the far end continuous).
     func analyzeFarEnd(_ block: UnsafeBufferPointer<Int16>) throws(VoiceCodecError)

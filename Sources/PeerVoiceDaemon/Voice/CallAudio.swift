@@ -50,8 +50,15 @@ final class CallAudio {
     private let processing: CaptureProcessing
     /// When to look (again) at what the microphone stream is linked to; nil once done.
     private var nextSourceCheck: Int64? = 0
-    /// The processing that runs, once the source was checked and it was not reported yet.
-    private var processingToReport: Set<VoiceProcessing>?
+    /// What the speaker stream plays into (while echo cancellation is wanted, once the stream has
+    /// a node), the watch's generation last seen, and since when what it says has not changed.
+    private var sinkWatch: SinkWatch?
+    /// Whether to watch it: echo cancellation is wanted, and the watch could be made.
+    private var followsSinks: Bool
+    private var sinkGeneration: UInt64 = 0
+    private var sinksChangedAt: Int64?
+    /// The processing's parts and why, when they changed and were not reported yet.
+    private var processingToReport: [VoiceProcessingState]?
     private var frame: [Int16]
     private let silenceHangoverFrames: Int
     private let restKeepaliveFrames: Int
@@ -85,6 +92,7 @@ final class CallAudio {
         restingBatchFrames = Self.restingBatchMs / options.frameMs
         self.context = context
         processing = CaptureProcessing(processor: try WebRTCVoiceProcessor(processing: options.processing))
+        followsSinks = options.processing.contains(.echoCancel)
         // The streams reach the rings through these, which wake the voice thread when there is work.
         captureSink = CaptureRingSink(ring: captureRing, frameSamples: frame.count, wakeup: wakeup)
         playbackSource = PlaybackRingSource(ring: playbackRing, refillBelowSamples: Self.playbackFillSamples, wakeup: wakeup,
@@ -124,6 +132,7 @@ final class CallAudio {
     func pump(now: Int64, muted: Bool, metering: Bool, participants: [PeerID: VoiceParticipant], voices: [any MixedVoice],
               socket: Socket) -> Int64? {
         if let due = nextSourceCheck, now >= due, capture.state == .streaming { checkSourceForEchoCanceller(now: now) }
+        followSinks(now: now)
         // The speaker first: its ring holds only a few ms beyond a quantum, the microphone's a second.
         let wakeAt = feedPlayback(clock: now, metering: metering, voices: voices)
         sendCaptured(muted: muted, metering: metering, participants: participants, socket: socket)
@@ -143,18 +152,16 @@ final class CallAudio {
         while captureRing.availableToRead >= frame.count {
             sourceSilent = frame.withUnsafeMutableBufferPointer { buffer in
                 _ = captureRing.read(into: buffer)
-                let digitalSilence = !buffer.contains { $0 != 0 }
                 // Processed even when muted or silent, so the canceller keeps pace with the far end.
-                let voiced = processing.process(buffer, pendingCaptureSamples: captureRing.availableToRead,
-                                                deviceDelayFrames: capture.deviceDelayFrames + playback.deviceDelayFrames)
+                let outcome = processing.process(buffer, pendingCaptureSamples: captureRing.availableToRead,
+                                                 deviceDelayFrames: capture.deviceDelayFrames + playback.deviceDelayFrames)
                 // Muted speech is not speaking.
-                if !muted, let flip = speaking.update(isSpeech: voiced, samples: buffer.count) { speakingFlip = flip }
+                if !muted, let flip = speaking.update(isSpeech: outcome.voiced, samples: buffer.count) { speakingFlip = flip }
                 // Muting happens here, within one frame: the encoder hears silence, then rests
-                // (WirePlumber would remember a muted node). Digital silence stays digital
-                // silence (no comfort noise), so the encoder can rest on it.
-                if muted || digitalSilence { buffer.update(repeating: 0) }
+                // (WirePlumber would remember a muted node).
+                if muted { buffer.update(repeating: 0) }
                 if metering { inputMeter.add(UnsafeBufferPointer(buffer)) }
-                return digitalSilence
+                return outcome.isDigitalSilence
             }
             // Every frame moves the timestamp, sent or not: the receivers tell silence from loss.
             defer { timestamp &+= UInt32(frame.count) }
@@ -267,9 +274,10 @@ final class CallAudio {
 
     var isMicrophoneSpeaking: Bool { speaking.isSpeaking }
 
-    /// The capture processing that runs, once, after the microphone was checked for an echo
-    /// canceller of its own (the control plane shows it as `AudioProcessing`), or nil.
-    func processingChanged() -> Set<VoiceProcessing>? {
+    /// The capture processing's parts and why each runs or not (the control plane shows them as
+    /// `AudioProcessing`): once the microphone was checked for an echo canceller of its own, and
+    /// whenever what the speaker plays into turns the canceller on or off; else nil.
+    func processingChanged() -> [VoiceProcessingState]? {
         defer { processingToReport = nil }
         return processingToReport
     }
@@ -291,16 +299,41 @@ final class CallAudio {
         guard !sources.isEmpty else { return }
         nextSourceCheck = nil
         Log.debug("voice: the microphone stream records from \(sources.map { $0.properties["node.name"] ?? "node \($0.id)" })")
-        if processing.processing.contains(.echoCancel), let canceller = sources.first(where: Self.isEchoCanceller) {
-            let name = canceller.properties["node.name"] ?? "node \(canceller.id)"
+        if let canceller = sources.first(where: Self.isEchoCanceller) {
+            _ = processing.microphoneIsCanceller(canceller.properties["node.name"] ?? "node \(canceller.id)")
+        }
+        processingToReport = processing.states
+    }
+
+    /// How long what the speaker plays into must hold before the canceller follows it: a stream
+    /// being moved is linked to nothing for a moment, and a device's routes come one by one.
+    static let sinkSettleNs: Int64 = 300_000_000
+
+    /// Turns the echo canceller off while everything the speaker plays into is at the ear
+    /// (headphones, a headset, a Bluetooth headset) and on again when it is not (docs/VOICE.md,
+    /// "No canceller where nothing can echo"). PipeWire's events keep the watch current on its own
+    /// thread; here only its generation is read, and the sinks once they have settled.
+    private func followSinks(now: Int64) {
+        guard followsSinks else { return }
+        if sinkWatch == nil, let node = playback.nodeID {
             do {
-                processing.replace(with: try WebRTCVoiceProcessor(processing: processing.processing.subtracting([.echoCancel])))
-                Log.info("voice: the microphone (\(name)) is PipeWire's echo canceller already: PeerVoice's echo cancellation is off")
+                sinkWatch = try SinkWatch(context: context, playbackNode: node)
             } catch {
-                Log.warning("voice: cannot turn echo cancellation off (\(error)); two cancellers run in series")
+                Log.warning("voice: cannot follow what the speaker plays into (\(error)); echo cancellation stays on")
+                followsSinks = false
             }
         }
-        processingToReport = processing.processing
+        guard let sinkWatch else { return }
+        let generation = sinkWatch.generation
+        if generation != sinkGeneration {
+            sinkGeneration = generation
+            sinksChangedAt = now
+        }
+        guard let changedAt = sinksChangedAt, now - changedAt >= Self.sinkSettleNs else { return }
+        sinksChangedAt = nil
+        let sinks = sinkWatch.sinks.map { PlaybackSink(node: $0.node, device: $0.device, routes: $0.routes) }
+        Log.debug("voice: the speaker stream plays into \(sinks.map(\.name))")
+        if processing.speakerPlays(into: sinks) { processingToReport = processing.states }
     }
 
     /// A node of libpipewire-module-echo-cancel: it names its nodes' group "echo-cancel-…".

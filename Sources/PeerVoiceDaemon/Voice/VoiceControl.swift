@@ -27,8 +27,9 @@ final class VoiceControl: LinkComponent {
     var roomVoiceOut: (Int, [UInt8]) -> Void = { _, _ in }
     /// The UDP port HELLO announces for voice (0: the listen port).
     private(set) var voicePort: UInt16 = 0
-    /// The capture processing of the latest voice session (before one: what the options allow).
-    private(set) var audioProcessing: [String]
+    /// The capture processing of the latest voice session, each part with whether it runs and
+    /// why (before one: what the options allow).
+    private(set) var audioProcessing: [VoiceProcessingState]
     /// Our microphone holds speech, unmuted (`Speaking`, from the voice thread).
     private(set) var isMicrophoneSpeaking = false
     /// The others in the calls our voice peers host, as their PARTICIPANTS name them, each peer
@@ -60,7 +61,8 @@ final class VoiceControl: LinkComponent {
         self.bluetooth = bluetooth
         self.emit = emit
         self.peerChanged = peerChanged
-        audioProcessing = CaptureProcessing.names(options.voice.processing)
+        audioProcessing = VoiceProcessingState.all(options: options.voice.processing, echoCanceller: .decide(
+            wanted: options.voice.processing.contains(.echoCancel), microphoneCanceller: nil, sinks: []))
         links.register(self, frames: [.voiceStart, .voiceStop, .voiceReport, .voice, .relayedVoice, .participants, .relayReport])
     }
 
@@ -340,9 +342,8 @@ final class VoiceControl: LinkComponent {
             guard let (peer, _) = session(id, generation) else { return }
             links.link(of: peer.id)?.send(.voiceReport(lossPercent: UInt8(min(100, percent))))
         case .processingChanged(let processing):
-            let names = CaptureProcessing.names(processing)
-            guard names != audioProcessing else { return }
-            audioProcessing = names
+            guard processing != audioProcessing else { return }
+            audioProcessing = processing
             emit(.propertiesChanged([.audioProcessing]))
         case .peerSpeaking(let id, let generation, let speaking):
             guard let (_, voice) = session(id, generation) else { return }

@@ -48,9 +48,10 @@ enum VoiceEvent: Sendable {
     case stopped(peer: PeerID, generation: Int, reason: String)
     /// The share of the peer's voice we lose changed: tell the peer (VOICE_REPORT).
     case lossChanged(peer: PeerID, generation: Int, percent: Int)
-    /// The capture processing the call runs (known once its microphone was checked for an echo
-    /// canceller of its own).
-    case processingChanged(Set<VoiceProcessing>)
+    /// The capture processing's parts, whether each runs and why (once the call's microphone was
+    /// checked for an echo canceller of its own, and whenever the speaker's output turns the
+    /// canceller on or off).
+    case processingChanged([VoiceProcessingState])
     /// The peer's voice started or stopped being speech (`Speaking` on its peer object).
     case peerSpeaking(peer: PeerID, generation: Int, speaking: Bool)
     /// The microphone started or stopped being speech, unmuted (the service's `Speaking`).
