@@ -569,6 +569,33 @@ final class MessagingTests: XCTestCase {
         XCTAssertEqual(b.pairingRequests().count, 1, "only the first contact asks B's person")
     }
 
+    /// Issue 37: B stored 1 and 2 from a peer whose ACK never counted (the peer resends all it
+    /// holds unacknowledged), then B's person removed the peer and the two paired again. Its
+    /// resend of 1 and 2 with 3 is acknowledged up to 3, and only 3 is stored and announced.
+    func testAResendAfterRemovePeerAndANewPairingIsNotStoredTwice() throws {
+        let b = try makePeer("bob", fixedPort: true)
+        let fake = FakePeer(identity: SecureLink.newIdentity(), instance: .random(), listenPort: try freeTCPPort())
+        let messages = (1...3).map { n in (seq: UInt64(n), id: MessageID.random(), text: "before and after removal \(n)") }
+        let hexIDs = messages.map(\.id.hex)
+        let logB = MessageLog(b)
+
+        var mark = b.mark
+        XCTAssertEqual(try fakeLink(fake, to: b, texts: Array(messages[0..<2]), expectAck: 2, firstContact: true).last, 2)
+        XCTAssertNotNil(b.waitForState("disconnected", of: fake.id, after: mark), b.log)
+        try b.client.call("RemovePeer", [Variant(fake.id)])
+        XCTAssertEqual(try peerRows(b), [])
+
+        mark = b.mark
+        XCTAssertEqual(try fakeLink(fake, to: b, texts: messages, expectAck: 3, firstContact: true).last, 3)
+        XCTAssertNotNil(b.waitForState("disconnected", of: fake.id, after: mark), b.log)
+        dispatchEvents(for: 0.3)
+        logB.update()
+        XCTAssertEqual(logB.received.map(\.id), hexIDs, "each message announced once, in order")
+        XCTAssertEqual(try history(b, of: fake.id, max: 100).map(\.id), [hexIDs[2]],
+                       "the history starts afresh after RemovePeer, and holds 3 once")
+        XCTAssertEqual(b.pairingRequests().count, 2, "B's person was asked again after RemovePeer")
+    }
+
     // MARK: Silence
 
     func testSilentPeerIsDisconnectedWithinFiveSecondsAndTheLinkRecovers() throws {

@@ -30,6 +30,9 @@ enum MessageJournalRecordType: UInt8 {
     case received = 6
     /// peer str8, lastSeq u64: a removed peer's last sequence number (tombstone file only).
     case forgotten = 7
+    /// peer str8, instance str8, seq u64: a removed peer's duplicate mark for one of its sender
+    /// instances (tombstone file only).
+    case forgottenMark = 8
 }
 
 /// Status byte of an `outgoing` record.
@@ -155,6 +158,14 @@ struct MessageJournalRecord {
         var r = MessageJournalRecord(.forgotten, capacity: 9 + peer.utf8.count)
         r.str8(peer)
         r.u64(lastSeq)
+        return r.seal()
+    }
+
+    static func forgottenMark(peer: String, instance: String, seq: UInt64) -> [UInt8] {
+        var r = MessageJournalRecord(.forgottenMark, capacity: 10 + peer.utf8.count + instance.utf8.count)
+        r.str8(peer)
+        r.str8(instance)
+        r.u64(seq)
         return r.seal()
     }
 }

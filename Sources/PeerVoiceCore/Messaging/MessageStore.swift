@@ -10,8 +10,10 @@ import Foundation
 /// loss is not covered.)
 ///
 /// Files, in `directory` (mode 0700; files 0600): one append-only journal per peer,
-/// `<hex of the peer id's UTF-8>.pvj`, and `forgotten-peers.pvt`, the last sequence numbers of
-/// removed peers so their numbering never restarts. See `MessageJournal.swift` for the format.
+/// `<hex of the peer id's UTF-8>.pvj`, and `forgotten-peers.pvt`, what removed peers leave
+/// behind so a returning key is safe: the last sequence number we gave one (our numbering never
+/// restarts) and the duplicate marks of what it sent us (its resends are not stored twice). See
+/// `MessageJournal.swift` for the format.
 ///
 /// Used from one thread only (the GLib main loop); not `Sendable`.
 public final class MessageStore {
@@ -22,6 +24,8 @@ public final class MessageStore {
     private var peers: [String: MessageStorePeer] = [:]
     /// Removed peers' last sequence numbers, restored if they come back.
     private var forgottenSeqs: [String: UInt64] = [:]
+    /// Removed peers' duplicate marks, per sender instance, restored if they come back.
+    private var forgottenMarks: [String: ForgottenMarks] = [:]
     private var tombstones: MessageJournalFile?
     private var tombstoneRecords = 0
 
@@ -87,8 +91,9 @@ public final class MessageStore {
             else { continue }
             let state = replay(loaded, peer: peer)
             // Covers a crash while a returning peer's journal was being created, before its
-            // first record (which carries the continued numbering) was written.
+            // first record (which carries the continued numbering and marks) was written.
             state.lastSeq = max(state.lastSeq, forgottenSeqs[peer] ?? 0)
+            restoreForgottenMarks(into: state)
             peers[peer] = state
             // A journal a crash kept from being compacted is compacted now.
             let snapshot = state.snapshot(historyLimit: limits.historyPerPeer)
@@ -223,12 +228,15 @@ public final class MessageStore {
 
     /// Removes the peer (`RemovePeer`): returns the ids of its queued messages, which are now
     /// failed (the caller emits `MessageFailed`), and deletes its journal. Its last sequence
-    /// number is kept in `forgotten-peers.pvt` so numbering continues if it comes back.
-    /// Throws `io` (changing nothing) if that cannot be recorded or the journal deleted.
+    /// number and its duplicate marks are kept in `forgotten-peers.pvt`, so if the same key comes
+    /// back our numbering continues and what it sent before (stored, perhaps not acknowledged)
+    /// is not stored again. Throws `io` (changing nothing) if that cannot be recorded or the
+    /// journal deleted.
     public func forget(peer: String) throws -> [String] {
         guard let state = peers[peer] else { return [] }
         let failed = state.outbox[state.outboxHead...].filter { $0.status == .queued }.map(\.id)
-        if state.lastSeq > 0 { try recordForgotten(peer: peer, lastSeq: state.lastSeq) }
+        let marks = state.sendersByAge.map { (instance: $0.instance, seq: $0.mark.seq) }
+        if state.lastSeq > 0 || !marks.isEmpty { try recordForgotten(peer: peer, lastSeq: state.lastSeq, marks: marks) }
         try state.journal.remove()
         peers[peer] = nil
         return failed
@@ -291,7 +299,7 @@ public final class MessageStore {
     /// (its receiver may still hold a duplicate mark for it).
     public func raiseSequenceFloor(to seq: UInt64) throws {
         guard seq > (forgottenSeqs[Self.floorName] ?? 0) else { return }
-        try recordForgotten(peer: Self.floorName, lastSeq: seq)
+        try recordForgotten(peer: Self.floorName, lastSeq: seq, marks: [])
     }
 
     /// The highest sequence number assigned to any peer, removed ones included.
@@ -315,7 +323,12 @@ public final class MessageStore {
         try Self.checkShort(senderInstance, what: "sender instance")
         try Self.checkShort(id, what: "message id")
         guard seq > 0 else { throw MessageStoreError.invalidArgument("sequence number 0 (they start at 1)") }
-        if let state = peers[peer], state.isDuplicate(instance: senderInstance, seq: seq) { return false }
+        if let state = peers[peer] {
+            if state.isDuplicate(instance: senderInstance, seq: seq) { return false }
+        } else if let mark = forgottenMarks[peer]?.seq(of: senderInstance), seq <= mark {
+            // Stored before the peer was removed (its ACK may never have reached it).
+            return false
+        }
         let state = try stateCreatingJournal(peer: peer)
         try persistBeforeChange(
             state,
@@ -381,11 +394,15 @@ public final class MessageStore {
         // A peer removed earlier continues its numbering: its receiver may remember our
         // sequence numbers and would drop reused ones as duplicates.
         let start = max(forgottenSeqs[peer] ?? 0, forgottenSeqs[Self.floorName] ?? 0)
+        let marks = forgottenMarks[peer]?.byAge ?? []
         let file = try MessageJournalFile.create(
-            path: journalPath(peer), records: MessageJournalRecord.state(lastSeq: start, ackedUpTo: start))
+            path: journalPath(peer),
+            records: MessageJournalRecord.state(lastSeq: start, ackedUpTo: start)
+                + marks.flatMap { MessageJournalRecord.watermark(instance: $0.instance, seq: $0.seq) })
         let state = MessageStorePeer(peer: peer, journal: file)
         state.lastSeq = start
         state.ackedUpTo = start
+        restoreForgottenMarks(into: state)
         peers[peer] = state
         return state
     }
@@ -433,7 +450,7 @@ public final class MessageStore {
                     state.addReceived(
                         instance: instance, seq: seq, sentAtMs: sentAtMs, receivedAtMs: receivedAtMs, id: id,
                         text: text, limits: limits)
-                case .forgotten, nil:
+                case .forgotten, .forgottenMark, nil:
                     // A newer format's record (its checksum is fine): skip rather than lose the rest.
                     unknown += 1
                 }
@@ -450,36 +467,63 @@ public final class MessageStore {
     private func loadTombstones() throws {
         guard let loaded = try MessageJournalFile.load(path: tombstonePath, warn: warn) else { return }
         for body in loaded.bodies {
-            guard var r = try? MessageJournalReader(loaded.bytes, body: body),
-                r.type == MessageJournalRecordType.forgotten.rawValue,
-                let peer = try? r.str8(), let lastSeq = try? r.u64()
-            else { continue }
-            forgottenSeqs[peer] = max(forgottenSeqs[peer] ?? 0, lastSeq)
+            guard var r = try? MessageJournalReader(loaded.bytes, body: body) else { continue }
+            switch MessageJournalRecordType(rawValue: r.type) {
+            case .forgotten:
+                guard let peer = try? r.str8(), let lastSeq = try? r.u64() else { continue }
+                forgottenSeqs[peer] = max(forgottenSeqs[peer] ?? 0, lastSeq)
+            case .forgottenMark:
+                guard let peer = try? r.str8(), let instance = try? r.str8(), let seq = try? r.u64() else { continue }
+                forgottenMarks[peer, default: ForgottenMarks()].note(instance: instance, seq: seq, cap: limits.maxSenderInstancesPerPeer)
+            default:
+                continue
+            }
         }
         tombstones = loaded.file
         tombstoneRecords = loaded.bodies.count
     }
 
-    private func recordForgotten(peer: String, lastSeq: UInt64) throws {
-        let record = MessageJournalRecord.forgotten(peer: peer, lastSeq: lastSeq)
+    /// Records what a removed peer leaves behind (`forget`), in one write. `marks`, oldest use
+    /// first, are all of the peer's marks now (a peer removed again had its earlier ones restored).
+    private func recordForgotten(peer: String, lastSeq: UInt64, marks: [(instance: String, seq: UInt64)]) throws {
+        let records = MessageJournalRecord.forgotten(peer: peer, lastSeq: lastSeq)
+            + marks.flatMap { MessageJournalRecord.forgottenMark(peer: peer, instance: $0.instance, seq: $0.seq) }
         if let file = tombstones {
-            try file.append(record)
+            try file.append(records)
         } else {
-            tombstones = try MessageJournalFile.create(path: tombstonePath, records: record)
+            tombstones = try MessageJournalFile.create(path: tombstonePath, records: records)
         }
         forgottenSeqs[peer] = max(forgottenSeqs[peer] ?? 0, lastSeq)
-        tombstoneRecords += 1
-        // One record per RemovePeer; rewrite once most are superseded.
-        if tombstoneRecords > 2 * forgottenSeqs.count + 64, let file = tombstones {
-            let records = forgottenSeqs.sorted { $0.key < $1.key }.flatMap {
-                MessageJournalRecord.forgotten(peer: $0.key, lastSeq: $0.value)
+        for mark in marks {
+            forgottenMarks[peer, default: ForgottenMarks()].note(instance: mark.instance, seq: mark.seq,
+                                                                 cap: limits.maxSenderInstancesPerPeer)
+        }
+        tombstoneRecords += 1 + marks.count
+        // Records per RemovePeer; rewrite once most are superseded.
+        let live = forgottenSeqs.count + forgottenMarks.values.reduce(0) { $0 + $1.byAge.count }
+        if tombstoneRecords > 2 * live + 64, let file = tombstones {
+            var records: [UInt8] = []
+            for (peer, lastSeq) in forgottenSeqs.sorted(by: { $0.key < $1.key }) {
+                records += MessageJournalRecord.forgotten(peer: peer, lastSeq: lastSeq)
+            }
+            for (peer, marks) in forgottenMarks.sorted(by: { $0.key < $1.key }) {
+                for mark in marks.byAge {
+                    records += MessageJournalRecord.forgottenMark(peer: peer, instance: mark.instance, seq: mark.seq)
+                }
             }
             do {
                 try file.rewrite(records: records)
-                tombstoneRecords = forgottenSeqs.count
+                tombstoneRecords = live
             } catch {
                 warn("cannot compact \(Self.tombstoneName): \(error)")
             }
+        }
+    }
+
+    /// A removed peer that returns keeps its duplicate marks (the journal's own ones win where higher).
+    private func restoreForgottenMarks(into state: MessageStorePeer) {
+        for mark in forgottenMarks[state.peer]?.byAge ?? [] {
+            state.noteSender(instance: mark.instance, seq: mark.seq, cap: limits.maxSenderInstancesPerPeer)
         }
     }
 
@@ -678,6 +722,11 @@ final class MessageStorePeer {
         }
     }
 
+    /// The duplicate marks, least recently used first (the order that rebuilds the same cap).
+    var sendersByAge: [(instance: String, mark: SenderMark)] {
+        senders.sorted { $0.value.lastUse < $1.value.lastUse }.map { (instance: $0.key, mark: $0.value) }
+    }
+
     func isDuplicate(instance: String, seq: UInt64) -> Bool {
         guard let mark = senders[instance] else { return false }
         return seq <= mark.seq
@@ -716,7 +765,7 @@ final class MessageStorePeer {
         let keep = max(historyLimit, 0)
         if history.count > keep { history.removeFirst(history.count - keep) }
         var out = MessageJournalRecord.state(lastSeq: lastSeq, ackedUpTo: ackedUpTo)
-        for (instance, mark) in senders.sorted(by: { $0.value.lastUse < $1.value.lastUse }) {
+        for (instance, mark) in sendersByAge {
             out += MessageJournalRecord.watermark(instance: instance, seq: mark.seq)
         }
         let firstKept = history.first?.ordinal ?? .max
@@ -739,5 +788,26 @@ final class MessageStorePeer {
         case .failed: .failed
         }
         return MessageJournalRecord.outgoing(status: status, seq: entry.seq, timeMs: entry.timeMs, id: entry.id, text: entry.text)
+    }
+}
+
+/// A removed peer's duplicate marks (`forgotten-peers.pvt`): per sender instance the highest seq
+/// stored, least recently used first, at most `maxSenderInstancesPerPeer` of them.
+struct ForgottenMarks {
+    private(set) var byAge: [(instance: String, seq: UInt64)] = []
+
+    func seq(of instance: String) -> UInt64? {
+        byAge.first { $0.instance == instance }?.seq
+    }
+
+    /// Notes a mark as the most recently used; a mark only goes up.
+    mutating func note(instance: String, seq: UInt64, cap: Int) {
+        var seq = seq
+        if let index = byAge.firstIndex(where: { $0.instance == instance }) {
+            seq = max(seq, byAge[index].seq)
+            byAge.remove(at: index)
+        }
+        byAge.append((instance: instance, seq: seq))
+        if byAge.count > max(cap, 1) { byAge.removeFirst(byAge.count - max(cap, 1)) }
     }
 }
