@@ -78,7 +78,9 @@ final class PeerVoiceService {
         let directory: PeerDirectory
         do {
             instance = try Self.loadInstanceID(in: state)
-            store = try MessageStore(directory: state + "/messages", onWarning: { Log.warning("message store: \($0)") })
+            // Synced in batches on MessageDelivery's sync thread, never on the main loop per message.
+            store = try MessageStore(directory: state + "/messages", syncMode: .batched,
+                                     onWarning: { Log.warning("message store: \($0)") })
             directory = try PeerDirectory(path: state + "/peers.json") { PeerID(key: $0, using: crypto) }
             settings = try ServiceSettings(path: state + "/settings.json", defaultName: options.name)
             try Self.migrate(store: store, directory: directory)
@@ -319,8 +321,9 @@ final class PeerVoiceService {
 
     // MARK: Messages
 
-    /// Queues `text` for the peer `ref` names (nil: every connected peer) and returns the message id.
-    func send(_ text: String, to ref: PeerRef?) throws(ServiceError) -> String {
+    /// Queues `text` for the peer `ref` names (nil: every connected peer); `accepted` gets the
+    /// message id once the message is on the disk (it is not sent before either).
+    func send(_ text: String, to ref: PeerRef?, accepted: @escaping (String) -> Void) throws(ServiceError) {
         try MessageText.validate(text)
         let targets: [Peer]
         if let ref {
@@ -335,7 +338,7 @@ final class PeerVoiceService {
             try delivery.enqueue(text, id: messageID, for: peer.id, nowMs: now)
             if !peer.isConnected { connections.scheduleRedial(peer, immediately: true) }
         }
-        return messageID
+        delivery.whenDurable { accepted(messageID) }
     }
 
     func history(of ref: PeerRef, max: Int) throws(ServiceError) -> (PeerID, [StoredMessage]) {

@@ -3,11 +3,13 @@ import Foundation
 /// The durable message store: each peer's outbox, the duplicate marks of what it sent us, and
 /// the history of both directions.
 ///
-/// Promise: a message `enqueue` accepts has been handed to the OS (one write(2), no user-space
-/// buffer) before `enqueue` returns, and a received one before `receive` returns, so a kill -9
-/// of either side loses nothing that was confirmed; it is delivered once (the receiver drops
-/// duplicates by the sender's sequence number) or reported failed. (Without fsync, a power
-/// loss is not covered.)
+/// Promise: every change is written (one write(2), no user-space buffer) before the call that
+/// made it returns, so a kill -9 loses nothing written; and it is on the disk (synced) once
+/// `writesDurable` reaches the `writesMade` the call left, so a power loss loses nothing
+/// durable. Whoever confirms something (a `Send` reply, an ACK to the peer, an event) waits for
+/// that (`TextDelivery` does); a queued message is not even offered for sending (`pending`)
+/// before. With `.everyWrite` each call syncs before it returns; with `.batched` the caller
+/// syncs batches of writes on another thread (`takeSyncBatch`, `finishSync`): group commit.
 ///
 /// Files, in `directory` (mode 0700; files 0600): one append-only journal per peer,
 /// `<hex of the peer id's UTF-8>.pvj`, and `forgotten-peers.pvt`, what removed peers leave
@@ -17,10 +19,31 @@ import Foundation
 ///
 /// Used from one thread only (the GLib main loop); not `Sendable`.
 public final class MessageStore {
+    /// When writes are synced.
+    public enum SyncMode: Sendable {
+        /// Before the call that wrote returns: a sync per change (tests, tools).
+        case everyWrite
+        /// In batches the caller runs off this thread (`takeSyncBatch`, `finishSync`).
+        case batched
+    }
+
     /// The directory holding the journals.
     public let directory: String
     public let limits: MessageStoreLimits
+    public let syncMode: SyncMode
+    private let storage: any Storage
     private let warn: (String) -> Void
+    /// Journal appends so far, numbered from 1: a caller notes the number after its change and
+    /// waits until `writesDurable` reaches it.
+    public private(set) var writesMade: UInt64 = 0
+    /// Every write up to this number is on the disk.
+    public private(set) var writesDurable: UInt64 = 0
+    /// Peers whose journals were appended to since the last sync batch was taken.
+    private var unsynced = Set<String>()
+    /// The batch being synced, if any: only one at a time, so they finish in order.
+    private var syncing: MessageStoreSyncBatch?
+    /// The highest batch that finished: durable as soon as no journal waits for a rewrite.
+    private var pendingThrough: UInt64 = 0
     private var peers: [String: MessageStorePeer] = [:]
     /// Removed peers' last sequence numbers, restored if they come back.
     private var forgottenSeqs: [String: UInt64] = [:]
@@ -43,40 +66,34 @@ public final class MessageStore {
     public init(
         directory: String,
         limits: MessageStoreLimits = MessageStoreLimits(),
+        storage: any Storage = FileStorage(),
+        syncMode: SyncMode = .everyWrite,
         onWarning: @escaping (String) -> Void = { _ in }
     ) throws {
         self.directory = directory
         self.limits = limits
+        self.storage = storage
+        self.syncMode = syncMode
         self.warn = onWarning
-        let fm = FileManager.default
 
-        var isDirectory: ObjCBool = false
-        if fm.fileExists(atPath: directory, isDirectory: &isDirectory) {
-            guard isDirectory.boolValue else { throw MessageStoreError.io("\(directory) is not a directory") }
+        if storage.exists(directory) {
+            guard storage.isDirectory(directory) else {
+                throw MessageStoreError.io(StorageError(.other, operation: "use", path: directory, reason: "it is not a directory"))
+            }
             // Message text is private: keep the directory owner-only even if it was created wider.
             do {
-                try fm.setAttributes([.posixPermissions: 0o700], ofItemAtPath: directory)
+                try storage.restrictToOwner(directory)
             } catch {
-                onWarning("cannot restrict \(directory) to mode 0700: \(error.localizedDescription)")
+                onWarning("cannot restrict \(directory) to mode 0700: \(error.reason)")
             }
         } else {
-            do {
-                try fm.createDirectory(
-                    atPath: directory, withIntermediateDirectories: true,
-                    attributes: [.posixPermissions: 0o700])
-            } catch {
-                throw MessageStoreError.io("cannot create \(directory): \(error.localizedDescription)")
-            }
+            do { try storage.makeDirectory(directory) } catch { throw MessageStoreError.io(error) }
         }
 
         try loadTombstones()
 
         let names: [String]
-        do {
-            names = try fm.contentsOfDirectory(atPath: directory)
-        } catch {
-            throw MessageStoreError.io("cannot list \(directory): \(error.localizedDescription)")
-        }
+        do { names = try storage.list(directory) } catch { throw MessageStoreError.io(error) }
         // A journal may exist only as `.compact` after a crash in the middle of a rewrite.
         var stems = Set<String>()
         for var name in names {
@@ -87,7 +104,7 @@ public final class MessageStore {
         }
         for stem in stems.sorted() {
             guard let peer = Self.peerID(fromFileStem: stem),
-                let loaded = try MessageJournalFile.load(path: journalPath(peer), warn: onWarning)
+                let loaded = try MessageJournalFile.load(storage: storage, path: journalPath(peer), warn: onWarning)
             else { continue }
             let state = replay(loaded, peer: peer)
             // Covers a crash while a returning peer's journal was being created, before its
@@ -121,22 +138,27 @@ public final class MessageStore {
         peers.keys.sorted()
     }
 
-    /// The peer's queued messages, oldest (lowest seq) first: what to send on (re)connection.
+    /// The peer's queued messages that are durable, oldest (lowest seq) first: what to send on
+    /// (re)connection. (A message not yet on the disk is never sent: were it lost in a crash after
+    /// the peer stored it, its seq would be given again to another message, which the peer would
+    /// drop as a duplicate.)
     public func pending(peer: String) -> [OutgoingMessage] {
         guard let state = peers[peer] else { return [] }
-        return state.outbox[state.outboxHead...].filter { $0.status == .queued }.map {
+        return state.outbox[state.outboxHead...].filter { $0.status == .queued && $0.write <= writesDurable }.map {
             OutgoingMessage(seq: $0.seq, id: $0.id, sentAtMs: $0.timeMs, text: $0.text)
         }
     }
 
-    /// Queued messages with a seq above `seq`, oldest first, at most `limit` of them: what a
-    /// sender streams next, without copying the whole outbox each time.
+    /// Durable queued messages with a seq above `seq`, oldest first, at most `limit` of them: what
+    /// a sender streams next, without copying the whole outbox each time.
     public func pending(peer: String, after seq: UInt64, limit: Int) -> [OutgoingMessage] {
         guard let state = peers[peer], limit > 0 else { return [] }
         var result: [OutgoingMessage] = []
         var index = state.firstOutboxIndex(atLeast: seq &+ 1)
         while index < state.outbox.count, result.count < limit {
             let entry = state.outbox[index]
+            // Queued entries are in write order: the first one not yet durable ends the durable ones.
+            if entry.status == .queued && entry.write > writesDurable { break }
             if entry.status == .queued {
                 result.append(OutgoingMessage(seq: entry.seq, id: entry.id, sentAtMs: entry.timeMs, text: entry.text))
             }
@@ -161,9 +183,10 @@ public final class MessageStore {
     // MARK: Sending
 
     /// Accepts a message for the peer: assigns the next per-peer sequence number (from 1, never
-    /// reused for that peer, even after `forget`) and writes it to the journal before returning.
-    /// Throws `outboxFull` at a limit, `invalidArgument` for a malformed peer or id, `io` if the
-    /// disk refused; in every throwing case nothing was stored.
+    /// reused for that peer, even after `forget`) and writes it to the journal before returning
+    /// (durable once `writesDurable` reaches `writesMade`). Throws `outboxFull` at a limit,
+    /// `invalidArgument` for a malformed peer or id, `io` if the disk refused (full, read-only);
+    /// in every throwing case nothing was stored.
     public func enqueue(peer: String, id: String, text: String, nowMs: UInt64) throws -> OutgoingMessage {
         try Self.checkPeer(peer)
         try Self.checkShort(id, what: "message id")
@@ -180,7 +203,8 @@ public final class MessageStore {
         let seq = state.lastSeq + 1
         try persistBeforeChange(
             state, MessageJournalRecord.outgoing(status: .queued, seq: seq, timeMs: nowMs, id: id, text: text))
-        state.addOutgoing(status: .queued, seq: seq, timeMs: nowMs, id: id, text: text, historyLimit: limits.historyPerPeer)
+        state.addOutgoing(status: .queued, seq: seq, timeMs: nowMs, id: id, text: text, historyLimit: limits.historyPerPeer,
+                          write: writesMade)
         compactIfDue(state)
         return OutgoingMessage(seq: seq, id: id, sentAtMs: nowMs, text: text)
     }
@@ -237,8 +261,11 @@ public final class MessageStore {
         let failed = state.outbox[state.outboxHead...].filter { $0.status == .queued }.map(\.id)
         let marks = state.sendersByAge.map { (instance: $0.instance, seq: $0.mark.seq) }
         if state.lastSeq > 0 || !marks.isEmpty { try recordForgotten(peer: peer, lastSeq: state.lastSeq, marks: marks) }
+        // Durable before it returns: a removal undone by a crash would bring back messages
+        // already reported failed.
         try state.journal.remove()
         peers[peer] = nil
+        unsynced.remove(peer)
         return failed
     }
 
@@ -253,7 +280,7 @@ public final class MessageStore {
         let present = sources.filter { $0 != target && peers[$0] != nil }
         if peers[target] == nil, !present.isEmpty {
             let states = present.map { peers[$0]! }
-            let merged = MessageStorePeer(peer: target, journal: MessageJournalFile(path: journalPath(target)))
+            let merged = MessageStorePeer(peer: target, journal: MessageJournalFile(storage: storage, path: journalPath(target)))
             let base = states.map(\.lastSeq).max() ?? 0
             merged.lastSeq = base
             merged.ackedUpTo = base
@@ -351,7 +378,27 @@ public final class MessageStore {
             try state.journal.rewrite(records: state.snapshot(historyLimit: limits.historyPerPeer))
             state.unsaved = false
         }
+        let before = state.journal.length
         try state.journal.append(records)
+        do {
+            try wrote(state)
+        } catch {
+            // Not synced, so not accepted: take it back, or a restart would find it.
+            do { try state.journal.cutBack(to: before) } catch { state.unsaved = true }
+            throw error
+        }
+    }
+
+    /// Counts a write to `state`'s journal; syncs it now in `.everyWrite` mode.
+    private func wrote(_ state: MessageStorePeer) throws {
+        writesMade += 1
+        switch syncMode {
+        case .everyWrite:
+            try state.journal.sync()
+            writesDurable = writesMade
+        case .batched:
+            unsynced.insert(state.peer)
+        }
     }
 
     /// For facts that happened regardless of the disk (acknowledgements, failures): memory has
@@ -361,6 +408,7 @@ public final class MessageStore {
         if !state.unsaved {
             do {
                 try state.journal.append(records)
+                try wrote(state)
                 return
             } catch {
                 warn("cannot record a status change for \(state.peer): \(error); will rewrite the journal")
@@ -373,6 +421,63 @@ public final class MessageStore {
         } catch {
             warn("cannot rewrite the journal of \(state.peer): \(error); will retry")
         }
+    }
+
+    // MARK: Syncing in batches
+
+    /// The sync due now, if writes wait for one and none runs (group commit: what was written
+    /// while a batch ran goes in the next). Run it anywhere (`run`), then `finishSync` here.
+    public func takeSyncBatch() -> MessageStoreSyncBatch? {
+        guard syncMode == .batched, syncing == nil, writesDurable < writesMade else { return nil }
+        var handles: [any StorageSyncHandle] = []
+        for peer in unsynced.sorted() {
+            guard let state = peers[peer] else { continue }
+            do {
+                if let handle = try state.journal.syncHandle() {
+                    handles.append(handle)
+                } else {
+                    state.unsaved = true  // closed after a failure: rewritten from memory instead
+                }
+            } catch {
+                warn("cannot sync the journal of \(peer): \(error); will rewrite it")
+                state.unsaved = true
+            }
+        }
+        let batch = MessageStoreSyncBatch(through: writesMade, peers: unsynced.sorted(), handles: handles)
+        unsynced = []
+        syncing = batch
+        return batch
+    }
+
+    /// The batch ran (`error`: how it failed). Writes up to its `through` are durable unless a
+    /// journal could not be synced: after a failed sync the kernel may have dropped what it
+    /// held, so that journal is rewritten from memory (which syncs) before anything counts.
+    public func finishSync(_ batch: MessageStoreSyncBatch, error: StorageError?) {
+        syncing = nil
+        if let error {
+            warn("\(error); rewriting the journals of that sync")
+            for peer in batch.peers { peers[peer]?.unsaved = true }
+        }
+        pendingThrough = max(pendingThrough, batch.through)
+        if rewriteUnsaved() { writesDurable = max(writesDurable, pendingThrough) }
+    }
+
+    /// Whether a batch is being synced.
+    public var isSyncing: Bool { syncing != nil }
+
+    /// Rewrites the journals whose disk contents cannot be trusted; true if none is left.
+    private func rewriteUnsaved() -> Bool {
+        var clean = true
+        for state in peers.values where state.unsaved {
+            do {
+                try state.journal.rewrite(records: state.snapshot(historyLimit: limits.historyPerPeer))
+                state.unsaved = false
+            } catch {
+                warn("cannot rewrite the journal of \(state.peer): \(error); will retry")
+                clean = false
+            }
+        }
+        return clean
     }
 
     /// Compaction is amortised: a journal is rewritten only after it has doubled (plus slack)
@@ -396,7 +501,7 @@ public final class MessageStore {
         let start = max(forgottenSeqs[peer] ?? 0, forgottenSeqs[Self.floorName] ?? 0)
         let marks = forgottenMarks[peer]?.byAge ?? []
         let file = try MessageJournalFile.create(
-            path: journalPath(peer),
+            storage: storage, path: journalPath(peer),
             records: MessageJournalRecord.state(lastSeq: start, ackedUpTo: start)
                 + marks.flatMap { MessageJournalRecord.watermark(instance: $0.instance, seq: $0.seq) })
         let state = MessageStorePeer(peer: peer, journal: file)
@@ -465,7 +570,7 @@ public final class MessageStore {
     }
 
     private func loadTombstones() throws {
-        guard let loaded = try MessageJournalFile.load(path: tombstonePath, warn: warn) else { return }
+        guard let loaded = try MessageJournalFile.load(storage: storage, path: tombstonePath, warn: warn) else { return }
         for body in loaded.bodies {
             guard var r = try? MessageJournalReader(loaded.bytes, body: body) else { continue }
             switch MessageJournalRecordType(rawValue: r.type) {
@@ -490,8 +595,9 @@ public final class MessageStore {
             + marks.flatMap { MessageJournalRecord.forgottenMark(peer: peer, instance: $0.instance, seq: $0.seq) }
         if let file = tombstones {
             try file.append(records)
+            try file.sync()
         } else {
-            tombstones = try MessageJournalFile.create(path: tombstonePath, records: records)
+            tombstones = try MessageJournalFile.create(storage: storage, path: tombstonePath, records: records)
         }
         forgottenSeqs[peer] = max(forgottenSeqs[peer] ?? 0, lastSeq)
         for mark in marks {
@@ -597,9 +703,11 @@ final class MessageStoreEntry {
     let text: String
     let textBytes: Int
     let seq: UInt64
+    /// The store's number of the write that recorded it (0: read from the disk).
+    let write: UInt64
 
     init(ordinal: UInt64, outgoing: Bool, id: String, status: MessageStatus, timeMs: UInt64,
-         peerTimeMs: UInt64, text: String, seq: UInt64) {
+         peerTimeMs: UInt64, text: String, seq: UInt64, write: UInt64 = 0) {
         self.ordinal = ordinal
         self.outgoing = outgoing
         self.id = id
@@ -609,6 +717,7 @@ final class MessageStoreEntry {
         self.text = text
         self.textBytes = text.utf8.count
         self.seq = seq
+        self.write = write
     }
 }
 
@@ -650,10 +759,11 @@ final class MessageStorePeer {
         if history.count >= 2 * keep + 64 { history.removeFirst(history.count - keep) }
     }
 
-    func addOutgoing(status: MessageStatus, seq: UInt64, timeMs: UInt64, id: String, text: String, historyLimit: Int) {
+    func addOutgoing(status: MessageStatus, seq: UInt64, timeMs: UInt64, id: String, text: String, historyLimit: Int,
+                     write: UInt64 = 0) {
         let entry = MessageStoreEntry(
             ordinal: nextOrdinal, outgoing: true, id: id, status: status, timeMs: timeMs, peerTimeMs: timeMs,
-            text: text, seq: seq)
+            text: text, seq: seq, write: write)
         nextOrdinal += 1
         lastSeq = max(lastSeq, seq)
         appendHistory(entry, limit: historyLimit)
@@ -809,5 +919,21 @@ struct ForgottenMarks {
         }
         byAge.append((instance: instance, seq: seq))
         if byAge.count > max(cap, 1) { byAge.removeFirst(byAge.count - max(cap, 1)) }
+    }
+}
+
+/// Syncs of the journals written since the last batch (`MessageStore.takeSyncBatch`).
+public struct MessageStoreSyncBatch: Sendable {
+    /// Every write up to this number is durable once the batch ran without error.
+    public let through: UInt64
+    let peers: [String]
+    let handles: [any StorageSyncHandle]
+
+    /// Blocks until the batch's files are on the disk; the first failure, if any. Any thread.
+    public func run() -> StorageError? {
+        for handle in handles {
+            do { try handle.sync() } catch { return error }
+        }
+        return nil
     }
 }
