@@ -77,7 +77,7 @@ final class PeerVoiceService {
         let store: MessageStore
         let directory: PeerDirectory
         do {
-            instance = try Self.loadInstanceID(in: state)
+            instance = try InstanceFile.loadOrCreate(at: state + "/instance")
             // Synced in batches on MessageDelivery's sync thread, never on the main loop per message.
             store = try MessageStore(directory: state + "/messages", syncMode: .batched,
                                      onWarning: { Log.warning("message store: \($0)") })
@@ -387,18 +387,4 @@ final class PeerVoiceService {
     // MARK: Helpers
 
     static func nowMs() -> UInt64 { UInt64(Date().timeIntervalSince1970 * 1000) }
-
-    private static func loadInstanceID(in directory: String) throws -> InstanceID {
-        let path = directory + "/instance"
-        if let data = FileManager.default.contents(atPath: path),
-           let id = InstanceID(hex: String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)) {
-            return id
-        }
-        let id = InstanceID.random()
-        guard FileManager.default.createFile(atPath: path, contents: Data((id.hex + "\n").utf8),
-                                             attributes: [.posixPermissions: 0o600]) else {
-            throw CocoaError(.fileWriteUnknown, userInfo: [NSFilePathErrorKey: path])
-        }
-        return id
-    }
 }

@@ -36,6 +36,9 @@ enum MessageJournalRecordType: UInt8 {
     /// peer str8, instance str8, seq u64: a removed peer's duplicate mark for one of its sender
     /// instances (tombstone file only).
     case forgottenMark = 8
+    /// No fields: every `received` record before it was announced (`MessageReceived`). Those
+    /// after the last one are announced again when the store is opened.
+    case announced = 9
 }
 
 /// Status byte of an `outgoing` record.
@@ -161,6 +164,11 @@ struct MessageJournalRecord {
         var r = MessageJournalRecord(.forgotten, capacity: 9 + peer.utf8.count)
         r.str8(peer)
         r.u64(lastSeq)
+        return r.seal()
+    }
+
+    static func announced() -> [UInt8] {
+        var r = MessageJournalRecord(.announced, capacity: 0)
         return r.seal()
     }
 
@@ -294,17 +302,22 @@ final class MessageJournalFile {
             pos = body.upperBound
         }
 
+        if pos < bytes.count {
+            warn("\(fileName(path)): dropped \(bytes.count - pos) bytes of incomplete or corrupt data at offset \(pos) (an interrupted write)")
+        }
         do {
             let handle = try storage.openForAppending(path)
             file.file = handle
             if pos < bytes.count {
-                warn("\(fileName(path)): dropped \(bytes.count - pos) bytes of incomplete or corrupt data at offset \(pos) (an interrupted write)")
                 try handle.truncate(to: UInt64(pos))
                 // Records appended from here on must never follow the torn bytes on the disk.
                 try handle.sync()
             }
         } catch {
-            throw MessageStoreError.io(error)
+            // A read-only or full disk: reading is all a start needs; the first append reopens
+            // the file and cuts it to the last whole record (or fails, and says so).
+            warn("cannot open \(fileName(path)) for writing yet: \(error)")
+            file.close()
         }
         file.length = UInt64(pos)
         file.baseline = UInt64(pos)
@@ -324,12 +337,13 @@ final class MessageJournalFile {
     private static func finishInterruptedRewrite(storage: any Storage, path: String) throws {
         let compact = path + ".compact"
         guard storage.exists(compact) else { return }
+        if storage.exists(path) {
+            // A partial leftover: ignored while the journal exists, removed when the disk allows.
+            try? storage.remove(compact)
+            return
+        }
         do {
-            if storage.exists(path) {
-                try storage.remove(compact)
-            } else {
-                try storage.rename(compact, to: path)
-            }
+            try storage.rename(compact, to: path)
         } catch {
             throw MessageStoreError.io(error)
         }

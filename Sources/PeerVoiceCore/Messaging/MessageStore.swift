@@ -307,6 +307,7 @@ public final class MessageStore {
                 }
             }
             merged.lastSeq = next
+            merged.unannounced = []  // announced when they came, under the old names
             for state in states {
                 for (instance, mark) in state.senders {
                     merged.noteSender(instance: instance, seq: mark.seq, cap: limits.maxSenderInstancesPerPeer)
@@ -366,6 +367,25 @@ public final class MessageStore {
             limits: limits)
         compactIfDue(state)
         return true
+    }
+
+    /// The caller announced (`MessageReceived`) every message `receive` stored from `peer`: says
+    /// so in the journal (written, synced with the next batch), so they are not announced again.
+    public func noteAnnounced(peer: String) {
+        guard let state = peers[peer], !state.unannounced.isEmpty else { return }
+        state.unannounced = []
+        persistAfterChange(state, MessageJournalRecord.announced())
+    }
+
+    /// Messages stored but, as far as the disk knows, never announced: the machine stopped
+    /// between storing and announcing (or before the journal said so). Announce them (again: a
+    /// message's id tells a repeat), then `noteAnnounced`. Per peer (sorted), oldest first.
+    public func unannounced() -> [(peer: String, message: StoredMessage)] {
+        peers.keys.sorted().flatMap { peer in
+            peers[peer]!.unannounced.map {
+                (peer, StoredMessage(id: $0.id, status: .received, timeMs: $0.timeMs, text: $0.text, seq: $0.seq))
+            }
+        }
     }
 
     // MARK: Persistence
@@ -468,7 +488,8 @@ public final class MessageStore {
     /// Rewrites the journals whose disk contents cannot be trusted; true if none is left.
     private func rewriteUnsaved() -> Bool {
         var clean = true
-        for state in peers.values where state.unsaved {
+        for peer in peers.keys.sorted() where peers[peer]!.unsaved {
+            let state = peers[peer]!
             do {
                 try state.journal.rewrite(records: state.snapshot(historyLimit: limits.historyPerPeer))
                 state.unsaved = false
@@ -503,7 +524,8 @@ public final class MessageStore {
         let file = try MessageJournalFile.create(
             storage: storage, path: journalPath(peer),
             records: MessageJournalRecord.state(lastSeq: start, ackedUpTo: start)
-                + marks.flatMap { MessageJournalRecord.watermark(instance: $0.instance, seq: $0.seq) })
+                + marks.flatMap { MessageJournalRecord.watermark(instance: $0.instance, seq: $0.seq) }
+                + MessageJournalRecord.announced())
         let state = MessageStorePeer(peer: peer, journal: file)
         state.lastSeq = start
         state.ackedUpTo = start
@@ -516,6 +538,7 @@ public final class MessageStore {
         let state = MessageStorePeer(peer: peer, journal: loaded.file)
         var unknown = 0
         var malformed = 0
+        var sawAnnouncedMarker = false
         for body in loaded.bodies {
             do {
                 var r = try MessageJournalReader(loaded.bytes, body: body)
@@ -555,6 +578,9 @@ public final class MessageStore {
                     state.addReceived(
                         instance: instance, seq: seq, sentAtMs: sentAtMs, receivedAtMs: receivedAtMs, id: id,
                         text: text, limits: limits)
+                case .announced:
+                    state.unannounced = []
+                    sawAnnouncedMarker = true
                 case .forgotten, .forgottenMark, nil:
                     // A newer format's record (its checksum is fine): skip rather than lose the rest.
                     unknown += 1
@@ -566,6 +592,9 @@ public final class MessageStore {
         if unknown + malformed > 0 {
             warn("journal of \(peer): skipped \(unknown) unknown and \(malformed) malformed records")
         }
+        // Journals written before `announced` records existed (every journal since has one from
+        // its creation on): what they hold was announced when it came.
+        if !sawAnnouncedMarker { state.unannounced = [] }
         return state
     }
 
@@ -747,6 +776,9 @@ final class MessageStorePeer {
     private var nextOrdinal: UInt64 = 0
     /// Memory holds changes a failed write kept from the journal; rewrite before the next append.
     var unsaved = false
+    /// Received messages the journal does not say were announced, oldest first (a suffix of the
+    /// received ones in `history`).
+    var unannounced: [MessageStoreEntry] = []
 
     init(peer: String, journal: MessageJournalFile) {
         self.peer = peer
@@ -867,6 +899,7 @@ final class MessageStorePeer {
             peerTimeMs: sentAtMs, text: text, seq: seq)
         nextOrdinal += 1
         appendHistory(entry, limit: limits.historyPerPeer)
+        unannounced.append(entry)
     }
 
     /// The journal's live contents (records, without the magic): state, duplicate marks, queued
@@ -882,7 +915,13 @@ final class MessageStorePeer {
         for entry in outbox[outboxHead...] where entry.status == .queued && entry.ordinal < firstKept {
             out += record(entry)
         }
-        for entry in history { out += record(entry) }
+        // The unannounced received messages are the newest: the marker goes just before them.
+        let firstUnannounced = unannounced.first
+        for entry in history {
+            if entry === firstUnannounced { out += MessageJournalRecord.announced() }
+            out += record(entry)
+        }
+        if firstUnannounced == nil { out += MessageJournalRecord.announced() }
         return out
     }
 

@@ -1,10 +1,18 @@
 /// Text delivery with every peer (docs/PROTOCOL.md §8): the durable `MessageStore` and, for each
 /// open link, its `LinkDelivery`. It decides which TEXT and ACK go on which link and what the
 /// service announces, and confirms nothing that is not on the disk yet: a TEXT is sent, an ACK
-/// given, `MessageReceived`, `MessageDelivered` and `MessageFailed` announced, and a caller's
-/// `whenDurable` run only once every store write they depend on is durable (`MessageStore`:
-/// `writesDurable`). Pure and driven from outside: the daemon runs it on its links and timers
-/// (`MessageDelivery`), the simulation on simulated ones. Used from one thread.
+/// given, `MessageDelivered` and `MessageFailed` announced, and a caller's `whenDurable` run
+/// (`Send`'s reply) only once every store write they depend on is durable (`MessageStore`:
+/// `writesDurable`). `MessageReceived` is the exception, announced at least once rather than
+/// after the sync: no order of "synced" and "announced" survives a power loss between the two,
+/// and a message that outlived a crash unannounced would never be announced, its sender's resend
+/// being dropped as a duplicate (found by the simulation, seeds 20 and 141). So a message is
+/// announced as soon as it is written, the journal notes that after each read (`noteAnnounced`),
+/// and what it does not say was announced is announced again when the service starts
+/// (`announceUnannounced`); a power loss can also lose the record itself, and then the resend
+/// is announced again. A repeat carries the same message id. Pure and driven from outside: the
+/// daemon runs it on its links and timers (`MessageDelivery`), the simulation on simulated ones.
+/// Used from one thread.
 ///
 /// A message accepted by `enqueue` is delivered exactly once or reported failed: it stays queued
 /// until the peer acknowledges it, is sent again on every new link and after a stall, and fails
@@ -130,6 +138,18 @@ public final class TextDelivery<Link: AnyObject> {
         }
     }
 
+    /// At start: announces the messages the journal does not say were announced (the machine
+    /// stopped between storing and announcing them, or before noting it).
+    public func announceUnannounced() {
+        var peers: Set<String> = []
+        for (peer, message) in store.unannounced() {
+            guard let id = PeerID(peer) else { continue }
+            emit(.messageReceived(id, messageID: message.id, text: message.text))
+            peers.insert(peer)
+        }
+        for peer in peers.sorted() { store.noteAnnounced(peer: peer) }
+    }
+
     // MARK: Links
 
     /// A new link to `peer` opened (replacing any other): a new run starts, with everything queued.
@@ -143,18 +163,15 @@ public final class TextDelivery<Link: AnyObject> {
         links[peer] = nil
     }
 
-    /// A TEXT from `peer`, which runs the instance `senderInstance`: stored once, announced and
-    /// acknowledged (after the read, `inputDrained`) once durable. One that does not continue the
-    /// run waits for the resend its sender will make.
+    /// A TEXT from `peer`, which runs the instance `senderInstance`: stored and announced once
+    /// written, acknowledged (after the read, `inputDrained`) once durable. One that does not
+    /// continue the run waits for the resend its sender will make.
     public func received(_ text: TextFrame, from peer: PeerID, senderInstance: InstanceID) {
         guard let open = links[peer], open.delivery.continuesRun(previousSeq: text.previousSeq) else { return }
         do {
             let isNew = try store.receive(peer: peer.description, senderInstance: senderInstance.hex, seq: text.seq,
                                           id: text.messageID.hex, text: text.text, sentAtMs: text.sentAtMs, nowMs: nowMs())
-            if isNew {
-                let messageID = text.messageID.hex, body = text.text
-                whenDurable { [emit] in emit(.messageReceived(peer, messageID: messageID, text: body)) }
-            }
+            if isNew { emit(.messageReceived(peer, messageID: text.messageID.hex, text: text.text)) }
             open.delivery.accepted(seq: text.seq)
         } catch {
             // Not acknowledged, so the sender keeps it and sends it again on the next link.
@@ -176,8 +193,10 @@ public final class TextDelivery<Link: AnyObject> {
         sendQueuedMessages(to: peer)
     }
 
-    /// One ACK per read rather than per message: what was stored is acknowledged together, once durable.
+    /// One ACK per read rather than per message: what was stored is acknowledged together, once
+    /// durable; and the journal notes that what was stored was announced.
     public func inputDrained(from peer: PeerID) {
+        store.noteAnnounced(peer: peer.description)
         guard let open = links[peer], let upTo = open.delivery.takeAck() else { return }
         let link = open.link
         whenDurable { [weak self] in

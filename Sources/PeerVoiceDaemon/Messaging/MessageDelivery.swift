@@ -28,8 +28,10 @@ final class MessageDelivery {
             emit: emit)
     }
 
-    /// Fails what expired meanwhile, then keeps checking expiry and stalls.
+    /// Announces what was stored but not announced before a crash, fails what expired meanwhile,
+    /// then keeps checking expiry and stalls.
     func start() {
+        delivery.announceUnannounced()
         expire()
         timers = [
             Timer.every(Self.expiryCheck) { [unowned self] in expire(); return true },
