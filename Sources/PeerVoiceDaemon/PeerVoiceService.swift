@@ -60,11 +60,12 @@ final class PeerVoiceService {
         self.options = options
         let state = options.stateDirectory
         do {
-            try FileManager.default.createDirectory(atPath: state, withIntermediateDirectories: true)
+            // Durably: a power loss must not take the directory from under the files synced in it.
+            try FileStorage().makeDirectory(state)
             // Keys and messages live here: only the user may look in.
             try FileManager.default.setAttributes([.posixPermissions: 0o700], ofItemAtPath: state)
         } catch {
-            throw .failed("cannot use the state directory \(state): \(error.localizedDescription)")
+            throw .failed("cannot use the state directory \(state): \((error as? StorageError)?.description ?? error.localizedDescription)")
         }
         do {
             identity = try IdentityFile.loadOrCreate(at: state + "/identity.key", using: crypto).identity
@@ -327,7 +328,13 @@ final class PeerVoiceService {
         try MessageText.validate(text)
         let targets: [Peer]
         if let ref {
-            targets = [try registry.resolve(ref)]
+            let peer = try registry.resolve(ref)
+            // What is queued for a peer met but not paired would not outlive a restart (only
+            // paired peers are remembered): stuck for days, then failed (simulation seed 201).
+            guard peer.paired else {
+                throw .notConnected("\(peer.id) is not paired yet: accept the pairing (Connect waits for it), then send")
+            }
+            targets = [peer]
         } else {
             targets = registry.connected
             guard !targets.isEmpty else { throw .notConnected("no peer is connected: Connect to one first") }

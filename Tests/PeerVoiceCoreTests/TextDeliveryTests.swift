@@ -134,6 +134,34 @@ final class TextDeliveryTests: XCTestCase {
         XCTAssertTrue(accepted, "the journal was rewritten from memory (synced), so the message is durable")
         XCTAssertEqual(try MessageStore(directory: directory).pending(peer: peer.description).map(\.text), ["m"])
     }
+
+    /// Simulation seeds 154 and 282: an ACK that came while the disk was full was announced
+    /// (`MessageDelivered`) though only memory knew it; after a restart the message was still
+    /// queued, went out again and was reported delivered twice (or failed after delivered).
+    func testAnACKTheFullDiskCannotRecordIsAnnouncedOnlyOnceTheJournalHasIt() throws {
+        let disk = FullDisk()
+        let store = try MessageStore(directory: directory, storage: disk, syncMode: .batched)
+        let delivery = makeDelivery(store)
+        delivery.linkOpened(Link(), to: peer)
+        try delivery.enqueue("m", id: String(format: "%032x", 1), for: peer, nowMs: 1)
+        sync(store, delivery)
+        XCTAssertEqual(texts, [1])
+
+        disk.full = true
+        delivery.acknowledged(upTo: 1, from: peer)
+        XCTAssertNil(store.takeSyncBatch(), "no busy loop of batches while the rewrite fails")
+        store.retryFailedRewrites()
+        sync(store, delivery)
+        XCTAssertEqual(events, [], "MessageDelivered while the disk does not know it")
+        XCTAssertEqual(try MessageStore(directory: directory).pending(peer: peer.description).map(\.text), ["m"],
+                       "what a restart now would find: still queued")
+
+        disk.full = false
+        store.retryFailedRewrites()
+        sync(store, delivery)
+        XCTAssertEqual(events, [.messageDelivered(peer, messageID: String(format: "%032x", 1))])
+        XCTAssertEqual(try MessageStore(directory: directory).pending(peer: peer.description).map(\.text), [])
+    }
 }
 
 /// The real file system, except that appends fail with "No space left on device" while `full`.

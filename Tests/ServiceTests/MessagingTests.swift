@@ -596,6 +596,32 @@ final class MessagingTests: XCTestCase {
         XCTAssertEqual(b.pairingRequests().count, 2, "B's person was asked again after RemovePeer")
     }
 
+    /// Simulation seed 201: a message queued for a peer whose pairing was not done yet lived
+    /// only as long as the daemon (only paired peers are remembered), so after a restart it sat
+    /// unsent for a week. Send refuses such a peer, saying why, and works once the pairing is done.
+    func testSendToAPeerWhosePairingIsNotDoneIsRefusedUntilItIs() throws {
+        let a = try makePeer("alice")
+        let b = try makePeer("bob")
+        let markA = a.mark, markB = b.mark
+        let connect = a.client.callAsync("Connect", [Variant(b.address)])
+        eventually(timeout: 15) { !a.pairingRequests(for: b.id, after: markA).isEmpty }
+        XCTAssertEqual(a.pairingRequests(for: b.id, after: markA).count, 1, a.log)
+
+        XCTAssertThrowsError(try a.client.call("Send", [Variant(b.id), Variant("too early")])) { error in
+            let busError = error as? BusError
+            XCTAssertEqual(busError?.name, "org.example.PeerVoice.Error.NotConnected")
+            XCTAssertTrue(busError?.message.contains("not paired yet") == true, "\(error)")
+        }
+        XCTAssertEqual(try history(a, of: b.id, max: 10).count, 0, "the refused message was kept")
+
+        try a.client.call("ConfirmPairing", [Variant(b.id), Variant(true)])
+        eventually(timeout: 15) { !b.pairingRequests(for: a.id, after: markB).isEmpty }
+        try b.client.call("ConfirmPairing", [Variant(a.id), Variant(true)])
+        eventually(timeout: 15) { connect.isDone }
+        XCTAssertNoThrow(try connect.result?.get())
+        _ = try sendAndConfirm(a, b, "now that we are paired")
+    }
+
     // MARK: Silence
 
     func testSilentPeerIsDisconnectedWithinFiveSecondsAndTheLinkRecovers() throws {

@@ -30,12 +30,13 @@ public final class History {
         var failed = 0
         /// Its sender was reinstalled: nobody can deliver or fail it any more.
         var abandoned = false
-        /// The receiver's power losses when it last announced the message.
-        var powerLossesAtAnnouncement = 0
+        /// The receiver's losses of state when it last announced the message.
+        var stateLossesAtAnnouncement = 0
     }
 
-    /// Per peer id, its power losses so far (a crash that lost what was not synced).
-    private var powerLosses: [PeerID: Int] = [:]
+    /// Per peer id, its crashes that lost state so far: a power loss (what was not synced), or a
+    /// kill while memory held changes the disk had refused (full, read-only).
+    private var stateLosses: [PeerID: Int] = [:]
 
     private var messages: [String: Message] = [:]
     private var messageOrder: [String] = []
@@ -109,11 +110,12 @@ public final class History {
                 return violation("\(peer.name) announced \(messageID), which nobody queued")
             }
             // Announced once written, so a power loss that lost the record before its sync makes
-            // the sender's resend announced again (same id); never without one in between.
-            if message.received > 0 && powerLosses[peer.id, default: 0] == message.powerLossesAtAnnouncement {
-                violation("\(peer.name) announced \(messageID) again (a duplicate) without losing power in between")
+            // the sender's resend announced again (same id), and so does a crash that lost the
+            // note that it was announced; never without such a loss in between.
+            if message.received > 0 && stateLosses[peer.id, default: 0] == message.stateLossesAtAnnouncement {
+                violation("\(peer.name) announced \(messageID) again (a duplicate) without losing state in between")
             }
-            message.powerLossesAtAnnouncement = powerLosses[peer.id, default: 0]
+            message.stateLossesAtAnnouncement = stateLosses[peer.id, default: 0]
             if message.receiver != peer.id || message.sender != from {
                 violation("\(messageID) from \(message.sender) for \(message.receiver) was announced by \(peer.id) as from \(from)")
             }
@@ -156,7 +158,7 @@ public final class History {
         note("\(peer.name) reinstalled (was \(old.base32.prefix(6)))")
     }
 
-    func lostPower(_ peer: SimulatedPeer) { powerLosses[peer.id, default: 0] += 1 }
+    func lostState(_ peer: SimulatedPeer) { stateLosses[peer.id, default: 0] += 1 }
 
     func started(_ peer: SimulatedPeer) { note("\(peer.name) started as \(peer.id.base32.prefix(6))") }
     func stopped(_ peer: SimulatedPeer) { note("\(peer.name) stopped") }

@@ -81,6 +81,12 @@ public final class SimulatedDisk: Storage {
             for change in changes.prefix(kept) { apply(change, to: &durableFiles, &durableDirectories) }
         }
         pendingNames = [:]
+        // What is inside a directory whose own name was lost is lost with it (fsck would put it
+        // in lost+found).
+        while let orphan = durableDirectories.sorted().first(where: { $0 != "/" && !durableDirectories.contains(Self.parent($0)) }) {
+            durableDirectories.remove(orphan)
+        }
+        durableFiles = durableFiles.filter { durableDirectories.contains(Self.parent($0.key)) }
         files = durableFiles
         directories = durableDirectories
         inodes = files.keys.sorted().map { files[$0]! }
@@ -180,6 +186,7 @@ public final class SimulatedDisk: Storage {
         try change("create the directory", path)
         directories.insert(path)
         record(.makeDirectory(path), in: parent)
+        try syncDirectory(parent)
     }
 
     public func restrictToOwner(_ path: String) throws(StorageError) {}

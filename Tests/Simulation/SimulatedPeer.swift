@@ -100,10 +100,11 @@ public final class SimulatedPeer {
         switch kind {
         case .kill:
             network.resetStreams(of: host)
+            if service.store.holdsUnrecordedChanges { history.lostState(self) }
         case .powerLoss:
             network.abandonStreams(of: host)
             disk.crash()
-            history.lostPower(self)
+            history.lostState(self)
         }
         history.note("\(name) crashed (\(kind.rawValue))")
     }
@@ -114,7 +115,7 @@ public final class SimulatedPeer {
         self.service = nil
         service.die()
         network.abandonStreams(of: host)
-        history.lostPower(self)
+        history.lostState(self)
         history.note("\(name) stopped between two writes")
     }
 

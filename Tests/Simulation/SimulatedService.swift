@@ -122,7 +122,10 @@ final class SimulatedService {
         listen()
         perform { delivery.announceUnannounced() }
         expire()
-        every(Self.stallCheck) { $0.delivery.resendStalledRuns() }
+        every(Self.stallCheck) {
+            $0.delivery.resendStalledRuns()
+            $0.store.retryFailedRewrites()
+        }
         every(Self.expiryCheck) { $0.expire() }
         for id in peers.keys.sorted() { scheduleRedial(peers[id]!, immediately: true) }
     }
@@ -185,6 +188,7 @@ final class SimulatedService {
             let messageID = MessageID(bytes: peer.crypto.randomBytes(16))!.hex
             do throws(ServiceError) {
                 try MessageText.validate(text)
+                guard record.paired else { throw .notConnected("\(record.id) is not paired yet") }
                 try delivery.enqueue(text, id: messageID, for: record.id, nowMs: scheduler.wallClockMs)
             } catch {
                 history.sendRefused(by: peer, error)
@@ -314,6 +318,7 @@ final class SimulatedService {
     }
 
     private func dialRoute(_ record: Record, _ dial: Dial) {
+        history.note("\(peer.name) dials \(record.id.base32.prefix(6)) at \(dial.address)")
         dials[record.id] = dial
         let id = record.id
         network.dial(from: peer.host, to: dial.address) { [weak self, weak record] result in
@@ -327,7 +332,6 @@ final class SimulatedService {
                 case .success(let end):
                     startLink(end, isOutgoing: true, dialledAddress: dial.address, dialled: .peer(id), dial: dial)
                 case .failure:
-                    record.candidates.removeAll { $0 == dial.address }
                     dialNextRoute(record, after: dial, .notAvailable("\(dial.address) did not answer"))
                 }
             }
@@ -343,6 +347,7 @@ final class SimulatedService {
     }
 
     private func dial(contact address: String) {
+        history.note("\(peer.name) dials \(address)")
         contactDials.insert(address)
         network.dial(from: peer.host, to: address) { [weak self] result in
             guard let self, isAlive, contactDials.contains(address) else {

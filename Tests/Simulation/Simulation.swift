@@ -246,7 +246,7 @@ final class World {
     }
 
     /// Every fault undone, every peer up, every person accepting; people connect to the peers
-    /// they have messages for, as someone waiting for a reply would.
+    /// they have messages for, as someone waiting for a reply would, and write to each other.
     func heal(for duration: Duration) {
         history.note("the network heals")
         network.healAll()
@@ -264,6 +264,15 @@ final class World {
         for peer in peers {
             for other in peers where other !== peer && peer.service?.record(other.id)?.paired != true {
                 peer.service?.connect(toAddress: other.address)
+            }
+        }
+        // Once the pairings had time, everyone writes to everyone it is paired with: every seed
+        // checks delivery, even one whose schedule sent nothing that was accepted.
+        scheduler.after(.seconds(30)) { [self] in
+            for peer in peers {
+                for other in peers where other !== peer && peer.service?.record(other.id)?.paired == true {
+                    perform(.send(from: peer.index, to: other.index, bytes: 20))
+                }
             }
         }
         let end = scheduler.now + duration

@@ -44,6 +44,9 @@ public final class MessageStore {
     private var syncing: MessageStoreSyncBatch?
     /// The highest batch that finished: durable as soon as no journal waits for a rewrite.
     private var pendingThrough: UInt64 = 0
+    /// The last rewrite of a journal failed: no batch is taken for it alone until
+    /// `retryFailedRewrites` or new writes.
+    private var rewritesFailing = false
     private var peers: [String: MessageStorePeer] = [:]
     /// Removed peers' last sequence numbers, restored if they come back.
     private var forgottenSeqs: [String: UInt64] = [:]
@@ -415,15 +418,19 @@ public final class MessageStore {
         switch syncMode {
         case .everyWrite:
             try state.journal.sync()
-            writesDurable = writesMade
+            // Unless a change another journal could not record waits for its rewrite.
+            if !peers.values.contains(where: \.unsaved) { writesDurable = writesMade }
         case .batched:
             unsynced.insert(state.peer)
         }
     }
 
     /// For facts that happened regardless of the disk (acknowledgements, failures): memory has
-    /// changed already. On a write failure the journal is rewritten from memory, now or at the
-    /// next write, so it catches up instead of diverging.
+    /// changed already. On a write failure the journal is rewritten from memory, now or later
+    /// (the next write or sync batch), so it catches up instead of diverging; until then the
+    /// change counts as a write not yet durable, so nothing that depends on it is confirmed (a
+    /// `MessageDelivered` announced while the disk was full came again after a restart:
+    /// simulation seeds 154 and 282).
     private func persistAfterChange(_ state: MessageStorePeer, _ records: [UInt8]) {
         if !state.unsaved {
             do {
@@ -438,8 +445,12 @@ public final class MessageStore {
         do {
             try state.journal.rewrite(records: state.snapshot(historyLimit: limits.historyPerPeer))
             state.unsaved = false
+            // A rewrite syncs: with a sync per write, nothing else can be waiting.
+            if syncMode == .everyWrite && !peers.values.contains(where: \.unsaved) { writesDurable = writesMade }
         } catch {
             warn("cannot rewrite the journal of \(state.peer): \(error); will retry")
+            writesMade += 1
+            rewritesFailing = true
         }
     }
 
@@ -448,7 +459,8 @@ public final class MessageStore {
     /// The sync due now, if writes wait for one and none runs (group commit: what was written
     /// while a batch ran goes in the next). Run it anywhere (`run`), then `finishSync` here.
     public func takeSyncBatch() -> MessageStoreSyncBatch? {
-        guard syncMode == .batched, syncing == nil, writesDurable < writesMade else { return nil }
+        guard syncMode == .batched, syncing == nil, writesDurable < writesMade,
+              !(rewritesFailing && unsynced.isEmpty) else { return nil }
         var handles: [any StorageSyncHandle] = []
         for peer in unsynced.sorted() {
             guard let state = peers[peer] else { continue }
@@ -485,9 +497,19 @@ public final class MessageStore {
     /// Whether a batch is being synced.
     public var isSyncing: Bool { syncing != nil }
 
+    /// Whether memory holds changes the disk refused (full, read-only) and no journal has yet:
+    /// a crash now loses them.
+    public var holdsUnrecordedChanges: Bool { peers.values.contains(where: \.unsaved) }
+
+    /// Lets the next `takeSyncBatch` try again the rewrites that failed (a full or read-only
+    /// disk): the caller's timer calls this, so a failing disk is retried now and then rather
+    /// than by a busy loop of empty batches.
+    public func retryFailedRewrites() { rewritesFailing = false }
+
     /// Rewrites the journals whose disk contents cannot be trusted; true if none is left.
     private func rewriteUnsaved() -> Bool {
         var clean = true
+        defer { rewritesFailing = !clean }
         for peer in peers.keys.sorted() where peers[peer]!.unsaved {
             let state = peers[peer]!
             do {

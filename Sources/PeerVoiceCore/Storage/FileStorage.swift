@@ -54,7 +54,13 @@ public final class FileStorage: Storage {
         if isDirectory(path) { return }
         let parent = (path as NSString).deletingLastPathComponent
         if !parent.isEmpty && parent != path && !isDirectory(parent) { try makeDirectory(parent) }
-        if mkdir(path, 0o700) != 0 && errno != EEXIST { throw Self.error("create the directory", path) }
+        if mkdir(path, 0o700) != 0 {
+            if errno == EEXIST { return }
+            throw Self.error("create the directory", path)
+        }
+        // Its name in the parent is on the disk too: the files synced inside it must not vanish
+        // with it at a power loss.
+        try syncDirectory(parent.isEmpty ? "." : parent)
     }
 
     public func restrictToOwner(_ path: String) throws(StorageError) {

@@ -11,7 +11,8 @@ public protocol Storage: AnyObject {
     func isDirectory(_ path: String) -> Bool
     /// The names in a directory (not paths), in no particular order.
     func list(_ directory: String) throws(StorageError) -> [String]
-    /// Creates the directory and any missing parents, owner-only (mode 0700).
+    /// Creates the directory and any missing parents, owner-only (mode 0700), durably (each
+    /// parent synced after the entry was made in it).
     func makeDirectory(_ path: String) throws(StorageError)
     /// Restricts an existing directory to its owner (mode 0700).
     func restrictToOwner(_ path: String) throws(StorageError)

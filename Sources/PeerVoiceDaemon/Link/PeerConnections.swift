@@ -231,8 +231,9 @@ final class PeerConnections {
         ) { [unowned self, weak peer] error in
             guard let peer else { return }
             dials[id] = nil
-            // An advertisement's claim that did not hold: forget it (it comes back if re-announced).
-            peer.dropCandidate(dial.address)
+            // A candidate stays while its advertisement does (a dial that timed out in a brief
+            // outage proves nothing, and the advertisement is not announced again: simulation
+            // seed 1402); only another key answering there drops it.
             dialNextRoute(peer, after: dial, error)
         }
     }

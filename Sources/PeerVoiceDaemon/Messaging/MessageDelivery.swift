@@ -39,7 +39,8 @@ final class MessageDelivery {
                 for peer in delivery.resendStalledRuns() {
                     Log.info("\(peer) acknowledged nothing for \(LinkDelivery.resendAfter): sending its queue again")
                 }
-                // A sync that failed is retried here, even when nothing else is written.
+                // A sync or rewrite that failed is retried here, even when nothing else is written.
+                store.retryFailedRewrites()
                 syncWrites()
                 return true
             },
