@@ -55,7 +55,8 @@ let package = Package(
         ),
         .executableTarget(name: "peervoiced", dependencies: ["PeerVoiceDaemon"]),
         // A thin client of the public bus API, nothing more.
-        .executableTarget(name: "peervoicectl", dependencies: ["GIO", "PeerVoiceBus"]),
+        .executableTarget(name: "peervoicectl", dependencies: ["GIO", "PeerVoiceBus"],
+                          resources: [.embedInCode("org.example.PeerVoice.ChannelHandler.xml")]),
         // The desktop app: what to show for which bus state (pure Swift), and its GTK window.
         .target(name: "PeerVoiceAppModel"),
         .executableTarget(name: "peervoice", dependencies: ["PeerVoiceAppModel", "PeerVoiceBus", "Gtk", "GIO"]),

@@ -19,7 +19,7 @@ _peervoicectl() {
         words+=("")
     fi
     local cur=${words[${#words[@]}-1]}
-    local commands="status peers peer discover connect disconnect send history remove mute name visible confirm voice volume mute-peer monitor help"
+    local commands="status peers peer discover connect disconnect send history remove mute name visible confirm voice volume mute-peer monitor open listen shortcut help"
 
     # The command: the first word after the program that is not an option.
     local command= i word
@@ -34,7 +34,7 @@ _peervoicectl() {
         fi
         if [[ -z $options_ended && $word == -- ]]; then
             options_ended=1
-        elif [[ -z $options_ended && ($word == --max || $word == --timeout) ]]; then
+        elif [[ -z $options_ended && ($word == --max || $word == --timeout || $word == --mode) ]]; then
             ((i++))    # the option's value
         elif [[ -n $options_ended || $word != -* || $word == - ]]; then
             positionals+=("$word")
@@ -50,7 +50,13 @@ _peervoicectl() {
             discover) options="--timeout --help" ;;
             history) options="--max --help" ;;
             monitor) options="--json --levels --help" ;;
+            open) options="--mode --help" ;;
+            listen) options="--once --help" ;;
         esac
+        if [[ $prev == --mode ]]; then
+            COMPREPLY=($(compgen -W "stream messages" -- "$cur"))
+            return 0
+        fi
         if [[ $prev == --max || $prev == --timeout ]]; then
             COMPREPLY=()    # a number
             return 0
@@ -59,7 +65,7 @@ _peervoicectl() {
             candidates=$options
         else
             case $command:${#positionals[@]} in
-                peer:0 | connect:0 | disconnect:0 | remove:0 | send:0 | history:0 | confirm:0 | volume:0 | mute-peer:0)
+                peer:0 | connect:0 | disconnect:0 | remove:0 | send:0 | history:0 | confirm:0 | volume:0 | mute-peer:0 | open:0)
                     candidates=$(_peervoicectl_peer_ids) ;;
                 confirm:1) candidates="yes no" ;;
                 mute:0) candidates="on off toggle" ;;
@@ -69,6 +75,7 @@ _peervoicectl() {
                 voice:1) candidates=$(_peervoicectl_peer_ids) ;;
                 volume:1) candidates="0.0 0.5 1.0 1.5 2.0" ;;
                 mute-peer:1) candidates="on off" ;;
+                shortcut:0) candidates="install remove" ;;
                 help:0) candidates=$commands ;;
             esac
         fi

@@ -6,6 +6,8 @@
 #   fuzz/run.sh all SECONDS [ARGS...]         the same for every target in turn
 #   fuzz/run.sh repro TARGET FILE...          run TARGET once on each FILE (a crash reproducer)
 #   fuzz/run.sh coverage [TARGET...]          line/region coverage (llvm-cov) of each target's sources by its corpus
+#   fuzz/run.sh keep [TARGET...]              merge what the runs found into fuzz/corpus/TARGET (only the
+#                                             inputs that add coverage: libFuzzer's -merge=1)
 #   fuzz/run.sh list                          the target names
 #
 # Environment: SWIFTC (default: swiftc on PATH), FUZZ_OPT (-O; -Onone if -O misbehaves),
@@ -21,7 +23,7 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 
-TARGETS=(frame-decoder handshake jitter-buffer lan-advertisement call-frames)
+TARGETS=(frame-decoder handshake jitter-buffer lan-advertisement call-frames channel-frames)
 SWIFTC=${SWIFTC:-swiftc}
 FUZZ_DIR=${FUZZ_DIR:-.build/fuzz}
 FUZZ_OPT=${FUZZ_OPT:--O}
@@ -168,6 +170,7 @@ sources_of() {
         handshake) ls Sources/PeerVoiceCore/Security/{CryptoPrimitives,Handshake,HandshakeError,HandshakeResult,SealedRecord,StaticIdentity,SymmetricState,VoiceKeys}.swift Sources/Sodium/*.swift ;;
         jitter-buffer) echo Sources/PeerVoiceCore/Voice/JitterBuffer.swift ;;
         lan-advertisement) ls Sources/PeerVoiceCore/LAN/*.swift ;;
+        channel-frames) ls Sources/PeerVoiceCore/Channels/*.swift ;;
     esac
 }
 
@@ -194,6 +197,21 @@ coverage() {
     echo "(line by line: $tools/llvm-cov show $BUILD_DIR/bin/$target -instr-profile=$profiles/$target.profdata SOURCE)"
 }
 
+# Keeps the inputs of the grown corpus that reach coverage the committed seeds do not, so the next
+# run, on any machine, starts from where this one ended.
+keep() {
+    local target=$1
+    build_target "$target"
+    local corpus="$FUZZ_DIR/corpus-$target"
+    [[ -d $corpus ]] || { echo "fuzz: no corpus of $target to keep (run it first)" >&2; return 0; }
+    mkdir -p "fuzz/corpus/$target"
+    local before
+    before=$(find "fuzz/corpus/$target" -type f | wc -l)
+    nice -n "$FUZZ_NICE" "$BUILD_DIR/bin/$target" -merge=1 -rss_limit_mb="$FUZZ_RSS_MB" -timeout="$FUZZ_TIMEOUT" \
+        "fuzz/corpus/$target" "$corpus" >"$FUZZ_DIR/logs/$target-keep.log" 2>&1 || { tail -20 "$FUZZ_DIR/logs/$target-keep.log" >&2; return 1; }
+    echo "fuzz $target: fuzz/corpus/$target has $(find "fuzz/corpus/$target" -type f | wc -l) inputs (was $before)"
+}
+
 # Everything is parsed before anything runs (the last line), so editing this file while a long run
 # is under way does not derail it.
 main() {
@@ -209,6 +227,10 @@ main() {
         build)
             [[ $# -gt 0 ]] || set -- "${TARGETS[@]}"
             for target in "$@"; do build_target "$target"; done ;;
+        keep)
+            [[ $# -gt 0 ]] || set -- "${TARGETS[@]}"
+            mkdir -p "$FUZZ_DIR/logs"
+            for target in "$@"; do keep "$target"; done ;;
         all)
             [[ $# -ge 1 ]] || die "usage: fuzz/run.sh all SECONDS [ARGS...]"
             seconds=$1

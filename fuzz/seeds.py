@@ -233,9 +233,39 @@ def call_frames():
     write(t, "built", b"\x03" + b"\x01\x14\x01\x05\x02Anna" + b"\x02\x0a\x00\x09\x01Bo" + b"\x03\x1e\x00\x00\x00")
 
 
+# --- channel-frames -----------------------------------------------------------------------------
+
+def channel_frames():
+    t = "channel-frames"
+    name = b"org.example.Chess"
+    bodies = {
+        "open": b"\x30" + u32(1) + b"\x01" + u32(262144) + u16(0) + bytes([len(name)]) + name,
+        "open-datagrams": b"\x30" + u32(3) + b"\x03" + u32(0) + u16(47801) + bytes([len(name)]) + name,
+        "accept": b"\x31" + u32(1) + u32(262144) + u16(0),
+        "refuse": b"\x32" + u32(1) + b"\x01",
+        "data-end-of-message": b"\x33" + u32(1) + b"\x01" + u32(123456) + b"hello",
+        "window": b"\x34" + u32(2) + u32(65536),
+        "close": b"\x35" + u32(3),
+        "reset": b"\x36" + u32(4) + b"\x01",
+        "datagram": b"\x37" + u32(5) + b"\x00" * 40,
+        "feedback": b"\x38" + u32(0) + u32(1 << 20) + u32(4000),
+    }
+    for label, body in bodies.items():
+        write(t, label, b"\x00" + body)
+    # Scripts (first byte odd): open a stream and accept, send 1000 bytes, take them, close both ways.
+    write(t, "script-stream", b"\x01" + b"\x00\x00" + b"\x01" + u16(1000) + b"\x00" + b"\x02" + u16(1000) + b"\x00"
+          + b"\x03\x00\x00" + b"\x03\x01\x00")
+    # A messages stream, two fragments, then raw DATA beyond the window from the peer.
+    write(t, "script-messages-raw", b"\x01" + b"\x00\x01" + b"\x01" + u16(301) + b"\x00" + b"\x06"
+          + b"\x05" + u16(15) + b"\x33" + u32(1) + b"\x00" + u32(0) + b"xxxxx")
+    # A datagram stream, a datagram, a reset from B.
+    write(t, "script-datagrams", b"\x01" + b"\x00\x02" + b"\x07\x00\x10" + b"\x04\x01\x00")
+
+
 if __name__ == "__main__":
     frame_decoder()
     handshake()
     jitter_buffer()
     lan_advertisement()
     call_frames()
+    channel_frames()

@@ -95,6 +95,14 @@ public final class DBusConnection: @unchecked Sendable {
 
     public var isClosed: Bool { g_dbus_connection_is_closed(pointer) != 0 }
 
+    /// Calls `handler` once, on the main context that made this connection, when it closes: the
+    /// bus went away (its dbus-daemon ended with the session), or `close()`.
+    public func onClosed(_ handler: @escaping () -> Void) {
+        let box = ClosureBox<() -> Void>(handler)
+        g_signal_connect_data(UnsafeMutableRawPointer(pointer), "closed", unsafeBitCast(closedTrampoline, to: GCallback.self),
+                              box.retainedPointer(), releaseBoxOnDisconnect, GConnectFlags(rawValue: 0))
+    }
+
     /// Closes the connection: the bus forgets this client (its pending calls are abandoned).
     public func close() {
         g_dbus_connection_close_sync(pointer, nil, nil)
@@ -157,16 +165,19 @@ public final class DBusConnection: @unchecked Sendable {
         }
     }
 
-    /// Like `callAsync`, for a method whose reply carries file descriptors (type `h`, e.g. logind's
-    /// `Inhibit`): the reply, and the descriptors it carried, which the caller then owns.
+    /// Like `callAsync`, for a method whose call or reply carries file descriptors (type `h`):
+    /// `fds` go with the call (duplicated: the caller keeps and closes its own), and the
+    /// completion gets the reply with the descriptors it carried, which the caller then owns
+    /// (logind's `Inhibit` replies with one; a channel handler's `NewStream` is called with one).
     public func callAsyncReceivingFDs(destination: String, path: String, interface: String, method: String,
-                                      arguments: Variant? = nil, timeout: Duration? = nil,
+                                      arguments: Variant? = nil, fds: [Int32] = [], timeout: Duration? = nil,
                                       completion: @escaping (Result<(reply: Variant, fds: [Int32]), BusError>) -> Void) {
         let box = ClosureBox<(Result<(reply: Variant, fds: [Int32]), BusError>) -> Void>(completion)
-        withExtendedLifetime(arguments) {
+        let list = UnixFDList(duplicating: fds)
+        withExtendedLifetime((arguments, list)) {
             g_dbus_connection_call_with_unix_fd_list(pointer, destination, path, interface, method, arguments?.pointer, nil,
-                                                     G_DBUS_CALL_FLAGS_NONE, Duration.gdbusTimeout(timeout), nil, nil, fdCallTrampoline,
-                                                     box.retainedPointer())
+                                                     G_DBUS_CALL_FLAGS_NONE, Duration.gdbusTimeout(timeout), list?.pointer, nil,
+                                                     fdCallTrampoline, box.retainedPointer())
         }
     }
 
@@ -274,6 +285,14 @@ struct NameWatchHandlers {
     let vanished: () -> Void
 }
 
+/// GDBusConnection::closed(connection, remote_peer_vanished, error, user_data).
+private let closedTrampoline: @convention(c) (OpaquePointer?, gboolean, UnsafeMutablePointer<GError>?, gpointer?) -> Void = {
+    _, _, _, userData in
+    ClosureBox<() -> Void>.from(userData).function()
+}
+
+private let releaseBoxOnDisconnect: GClosureNotify = { data, _ in releaseAnyBox(data) }
+
 private let nameAppearedTrampoline: GBusNameAppearedCallback = { _, _, owner, userData in
     ClosureBox<NameWatchHandlers>.from(userData).function.appeared(String(cString: owner!))
 }
@@ -308,6 +327,17 @@ public final class MethodCall {
         withExtendedLifetime(value) { g_dbus_method_invocation_return_value(invocation, value?.pointer) }
     }
 
+    /// Replies with `value` and the descriptors its `h` arguments index, duplicated into the
+    /// message (the caller keeps and closes its own). `Variant(handle: 0)` names the first.
+    public func reply(_ value: Variant, fds: [Int32]) {
+        guard let invocation else { return }
+        self.invocation = nil
+        let list = UnixFDList(duplicating: fds)
+        withExtendedLifetime((value, list)) {
+            g_dbus_method_invocation_return_value_with_unix_fd_list(invocation, value.pointer, list?.pointer)
+        }
+    }
+
     public func fail(name: String, message: String) {
         guard let invocation else { return }
         self.invocation = nil
@@ -324,6 +354,21 @@ public final class MethodCall {
         let fd = g_unix_fd_list_get(list, handle, nil)
         return fd >= 0 ? fd : nil
     }
+}
+
+/// A `GUnixFDList` holding duplicates of some descriptors, for one message.
+final class UnixFDList {
+    let pointer: UnsafeMutablePointer<GUnixFDList>
+
+    /// nil for no descriptors (GDBus takes a NULL list); a descriptor that cannot be duplicated
+    /// is left out, and the message's handle then names nothing (the receiver sees an error).
+    init?(duplicating fds: [Int32]) {
+        guard !fds.isEmpty, let list = g_unix_fd_list_new() else { return nil }
+        pointer = list
+        for fd in fds { _ = g_unix_fd_list_append(list, fd, nil) }
+    }
+
+    deinit { g_object_unref(pointer) }
 }
 
 struct ObjectHandlers {

@@ -49,6 +49,9 @@ public final class Variant: @unchecked Sendable {
         })
     }
 
+    /// A file descriptor's index into the message's descriptor list (`h`).
+    public convenience init(handle: Int32) { self.init(adopting: g_variant_new_handle(handle)) }
+
     /// A D-Bus object path (`o`).
     public convenience init(objectPath: String) { self.init(adopting: g_variant_new_object_path(objectPath)) }
 

@@ -9,6 +9,9 @@ public enum PeerVoiceBus {
     public static let interface = "org.example.PeerVoice"
     /// The interface of each peer object (`path/peers/…`, `path/found/…`).
     public static let peerInterface = "org.example.PeerVoice.Peer"
+    /// The interface an app implements on the object it passes to `RegisterChannel`
+    /// (`dbus/org.example.PeerVoice.ChannelHandler.xml`).
+    public static let channelHandlerInterface = "org.example.PeerVoice.ChannelHandler"
     /// Every error the service answers with: this, then `InvalidArgument`, `UnknownPeer`, … .
     public static let errorPrefix = "org.example.PeerVoice.Error."
 

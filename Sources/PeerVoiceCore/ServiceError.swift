@@ -10,6 +10,8 @@ public enum ServiceError: Error, Equatable, Sendable {
     case tooLarge(String)
     case rejected(String)
     case failed(String)
+    /// Someone else holds it (another client's channel registration).
+    case inUse(String)
 
     /// The last component of the D-Bus error name, e.g. `NotConnected`.
     public var name: String {
@@ -21,13 +23,14 @@ public enum ServiceError: Error, Equatable, Sendable {
         case .tooLarge: "TooLarge"
         case .rejected: "Rejected"
         case .failed: "Failed"
+        case .inUse: "InUse"
         }
     }
 
     public var message: String {
         switch self {
         case .invalidArgument(let m), .unknownPeer(let m), .notConnected(let m), .notAvailable(let m),
-             .tooLarge(let m), .rejected(let m), .failed(let m): m
+             .tooLarge(let m), .rejected(let m), .failed(let m), .inUse(let m): m
         }
     }
 }

@@ -1,4 +1,5 @@
 import GIO
+import Glibc
 import PeerVoiceBus
 import PeerVoiceCore
 
@@ -20,12 +21,15 @@ final class BusObject {
     let promptHandlers: PromptHandlers
     /// Callers of `StartMetering` and their `Levels`.
     private let metering: LevelsMetering
+    /// `RegisterChannel`'s clients and their handlers.
+    private let channels: BusChannels
 
     init(connection: DBusConnection, service: PeerVoiceService) throws(BusError) {
         self.connection = connection
         self.service = service
         promptHandlers = PromptHandlers(connection: connection)
         metering = LevelsMetering(connection: connection) { [unowned service] in service.voiceEngine }
+        channels = BusChannels(connection: connection, channels: service.channels)
         registration = try connection.registerObject(
             path: Self.path, introspectionXML: Self.introspectionXML, interface: Self.interface,
             methods: { [unowned self] call in dispatch(call) },
@@ -109,6 +113,27 @@ final class BusObject {
             case "SetPeerMuted":
                 try service.setPeerMuted(PeerRef(parsing: arguments[0].string!), muted: arguments[1].bool!)
                 call.reply()
+            case "RegisterChannel":
+                try channels.register(arguments[0].string!, handler: arguments[1].string!, options: arguments[2], client: call.sender)
+                call.reply()
+            case "UnregisterChannel":
+                try channels.unregister(arguments[0].string!, client: call.sender)
+                call.reply()
+            case "OpenStream":
+                let (channel, mode) = try BusChannels.streamRequest(channel: arguments[1].string!, options: arguments[2])
+                let client = call.sender
+                try service.openStream(to: PeerRef(parsing: arguments[0].string!), channel: channel, mode: mode,
+                                       endedAbruptly: { [weak self] peer, reason in
+                                           self?.channels.streamClosed(client: client, peer: peer, channel: channel, reason: reason)
+                                       }) { result in
+                    switch result {
+                    case .success(let fd):
+                        call.reply(Variant(tuple: [Variant(handle: 0)]), fds: [fd])
+                        Glibc.close(fd)
+                    case .failure(let error):
+                        Self.fail(call, error)
+                    }
+                }
             default:
                 // GDBus only dispatches methods declared in the XML; this is a mismatch between the two.
                 call.fail(name: Self.errorPrefix + "Failed", message: "\(call.method) is declared but not implemented")

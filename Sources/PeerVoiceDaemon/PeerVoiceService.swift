@@ -48,6 +48,8 @@ final class PeerVoiceService {
     private let lan: LANPeers
     private let connections: PeerConnections
     private let voice: VoiceControl
+    /// Registered channels and each link's streams.
+    let channels = Channels()
     private let sleep = SleepMonitor()
     private let network = NetworkMonitor()
     private var goodbyeTimer: EventSource?
@@ -110,6 +112,7 @@ final class PeerVoiceService {
         voice = VoiceControl(options: options, crypto: crypto, ip: ip, registry: registry, bluetooth: bluetooth,
                              emit: emit, peersChanged: { service?.peersChanged() })
         connections.voice = voice
+        connections.channels = channels
         service = self
         Log.info("identity \(ownID) (key \(ownKey))")
     }
@@ -162,6 +165,7 @@ final class PeerVoiceService {
 
     /// Says goodbye to every connected peer.
     func shutdown() {
+        channels.shutdown()
         for peer in registry.all {
             peer.link?.close(goodbye: .shuttingDown, logReason: "shutting down")
         }
@@ -174,7 +178,7 @@ final class PeerVoiceService {
 
     private var localHello: Hello {
         // Every field is in range by construction; a HELLO that cannot be built is a bug.
-        try! Hello(instanceID: instance, capabilities: voice.engine == nil ? [.text] : [.text, .voice],
+        try! Hello(instanceID: instance, capabilities: (voice.engine == nil ? Capabilities.text : [.text, .voice]).union(ChannelWire.capability),
                    listenPort: ip.listenPort, voicePort: voice.voicePort,
                    name: Hello.truncatedName(settings.name))
     }
@@ -359,6 +363,23 @@ final class PeerVoiceService {
     func stopVoice(_ ref: PeerRef) throws(ServiceError) { try voice.stopVoice(ref) }
     func setVolume(_ ref: PeerRef, volume: Double) throws(ServiceError) { try voice.setVolume(ref, volume: volume) }
     func setPeerMuted(_ ref: PeerRef, muted: Bool) throws(ServiceError) { try voice.setPeerMuted(ref, muted: muted) }
+
+    // MARK: Channels
+
+    /// Opens a stream to `channel` on the peer `ref` names (`Channels.openStream`); checks the
+    /// peer (`UnknownPeer`), its link (`NotConnected`) and whether it carries channels
+    /// (`NotAvailable`) first.
+    func openStream(to ref: PeerRef, channel: ChannelName, mode: StreamMode,
+                    endedAbruptly: @escaping (PeerID, String) -> Void,
+                    completion: @escaping (Result<Int32, ServiceError>) -> Void) throws(ServiceError) {
+        let peer = try registry.resolve(ref)
+        guard peer.isConnected else { throw .notConnected("\(peer.id) is not connected: Connect to it first") }
+        guard channels.carriesChannels(peer.id) else {
+            throw .notAvailable("\(peer.name.isEmpty ? peer.id.description : peer.name) runs a PeerVoice without app channels (protocol \(ChannelWire.protocolVersion) or later): update it")
+        }
+        let id = peer.id
+        channels.openStream(to: id, channel: channel, mode: mode, endedAbruptly: { endedAbruptly(id, $0) }, completion: completion)
+    }
 
     // MARK: Mute
 

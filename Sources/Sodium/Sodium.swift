@@ -99,6 +99,49 @@ public struct LibSodium: CryptoPrimitives {
         return ciphertext
     }
 
+    public func seal(key: [UInt8], nonce: [UInt8], plaintext: UnsafeRawBufferPointer, associatedData: [UInt8],
+                     into output: UnsafeMutableRawBufferPointer) {
+        checkKeyAndNonce(key, nonce)
+        let tagBytes = Int(crypto_aead_xchacha20poly1305_ietf_ABYTES)
+        precondition(output.count >= plaintext.count + tagBytes, "no room for the ciphertext")
+        var written: UInt64 = 0
+        // libsodium allows the ciphertext to start where the message does (in-place encryption).
+        let result = withPointer(associatedData) { ad, adCount in
+            key.withUnsafeBufferPointer { k in
+                nonce.withUnsafeBufferPointer { n in
+                    crypto_aead_xchacha20poly1305_ietf_encrypt(
+                        output.baseAddress!.assumingMemoryBound(to: UInt8.self), &written,
+                        plaintext.baseAddress?.assumingMemoryBound(to: UInt8.self) ?? ad, UInt64(plaintext.count),
+                        ad, UInt64(adCount), nil, n.baseAddress!, k.baseAddress!)
+                }
+            }
+        }
+        precondition(result == 0 && written == UInt64(plaintext.count + tagBytes), "XChaCha20-Poly1305 encryption failed")
+    }
+
+    public func open(key: [UInt8], nonce: [UInt8], ciphertext: UnsafeRawBufferPointer, associatedData: [UInt8],
+                     into output: UnsafeMutableRawBufferPointer) -> Bool {
+        checkKeyAndNonce(key, nonce)
+        let tagBytes = Int(crypto_aead_xchacha20poly1305_ietf_ABYTES)
+        guard ciphertext.count >= tagBytes, output.count >= ciphertext.count - tagBytes, let input = ciphertext.baseAddress else { return false }
+        var placeholder: UInt8 = 0
+        var written: UInt64 = 0
+        let result = withPointer(associatedData) { ad, adCount in
+            key.withUnsafeBufferPointer { k in
+                nonce.withUnsafeBufferPointer { n in
+                    // An empty plaintext still needs a valid pointer.
+                    withUnsafeMutablePointer(to: &placeholder) { empty in
+                    crypto_aead_xchacha20poly1305_ietf_decrypt(
+                        output.baseAddress?.assumingMemoryBound(to: UInt8.self) ?? empty, &written, nil,
+                        input.assumingMemoryBound(to: UInt8.self), UInt64(ciphertext.count), ad, UInt64(adCount),
+                        n.baseAddress!, k.baseAddress!)
+                    }
+                }
+            }
+        }
+        return result == 0 && written == UInt64(ciphertext.count - tagBytes)
+    }
+
     public func open(key: [UInt8], nonce: [UInt8], ciphertext: [UInt8], associatedData: [UInt8]) -> [UInt8]? {
         checkKeyAndNonce(key, nonce)
         let tagBytes = Int(crypto_aead_xchacha20poly1305_ietf_ABYTES)

@@ -129,6 +129,44 @@ enum Usage {
               --levels   also the voice levels (StartMetering, every 100 ms while one moves by more
                          than 1 dB), as bars from -60 to 0 dBFS: the microphone, then each voice peer
             """),
+        CommandSpec("open", "PEER CHANNEL [--mode stream|messages]", "open a stream to an app's CHANNEL on PEER; bridge it to stdin and stdout",
+                    options: ["--mode": true], positionals: 2...2, details: """
+            What arrives on standard input goes to the app that registered CHANNEL on PEER (end of
+            input ends this direction), and what it sends comes out on standard output, until both
+            directions have ended. Exits 1 when the stream ends abruptly (the link dropped, the
+            other side went away), saying why.
+
+              --mode messages   each line of input is one message, each message one line of output
+                                (default: stream, the bytes as they are)
+            Examples:
+              peervoicectl open pv:3k7qh2x4mzbv6tnwyc5rjd2lae org.example.Files < photo.jpg
+              tar c Music | peervoicectl open ip:192.168.1.20:47800 org.example.Tar
+            """),
+        CommandSpec("listen", "CHANNEL [--once] [-- COMMAND [ARG...]]", "register CHANNEL and run COMMAND for each stream a peer opens to it",
+                    options: ["--once": false], positionals: 1...Int.max, details: """
+            Registers CHANNEL (3-255 characters of A-Z a-z 0-9 . _ - with a dot, e.g.
+            org.example.Chess) until Ctrl-C. Each stream a connected peer opens to it runs COMMAND
+            with the stream as its standard input and output (as socat's EXEC does), and
+            PEERVOICE_PEER, PEERVOICE_PEER_NAME, PEERVOICE_CHANNEL and PEERVOICE_MODE in its
+            environment; several streams run at once. Without COMMAND, the first stream is bridged
+            to this command's standard input and output, like `open`.
+
+              --once   take one stream; exit with COMMAND's status once it ends
+            Examples:
+              peervoicectl listen org.example.Files --once > photo.jpg
+              peervoicectl listen org.example.Tar -- tar x -C Incoming
+            """),
+        CommandSpec("shortcut", "install KEYS | remove", "add or remove a GNOME keyboard shortcut that toggles mute",
+                    positionals: 1...2, details: """
+            For GNOME 43-47, whose desktop portal binds no global shortcuts: `install` adds a custom
+            shortcut, KEYS (e.g. ctrl+alt+m), that runs `peervoicectl mute toggle`, next to the ones
+            already there (GNOME Settings > Keyboard > Custom Shortcuts shows it); `remove` takes
+            it away and leaves the others. On desktops with the GlobalShortcuts portal (KDE Plasma)
+            peervoiced binds its keys itself.
+            Examples:
+              peervoicectl shortcut install ctrl+alt+m
+              peervoicectl shortcut remove
+            """),
         CommandSpec("help", "[COMMAND]", "show help for peervoicectl or one of its commands",
                     positionals: 0...1, details: ""),
     ]

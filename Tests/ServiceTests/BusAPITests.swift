@@ -44,8 +44,11 @@ final class BusAPITests: XCTestCase {
         XCTAssertTrue(live.contains("method SetName(in s name)"))
         XCTAssertTrue(live.contains("method SetVisible(in s method, in b visible)"))
         XCTAssertTrue(live.contains("method SetVolume(in s peer, in d volume)"))
-        XCTAssertEqual(live.filter { $0.hasPrefix("method ") }.count, 20)
-        XCTAssertEqual(live.filter { $0.hasPrefix("signal ") }.count, 13)
+        XCTAssertTrue(live.contains("method OpenStream(in s peer, in s channel, in a{sv} options, out h socket)"))
+        XCTAssertTrue(live.contains("method RegisterChannel(in s name, in o handler, in a{sv} options)"))
+        XCTAssertTrue(live.contains("signal StreamClosed(s peer, s channel, s reason)"))
+        XCTAssertEqual(live.filter { $0.hasPrefix("method ") }.count, 23)
+        XCTAssertEqual(live.filter { $0.hasPrefix("signal ") }.count, 14)
         XCTAssertTrue(live.contains("property Participants a(ssb) read"))
         XCTAssertEqual(live.filter { $0.hasPrefix("property ") }.count, 13)
     }
@@ -237,6 +240,14 @@ final class BusAPITests: XCTestCase {
         daemon.process.signal(SIGINT)
         XCTAssertEqual(daemon.process.wait(timeout: 1), 0, daemon.process.log)
         XCTAssertFalse(client.nameHasOwner())
+    }
+
+    /// A session's bus ends with the session (dbus-run-session, a logout): the service ends too
+    /// instead of running on with nobody to serve (it did, found by the package test).
+    func testTheServiceEndsWithItsSessionBus() {
+        bus.stop()
+        XCTAssertEqual(daemon.process.wait(timeout: 5), 0, daemon.process.log)
+        XCTAssertTrue(daemon.process.log.contains("the session bus went away: shutting down"), daemon.process.log)
     }
 
     func testSecondInstanceFailsClearlyAndTheFirstKeepsServing() throws {

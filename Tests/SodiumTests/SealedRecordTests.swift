@@ -23,6 +23,25 @@ final class SealedRecordTests: XCTestCase {
         }
     }
 
+    func testSealingInPlaceMakesTheSameRecordAndAnOpenerTakesItFromASlice() throws {
+        let key = crypto.randomBytes(32)
+        var sealer = RecordSealer(key: key, direction: .responderToInitiator, purpose: .link, crypto: crypto)
+        var inPlace = RecordSealer(key: key, direction: .responderToInitiator, purpose: .link, crypto: crypto)
+        var opener = RecordOpener(key: key, direction: .responderToInitiator, purpose: .link, mode: .stream, crypto: crypto)
+        for size in [0, 1, 16, 4_000, 65_546] {
+            let plaintext = crypto.randomBytes(size)
+            let expected = try sealer.seal(plaintext)
+            // The plaintext behind 3 bytes of something else and the 8-byte header, room for the tag after it.
+            var buffer = [UInt8](repeating: 0xEE, count: 3) + [UInt8](repeating: 0, count: 8) + plaintext + [UInt8](repeating: 0, count: 16)
+            try buffer.withUnsafeMutableBytes { try inPlace.sealInPlace(UnsafeMutableRawBufferPointer(rebasing: $0[3...]), plaintextBytes: size) }
+            XCTAssertEqual(Array(buffer[3...]), expected, "\(size) bytes")
+            XCTAssertEqual(try opener.open(buffer[3...]), plaintext, "opened from a slice of a larger buffer")
+        }
+        var tampered = try sealer.seal([1, 2, 3])
+        tampered[9] ^= 1
+        assertRejects(&opener, tampered, .tampered(counter: 5))
+    }
+
     func testRoundTripAndLayout() throws {
         var (sealer, opener) = pair()
         for size in [0, 1, 15, 16, 17, 1000, 65_569] {
@@ -192,6 +211,28 @@ final class SealedRecordTests: XCTestCase {
         XCTAssertEqual(try iOpener.open(toInitiator), body)
         // A record reflected back to its sender does not open.
         assertRejects(&iOpener, toResponder, .tampered(counter: 0))
+    }
+
+    func testChannelDatagramKeysArePerLinkAndDirectionAndApartFromEveryOtherKey() throws {
+        let (i, r) = try completedLink()
+        let iKeys = ChannelDatagramKeys(link: i), rKeys = ChannelDatagramKeys(link: r)
+        XCTAssertEqual(iKeys.sendKey, rKeys.receiveKey)
+        XCTAssertEqual(iKeys.receiveKey, rKeys.sendKey)
+        XCTAssertNotEqual(iKeys.sendKey, iKeys.receiveKey)
+        let voice = try i.voiceKeys(localSessionID: VoiceKeys.makeSessionID(crypto: crypto), remoteSessionID: VoiceKeys.makeSessionID(crypto: crypto))
+        for other in [i.sendKey, i.receiveKey, i.exporterKey, voice.sendKey, voice.receiveKey] {
+            XCTAssertNotEqual(iKeys.sendKey, other)
+            XCTAssertNotEqual(iKeys.receiveKey, other)
+        }
+        var sealer = iKeys.makeSealer(), opener = rKeys.makeOpener()
+        let datagram = try sealer.seal(ChannelFrame.datagram(StreamID(rawValue: 1), payload: [UInt8](repeating: 7, count: 1200)).encodedBody())
+        XCTAssertEqual(datagram.count, 1205 + 24, "with its 4-byte length prefix, 1233 bytes: unfragmented under a 1500-byte MTU")
+        XCTAssertEqual(try ChannelFrame(body: try opener.open(datagram)), .datagram(StreamID(rawValue: 1), payload: [UInt8](repeating: 7, count: 1200)))
+        assertRejects(&opener, datagram, .replayed(counter: 0))
+        // Reflected back, or opened as a voice record: it does not open.
+        var back = iKeys.makeOpener()
+        assertRejects(&back, datagram, .tampered(counter: 0))
+        XCTAssertNotEqual(ChannelDatagramKeys(link: try completedLink().0).sendKey, iKeys.sendKey, "fresh for every link")
     }
 
     func testVoiceKeysAreFreshPerSession() throws {

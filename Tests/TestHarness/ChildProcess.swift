@@ -1,4 +1,5 @@
 import Foundation
+import GIO
 import Glibc
 
 /// A process the tests start and stop by its own PID.
@@ -24,18 +25,6 @@ public final class ChildProcess {
         posix_spawn_file_actions_addopen(&actions, 1, logPath, O_WRONLY | O_CREAT | O_APPEND, 0o644)
         posix_spawn_file_actions_adddup2(&actions, 1, 2)
 
-        var attributes = posix_spawnattr_t()
-        posix_spawnattr_init(&attributes)
-        defer { posix_spawnattr_destroy(&attributes) }
-        var noSignals = sigset_t()
-        sigemptyset(&noSignals)
-        posix_spawnattr_setsigmask(&attributes, &noSignals)
-        var defaults = sigset_t()
-        sigemptyset(&defaults)
-        for signal in [SIGTERM, SIGINT, SIGHUP, SIGPIPE, SIGCHLD] { sigaddset(&defaults, signal) }
-        posix_spawnattr_setsigdefault(&attributes, &defaults)
-        posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF))
-
         var env = ProcessInfo.processInfo.environment
         env["LANG"] = "C.UTF-8"
         env.merge(environment) { _, new in new }
@@ -44,7 +33,7 @@ public final class ChildProcess {
         defer { (argv + envp).forEach { free($0) } }
 
         var pid: pid_t = 0
-        let result = posix_spawnp(&pid, executable, &actions, &attributes, argv, envp)
+        let result = withDefaultSignalSpawnAttributes { posix_spawnp(&pid, executable, &actions, &$0, argv, envp) }
         guard result == 0 else { throw HarnessError("cannot start \(executable): \(String(cString: strerror(result)))") }
         self.pid = pid
     }

@@ -182,11 +182,14 @@ public final class SecureLink: @unchecked Sendable {
     // MARK: Sending
 
     /// Seals and sends one frame.
-    public func send(_ frame: Frame) throws {
+    public func send(_ frame: Frame) throws { try send(body: frame.encodedBody()) }
+
+    /// Seals and sends any frame body (the channel frames, which `Frame` does not know).
+    public func send(body: [UInt8]) throws {
         try sendLock.withLock {
-            guard var sealer else { throw SecureLinkError.io("send(\(frame.type)) before the handshake completed") }
+            guard var sealer else { throw SecureLinkError.io("send(body type \(body.first ?? 0)) before the handshake completed") }
             let record: [UInt8]
-            do throws(RecordError) { record = try sealer.seal(frame.encodedBody()) } catch { throw SecureLinkError.record(error) }
+            do throws(RecordError) { record = try sealer.seal(body) } catch { throw SecureLinkError.record(error) }
             self.sealer = sealer
             sentBodies.append(record)
             try stream.send(Wire.lengthPrefixed(record))
@@ -255,11 +258,14 @@ public final class SecureLink: @unchecked Sendable {
 
     /// Opens one record received from the peer (throws `record` if it does not open).
     public func open(_ record: [UInt8]) throws -> Frame {
+        do { return try Frame(body: try openBody(record)) } catch let error as WireError { throw SecureLinkError.wire(error) }
+    }
+
+    /// The body a record opens to, whatever frame it is (throws `record` if it does not open).
+    public func openBody(_ record: [UInt8]) throws -> [UInt8] {
         guard var opener else { throw SecureLinkError.io("open before the handshake completed") }
         defer { self.opener = opener }
-        let plaintext: [UInt8]
-        do { plaintext = try opener.open(record) } catch { throw SecureLinkError.record(error) }
-        do { return try Frame(body: plaintext) } catch { throw SecureLinkError.wire(error) }
+        do { return try opener.open(record) } catch { throw SecureLinkError.record(error) }
     }
 
     /// The next frame (KEEPALIVEs included), or nil if none arrives within `timeout`.

@@ -321,10 +321,13 @@ class PeerDaemon:
     """One peervoiced on its own private session bus, with a `gdbus monitor` of its signals in
     WORKDIR/LABEL.monitor and its log in WORKDIR/LABEL.log (bench/group starts several)."""
 
-    def __init__(self, pw, binary, workdir, label, name, source, sink, options, niceness=None):
+    def __init__(self, pw, binary, workdir, label, name, source, sink, options, niceness=None,
+                 listen="127.0.0.1:0", launcher=()):
         """`niceness`: run it under `nice -n NICENESS` (a negative one, as root, puts it ahead of
-        other work on a shared machine)."""
+        other work on a shared machine); `listen`: its --listen address; `launcher`: a command it
+        runs under (bench/channels: `ip netns exec NS`)."""
         self.workdir, self.label = workdir, label
+        self.listen_host = listen.rsplit(":", 1)[0]
         sock = os.path.join(workdir, f"{label}.bus")
         address = f"unix:path={sock}"
         self.bus = CHILDREN.start(["dbus-daemon", "--session", "--nofork", "--nopidfile", f"--address={address}"],
@@ -341,9 +344,9 @@ class PeerDaemon:
         self.monitor_process = CHILDREN.start(["stdbuf", "-oL", "gdbus", "monitor", "--session", "--dest", BUS[0]],
                                               env=self.env, log_path=self.monitor, name=f"monitor-{label}")
         self.process = CHILDREN.start(
-            (["nice", "-n", str(niceness)] if niceness is not None else []) +
+            list(launcher) + (["nice", "-n", str(niceness)] if niceness is not None else []) +
             [binary, "--state-dir", os.path.join(workdir, f"{label}-state"), "--name", name,
-             "--listen", "127.0.0.1:0", "--source", source, "--sink", sink, "--no-cue", "--verbose"] + list(options),
+             "--listen", listen, "--source", source, "--sink", sink, "--no-cue", "--verbose"] + list(options),
             env=self.env, log_path=self.log_path, name=f"peervoiced-{label}")
 
     @property
@@ -381,7 +384,7 @@ class PeerDaemon:
             r = subprocess.run(["gdbus", "call", "--session", "-d", BUS[0], "-o", BUS[1], "-m",
                                 "org.freedesktop.DBus.Properties.Get", BUS[2], "ListenAddress"],
                                env=self.env, capture_output=True, text=True)
-            m = re.search(r"127\.0\.0\.1:(\d+)", r.stdout)
+            m = re.search(re.escape(self.listen_host) + r":(\d+)", r.stdout)
             return int(m.group(1)) if m and m.group(1) != "0" else None
         return wait_for(f"peervoiced {self.label} to listen", get, 20, 0.05)
 

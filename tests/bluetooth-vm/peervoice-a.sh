@@ -3,7 +3,8 @@
 # PeerVoice over real BlueZ, computer A (run by run-pair.sh inside VM a; `make test-bluetooth`).
 # A discovers B, connects (pairing: A's person confirms the code, B's auto-confirms), both are
 # connected, voice comes up by itself on the RFCOMM channel (VOICE frames both ways), text goes
-# both ways, A disconnects; then A's bluetoothd is killed and restarted, A's
+# both ways, an app stream (peervoicectl open, 128 KiB) goes to B over the same RFCOMM channel
+# while a text does, A disconnects; then A's bluetoothd is killed and restarted, A's
 # peervoiced registers again and A connects to B once more and messages flow; finally, with the
 # pairing forgotten on both sides and B's person saying no, A's Connect fails with Rejected.
 # shellcheck source=guest-lib.sh
@@ -62,6 +63,21 @@ pv Send "$b" "hello from A" > /dev/null || fail "Send to B failed"
 pv_wait MessageDelivered "'$bid'" 90 || { pv_dump; fail "no MessageDelivered from B"; }
 pv_wait MessageReceived "'$bid', '[0-9a-f]{32}', 'hello from B'" 90 || { pv_dump; fail "no message from B"; }
 timing messages_both_ways "$t0"
+
+# --- an app stream over the RFCOMM channel, beside text (and voice, which still runs)
+barrier stream-listening || fail "B's app did not register its channel"
+head -c 131072 /dev/urandom > "$OUT/stream.bin"
+pv_mark
+t0=$(now)
+"$PV_CTL" open "$bid" org.example.VMTest < "$OUT/stream.bin" > /dev/null 2> "$OUT/stream-open.err" &
+open_pid=$!
+pv Send "$b" "text beside the stream" > /dev/null || fail "Send beside the stream failed"
+wait "$open_pid" || { pv_dump; fail "peervoicectl open failed: $(cat "$OUT/stream-open.err")"; }
+pv_wait MessageDelivered "'$bid'" 90 || { pv_dump; fail "the text beside the stream was not delivered"; }
+timing stream_beside_text "$t0"
+barrier stream-done || fail "B did not finish the stream"
+cmp -s "$OUT/stream.bin" "$SHARED/b/stream-received" || fail "the stream arrived different ($(stat -c %s "$SHARED/b/stream-received") bytes)"
+log "128 KiB over RFCOMM beside a text: equal at B"
 
 # --- disconnect
 pv_mark

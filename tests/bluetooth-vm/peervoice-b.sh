@@ -2,8 +2,8 @@
 # shellcheck source-path=SCRIPTDIR
 # PeerVoice over real BlueZ, computer B (run by run-pair.sh inside VM b; `make test-bluetooth`).
 # B's person always says yes (every PairingRequested is confirmed) until the last part, where the
-# answer is no. B discovers (so it is discoverable), sees A connect, answers A's message, sees
-# A disconnect, connect again after A's bluetoothd restart and disconnect again; then forgets A
+# answer is no. B discovers (so it is discoverable), sees A connect, answers A's message, takes
+# A's app stream (peervoicectl listen) beside a text, sees A disconnect, connect again after A's bluetoothd restart and disconnect again; then forgets A
 # and refuses A's next pairing.
 # shellcheck source=guest-lib.sh
 source "$BTVM_LIB"
@@ -29,6 +29,15 @@ pv_wait VoiceStateChanged "'$aid', 'active'" 150 || { pv_dump; fail "voice with 
 pv_wait MessageReceived "'$aid', '[0-9a-f]{32}', 'hello from A'" 200 || { pv_dump; fail "no message from A"; }
 pv Send "$a" "hello from B" > /dev/null || fail "Send to A failed"
 pv_wait MessageDelivered "'$aid'" 90 || { pv_dump; fail "no MessageDelivered from A"; }
+
+# --- A's app stream, beside a text
+"$PV_CTL" listen org.example.VMTest --once > "$OUT/stream-received" 2> "$OUT/stream-listen.err" &
+listen_pid=$!
+pv_wait_log 'registered org.example.VMTest' 30 || fail "peervoicectl listen did not register: $(cat "$OUT/stream-listen.err")"
+barrier stream-listening || fail "A did not get ready for the stream"
+pv_wait MessageReceived "'$aid', '[0-9a-f]{32}', 'text beside the stream'" 120 || { pv_dump; fail "no text beside the stream"; }
+wait "$listen_pid" || { pv_dump; fail "peervoicectl listen failed: $(cat "$OUT/stream-listen.err")"; }
+barrier stream-done || fail "A did not finish the stream"
 
 pv_mark
 # In the TCG guests A's goodbye once came more than 30 s after A's Disconnect (the link had

@@ -4,6 +4,7 @@
 # Source after guest-lib.sh.
 
 PV_BIN=$BTVM_REPO/.build/debug/peervoiced
+PV_CTL=$BTVM_REPO/.build/debug/peervoicectl
 PV_LOG=$OUT/peervoiced.log
 PV_SIGNALS=$OUT/signals.log
 PV_MARK=0

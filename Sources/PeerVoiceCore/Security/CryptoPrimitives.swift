@@ -17,9 +17,34 @@ public protocol CryptoPrimitives: Sendable {
     func seal(key: [UInt8], nonce: [UInt8], plaintext: [UInt8], associatedData: [UInt8]) -> [UInt8]
     /// The inverse of ``seal(key:nonce:plaintext:associatedData:)``; nil if the tag does not verify.
     func open(key: [UInt8], nonce: [UInt8], ciphertext: [UInt8], associatedData: [UInt8]) -> [UInt8]?
+    /// ``seal(key:nonce:plaintext:associatedData:)`` on memory, for bulk data: `output` has room
+    /// for `plaintext.count` + ``CryptoSize/tag`` bytes and may start where `plaintext` does (in
+    /// place), which saves the copies of the array version.
+    func seal(key: [UInt8], nonce: [UInt8], plaintext: UnsafeRawBufferPointer, associatedData: [UInt8],
+              into output: UnsafeMutableRawBufferPointer)
+    /// ``open(key:nonce:ciphertext:associatedData:)`` on memory: the plaintext goes to `output`
+    /// (`ciphertext.count` - ``CryptoSize/tag`` bytes); false if the tag does not verify.
+    func open(key: [UInt8], nonce: [UInt8], ciphertext: UnsafeRawBufferPointer, associatedData: [UInt8],
+              into output: UnsafeMutableRawBufferPointer) -> Bool
     /// Overwrites `bytes` with zeros in a way the optimiser keeps (best effort: copies made
     /// elsewhere by copy-on-write or earlier reallocation are not reached).
     func wipe(_ bytes: inout [UInt8])
+}
+
+extension CryptoPrimitives {
+    /// Through the array versions: for implementations (test doubles) that have no faster way.
+    public func seal(key: [UInt8], nonce: [UInt8], plaintext: UnsafeRawBufferPointer, associatedData: [UInt8],
+                     into output: UnsafeMutableRawBufferPointer) {
+        let sealed = seal(key: key, nonce: nonce, plaintext: Array(plaintext), associatedData: associatedData)
+        output.copyBytes(from: sealed)
+    }
+
+    public func open(key: [UInt8], nonce: [UInt8], ciphertext: UnsafeRawBufferPointer, associatedData: [UInt8],
+                     into output: UnsafeMutableRawBufferPointer) -> Bool {
+        guard let opened = open(key: key, nonce: nonce, ciphertext: Array(ciphertext), associatedData: associatedData) else { return false }
+        output.copyBytes(from: opened)
+        return true
+    }
 }
 
 /// Sizes of the primitives' inputs and outputs, in bytes.

@@ -5,10 +5,12 @@ public enum RecordDirection: UInt8, Sendable {
     case responderToInitiator = 0x02
 }
 
-/// What a record stream carries: the link's frames, or a voice session's frames.
+/// What a record stream carries: the link's frames, a voice session's frames, or an app
+/// channel's datagrams over UDP.
 public enum RecordPurpose: UInt8, Sendable {
     case link = 0x01
     case voice = 0x02
+    case channelDatagram = 0x03
 }
 
 /// A sealed record: `counter (u64, big-endian) || ciphertext || tag (16)`.
@@ -97,6 +99,13 @@ public struct RecordSealer: Sendable {
     /// True at the limit: ``seal(_:)`` refuses.
     public var needsRekey: Bool { nextCounter >= rekeyLimit }
 
+    fileprivate func sealBody(_ body: UnsafeMutableRawBufferPointer, plaintextBytes: Int, counter: UInt64) {
+        crypto.seal(key: key, nonce: SealedRecord.nonce(direction: direction, purpose: purpose, counter: counter),
+                    plaintext: UnsafeRawBufferPointer(rebasing: body[0..<plaintextBytes]),
+                    associatedData: SealedRecord.associatedData(direction: direction, purpose: purpose, counter: counter),
+                    into: body)
+    }
+
     /// `counter || ciphertext || tag`; the counter then advances.
     public mutating func seal(_ plaintext: [UInt8]) throws(RecordError) -> [UInt8] {
         guard nextCounter < rekeyLimit else { throw .needsRekey(counter: nextCounter) }
@@ -110,6 +119,23 @@ public struct RecordSealer: Sendable {
                               plaintext: plaintext,
                               associatedData: SealedRecord.associatedData(direction: direction, purpose: purpose, counter: counter))
         return record
+    }
+}
+
+extension RecordSealer {
+    /// ``seal(_:)`` in place, for bulk data: the plaintext is at `record[headerBytes ..<
+    /// headerBytes + plaintextBytes]`; afterwards `record[0 ..< overheadBytes + plaintextBytes]` is
+    /// the record (counter, ciphertext, tag). `record` holds at least that many bytes.
+    public mutating func sealInPlace(_ record: UnsafeMutableRawBufferPointer, plaintextBytes: Int) throws(RecordError) {
+        precondition(record.count >= SealedRecord.overheadBytes + plaintextBytes, "no room for the record")
+        guard nextCounter < rekeyLimit else { throw .needsRekey(counter: nextCounter) }
+        let counter = nextCounter
+        nextCounter += 1
+        for index in 0..<SealedRecord.headerBytes {
+            record[index] = UInt8(truncatingIfNeeded: counter >> (8 * UInt64(SealedRecord.headerBytes - 1 - index)))
+        }
+        let body = UnsafeMutableRawBufferPointer(rebasing: record[SealedRecord.headerBytes..<(SealedRecord.headerBytes + plaintextBytes + CryptoSize.tag)])
+        sealBody(body, plaintextBytes: plaintextBytes, counter: counter)
     }
 }
 
@@ -168,18 +194,37 @@ public struct RecordOpener: Sendable {
     /// The plaintext of an authentic, fresh record. A rejected record changes nothing but
     /// ``rejections``: in particular a forgery cannot move the window.
     public mutating func open(_ record: some Collection<UInt8>) throws(RecordError) -> [UInt8] {
+        var plaintext: [UInt8] = []
+        let count = try open(record, into: &plaintext)
+        plaintext.removeLast(plaintext.count - count)
+        return plaintext
+    }
+
+    /// ``open(_:)`` into `plaintext`, which is grown when it is too small and otherwise reused (the
+    /// bulk path opens every record into one buffer); returns how many of its bytes are the
+    /// plaintext. On a rejection `plaintext` holds no part of it.
+    public mutating func open(_ record: some Collection<UInt8>, into plaintext: inout [UInt8]) throws(RecordError) -> Int {
         guard record.count >= SealedRecord.minimumBytes else {
             rejections.truncated += 1
             throw .truncated(bytes: record.count)
         }
-        let bytes = Array(record)
-        let counter = bytes.bigEndianUInt64()
-        guard var plaintext = crypto.open(
-            key: key,
-            nonce: SealedRecord.nonce(direction: direction, purpose: purpose, counter: counter),
-            ciphertext: Array(bytes[SealedRecord.headerBytes...]),
-            associatedData: SealedRecord.associatedData(direction: direction, purpose: purpose, counter: counter))
-        else {
+        let counter = record.bigEndianUInt64()
+        let plaintextBytes = record.count - SealedRecord.overheadBytes
+        if plaintext.count < plaintextBytes { plaintext += [UInt8](repeating: 0, count: plaintextBytes - plaintext.count) }
+        let nonce = SealedRecord.nonce(direction: direction, purpose: purpose, counter: counter)
+        let associatedData = SealedRecord.associatedData(direction: direction, purpose: purpose, counter: counter)
+        let (crypto, key) = (crypto, key)
+        // Decrypted straight from the record's storage: no copy of the record.
+        let opened = plaintext.withUnsafeMutableBytes { output in
+            let output = UnsafeMutableRawBufferPointer(rebasing: output[0..<plaintextBytes])
+            let decrypt = { (bytes: UnsafeRawBufferPointer) in
+                crypto.open(key: key, nonce: nonce, ciphertext: UnsafeRawBufferPointer(rebasing: bytes[SealedRecord.headerBytes...]),
+                            associatedData: associatedData, into: output)
+            }
+            return record.withContiguousStorageIfAvailable { decrypt(UnsafeRawBufferPointer($0)) }
+                ?? Array(record).withUnsafeBytes(decrypt)
+        }
+        guard opened else {
             rejections.tampered += 1
             throw .tampered(counter: counter)
         }
@@ -187,7 +232,7 @@ public struct RecordOpener: Sendable {
         case .fresh:
             window.accept(counter)
             acceptedCount += 1
-            return plaintext
+            return plaintextBytes
         case .replayed:
             crypto.wipe(&plaintext)
             rejections.replayed += 1

@@ -73,6 +73,13 @@ public struct FrameDecoder: Sendable {
         return Array(buffer[range])
     }
 
+    /// ``nextBody()`` without the copy: a slice of the decoder's own buffer, valid until the next
+    /// ``append(_:)`` (the bulk path opens a sealed record straight from it).
+    public mutating func nextBodySlice() throws(WireError) -> ArraySlice<UInt8>? {
+        guard let range = try nextBodyRange() else { return nil }
+        return buffer[range]
+    }
+
     /// Finds the next complete body, consumes it and returns where it lies in `buffer`.
     private mutating func nextBodyRange() throws(WireError) -> Range<Int>? {
         do throws(WireError) {

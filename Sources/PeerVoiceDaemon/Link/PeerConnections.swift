@@ -59,6 +59,7 @@ final class PeerConnections {
     private let hello: () -> Hello
     private let emit: (ServiceEvent) -> Void
     weak var voice: LinkVoice?
+    weak var channels: Channels?
     /// Something the peer objects show changed without an event of its own.
     var peersChanged: () -> Void = {}
 
@@ -572,6 +573,7 @@ extension PeerConnections: PeerLinkDelegate {
         link.send(.presence(secret: lan.presenceSecret.bytes))
         delivery.linkOpened(link, to: id)
         voice?.linkOpened(link, to: peer)
+        channels?.linkOpened(link, peer: id, hello: hello)
     }
 
     /// When two links to one peer are open at once, both sides keep the better transport (TCP
@@ -615,6 +617,7 @@ extension PeerConnections: PeerLinkDelegate {
         }
         guard let peer = linkOwners.removeValue(forKey: ObjectIdentifier(link)) else { return }
         voice?.linkEnded(for: peer, reason: "the link closed")
+        channels?.linkClosed(peer: peer.id, reason: "\(reason)")
         delivery.linkClosed(to: peer.id)
         peer.link = nil
         Log.info("\(peer.id) disconnected: \(reason)")

@@ -105,8 +105,19 @@ final class PeerLink {
     /// Records the peer sent that failed to open, by reason.
     var rejectedRecords: RecordRejections { opener?.rejections ?? RecordRejections() }
 
+    /// Channel frames (docs/PROTOCOL.md §13) on the open link, for the link's `LinkChannels`;
+    /// while nil (the peer did not announce channels) they are protocol errors. It throws when
+    /// one breaks the protocol.
+    var channelFrameReceived: ((ArraySlice<UInt8>) throws -> Void)?
+    /// Every channel frame of one read has been handed over (the moment for FEEDBACK).
+    var channelInputDrained: () -> Void = {}
+    /// The link's output queue emptied (channels send bulk data only into an empty one).
+    var outputDrained: () -> Void = {}
+
     private let connection: StreamConnection
     private var decoder = FrameDecoder()
+    /// Where records open (`sealedRecord`); what is handed on from it is valid until the next record.
+    private var plaintextBuffer = [UInt8](repeating: 0, count: Wire.maxFrameBodyBytes)
     private var handshake: Handshake?
     private var sealer: RecordSealer?
     private var opener: RecordOpener?
@@ -133,6 +144,7 @@ final class PeerLink {
     func start(hello: Hello, identity: StaticIdentity, pinnedKey: [UInt8]?, crypto: any CryptoPrimitives) {
         connection.onBytes = { [unowned self] bytes in received(bytes) }
         connection.onClose = { [unowned self] reason in finish(.other(reason)) }
+        connection.onDrained = { [unowned self] in outputDrained() }
         decoder.maxBodyBytes = Handshake.maxMessageBytes
         connection.start()
         connection.send(Preamble.bytes)
@@ -191,6 +203,39 @@ final class PeerLink {
         return true
     }
 
+    /// Seals and sends a channel frame body on the open link (`ChannelLink`).
+    func sendChannelFrame(_ body: [UInt8]) {
+        guard phase == .open else { return }
+        sendSealed(body: body)
+    }
+
+    /// Seals and sends, in place, a channel frame whose body the caller has put at
+    /// `SealedFrameLayout.bodyOffset` of a buffer with room for the length prefix and seal around
+    /// it: the bulk path, without copies of the body. `frame` may be reused once this returns.
+    func sendChannelFrameInPlace(_ frame: inout [UInt8], bodyBytes: Int) {
+        guard phase == .open, var sealer else { return }
+        guard !sealer.shouldRekey else { return drop(reason: "rekeying: the link's record counter is half used") }
+        let recordBytes = SealedRecord.overheadBytes + bodyBytes
+        let sealed = frame.withUnsafeMutableBytes { buffer in
+            let record = UnsafeMutableRawBufferPointer(rebasing: buffer[Wire.lengthPrefixBytes...])
+            return Result { () throws(RecordError) in try sealer.sealInPlace(record, plaintextBytes: bodyBytes) }
+        }
+        if case .failure(let error) = sealed { return drop(reason: "cannot seal: \(error)") }
+        self.sealer = sealer
+        for index in 0..<Wire.lengthPrefixBytes { frame[index] = UInt8(truncatingIfNeeded: recordBytes >> (8 * (Wire.lengthPrefixBytes - 1 - index))) }
+        connection.send(frame[0..<(Wire.lengthPrefixBytes + recordBytes)])
+        lastSent = clock.now
+    }
+
+    /// Output the kernel has not taken yet, in the service and (where it says) in the kernel's
+    /// send queue: channels send bulk data only where nothing waits.
+    var pendingOutputBytes: Int { connection.pendingOutputBytes }
+    var ipEndpoints: (local: IPEndpoint, remote: IPEndpoint)? {
+        guard case .ip(let remote) = remote, let local = connection.localEndpoint else { return nil }
+        return (local, remote)
+    }
+    var kernelQueuedOutputBytes: Int? { connection.kernelQueuedBytes(bluetooth: transport == .bluetooth) }
+
     /// Closes on purpose, telling the peer why (a `userDisconnected` goodbye means "do not redial").
     func close(goodbye reason: GoodbyeReason, logReason: String) {
         guard phase != .closed else { return }
@@ -212,14 +257,17 @@ final class PeerLink {
         lastReceived = clock.now
         decoder.append(bytes)
         do {
-            while phase != .closed, let body = try decoder.nextBody() {
+            while phase != .closed, let body = try decoder.nextBodySlice() {
                 if phase == .handshaking {
-                    try handshakeMessage(body)
+                    try handshakeMessage(Array(body))
                 } else {
                     try sealedRecord(body)
                 }
             }
-            if phase == .open { delegate?.linkDidDrainInput(self) }
+            if phase == .open {
+                delegate?.linkDidDrainInput(self)
+                channelInputDrained()
+            }
         } catch {
             failed(error)
         }
@@ -271,11 +319,12 @@ final class PeerLink {
         delegate?.linkDidAuthenticate(self)
     }
 
-    private func sealedRecord(_ body: [UInt8]) throws {
+    private func sealedRecord(_ body: ArraySlice<UInt8>) throws {
         guard var opener else { return }
-        let plaintext: [UInt8]
+        let plaintext: ArraySlice<UInt8>
         do {
-            plaintext = try opener.open(body)
+            // Every record opens into one buffer: no allocation per record on the bulk path.
+            plaintext = plaintextBuffer[0..<(try opener.open(body, into: &plaintextBuffer))]
             self.opener = opener
         } catch {
             // A record that does not open is dropped and counted; the frames around it still
@@ -286,6 +335,9 @@ final class PeerLink {
                 drop(reason: "\(opener.rejections.total) records failed to open")
             }
             return
+        }
+        if phase == .open, ChannelFrame.isChannelFrame(plaintext), let channelFrameReceived {
+            return try channelFrameReceived(plaintext)
         }
         let frame = try Frame(body: plaintext)
         switch (phase, frame) {
@@ -320,6 +372,10 @@ final class PeerLink {
     // MARK: Sending and timing
 
     private func sendSealed(_ frame: Frame) {
+        sendSealed(body: frame.encodedBody())
+    }
+
+    private func sendSealed(body: [UInt8]) {
         guard var sealer, phase != .closed else { return }
         if sealer.shouldRekey {
             // 2^47 records on one link: a new link brings fresh keys long before nonces run out.
@@ -327,7 +383,7 @@ final class PeerLink {
             return
         }
         do {
-            connection.send(Wire.lengthPrefixed(try sealer.seal(frame.encodedBody())))
+            connection.send(Wire.lengthPrefixed(try sealer.seal(body)))
             self.sealer = sealer
             lastSent = clock.now
         } catch {

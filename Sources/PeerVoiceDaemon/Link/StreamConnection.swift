@@ -12,6 +12,8 @@ final class StreamConnection {
     var onBytes: (ArraySlice<UInt8>) -> Void = { _ in }
     /// Called once, when the stream ends or fails; `reason` is for the log.
     var onClose: (String) -> Void = { _ in }
+    /// Called whenever output that had to wait has all been taken by the kernel.
+    var onDrained: () -> Void = {}
 
     private let socket: Socket
     private var readWatch: EventSource?
@@ -22,6 +24,28 @@ final class StreamConnection {
     private(set) var isClosed = false
     /// True while earlier writes wait for the kernel to take them.
     var hasPendingOutput: Bool { pendingOffset < pendingOutput.count }
+    /// This end's address, for a TCP connection.
+    var localEndpoint: IPEndpoint? { isClosed ? nil : socket.localEndpoint }
+    /// Bytes that wait for the kernel to take them.
+    var pendingOutputBytes: Int { pendingOutput.count - pendingOffset }
+
+    /// Bytes the kernel holds in the socket's send queue and has not sent: for TCP those not yet
+    /// handed to the network (SIOCOUTQNSD); for Bluetooth RFCOMM, the send buffer's size less
+    /// the room TIOCOUTQ reports. nil when the kernel does not say.
+    func kernelQueuedBytes(bluetooth: Bool) -> Int? {
+        guard !isClosed else { return nil }
+        var value: Int32 = 0
+        if bluetooth {
+            var size: Int32 = 0
+            var length = socklen_t(MemoryLayout<Int32>.size)
+            guard getsockopt(socket.fd, SOL_SOCKET, SO_SNDBUF, &size, &length) == 0,
+                  ioctl(socket.fd, UInt(TIOCOUTQ), &value) == 0 else { return nil }
+            return max(0, Int(size) - Int(value))
+        }
+        let unsentQueue: UInt = 0x894B  // SIOCOUTQNSD (linux/sockios.h)
+        guard ioctl(socket.fd, unsentQueue, &value) == 0 else { return nil }
+        return Int(value)
+    }
 
     init(socket: Socket) {
         self.socket = socket
@@ -36,12 +60,18 @@ final class StreamConnection {
     }
 
     func send(_ bytes: [UInt8]) {
+        send(bytes[...])
+    }
+
+    /// Writes what the kernel takes now and keeps (copies) only the rest, so a caller may send
+    /// from a buffer it reuses.
+    func send(_ bytes: ArraySlice<UInt8>) {
         guard !isClosed else { return }
         if pendingOutput.isEmpty {
-            let written = write(bytes[...])
+            let written = write(bytes)
             guard !isClosed else { return }
             if written == bytes.count { return }
-            pendingOutput = Array(bytes[written...])
+            pendingOutput = Array(bytes[(bytes.startIndex + written)...])
             pendingOffset = 0
             writeWatch = FDWatch.add(fd: socket.fd, events: .writable) { [weak self] _ in
                 self?.flushPendingOutput() ?? false
@@ -100,6 +130,7 @@ final class StreamConnection {
         pendingOutput.removeAll(keepingCapacity: false)
         pendingOffset = 0
         writeWatch = nil
+        onDrained()
         return false
     }
 
