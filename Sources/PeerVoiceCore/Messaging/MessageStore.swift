@@ -342,7 +342,8 @@ public final class MessageStore {
 
     /// Stores a message from the peer, unless it is a duplicate: its `seq` is at or below the
     /// highest already stored from that sender instance. Returns true when new and stored (the
-    /// caller emits `MessageReceived`), false for a duplicate; either way the caller then
+    /// caller emits `MessageReceived` at once: the same write notes it as announced, so a kill -9
+    /// after it never announces it twice), false for a duplicate; either way the caller then
     /// acknowledges. Relies on each sender instance's messages arriving in sequence order (a
     /// stream transport). Throws `invalidArgument` (seq 0, malformed ids) or `io`; then nothing
     /// was stored and the caller must not acknowledge.
@@ -364,25 +365,28 @@ public final class MessageStore {
         try persistBeforeChange(
             state,
             MessageJournalRecord.received(
-                instance: senderInstance, seq: seq, sentAtMs: sentAtMs, receivedAtMs: nowMs, id: id, text: text))
+                instance: senderInstance, seq: seq, sentAtMs: sentAtMs, receivedAtMs: nowMs, id: id, text: text)
+                + MessageJournalRecord.announced())
         state.addReceived(
             instance: senderInstance, seq: seq, sentAtMs: sentAtMs, receivedAtMs: nowMs, id: id, text: text,
             limits: limits)
+        state.unannounced = []
         compactIfDue(state)
         return true
     }
 
-    /// The caller announced (`MessageReceived`) every message `receive` stored from `peer`: says
-    /// so in the journal (written, synced with the next batch), so they are not announced again.
+    /// The caller announced (`MessageReceived`) the messages `unannounced` returned for `peer`:
+    /// says so in the journal (written, synced with the next batch), so they are not announced again.
     public func noteAnnounced(peer: String) {
         guard let state = peers[peer], !state.unannounced.isEmpty else { return }
         state.unannounced = []
         persistAfterChange(state, MessageJournalRecord.announced())
     }
 
-    /// Messages stored but, as far as the disk knows, never announced: the machine stopped
-    /// between storing and announcing (or before the journal said so). Announce them (again: a
-    /// message's id tells a repeat), then `noteAnnounced`. Per peer (sorted), oldest first.
+    /// Messages stored but, as far as the disk knows, never announced: a power loss kept a
+    /// `received` record but tore the note written with it, or the journal was rewritten
+    /// meanwhile. Announce them (perhaps again: a message's id tells a repeat), then
+    /// `noteAnnounced`. Per peer (sorted), oldest first.
     public func unannounced() -> [(peer: String, message: StoredMessage)] {
         peers.keys.sorted().flatMap { peer in
             peers[peer]!.unannounced.map {

@@ -7,10 +7,11 @@
 /// after the sync: no order of "synced" and "announced" survives a power loss between the two,
 /// and a message that outlived a crash unannounced would never be announced, its sender's resend
 /// being dropped as a duplicate (found by the simulation, seeds 20 and 141). So a message is
-/// announced as soon as it is written, the journal notes that after each read (`noteAnnounced`),
-/// and what it does not say was announced is announced again when the service starts
-/// (`announceUnannounced`); a power loss can also lose the record itself, and then the resend
-/// is announced again. A repeat carries the same message id. Pure and driven from outside: the
+/// announced as soon as it is written, the same write noting it announced (a kill -9 repeats
+/// nothing: `MessagingTests.testKilledReceiver…`), and what a power loss left without that
+/// note is announced again when the service starts (`announceUnannounced`); a power loss can
+/// also lose the record itself, and then the resend is announced again. A repeat carries the
+/// same message id. Pure and driven from outside: the
 /// daemon runs it on its links and timers (`MessageDelivery`), the simulation on simulated ones.
 /// Used from one thread.
 ///
@@ -194,9 +195,8 @@ public final class TextDelivery<Link: AnyObject> {
     }
 
     /// One ACK per read rather than per message: what was stored is acknowledged together, once
-    /// durable; and the journal notes that what was stored was announced.
+    /// durable.
     public func inputDrained(from peer: PeerID) {
-        store.noteAnnounced(peer: peer.description)
         guard let open = links[peer], let upTo = open.delivery.takeAck() else { return }
         let link = open.link
         whenDurable { [weak self] in
