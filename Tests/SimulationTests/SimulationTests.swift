@@ -49,6 +49,15 @@ final class SimulationTests: XCTestCase {
         assertRunsClean(440, keeping: [0, 6, 7, 10, 13, 39, 43])
     }
 
+    /// The machine stopped in a compaction that `receive` ran after writing a message and the
+    /// note that it was announced, before the announcement: after the restart the message was
+    /// stored and noted, never announced, and its sender's resend was acknowledged as a duplicate.
+    /// A receive now compacts before it writes.
+    func testSeed202NothingComesBetweenStoringAMessageAndAnnouncingIt() {
+        assertRunsClean(202, keeping: [6, 35, 36, 37, 38, 39, 40, 46, 47, 48, 49, 50, 51, 66, 67])
+        assertRunsClean(202)
+    }
+
     /// A power loss kept the message directory but not the state directory's own name (never
     /// synced in its parent): the files synced inside vanished with it (instance, peers.json).
     /// `Storage.makeDirectory` now syncs the parent of each directory it creates.

@@ -362,6 +362,10 @@ public final class MessageStore {
             return false
         }
         let state = try stateCreatingJournal(peer: peer)
+        // Compacted before rather than after: nothing may come between the write that notes the
+        // message announced and the caller's announcement (a crash in a compaction there left a
+        // message stored, noted, never announced: simulation seed 202).
+        compactIfDue(state)
         try persistBeforeChange(
             state,
             MessageJournalRecord.received(
@@ -371,7 +375,6 @@ public final class MessageStore {
             instance: senderInstance, seq: seq, sentAtMs: sentAtMs, receivedAtMs: nowMs, id: id, text: text,
             limits: limits)
         state.unannounced = []
-        compactIfDue(state)
         return true
     }
 
