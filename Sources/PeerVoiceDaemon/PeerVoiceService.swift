@@ -134,6 +134,16 @@ final class PeerVoiceService {
 
     /// Starts accepting peers and delivering queued messages: called once the bus name is owned.
     func start() throws(ServiceError) {
+        // A RemovePeer a crash interrupted is finished before anything dials.
+        for id in delivery.interruptedRemovals {
+            do {
+                let failed = try delivery.forget(id) { try registry.remove(id) }
+                Log.info("finished removing \(id), which a crash interrupted: \(failed) queued messages failed")
+                peersChanged()
+            } catch {
+                Log.warning("cannot finish removing \(id), which a crash interrupted: \(error)")
+            }
+        }
         // For --listen and for the default LAN listener alike.
         connections.start()
         if let address = options.listen {
@@ -314,8 +324,7 @@ final class PeerVoiceService {
         connections.forget(id)
         let failed: Int
         do {
-            failed = try delivery.forget(id)
-            try registry.remove(id)
+            failed = try delivery.forget(id) { try registry.remove(id) }
         } catch {
             throw .failed("could not forget \(id) in the state directory: \(error)")
         }

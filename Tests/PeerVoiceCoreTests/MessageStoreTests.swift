@@ -256,6 +256,29 @@ final class MessageStoreTests: XCTestCase {
         XCTAssertEqual(try store4.enqueue(peer: peer, id: id(6), text: "again", nowMs: 0).seq, 6)
     }
 
+    /// Simulation seeds 2414 and 10904: the machine stopped inside RemovePeer after the journal
+    /// was deleted and before its queued messages were reported failed; they were lost without a
+    /// word. Now the journal notes the removal first, and a store opened after a crash in the
+    /// middle lists the peer, whose removal (and failures) the service runs again.
+    func testARemovalACrashInterruptedIsListedWithItsFailuresAtTheNextStart() throws {
+        let store = try open()
+        _ = try store.enqueue(peer: peer, id: id(1), text: "a", nowMs: 0)
+        _ = try store.enqueue(peer: peer, id: id(2), text: "b", nowMs: 0)
+        _ = store.acknowledge(peer: peer, upTo: 1)
+        XCTAssertEqual(try store.beginForgetting(peer: peer), [id(2)])
+        XCTAssertEqual(store.pending(peer: peer), [], "failed: not sent any more")
+        // The crash: finishForgetting never ran.
+
+        let reopened = try open()
+        XCTAssertEqual(reopened.interruptedRemovals, [peer])
+        XCTAssertEqual(try reopened.beginForgetting(peer: peer), [id(2)], "reported again, same id")
+        try reopened.finishForgetting(peer: peer)
+        XCTAssertEqual(reopened.interruptedRemovals, [])
+        XCTAssertFalse(FileManager.default.fileExists(atPath: journalPath(peer)))
+        XCTAssertEqual(try open().knownPeers, [])
+        XCTAssertEqual(try open().enqueue(peer: peer, id: id(3), text: "again", nowMs: 0).seq, 3, "numbering continues")
+    }
+
     /// Issue 37: the peer's messages 1-3 were stored (and maybe never acknowledged: the ACK was
     /// lost, or the link closed first), then it was removed and paired again. Its resend of 1-3
     /// is a duplicate, across restarts and a second removal too; 4 is new.

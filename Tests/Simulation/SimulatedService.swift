@@ -120,7 +120,10 @@ final class SimulatedService {
     func start() {
         history.started(peer)
         listen()
-        perform { delivery.announceUnannounced() }
+        perform {
+            for id in delivery.interruptedRemovals { forget(id) }
+            delivery.announceUnannounced()
+        }
         expire()
         every(Self.stallCheck) {
             $0.delivery.resendStalledRuns()
@@ -251,14 +254,20 @@ final class SimulatedService {
             guard let record = peers[id] else { return }
             disconnect(record, by: "RemovePeer")
             redials[id] = nil
-            do {
-                _ = try delivery.forget(id)
+            forget(id)
+        }
+    }
+
+    /// `RemovePeer`'s work once the links are gone (and at start, a removal a crash interrupted).
+    private func forget(_ id: PeerID) {
+        do {
+            _ = try delivery.forget(id) {
                 try directory.remove(id: id)
                 peers[id] = nil
-                history.removed(id, by: peer)
-            } catch {
-                history.note("\(peer.name): RemovePeer(\(id)) failed: \(error)")
             }
+            history.removed(id, by: peer)
+        } catch {
+            history.note("\(peer.name): RemovePeer(\(id)) failed: \(error)")
         }
     }
 

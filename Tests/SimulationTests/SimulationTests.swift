@@ -58,6 +58,22 @@ final class SimulationTests: XCTestCase {
         assertRunsClean(202)
     }
 
+    /// The machine stopped inside RemovePeer after the journal was deleted, before the queued
+    /// messages were reported failed: neither delivered nor reported. The journal now notes the
+    /// removal first and the next start finishes it.
+    func testSeed2414ARemovalACrashInterruptedIsFinishedAtStart() {
+        assertRunsClean(2414, keeping: [0, 6, 30, 35, 36, 45, 50, 108])
+        assertRunsClean(2414)
+    }
+
+    func testSeed10904ARemovalACrashInterruptedIsFinishedAtStart() { assertRunsClean(10904) }
+
+    /// The disk full in the middle of RemovePeer: the messages were failed in memory, the
+    /// tombstone refused, the failures never reported. Nothing fails before the note is written.
+    func testSeed19ARemovalTheDiskRefusesChangesNothing() {
+        assertRunsClean(19, keeping: [0, 45, 46, 53, 54, 58, 69])
+    }
+
     /// A power loss kept the message directory but not the state directory's own name (never
     /// synced in its parent): the files synced inside vanished with it (instance, peers.json).
     /// `Storage.makeDirectory` now syncs the parent of each directory it creates.

@@ -39,6 +39,9 @@ enum MessageJournalRecordType: UInt8 {
     /// No fields: every `received` record before it was announced (`MessageReceived`). Those
     /// after the last one are announced again when the store is opened.
     case announced = 9
+    /// No fields: `RemovePeer` began; every queued message has failed. A store opened with it
+    /// lists the peer in `interruptedRemovals`, for the service to finish the removal.
+    case removing = 10
 }
 
 /// Status byte of an `outgoing` record.
@@ -169,6 +172,11 @@ struct MessageJournalRecord {
 
     static func announced() -> [UInt8] {
         var r = MessageJournalRecord(.announced, capacity: 0)
+        return r.seal()
+    }
+
+    static func removing() -> [UInt8] {
+        var r = MessageJournalRecord(.removing, capacity: 0)
         return r.seal()
     }
 

@@ -253,24 +253,51 @@ public final class MessageStore {
         return result
     }
 
-    /// Removes the peer (`RemovePeer`): returns the ids of its queued messages, which are now
-    /// failed (the caller emits `MessageFailed`), and deletes its journal. Its last sequence
-    /// number and its duplicate marks are kept in `forgotten-peers.pvt`, so if the same key comes
-    /// back our numbering continues and what it sent before (stored, perhaps not acknowledged)
-    /// is not stored again. Throws `io` (changing nothing) if that cannot be recorded or the
-    /// journal deleted.
+    /// Removes the peer (`RemovePeer`) at once: `beginForgetting`, then `finishForgetting`.
     public func forget(peer: String) throws -> [String] {
+        let failed = try beginForgetting(peer: peer)
+        try finishForgetting(peer: peer)
+        return failed
+    }
+
+    /// Begins removing the peer (`RemovePeer`): its journal notes the removal (synced), its
+    /// queued messages fail, and its last sequence number and duplicate marks are kept in
+    /// `forgotten-peers.pvt`, so if the same key comes back our numbering continues and what it
+    /// sent before (stored, perhaps not acknowledged) is not stored again. Returns the ids of the
+    /// messages that failed (the caller reports them, forgets the peer elsewhere, then calls
+    /// `finishForgetting`). A crash before the end leaves the note: the peer is listed in
+    /// `interruptedRemovals` at the next start, and its messages again (a crash that deleted
+    /// the journal before they were reported lost the reports: simulation seeds 2414, 10904).
+    /// Throws `io` (changing nothing) if the note cannot be written.
+    public func beginForgetting(peer: String) throws -> [String] {
         guard let state = peers[peer] else { return [] }
-        let failed = state.outbox[state.outboxHead...].filter { $0.status == .queued }.map(\.id)
+        // The tombstone first: harmless for a peer that stays (a later removal rewrites it).
         let marks = state.sendersByAge.map { (instance: $0.instance, seq: $0.mark.seq) }
         if state.lastSeq > 0 || !marks.isEmpty { try recordForgotten(peer: peer, lastSeq: state.lastSeq, marks: marks) }
-        // Durable before it returns: a removal undone by a crash would bring back messages
-        // already reported failed.
+        if !state.removing {
+            try persistBeforeChange(state, MessageJournalRecord.removing())
+            try state.journal.sync()
+            state.removing = true
+        }
+        // Nothing failed before the note is on the disk (simulation seed 19: a full disk refused
+        // the tombstone after the failures, and they were never reported).
+        let queued = state.outbox[state.outboxHead...].filter { $0.status == .queued }
+        for entry in queued { state.markFailed(entry) }
+        state.tidyOutbox()
+        return queued.map(\.id)
+    }
+
+    /// Deletes the journal of a peer `beginForgetting` began to remove, durably.
+    public func finishForgetting(peer: String) throws {
+        guard let state = peers[peer] else { return }
         try state.journal.remove()
         peers[peer] = nil
         unsynced.remove(peer)
-        return failed
     }
+
+    /// Peers whose removal a crash interrupted (`beginForgetting` without `finishForgetting`),
+    /// sorted: the caller removes them again.
+    public var interruptedRemovals: [String] { peers.values.filter(\.removing).map(\.peer).sorted() }
 
     /// Migration (protocol version 3 named peers by address): the journals of `sources` become
     /// the one journal of `target`, written whole before the sources are deleted. The send counter
@@ -610,6 +637,8 @@ public final class MessageStore {
                 case .announced:
                     state.unannounced = []
                     sawAnnouncedMarker = true
+                case .removing:
+                    state.removing = true
                 case .forgotten, .forgottenMark, nil:
                     // A newer format's record (its checksum is fine): skip rather than lose the rest.
                     unknown += 1
@@ -808,6 +837,8 @@ final class MessageStorePeer {
     /// Received messages the journal does not say were announced, oldest first (a suffix of the
     /// received ones in `history`).
     var unannounced: [MessageStoreEntry] = []
+    /// `RemovePeer` began (`beginForgetting`) and did not finish.
+    var removing = false
 
     init(peer: String, journal: MessageJournalFile) {
         self.peer = peer
@@ -951,6 +982,7 @@ final class MessageStorePeer {
             out += record(entry)
         }
         if firstUnannounced == nil { out += MessageJournalRecord.announced() }
+        if removing { out += MessageJournalRecord.removing() }
         return out
     }
 

@@ -115,16 +115,24 @@ public final class TextDelivery<Link: AnyObject> {
 
     public func history(of peer: PeerID, max: Int) -> [StoredMessage] { store.history(peer: peer.description, max: max) }
 
-    /// Fails everything queued for `peer` and forgets its history (durably, before it returns);
-    /// returns how many failed.
-    public func forget(_ peer: PeerID) throws -> Int {
+    /// Fails everything queued for `peer` and forgets its history (`RemovePeer`), durably, in an
+    /// order no crash breaks: the journal notes the removal, the failures are reported,
+    /// `elsewhere` forgets the peer outside the store (its pinned key), then the journal goes. A
+    /// crash on the way leaves the note, and the next start runs the removal again
+    /// (`interruptedRemovals`; its failures reported again, same ids). Returns how many failed.
+    public func forget(_ peer: PeerID, elsewhere: () throws -> Void) throws -> Int {
         links[peer] = nil
-        let failed = try store.forget(peer: peer.description)
+        let failed = try store.beginForgetting(peer: peer.description)
         for messageID in failed {
             emit(.messageFailed(peer, messageID: messageID, reason: "the peer was removed"))
         }
+        try elsewhere()
+        try store.finishForgetting(peer: peer.description)
         return failed.count
     }
+
+    /// At start: the peers whose removal a crash interrupted, to `forget` again.
+    public var interruptedRemovals: [PeerID] { store.interruptedRemovals.compactMap { PeerID($0) } }
 
     /// Fails what waited longer than the store's expiry; announced once that is durable.
     public func expire() {

@@ -60,8 +60,15 @@ final class MessageDelivery {
 
     func history(of peer: PeerID, max: Int) -> [StoredMessage] { delivery.history(of: peer, max: max) }
 
-    /// Fails everything queued for `peer` and forgets its history; returns how many failed.
-    func forget(_ peer: PeerID) throws -> Int { try delivery.forget(peer) }
+    /// Fails everything queued for `peer` and forgets its history, `elsewhere` forgetting the rest
+    /// of it before the journal goes; returns how many failed.
+    func forget(_ peer: PeerID, elsewhere: () throws -> Void) throws -> Int {
+        defer { syncWrites() }
+        return try delivery.forget(peer, elsewhere: elsewhere)
+    }
+
+    /// The peers whose `RemovePeer` a crash interrupted: to remove again at start.
+    var interruptedRemovals: [PeerID] { delivery.interruptedRemovals }
 
     // MARK: Links
 
