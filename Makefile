@@ -155,7 +155,7 @@ screenshots: deps
 		--filter 'AppTests.(testAPersonPairsChatsAndMutesThroughTheWindow|testSettingsRenameAndChooseWhereThisDeviceIsVisible|testVoiceStartsAndStopsForTheSelectedPeerAndTheListFollowsThePeerObjects)'
 
 # Serial on purpose (no --parallel): each suite starts its own private dbus-daemon.
-# Every suite: unit and service tests (private buses, PipeWire), 200 seeds of the simulation (≈40 s),
+# Every suite: unit and service tests (private buses, PipeWire), 200 seeds of the simulation (≈40 s, 34 s of CPU),
 # each fuzz target for FUZZ_SMOKE_SECONDS, the Debian package round (test-package), then PeerVoice
 # over real BlueZ in the two VMs. TEST_FILTER narrows the first part and skips the rest.
 test: deps
