@@ -100,7 +100,11 @@ public final class SimulatedPeer {
         switch kind {
         case .kill:
             network.resetStreams(of: host)
-            if service.store.holdsUnrecordedChanges { history.lostState(self) }
+            // Memory held what the disk refused, or a RemovePeer the disk stopped half-way (the
+            // next start finishes it, reporting its failures again).
+            if service.store.holdsUnrecordedChanges || !service.store.interruptedRemovals.isEmpty {
+                history.lostState(self)
+            }
         case .powerLoss:
             network.abandonStreams(of: host)
             disk.crash()

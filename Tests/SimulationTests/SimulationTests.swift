@@ -74,6 +74,14 @@ final class SimulationTests: XCTestCase {
         assertRunsClean(19, keeping: [0, 45, 46, 53, 54, 58, 69])
     }
 
+    /// A RemovePeer the full disk stopped after its failures were reported, then a kill: the
+    /// next start finished the removal and reported them again (same ids), as designed; the
+    /// simulation had counted that kill as losing nothing.
+    func testSeed18558AKillDuringAnUnfinishedRemovalMayReportItsFailuresAgain() {
+        assertRunsClean(18558, keeping: [1, 3, 5, 15, 28, 139, 162, 218])
+        assertRunsClean(14284, keeping: [0, 1, 2, 56, 67, 90, 98, 142])
+    }
+
     /// A power loss kept the message directory but not the state directory's own name (never
     /// synced in its parent): the files synced inside vanished with it (instance, peers.json).
     /// `Storage.makeDirectory` now syncs the parent of each directory it creates.
