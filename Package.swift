@@ -64,12 +64,17 @@ let package = Package(
         // bench/playout's offline playout simulation (make bench-playout): not shipped.
         .executableTarget(name: "playout-bench", dependencies: ["PeerVoiceCore", "Opus", "SeededRandom"], path: "bench/playout/driver"),
 
+        // The deterministic simulation of the core (make simulate, docs/RELIABILITY.md): not shipped.
+        .target(name: "PeerVoiceSimulation", dependencies: ["PeerVoiceCore", "SeededRandom"], path: "Tests/Simulation"),
+        .executableTarget(name: "simulate", dependencies: ["PeerVoiceSimulation"], path: "Tests/SimulationDriver"),
+
         // Seeded randomness for tests and benchmarks; assertions and handshake runs for the core's tests.
         .target(name: "SeededRandom", path: "Tests/SeededRandom"),
         .target(name: "CoreTestSupport", dependencies: ["PeerVoiceCore"], path: "Tests/CoreTestSupport"),
         .target(name: "TestHarness", dependencies: ["GIO", "PeerVoiceBus", "PeerVoiceCore", "Sodium", "SeededRandom"],
                 path: "Tests/TestHarness"),
         .testTarget(name: "PeerVoiceCoreTests", dependencies: ["PeerVoiceCore", "SeededRandom", "CoreTestSupport"]),
+        .testTarget(name: "SimulationTests", dependencies: ["PeerVoiceSimulation", "PeerVoiceCore", "SeededRandom"]),
         .testTarget(name: "SodiumTests", dependencies: ["Sodium", "PeerVoiceCore", "CoreTestSupport"]),
         .testTarget(name: "OpusTests", dependencies: ["Opus", "PeerVoiceCore"]),
         // The processor offline, and the daemon's capture path around it (no PipeWire).

@@ -68,8 +68,8 @@ final class BusObject {
                 let target = arguments[0].string!
                 let text = arguments[1].string!
                 let peer = target.isEmpty ? nil : try PeerRef(parsing: target)
-                let messageID = try service.send(text, to: peer)
-                call.reply(Variant(tuple: [Variant(messageID)]))
+                // Answered once the message is on the disk: a reply is a promise it is kept.
+                try service.send(text, to: peer) { messageID in call.reply(Variant(tuple: [Variant(messageID)])) }
             case "History":
                 let (_, messages) = try service.history(of: PeerRef(parsing: arguments[0].string!),
                                                         max: Int(arguments[1].uint32!))

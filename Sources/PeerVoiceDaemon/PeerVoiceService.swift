@@ -69,11 +69,12 @@ final class PeerVoiceService {
         self.options = options
         let state = options.stateDirectory
         do {
-            try FileManager.default.createDirectory(atPath: state, withIntermediateDirectories: true)
+            // Durably: a power loss must not take the directory from under the files synced in it.
+            try FileStorage().makeDirectory(state)
             // Keys and messages live here: only the user may look in.
             try FileManager.default.setAttributes([.posixPermissions: 0o700], ofItemAtPath: state)
         } catch {
-            throw .failed("cannot use the state directory \(state): \(error.localizedDescription)")
+            throw .failed("cannot use the state directory \(state): \((error as? StorageError)?.description ?? error.localizedDescription)")
         }
         do {
             identity = try IdentityFile.loadOrCreate(at: state + "/identity.key", using: crypto).identity
@@ -86,8 +87,10 @@ final class PeerVoiceService {
         let store: MessageStore
         let directory: PeerDirectory
         do {
-            instance = try Self.loadInstanceID(in: state)
-            store = try MessageStore(directory: state + "/messages", onWarning: { Log.warning("message store: \($0)") })
+            instance = try InstanceFile.loadOrCreate(at: state + "/instance")
+            // Synced in batches on MessageDelivery's sync thread, never on the main loop per message.
+            store = try MessageStore(directory: state + "/messages", syncMode: .batched,
+                                     onWarning: { Log.warning("message store: \($0)") })
             directory = try PeerDirectory(path: state + "/peers.json") { PeerID(key: $0, using: crypto) }
             settings = try ServiceSettings(path: state + "/settings.json", defaultName: options.name)
             try Self.migrate(store: store, directory: directory)
@@ -142,6 +145,16 @@ final class PeerVoiceService {
 
     /// Starts accepting peers and delivering queued messages: called once the bus name is owned.
     func start() throws(ServiceError) {
+        // A RemovePeer a crash interrupted is finished before anything dials.
+        for id in delivery.interruptedRemovals {
+            do {
+                let failed = try delivery.forget(id) { try registry.remove(id) }
+                Log.info("finished removing \(id), which a crash interrupted: \(failed) queued messages failed")
+                peerChanged(.id(id))
+            } catch {
+                Log.warning("cannot finish removing \(id), which a crash interrupted: \(error)")
+            }
+        }
         // For --listen and for the default LAN listener alike.
         connections.start()
         if let address = options.listen {
@@ -329,8 +342,7 @@ final class PeerVoiceService {
         connections.forget(id)
         let failed: Int
         do {
-            failed = try delivery.forget(id)
-            try registry.remove(id)
+            failed = try delivery.forget(id) { try registry.remove(id) }
         } catch {
             throw .failed("could not forget \(id) in the state directory: \(error)")
         }
@@ -344,12 +356,19 @@ final class PeerVoiceService {
 
     // MARK: Messages
 
-    /// Queues `text` for the peer `ref` names (nil: every connected peer) and returns the message id.
-    func send(_ text: String, to ref: PeerRef?) throws(ServiceError) -> String {
+    /// Queues `text` for the peer `ref` names (nil: every connected peer); `accepted` gets the
+    /// message id once the message is on the disk (it is not sent before either).
+    func send(_ text: String, to ref: PeerRef?, accepted: @escaping (String) -> Void) throws(ServiceError) {
         try MessageText.validate(text)
         let targets: [Peer]
         if let ref {
-            targets = [try registry.resolve(ref)]
+            let peer = try registry.resolve(ref)
+            // What is queued for a peer met but not paired would not outlive a restart (only
+            // paired peers are remembered): stuck for days, then failed (simulation seed 201).
+            guard peer.paired else {
+                throw .notConnected("\(peer.id) is not paired yet: accept the pairing (Connect waits for it), then send")
+            }
+            targets = [peer]
         } else {
             targets = links.connectedPeers
             guard !targets.isEmpty else { throw .notConnected("no peer is connected: Connect to one first") }
@@ -360,7 +379,7 @@ final class PeerVoiceService {
             try delivery.enqueue(text, id: messageID, for: peer.id, nowMs: now)
             if !links.isConnected(peer.id) { connections.scheduleRedial(peer, immediately: true) }
         }
-        return messageID
+        delivery.whenDurable { accepted(messageID) }
     }
 
     func history(of ref: PeerRef, max: Int) throws(ServiceError) -> (PeerID, [StoredMessage]) {
@@ -426,17 +445,4 @@ final class PeerVoiceService {
 
     // MARK: Helpers
 
-    private static func loadInstanceID(in directory: String) throws -> InstanceID {
-        let path = directory + "/instance"
-        if let data = FileManager.default.contents(atPath: path),
-           let id = InstanceID(hex: String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)) {
-            return id
-        }
-        let id = InstanceID.random()
-        guard FileManager.default.createFile(atPath: path, contents: Data((id.hex + "\n").utf8),
-                                             attributes: [.posixPermissions: 0o600]) else {
-            throw CocoaError(.fileWriteUnknown, userInfo: [NSFilePathErrorKey: path])
-        }
-        return id
-    }
 }

@@ -256,6 +256,89 @@ final class MessageStoreTests: XCTestCase {
         XCTAssertEqual(try store4.enqueue(peer: peer, id: id(6), text: "again", nowMs: 0).seq, 6)
     }
 
+    /// Simulation seeds 2414 and 10904: the machine stopped inside RemovePeer after the journal
+    /// was deleted and before its queued messages were reported failed; they were lost without a
+    /// word. Now the journal notes the removal first, and a store opened after a crash in the
+    /// middle lists the peer, whose removal (and failures) the service runs again.
+    func testARemovalACrashInterruptedIsListedWithItsFailuresAtTheNextStart() throws {
+        let store = try open()
+        _ = try store.enqueue(peer: peer, id: id(1), text: "a", nowMs: 0)
+        _ = try store.enqueue(peer: peer, id: id(2), text: "b", nowMs: 0)
+        _ = store.acknowledge(peer: peer, upTo: 1)
+        XCTAssertEqual(try store.beginForgetting(peer: peer), [id(2)])
+        XCTAssertEqual(store.pending(peer: peer), [], "failed: not sent any more")
+        // The crash: finishForgetting never ran.
+
+        let reopened = try open()
+        XCTAssertEqual(reopened.interruptedRemovals, [peer])
+        XCTAssertEqual(try reopened.beginForgetting(peer: peer), [id(2)], "reported again, same id")
+        try reopened.finishForgetting(peer: peer)
+        XCTAssertEqual(reopened.interruptedRemovals, [])
+        XCTAssertFalse(FileManager.default.fileExists(atPath: journalPath(peer)))
+        XCTAssertEqual(try open().knownPeers, [])
+        XCTAssertEqual(try open().enqueue(peer: peer, id: id(3), text: "again", nowMs: 0).seq, 3, "numbering continues")
+    }
+
+    /// Issue 37: the peer's messages 1-3 were stored (and maybe never acknowledged: the ACK was
+    /// lost, or the link closed first), then it was removed and paired again. Its resend of 1-3
+    /// is a duplicate, across restarts and a second removal too; 4 is new.
+    func testARemovedPeersResendIsNotStoredAgain() throws {
+        let store = try open()
+        for seq in 1...3 {
+            XCTAssertTrue(try store.receive(peer: peer, senderInstance: instanceA, seq: UInt64(seq), id: id(seq), text: "m",
+                                            sentAtMs: 0, nowMs: 0))
+        }
+        _ = try store.forget(peer: peer)
+        XCTAssertEqual(store.knownPeers, [])
+
+        XCTAssertFalse(try store.receive(peer: peer, senderInstance: instanceA, seq: 3, id: id(33), text: "m", sentAtMs: 0, nowMs: 0),
+                       "a resend after RemovePeer was stored again")
+        XCTAssertEqual(store.knownPeers, [], "a duplicate made a journal")
+        let reopened = try open()
+        XCTAssertFalse(try reopened.receive(peer: peer, senderInstance: instanceA, seq: 2, id: id(2), text: "m", sentAtMs: 0, nowMs: 0))
+        // Another instance of the same key (its store was reset) starts afresh.
+        XCTAssertTrue(try reopened.receive(peer: peer, senderInstance: instanceB, seq: 1, id: id(41), text: "b", sentAtMs: 0, nowMs: 0))
+        XCTAssertFalse(try reopened.receive(peer: peer, senderInstance: instanceA, seq: 3, id: id(3), text: "m", sentAtMs: 0, nowMs: 0),
+                       "the returning peer's journal lost the marks it had when removed")
+        XCTAssertTrue(try reopened.receive(peer: peer, senderInstance: instanceA, seq: 4, id: id(4), text: "m", sentAtMs: 0, nowMs: 0))
+        XCTAssertEqual(reopened.history(peer: peer, max: 10).map(\.id), [id(41), id(4)])
+
+        // Removed a second time: both instances' marks are kept, the latest seqs.
+        _ = try reopened.forget(peer: peer)
+        let again = try open()
+        XCTAssertFalse(try again.receive(peer: peer, senderInstance: instanceA, seq: 4, id: id(4), text: "m", sentAtMs: 0, nowMs: 0))
+        XCTAssertFalse(try again.receive(peer: peer, senderInstance: instanceB, seq: 1, id: id(41), text: "b", sentAtMs: 0, nowMs: 0))
+
+        // A crash right after the returning peer's journal was created, before its first record:
+        // the marks still hold.
+        try Data("PVJRNL01".utf8).write(to: URL(fileURLWithPath: journalPath(peer)))
+        let afterCrash = try open()
+        XCTAssertFalse(try afterCrash.receive(peer: peer, senderInstance: instanceA, seq: 4, id: id(4), text: "m", sentAtMs: 0, nowMs: 0))
+        XCTAssertTrue(try afterCrash.receive(peer: peer, senderInstance: instanceA, seq: 5, id: id(5), text: "m", sentAtMs: 0, nowMs: 0))
+    }
+
+    /// Many removals rewrite `forgotten-peers.pvt`; the marks survive the rewrite, at most
+    /// `maxSenderInstancesPerPeer` per peer.
+    func testForgottenMarksSurviveTheTombstoneRewriteAndAreCapped() throws {
+        let limits = MessageStoreLimits(maxSenderInstancesPerPeer: 2)
+        let store = try open(limits)
+        for round in 1...80 {
+            for instance in ["i1", "i2", "i3"] {
+                XCTAssertTrue(try store.receive(peer: peer, senderInstance: instance, seq: UInt64(round), id: id(round), text: "m",
+                                                sentAtMs: 0, nowMs: 0), "round \(round) \(instance)")
+            }
+            _ = try store.forget(peer: peer)
+        }
+        let tombstones = directory + "/forgotten-peers.pvt"
+        // One peer: its seq record and two marks, far fewer than 80 removals wrote.
+        XCTAssertLessThan(try fileSize(tombstones), 4_000)
+        let reopened = try open(limits)
+        XCTAssertFalse(try reopened.receive(peer: peer, senderInstance: "i3", seq: 80, id: id(1), text: "m", sentAtMs: 0, nowMs: 0))
+        XCTAssertFalse(try reopened.receive(peer: peer, senderInstance: "i2", seq: 80, id: id(1), text: "m", sentAtMs: 0, nowMs: 0))
+        XCTAssertTrue(try reopened.receive(peer: peer, senderInstance: "i1", seq: 80, id: id(1), text: "m", sentAtMs: 0, nowMs: 0),
+                      "the least recently used instance is the one let go")
+    }
+
     func testTornTailIsCutOffAndEarlierRecordsSurvive() throws {
         let first = try open()
         let m1 = try first.enqueue(peer: peer, id: id(1), text: "one", nowMs: 1)

@@ -569,6 +569,59 @@ final class MessagingTests: XCTestCase {
         XCTAssertEqual(b.pairingRequests().count, 1, "only the first contact asks B's person")
     }
 
+    /// Issue 37: B stored 1 and 2 from a peer whose ACK never counted (the peer resends all it
+    /// holds unacknowledged), then B's person removed the peer and the two paired again. Its
+    /// resend of 1 and 2 with 3 is acknowledged up to 3, and only 3 is stored and announced.
+    func testAResendAfterRemovePeerAndANewPairingIsNotStoredTwice() throws {
+        let b = try makePeer("bob", fixedPort: true)
+        let fake = FakePeer(identity: SecureLink.newIdentity(), instance: .random(), listenPort: try freeTCPPort())
+        let messages = (1...3).map { n in (seq: UInt64(n), id: MessageID.random(), text: "before and after removal \(n)") }
+        let hexIDs = messages.map(\.id.hex)
+        let logB = MessageLog(b)
+
+        var mark = b.mark
+        XCTAssertEqual(try fakeLink(fake, to: b, texts: Array(messages[0..<2]), expectAck: 2, firstContact: true).last, 2)
+        XCTAssertNotNil(b.waitForState("disconnected", of: fake.id, after: mark), b.log)
+        try b.client.call("RemovePeer", [Variant(fake.id)])
+        XCTAssertEqual(try peerRows(b), [])
+
+        mark = b.mark
+        XCTAssertEqual(try fakeLink(fake, to: b, texts: messages, expectAck: 3, firstContact: true).last, 3)
+        XCTAssertNotNil(b.waitForState("disconnected", of: fake.id, after: mark), b.log)
+        dispatchEvents(for: 0.3)
+        logB.update()
+        XCTAssertEqual(logB.received.map(\.id), hexIDs, "each message announced once, in order")
+        XCTAssertEqual(try history(b, of: fake.id, max: 100).map(\.id), [hexIDs[2]],
+                       "the history starts afresh after RemovePeer, and holds 3 once")
+        XCTAssertEqual(b.pairingRequests().count, 2, "B's person was asked again after RemovePeer")
+    }
+
+    /// Simulation seed 201: a message queued for a peer whose pairing was not done yet lived
+    /// only as long as the daemon (only paired peers are remembered), so after a restart it sat
+    /// unsent for a week. Send refuses such a peer, saying why, and works once the pairing is done.
+    func testSendToAPeerWhosePairingIsNotDoneIsRefusedUntilItIs() throws {
+        let a = try makePeer("alice")
+        let b = try makePeer("bob")
+        let markA = a.mark, markB = b.mark
+        let connect = a.client.callAsync("Connect", [Variant(b.address)])
+        eventually(timeout: 15) { !a.pairingRequests(for: b.id, after: markA).isEmpty }
+        XCTAssertEqual(a.pairingRequests(for: b.id, after: markA).count, 1, a.log)
+
+        XCTAssertThrowsError(try a.client.call("Send", [Variant(b.id), Variant("too early")])) { error in
+            let busError = error as? BusError
+            XCTAssertEqual(busError?.name, "org.example.PeerVoice.Error.NotConnected")
+            XCTAssertTrue(busError?.message.contains("not paired yet") == true, "\(error)")
+        }
+        XCTAssertEqual(try history(a, of: b.id, max: 10).count, 0, "the refused message was kept")
+
+        try a.client.call("ConfirmPairing", [Variant(b.id), Variant(true)])
+        eventually(timeout: 15) { !b.pairingRequests(for: a.id, after: markB).isEmpty }
+        try b.client.call("ConfirmPairing", [Variant(a.id), Variant(true)])
+        eventually(timeout: 15) { connect.isDone }
+        XCTAssertNoThrow(try connect.result?.get())
+        _ = try sendAndConfirm(a, b, "now that we are paired")
+    }
+
     // MARK: Silence
 
     func testSilentPeerIsDisconnectedWithinFiveSecondsAndTheLinkRecovers() throws {

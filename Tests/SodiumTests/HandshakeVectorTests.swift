@@ -41,8 +41,24 @@ final class HandshakeVectorTests: XCTestCase {
             try to.readMessage(messages.last!)
         }
         let i = try XCTUnwrap(initiator.result)
+        let r = try XCTUnwrap(responder.result)
         var sealer = i.makeLinkSealer()
         let record = try sealer.seal(Frame.keepalive.encodedBody())
+        // PROTOCOL.md §7.3's example: I known, R asking, both accept; each side's records from counter 0.
+        var initiatorSealer = i.makeLinkSealer(), responderSealer = r.makeLinkSealer()
+        let pairing = [
+            try initiatorSealer.seal(Frame.pairing(.known).encodedBody()),
+            try responderSealer.seal(Frame.pairing(.asking).encodedBody()),
+            try responderSealer.seal(Frame.pairing(.accept).encodedBody()),
+            try initiatorSealer.seal(Frame.pairing(.accept).encodedBody()),
+        ]
+        var openerAtR = r.makeLinkOpener(), openerAtI = i.makeLinkOpener()
+        XCTAssertEqual(try openerAtR.open(pairing[0]), [0x06, 0x03])
+        XCTAssertEqual(try openerAtI.open(pairing[1]), [0x06, 0x02])
+        XCTAssertEqual(try openerAtI.open(pairing[2]), [0x06, 0x01])
+        XCTAssertEqual(try openerAtR.open(pairing[3]), [0x06, 0x01])
+        let initiatorKey = try XCTUnwrap(PublicKey(bytes: r.remoteStaticKey))
+        let responderKey = try XCTUnwrap(PublicKey(bytes: i.remoteStaticKey))
         let voice = VoiceKeys.key(exporterKey: i.exporterKey, direction: .initiatorToResponder,
                                   sessionID: [UInt8](repeating: 0, count: 16), crypto: crypto)
 
@@ -59,7 +75,26 @@ final class HandshakeVectorTests: XCTestCase {
             "k_exp " + hexString(i.exporterKey),
             "record " + hexString(record),
             "voice " + hexString(voice),
+            "pairing_I_known " + hexString(pairing[0]),
+            "pairing_R_asking " + hexString(pairing[1]),
+            "pairing_R_accept " + hexString(pairing[2]),
+            "pairing_I_accept " + hexString(pairing[3]),
+            "id_hash_i " + hexString(crypto.hash(PeerID.domainLabel + initiatorKey.bytes, key: nil)),
+            "id_i " + PeerID(key: initiatorKey, using: crypto).description,
+            "id_hash_r " + hexString(crypto.hash(PeerID.domainLabel + responderKey.bytes, key: nil)),
+            "id_r " + PeerID(key: responderKey, using: crypto).description,
         ]
+    }
+
+    /// Every value above is the one docs/SECURITY.md publishes (§7.1 and §8), so the document
+    /// cannot drift from what the code computes.
+    func testTheDocumentPublishesTheseValues() throws {
+        let document = try String(contentsOfFile: URL(fileURLWithPath: #filePath)
+            .deletingLastPathComponent().appendingPathComponent("../../docs/SECURITY.md").path, encoding: .utf8)
+        for line in Self.expected {
+            let value = try XCTUnwrap(line.split(separator: " ").last)
+            XCTAssertTrue(document.contains(value), "SECURITY.md lacks \(line)")
+        }
     }
 
     static let expected: [String] = [
@@ -75,6 +110,14 @@ final class HandshakeVectorTests: XCTestCase {
         "k_exp 1e81bfba1efa34f140a7d5b98b753325bf4daf3c6b53580023a11994e601dd0b",
         "record 00000000000000009486320acaf8409cd577c3895814575c53",
         "voice 3e2c6b3ca72a990b291194e8a1dda7f656f331bacbed0e7271bb1c25e0034d36",
+        "pairing_I_known 0000000000000000966d1c6f7b9fe90ac3166326f9ee79f20a3f",
+        "pairing_R_asking 00000000000000004c49f90d674f503f4b2bd040b6a3d5539d11",
+        "pairing_R_accept 0000000000000001d385964b9b676d9275f278f7539ffc6f8d42",
+        "pairing_I_accept 0000000000000001064802c84e0dd80f55720e1f79aa9fac013f",
+        "id_hash_i b1080d61ade76c03c89595f3cda9600c3824c2a889415475c4d6b931e6c52990",
+        "id_i pv:weea2ynn45wahsevsxz43klabq",
+        "id_hash_r b7c798b77e4a9b55a4bbf87d4c867ac04b6af13f2f7ad6169247740e6708fb37",
+        "id_r pv:w7dzrn36jknvljf37b6uzbt2yb",
     ]
 
     static let expectedWithDialProof: [String] = [

@@ -9,9 +9,12 @@ import Foundation
 // Integers are little-endian u64; short strings (ids) are u8 length + UTF-8, long strings
 // (text) u32 length + UTF-8, so text may hold any character, NUL and newlines included.
 // Every append is one write(2), so a kill -9 leaves whole records plus at most one torn record
-// at the end; replay stops at the first record that is short or fails its checksum and cuts the
-// file there. A rewrite (compaction) builds `<journal>.compact`, removes the journal, then
-// renames; a crash in between leaves a complete `.compact` that the next open moves into place.
+// at the end (a power loss: whatever was not synced, cut anywhere); replay stops at the first
+// record that is short or fails its checksum and cuts the file there. A rewrite (compaction)
+// builds `<journal>.compact`, syncs it, renames it over the journal (atomic) and syncs the
+// directory, so the journal is always the old file or the whole new one. (Versions before
+// issue 34 removed the journal before the rename: a `.compact` without a journal is still moved
+// into place.)
 
 /// Record kinds. The numbers are part of the file format: never renumber or reuse one.
 enum MessageJournalRecordType: UInt8 {
@@ -30,6 +33,15 @@ enum MessageJournalRecordType: UInt8 {
     case received = 6
     /// peer str8, lastSeq u64: a removed peer's last sequence number (tombstone file only).
     case forgotten = 7
+    /// peer str8, instance str8, seq u64: a removed peer's duplicate mark for one of its sender
+    /// instances (tombstone file only).
+    case forgottenMark = 8
+    /// No fields: every `received` record before it was announced (`MessageReceived`). Those
+    /// after the last one are announced again when the store is opened.
+    case announced = 9
+    /// No fields: `RemovePeer` began; every queued message has failed. A store opened with it
+    /// lists the peer in `interruptedRemovals`, for the service to finish the removal.
+    case removing = 10
 }
 
 /// Status byte of an `outgoing` record.
@@ -157,6 +169,24 @@ struct MessageJournalRecord {
         r.u64(lastSeq)
         return r.seal()
     }
+
+    static func announced() -> [UInt8] {
+        var r = MessageJournalRecord(.announced, capacity: 0)
+        return r.seal()
+    }
+
+    static func removing() -> [UInt8] {
+        var r = MessageJournalRecord(.removing, capacity: 0)
+        return r.seal()
+    }
+
+    static func forgottenMark(peer: String, instance: String, seq: UInt64) -> [UInt8] {
+        var r = MessageJournalRecord(.forgottenMark, capacity: 10 + peer.utf8.count + instance.utf8.count)
+        r.str8(peer)
+        r.str8(instance)
+        r.u64(seq)
+        return r.seal()
+    }
 }
 
 /// A record body's fields, read in order. Throws `Malformed` past the end.
@@ -210,22 +240,28 @@ struct MessageJournalReader {
 }
 
 /// One journal file, open for appending. Owns the crash-safety rules: single-write appends,
-/// torn-tail truncation, and rewrite-by-rename.
+/// torn-tail truncation, and rewrite by synced file + atomic rename + synced directory. Syncing
+/// appends is the store's business (`syncHandle`, `sync`).
 final class MessageJournalFile {
     static let magic: [UInt8] = Array("PVJRNL01".utf8)
 
+    let storage: any Storage
     let path: String
     var compactPath: String { path + ".compact" }
+    private var directory: String { (path as NSString).deletingLastPathComponent }
     /// Bytes known to be whole records (the write position).
     private(set) var length: UInt64 = 0
     /// Size of the live contents at the last rewrite (or load); compaction compares against it.
     private(set) var baseline: UInt64 = 0
-    private var handle: FileHandle?
+    private var file: (any StorageFile)?
 
     /// A journal not yet on disk: the first `rewrite` creates it whole.
-    init(path: String) { self.path = path }
+    init(storage: any Storage, path: String) {
+        self.storage = storage
+        self.path = path
+    }
 
-    deinit { try? handle?.close() }
+    deinit { file?.close() }
 
     // MARK: Opening
 
@@ -239,18 +275,12 @@ final class MessageJournalFile {
     /// Opens an existing journal and cuts off a torn or corrupt tail. Nil when there is none.
     /// A file that is not a journal at all is moved aside to `<path>.unreadable`, so the peer
     /// starts afresh instead of the service refusing to start.
-    static func load(path: String, warn: (String) -> Void) throws -> Loaded? {
-        try finishInterruptedRewrite(path: path)
-        let fm = FileManager.default
-        guard fm.fileExists(atPath: path) else { return nil }
-        let data: Data
-        do {
-            data = try Data(contentsOf: URL(fileURLWithPath: path))
-        } catch {
-            throw MessageStoreError.io("cannot read \(path): \(error.localizedDescription)")
-        }
-        let bytes = [UInt8](data)
-        let file = MessageJournalFile(path: path)
+    static func load(storage: any Storage, path: String, warn: (String) -> Void) throws -> Loaded? {
+        try finishInterruptedRewrite(storage: storage, path: path)
+        let read: [UInt8]?
+        do { read = try storage.read(path) } catch { throw MessageStoreError.io(error) }
+        guard let bytes = read else { return nil }
+        let file = MessageJournalFile(storage: storage, path: path)
 
         guard bytes.starts(with: magic) else {
             if magic.starts(with: bytes) {
@@ -260,12 +290,7 @@ final class MessageJournalFile {
             }
             let aside = path + ".unreadable"
             warn("\(fileName(path)) is not a message journal; moved it to \(fileName(aside)) and started afresh")
-            try? fm.removeItem(atPath: aside)
-            do {
-                try fm.moveItem(atPath: path, toPath: aside)
-            } catch {
-                throw MessageStoreError.io("cannot move aside \(path): \(error.localizedDescription)")
-            }
+            do { try storage.rename(path, to: aside) } catch { throw MessageStoreError.io(error) }
             return nil
         }
 
@@ -285,131 +310,133 @@ final class MessageJournalFile {
             pos = body.upperBound
         }
 
-        try file.openForAppend()
+        if pos < bytes.count {
+            warn("\(fileName(path)): dropped \(bytes.count - pos) bytes of incomplete or corrupt data at offset \(pos) (an interrupted write)")
+        }
         do {
+            let handle = try storage.openForAppending(path)
+            file.file = handle
             if pos < bytes.count {
-                warn("\(fileName(path)): dropped \(bytes.count - pos) bytes of incomplete or corrupt data at offset \(pos) (an interrupted write)")
-                try file.handle!.truncate(atOffset: UInt64(pos))
+                try handle.truncate(to: UInt64(pos))
+                // Records appended from here on must never follow the torn bytes on the disk.
+                try handle.sync()
             }
-            try file.handle!.seek(toOffset: UInt64(pos))
         } catch {
-            throw MessageStoreError.io("cannot truncate \(path): \(error.localizedDescription)")
+            // A read-only or full disk: reading is all a start needs; the first append reopens
+            // the file and cuts it to the last whole record (or fails, and says so).
+            warn("cannot open \(fileName(path)) for writing yet: \(error)")
+            file.close()
         }
         file.length = UInt64(pos)
         file.baseline = UInt64(pos)
         return Loaded(file: file, bytes: bytes, bodies: bodies)
     }
 
-    /// Creates a new journal holding `records` (sealed records, concatenated).
-    static func create(path: String, records: [UInt8]) throws -> MessageJournalFile {
-        let file = MessageJournalFile(path: path)
+    /// Creates a new journal holding `records` (sealed records, concatenated), synced.
+    static func create(storage: any Storage, path: String, records: [UInt8]) throws -> MessageJournalFile {
+        let file = MessageJournalFile(storage: storage, path: path)
         try file.rewrite(records: records)
         return file
     }
 
-    /// A rewrite removes the journal only once `.compact` is complete, so: journal present means
-    /// any `.compact` is a partial leftover; journal absent means `.compact` is the journal.
-    private static func finishInterruptedRewrite(path: String) throws {
-        let fm = FileManager.default
+    /// Left by versions before issue 34, which removed the journal before renaming `.compact`:
+    /// journal present means any `.compact` is a partial leftover; journal absent means
+    /// `.compact` is the journal. (A rewrite today replaces the journal by an atomic rename.)
+    private static func finishInterruptedRewrite(storage: any Storage, path: String) throws {
         let compact = path + ".compact"
-        guard fm.fileExists(atPath: compact) else { return }
-        do {
-            if fm.fileExists(atPath: path) {
-                try fm.removeItem(atPath: compact)
-            } else {
-                try fm.moveItem(atPath: compact, toPath: path)
-            }
-        } catch {
-            throw MessageStoreError.io("cannot recover \(compact): \(error.localizedDescription)")
+        guard storage.exists(compact) else { return }
+        if storage.exists(path) {
+            // A partial leftover: ignored while the journal exists, removed when the disk allows.
+            try? storage.remove(compact)
+            return
         }
-    }
-
-    private func openForAppend() throws {
-        let h: FileHandle
         do {
-            h = try FileHandle(forWritingTo: URL(fileURLWithPath: path))
+            try storage.rename(compact, to: path)
         } catch {
-            throw MessageStoreError.io("cannot open \(path): \(error.localizedDescription)")
+            throw MessageStoreError.io(error)
         }
-        handle = h
     }
 
     // MARK: Writing
 
-    /// Appends sealed records with one write(2). On failure nothing is left behind: a partial
-    /// write is cut off, so a later record can never hide behind a torn one.
+    /// Appends sealed records with one write(2), not synced (see `syncHandle`). On failure
+    /// nothing is left behind: a partial write is cut off, so a later record can never hide
+    /// behind a torn one.
     func append(_ records: [UInt8]) throws {
-        if handle == nil {
+        if file == nil {
             // A previous failure closed the file; reopen it at the last good length.
-            try Self.finishInterruptedRewrite(path: path)
-            try openForAppend()
+            try Self.finishInterruptedRewrite(storage: storage, path: path)
             do {
-                try handle!.truncate(atOffset: length)
-                try handle!.seek(toOffset: length)
+                let handle = try storage.openForAppending(path)
+                try handle.truncate(to: length)
+                file = handle
             } catch {
-                close()
-                throw MessageStoreError.io("cannot reopen \(path): \(error.localizedDescription)")
+                throw MessageStoreError.io(error)
             }
         }
         do {
-            try handle!.write(contentsOf: Data(records))
+            try file!.append(records)
             length += UInt64(records.count)
         } catch {
-            let reason = error.localizedDescription
             do {
-                try handle!.truncate(atOffset: length)
+                try file!.truncate(to: length)
             } catch {
                 close()  // reopening truncates
             }
-            throw MessageStoreError.io("cannot write \(path): \(reason)")
+            throw MessageStoreError.io(error)
         }
     }
 
-    /// Replaces the whole journal with `records` (sealed, concatenated) without ever leaving
-    /// the journal missing or half written on disk.
+    /// Takes back the appends after `length` bytes (a change that could not be synced).
+    func cutBack(to length: UInt64) throws {
+        guard let file, length <= self.length else { return }
+        do { try file.truncate(to: length) } catch { throw MessageStoreError.io(error) }
+        self.length = length
+    }
+
+    /// Blocks until every append so far is on the disk.
+    func sync() throws {
+        guard let file else { return }
+        do { try file.sync() } catch { throw MessageStoreError.io(error) }
+    }
+
+    /// For a sync on another thread; nil when the file is closed (after a failure: the next write
+    /// reopens it, or rewrites the journal, which syncs).
+    func syncHandle() throws -> (any StorageSyncHandle)? {
+        guard let file else { return nil }
+        do { return try file.syncHandle() } catch { throw MessageStoreError.io(error) }
+    }
+
+    /// Replaces the whole journal with `records` (sealed, concatenated) without ever leaving the
+    /// journal missing or half written on the disk; the new contents are synced when it returns.
     func rewrite(records: [UInt8]) throws {
-        let fm = FileManager.default
-        try Self.finishInterruptedRewrite(path: path)
-        var contents = Data(capacity: Self.magic.count + records.count)
-        contents.append(contentsOf: Self.magic)
-        contents.append(contentsOf: records)
+        try Self.finishInterruptedRewrite(storage: storage, path: path)
+        let contents = Self.magic + records
         do {
-            // Created empty (O_EXCL, no temporary file) and set to 0600 before the text goes in,
-            // so the text is never readable by others, even for a moment; then one write.
-            let url = URL(fileURLWithPath: compactPath)
-            try Data().write(to: url, options: .withoutOverwriting)
-            try fm.setAttributes([.posixPermissions: 0o600], ofItemAtPath: compactPath)
-            let h = try FileHandle(forWritingTo: url)
-            defer { try? h.close() }
-            try h.write(contentsOf: contents)
+            let compact = try storage.create(compactPath)
+            defer { compact.close() }
+            try compact.append(contents)
+            try compact.sync()
         } catch {
-            try? fm.removeItem(atPath: compactPath)
-            throw MessageStoreError.io("cannot write \(compactPath): \(error.localizedDescription)")
+            try? storage.remove(compactPath)
+            throw MessageStoreError.io(error)
         }
         close()
         do {
-            // Foundation on Linux has no rename-over-existing (moveItem refuses an existing
-            // target), hence remove + move; `finishInterruptedRewrite` covers a crash between.
-            if fm.fileExists(atPath: path) { try fm.removeItem(atPath: path) }
+            try storage.rename(compactPath, to: path)
         } catch {
-            try? fm.removeItem(atPath: compactPath)
-            throw MessageStoreError.io("cannot replace \(path): \(error.localizedDescription)")
+            try? storage.remove(compactPath)
+            throw MessageStoreError.io(error)
         }
-        // From here `.compact` is the journal, wherever it ends up being named.
         length = UInt64(contents.count)
         baseline = length
         do {
-            try fm.moveItem(atPath: compactPath, toPath: path)
+            // The new name is durable only once the directory is.
+            try storage.syncDirectory(directory)
         } catch {
-            // The complete `.compact` stays; the next append or start moves it into place.
-            throw MessageStoreError.io("cannot rename \(compactPath): \(error.localizedDescription)")
+            throw MessageStoreError.io(error)
         }
-        do {
-            try openForAppend()
-            try handle!.seek(toOffset: length)
-        } catch {
-            close()  // the next append reopens
-        }
+        file = try? storage.openForAppending(path)  // if this fails, the next append reopens
     }
 
     /// Whether appends have grown the file past twice its live size plus `slack`.
@@ -424,22 +451,20 @@ final class MessageJournalFile {
     func setBaseline(_ bytes: UInt64) { baseline = min(bytes, length) }
 
     func close() {
-        try? handle?.close()
-        handle = nil
+        file?.close()
+        file = nil
     }
 
-    /// Deletes the journal and any leftovers of it.
+    /// Deletes the journal and any leftovers of it, durably.
     func remove() throws {
         close()
-        let fm = FileManager.default
         // The journal goes last: while it exists a leftover `.compact` is ignored, but alone a
         // `.compact` would be moved into place and bring the peer back.
-        for p in [compactPath, path + ".unreadable", path] where fm.fileExists(atPath: p) {
-            do {
-                try fm.removeItem(atPath: p)
-            } catch {
-                throw MessageStoreError.io("cannot delete \(p): \(error.localizedDescription)")
-            }
+        do {
+            for p in [compactPath, path + ".unreadable", path] { try storage.remove(p) }
+            try storage.syncDirectory(directory)
+        } catch {
+            throw MessageStoreError.io(error)
         }
     }
 

@@ -3,25 +3,55 @@ import Foundation
 /// The durable message store: each peer's outbox, the duplicate marks of what it sent us, and
 /// the history of both directions.
 ///
-/// Promise: a message `enqueue` accepts has been handed to the OS (one write(2), no user-space
-/// buffer) before `enqueue` returns, and a received one before `receive` returns, so a kill -9
-/// of either side loses nothing that was confirmed; it is delivered once (the receiver drops
-/// duplicates by the sender's sequence number) or reported failed. (Without fsync, a power
-/// loss is not covered.)
+/// Promise: every change is written (one write(2), no user-space buffer) before the call that
+/// made it returns, so a kill -9 loses nothing written; and it is on the disk (synced) once
+/// `writesDurable` reaches the `writesMade` the call left, so a power loss loses nothing
+/// durable. Whoever confirms something (a `Send` reply, an ACK to the peer, an event) waits for
+/// that (`TextDelivery` does); a queued message is not even offered for sending (`pending`)
+/// before. With `.everyWrite` each call syncs before it returns; with `.batched` the caller
+/// syncs batches of writes on another thread (`takeSyncBatch`, `finishSync`): group commit.
 ///
 /// Files, in `directory` (mode 0700; files 0600): one append-only journal per peer,
-/// `<hex of the peer id's UTF-8>.pvj`, and `forgotten-peers.pvt`, the last sequence numbers of
-/// removed peers so their numbering never restarts. See `MessageJournal.swift` for the format.
+/// `<hex of the peer id's UTF-8>.pvj`, and `forgotten-peers.pvt`, what removed peers leave
+/// behind so a returning key is safe: the last sequence number we gave one (our numbering never
+/// restarts) and the duplicate marks of what it sent us (its resends are not stored twice). See
+/// `MessageJournal.swift` for the format.
 ///
 /// Used from one thread only (the GLib main loop); not `Sendable`.
 public final class MessageStore {
+    /// When writes are synced.
+    public enum SyncMode: Sendable {
+        /// Before the call that wrote returns: a sync per change (tests, tools).
+        case everyWrite
+        /// In batches the caller runs off this thread (`takeSyncBatch`, `finishSync`).
+        case batched
+    }
+
     /// The directory holding the journals.
     public let directory: String
     public let limits: MessageStoreLimits
+    public let syncMode: SyncMode
+    private let storage: any Storage
     private let warn: (String) -> Void
+    /// Journal appends so far, numbered from 1: a caller notes the number after its change and
+    /// waits until `writesDurable` reaches it.
+    public private(set) var writesMade: UInt64 = 0
+    /// Every write up to this number is on the disk.
+    public private(set) var writesDurable: UInt64 = 0
+    /// Peers whose journals were appended to since the last sync batch was taken.
+    private var unsynced = Set<String>()
+    /// The batch being synced, if any: only one at a time, so they finish in order.
+    private var syncing: MessageStoreSyncBatch?
+    /// The highest batch that finished: durable as soon as no journal waits for a rewrite.
+    private var pendingThrough: UInt64 = 0
+    /// The last rewrite of a journal failed: no batch is taken for it alone until
+    /// `retryFailedRewrites` or new writes.
+    private var rewritesFailing = false
     private var peers: [String: MessageStorePeer] = [:]
     /// Removed peers' last sequence numbers, restored if they come back.
     private var forgottenSeqs: [String: UInt64] = [:]
+    /// Removed peers' duplicate marks, per sender instance, restored if they come back.
+    private var forgottenMarks: [String: ForgottenMarks] = [:]
     private var tombstones: MessageJournalFile?
     private var tombstoneRecords = 0
 
@@ -39,40 +69,34 @@ public final class MessageStore {
     public init(
         directory: String,
         limits: MessageStoreLimits = MessageStoreLimits(),
+        storage: any Storage = FileStorage(),
+        syncMode: SyncMode = .everyWrite,
         onWarning: @escaping (String) -> Void = { _ in }
     ) throws {
         self.directory = directory
         self.limits = limits
+        self.storage = storage
+        self.syncMode = syncMode
         self.warn = onWarning
-        let fm = FileManager.default
 
-        var isDirectory: ObjCBool = false
-        if fm.fileExists(atPath: directory, isDirectory: &isDirectory) {
-            guard isDirectory.boolValue else { throw MessageStoreError.io("\(directory) is not a directory") }
+        if storage.exists(directory) {
+            guard storage.isDirectory(directory) else {
+                throw MessageStoreError.io(StorageError(.other, operation: "use", path: directory, reason: "it is not a directory"))
+            }
             // Message text is private: keep the directory owner-only even if it was created wider.
             do {
-                try fm.setAttributes([.posixPermissions: 0o700], ofItemAtPath: directory)
+                try storage.restrictToOwner(directory)
             } catch {
-                onWarning("cannot restrict \(directory) to mode 0700: \(error.localizedDescription)")
+                onWarning("cannot restrict \(directory) to mode 0700: \(error.reason)")
             }
         } else {
-            do {
-                try fm.createDirectory(
-                    atPath: directory, withIntermediateDirectories: true,
-                    attributes: [.posixPermissions: 0o700])
-            } catch {
-                throw MessageStoreError.io("cannot create \(directory): \(error.localizedDescription)")
-            }
+            do { try storage.makeDirectory(directory) } catch { throw MessageStoreError.io(error) }
         }
 
         try loadTombstones()
 
         let names: [String]
-        do {
-            names = try fm.contentsOfDirectory(atPath: directory)
-        } catch {
-            throw MessageStoreError.io("cannot list \(directory): \(error.localizedDescription)")
-        }
+        do { names = try storage.list(directory) } catch { throw MessageStoreError.io(error) }
         // A journal may exist only as `.compact` after a crash in the middle of a rewrite.
         var stems = Set<String>()
         for var name in names {
@@ -83,12 +107,13 @@ public final class MessageStore {
         }
         for stem in stems.sorted() {
             guard let peer = Self.peerID(fromFileStem: stem),
-                let loaded = try MessageJournalFile.load(path: journalPath(peer), warn: onWarning)
+                let loaded = try MessageJournalFile.load(storage: storage, path: journalPath(peer), warn: onWarning)
             else { continue }
             let state = replay(loaded, peer: peer)
             // Covers a crash while a returning peer's journal was being created, before its
-            // first record (which carries the continued numbering) was written.
+            // first record (which carries the continued numbering and marks) was written.
             state.lastSeq = max(state.lastSeq, forgottenSeqs[peer] ?? 0)
+            restoreForgottenMarks(into: state)
             peers[peer] = state
             // A journal a crash kept from being compacted is compacted now.
             let snapshot = state.snapshot(historyLimit: limits.historyPerPeer)
@@ -116,22 +141,27 @@ public final class MessageStore {
         peers.keys.sorted()
     }
 
-    /// The peer's queued messages, oldest (lowest seq) first: what to send on (re)connection.
+    /// The peer's queued messages that are durable, oldest (lowest seq) first: what to send on
+    /// (re)connection. (A message not yet on the disk is never sent: were it lost in a crash after
+    /// the peer stored it, its seq would be given again to another message, which the peer would
+    /// drop as a duplicate.)
     public func pending(peer: String) -> [OutgoingMessage] {
         guard let state = peers[peer] else { return [] }
-        return state.outbox[state.outboxHead...].filter { $0.status == .queued }.map {
+        return state.outbox[state.outboxHead...].filter { $0.status == .queued && $0.write <= writesDurable }.map {
             OutgoingMessage(seq: $0.seq, id: $0.id, sentAtMs: $0.timeMs, text: $0.text)
         }
     }
 
-    /// Queued messages with a seq above `seq`, oldest first, at most `limit` of them: what a
-    /// sender streams next, without copying the whole outbox each time.
+    /// Durable queued messages with a seq above `seq`, oldest first, at most `limit` of them: what
+    /// a sender streams next, without copying the whole outbox each time.
     public func pending(peer: String, after seq: UInt64, limit: Int) -> [OutgoingMessage] {
         guard let state = peers[peer], limit > 0 else { return [] }
         var result: [OutgoingMessage] = []
         var index = state.firstOutboxIndex(atLeast: seq &+ 1)
         while index < state.outbox.count, result.count < limit {
             let entry = state.outbox[index]
+            // Queued entries are in write order: the first one not yet durable ends the durable ones.
+            if entry.status == .queued && entry.write > writesDurable { break }
             if entry.status == .queued {
                 result.append(OutgoingMessage(seq: entry.seq, id: entry.id, sentAtMs: entry.timeMs, text: entry.text))
             }
@@ -156,9 +186,10 @@ public final class MessageStore {
     // MARK: Sending
 
     /// Accepts a message for the peer: assigns the next per-peer sequence number (from 1, never
-    /// reused for that peer, even after `forget`) and writes it to the journal before returning.
-    /// Throws `outboxFull` at a limit, `invalidArgument` for a malformed peer or id, `io` if the
-    /// disk refused; in every throwing case nothing was stored.
+    /// reused for that peer, even after `forget`) and writes it to the journal before returning
+    /// (durable once `writesDurable` reaches `writesMade`). Throws `outboxFull` at a limit,
+    /// `invalidArgument` for a malformed peer or id, `io` if the disk refused (full, read-only);
+    /// in every throwing case nothing was stored.
     public func enqueue(peer: String, id: String, text: String, nowMs: UInt64) throws -> OutgoingMessage {
         try Self.checkPeer(peer)
         try Self.checkShort(id, what: "message id")
@@ -175,7 +206,8 @@ public final class MessageStore {
         let seq = state.lastSeq + 1
         try persistBeforeChange(
             state, MessageJournalRecord.outgoing(status: .queued, seq: seq, timeMs: nowMs, id: id, text: text))
-        state.addOutgoing(status: .queued, seq: seq, timeMs: nowMs, id: id, text: text, historyLimit: limits.historyPerPeer)
+        state.addOutgoing(status: .queued, seq: seq, timeMs: nowMs, id: id, text: text, historyLimit: limits.historyPerPeer,
+                          write: writesMade)
         compactIfDue(state)
         return OutgoingMessage(seq: seq, id: id, sentAtMs: nowMs, text: text)
     }
@@ -221,18 +253,51 @@ public final class MessageStore {
         return result
     }
 
-    /// Removes the peer (`RemovePeer`): returns the ids of its queued messages, which are now
-    /// failed (the caller emits `MessageFailed`), and deletes its journal. Its last sequence
-    /// number is kept in `forgotten-peers.pvt` so numbering continues if it comes back.
-    /// Throws `io` (changing nothing) if that cannot be recorded or the journal deleted.
+    /// Removes the peer (`RemovePeer`) at once: `beginForgetting`, then `finishForgetting`.
     public func forget(peer: String) throws -> [String] {
-        guard let state = peers[peer] else { return [] }
-        let failed = state.outbox[state.outboxHead...].filter { $0.status == .queued }.map(\.id)
-        if state.lastSeq > 0 { try recordForgotten(peer: peer, lastSeq: state.lastSeq) }
-        try state.journal.remove()
-        peers[peer] = nil
+        let failed = try beginForgetting(peer: peer)
+        try finishForgetting(peer: peer)
         return failed
     }
+
+    /// Begins removing the peer (`RemovePeer`): its journal notes the removal (synced), its
+    /// queued messages fail, and its last sequence number and duplicate marks are kept in
+    /// `forgotten-peers.pvt`, so if the same key comes back our numbering continues and what it
+    /// sent before (stored, perhaps not acknowledged) is not stored again. Returns the ids of the
+    /// messages that failed (the caller reports them, forgets the peer elsewhere, then calls
+    /// `finishForgetting`). A crash before the end leaves the note: the peer is listed in
+    /// `interruptedRemovals` at the next start, and its messages again (a crash that deleted
+    /// the journal before they were reported lost the reports: simulation seeds 2414, 10904).
+    /// Throws `io` (changing nothing) if the note cannot be written.
+    public func beginForgetting(peer: String) throws -> [String] {
+        guard let state = peers[peer] else { return [] }
+        // The tombstone first: harmless for a peer that stays (a later removal rewrites it).
+        let marks = state.sendersByAge.map { (instance: $0.instance, seq: $0.mark.seq) }
+        if state.lastSeq > 0 || !marks.isEmpty { try recordForgotten(peer: peer, lastSeq: state.lastSeq, marks: marks) }
+        if !state.removing {
+            try persistBeforeChange(state, MessageJournalRecord.removing())
+            try state.journal.sync()
+            state.removing = true
+        }
+        // Nothing failed before the note is on the disk (simulation seed 19: a full disk refused
+        // the tombstone after the failures, and they were never reported).
+        let queued = state.outbox[state.outboxHead...].filter { $0.status == .queued }
+        for entry in queued { state.markFailed(entry) }
+        state.tidyOutbox()
+        return queued.map(\.id)
+    }
+
+    /// Deletes the journal of a peer `beginForgetting` began to remove, durably.
+    public func finishForgetting(peer: String) throws {
+        guard let state = peers[peer] else { return }
+        try state.journal.remove()
+        peers[peer] = nil
+        unsynced.remove(peer)
+    }
+
+    /// Peers whose removal a crash interrupted (`beginForgetting` without `finishForgetting`),
+    /// sorted: the caller removes them again.
+    public var interruptedRemovals: [String] { peers.values.filter(\.removing).map(\.peer).sorted() }
 
     /// Migration (protocol version 3 named peers by address): the journals of `sources` become
     /// the one journal of `target`, written whole before the sources are deleted. The send counter
@@ -245,7 +310,7 @@ public final class MessageStore {
         let present = sources.filter { $0 != target && peers[$0] != nil }
         if peers[target] == nil, !present.isEmpty {
             let states = present.map { peers[$0]! }
-            let merged = MessageStorePeer(peer: target, journal: MessageJournalFile(path: journalPath(target)))
+            let merged = MessageStorePeer(peer: target, journal: MessageJournalFile(storage: storage, path: journalPath(target)))
             let base = states.map(\.lastSeq).max() ?? 0
             merged.lastSeq = base
             merged.ackedUpTo = base
@@ -272,6 +337,7 @@ public final class MessageStore {
                 }
             }
             merged.lastSeq = next
+            merged.unannounced = []  // announced when they came, under the old names
             for state in states {
                 for (instance, mark) in state.senders {
                     merged.noteSender(instance: instance, seq: mark.seq, cap: limits.maxSenderInstancesPerPeer)
@@ -291,7 +357,7 @@ public final class MessageStore {
     /// (its receiver may still hold a duplicate mark for it).
     public func raiseSequenceFloor(to seq: UInt64) throws {
         guard seq > (forgottenSeqs[Self.floorName] ?? 0) else { return }
-        try recordForgotten(peer: Self.floorName, lastSeq: seq)
+        try recordForgotten(peer: Self.floorName, lastSeq: seq, marks: [])
     }
 
     /// The highest sequence number assigned to any peer, removed ones included.
@@ -303,7 +369,8 @@ public final class MessageStore {
 
     /// Stores a message from the peer, unless it is a duplicate: its `seq` is at or below the
     /// highest already stored from that sender instance. Returns true when new and stored (the
-    /// caller emits `MessageReceived`), false for a duplicate; either way the caller then
+    /// caller emits `MessageReceived` at once: the same write notes it as announced, so a kill -9
+    /// after it never announces it twice), false for a duplicate; either way the caller then
     /// acknowledges. Relies on each sender instance's messages arriving in sequence order (a
     /// stream transport). Throws `invalidArgument` (seq 0, malformed ids) or `io`; then nothing
     /// was stored and the caller must not acknowledge.
@@ -315,17 +382,47 @@ public final class MessageStore {
         try Self.checkShort(senderInstance, what: "sender instance")
         try Self.checkShort(id, what: "message id")
         guard seq > 0 else { throw MessageStoreError.invalidArgument("sequence number 0 (they start at 1)") }
-        if let state = peers[peer], state.isDuplicate(instance: senderInstance, seq: seq) { return false }
+        if let state = peers[peer] {
+            if state.isDuplicate(instance: senderInstance, seq: seq) { return false }
+        } else if let mark = forgottenMarks[peer]?.seq(of: senderInstance), seq <= mark {
+            // Stored before the peer was removed (its ACK may never have reached it).
+            return false
+        }
         let state = try stateCreatingJournal(peer: peer)
+        // Compacted before rather than after: nothing may come between the write that notes the
+        // message announced and the caller's announcement (a crash in a compaction there left a
+        // message stored, noted, never announced: simulation seed 202).
+        compactIfDue(state)
         try persistBeforeChange(
             state,
             MessageJournalRecord.received(
-                instance: senderInstance, seq: seq, sentAtMs: sentAtMs, receivedAtMs: nowMs, id: id, text: text))
+                instance: senderInstance, seq: seq, sentAtMs: sentAtMs, receivedAtMs: nowMs, id: id, text: text)
+                + MessageJournalRecord.announced())
         state.addReceived(
             instance: senderInstance, seq: seq, sentAtMs: sentAtMs, receivedAtMs: nowMs, id: id, text: text,
             limits: limits)
-        compactIfDue(state)
+        state.unannounced = []
         return true
+    }
+
+    /// The caller announced (`MessageReceived`) the messages `unannounced` returned for `peer`:
+    /// says so in the journal (written, synced with the next batch), so they are not announced again.
+    public func noteAnnounced(peer: String) {
+        guard let state = peers[peer], !state.unannounced.isEmpty else { return }
+        state.unannounced = []
+        persistAfterChange(state, MessageJournalRecord.announced())
+    }
+
+    /// Messages stored but, as far as the disk knows, never announced: a power loss kept a
+    /// `received` record but tore the note written with it, or the journal was rewritten
+    /// meanwhile. Announce them (perhaps again: a message's id tells a repeat), then
+    /// `noteAnnounced`. Per peer (sorted), oldest first.
+    public func unannounced() -> [(peer: String, message: StoredMessage)] {
+        peers.keys.sorted().flatMap { peer in
+            peers[peer]!.unannounced.map {
+                (peer, StoredMessage(id: $0.id, status: .received, timeMs: $0.timeMs, text: $0.text, seq: $0.seq))
+            }
+        }
     }
 
     // MARK: Persistence
@@ -338,16 +435,41 @@ public final class MessageStore {
             try state.journal.rewrite(records: state.snapshot(historyLimit: limits.historyPerPeer))
             state.unsaved = false
         }
+        let before = state.journal.length
         try state.journal.append(records)
+        do {
+            try wrote(state)
+        } catch {
+            // Not synced, so not accepted: take it back, or a restart would find it.
+            do { try state.journal.cutBack(to: before) } catch { state.unsaved = true }
+            throw error
+        }
+    }
+
+    /// Counts a write to `state`'s journal; syncs it now in `.everyWrite` mode.
+    private func wrote(_ state: MessageStorePeer) throws {
+        writesMade += 1
+        switch syncMode {
+        case .everyWrite:
+            try state.journal.sync()
+            // Unless a change another journal could not record waits for its rewrite.
+            if !peers.values.contains(where: \.unsaved) { writesDurable = writesMade }
+        case .batched:
+            unsynced.insert(state.peer)
+        }
     }
 
     /// For facts that happened regardless of the disk (acknowledgements, failures): memory has
-    /// changed already. On a write failure the journal is rewritten from memory, now or at the
-    /// next write, so it catches up instead of diverging.
+    /// changed already. On a write failure the journal is rewritten from memory, now or later
+    /// (the next write or sync batch), so it catches up instead of diverging; until then the
+    /// change counts as a write not yet durable, so nothing that depends on it is confirmed (a
+    /// `MessageDelivered` announced while the disk was full came again after a restart:
+    /// simulation seeds 154 and 282).
     private func persistAfterChange(_ state: MessageStorePeer, _ records: [UInt8]) {
         if !state.unsaved {
             do {
                 try state.journal.append(records)
+                try wrote(state)
                 return
             } catch {
                 warn("cannot record a status change for \(state.peer): \(error); will rewrite the journal")
@@ -357,9 +479,82 @@ public final class MessageStore {
         do {
             try state.journal.rewrite(records: state.snapshot(historyLimit: limits.historyPerPeer))
             state.unsaved = false
+            // A rewrite syncs: with a sync per write, nothing else can be waiting.
+            if syncMode == .everyWrite && !peers.values.contains(where: \.unsaved) { writesDurable = writesMade }
         } catch {
             warn("cannot rewrite the journal of \(state.peer): \(error); will retry")
+            writesMade += 1
+            rewritesFailing = true
         }
+    }
+
+    // MARK: Syncing in batches
+
+    /// The sync due now, if writes wait for one and none runs (group commit: what was written
+    /// while a batch ran goes in the next). Run it anywhere (`run`), then `finishSync` here.
+    public func takeSyncBatch() -> MessageStoreSyncBatch? {
+        guard syncMode == .batched, syncing == nil, writesDurable < writesMade,
+              !(rewritesFailing && unsynced.isEmpty) else { return nil }
+        var handles: [any StorageSyncHandle] = []
+        for peer in unsynced.sorted() {
+            guard let state = peers[peer] else { continue }
+            do {
+                if let handle = try state.journal.syncHandle() {
+                    handles.append(handle)
+                } else {
+                    state.unsaved = true  // closed after a failure: rewritten from memory instead
+                }
+            } catch {
+                warn("cannot sync the journal of \(peer): \(error); will rewrite it")
+                state.unsaved = true
+            }
+        }
+        let batch = MessageStoreSyncBatch(through: writesMade, peers: unsynced.sorted(), handles: handles)
+        unsynced = []
+        syncing = batch
+        return batch
+    }
+
+    /// The batch ran (`error`: how it failed). Writes up to its `through` are durable unless a
+    /// journal could not be synced: after a failed sync the kernel may have dropped what it
+    /// held, so that journal is rewritten from memory (which syncs) before anything counts.
+    public func finishSync(_ batch: MessageStoreSyncBatch, error: StorageError?) {
+        syncing = nil
+        if let error {
+            warn("\(error); rewriting the journals of that sync")
+            for peer in batch.peers { peers[peer]?.unsaved = true }
+        }
+        pendingThrough = max(pendingThrough, batch.through)
+        if rewriteUnsaved() { writesDurable = max(writesDurable, pendingThrough) }
+    }
+
+    /// Whether a batch is being synced.
+    public var isSyncing: Bool { syncing != nil }
+
+    /// Whether memory holds changes the disk refused (full, read-only) and no journal has yet:
+    /// a crash now loses them.
+    public var holdsUnrecordedChanges: Bool { peers.values.contains(where: \.unsaved) }
+
+    /// Lets the next `takeSyncBatch` try again the rewrites that failed (a full or read-only
+    /// disk): the caller's timer calls this, so a failing disk is retried now and then rather
+    /// than by a busy loop of empty batches.
+    public func retryFailedRewrites() { rewritesFailing = false }
+
+    /// Rewrites the journals whose disk contents cannot be trusted; true if none is left.
+    private func rewriteUnsaved() -> Bool {
+        var clean = true
+        defer { rewritesFailing = !clean }
+        for peer in peers.keys.sorted() where peers[peer]!.unsaved {
+            let state = peers[peer]!
+            do {
+                try state.journal.rewrite(records: state.snapshot(historyLimit: limits.historyPerPeer))
+                state.unsaved = false
+            } catch {
+                warn("cannot rewrite the journal of \(state.peer): \(error); will retry")
+                clean = false
+            }
+        }
+        return clean
     }
 
     /// Compaction is amortised: a journal is rewritten only after it has doubled (plus slack)
@@ -381,11 +576,16 @@ public final class MessageStore {
         // A peer removed earlier continues its numbering: its receiver may remember our
         // sequence numbers and would drop reused ones as duplicates.
         let start = max(forgottenSeqs[peer] ?? 0, forgottenSeqs[Self.floorName] ?? 0)
+        let marks = forgottenMarks[peer]?.byAge ?? []
         let file = try MessageJournalFile.create(
-            path: journalPath(peer), records: MessageJournalRecord.state(lastSeq: start, ackedUpTo: start))
+            storage: storage, path: journalPath(peer),
+            records: MessageJournalRecord.state(lastSeq: start, ackedUpTo: start)
+                + marks.flatMap { MessageJournalRecord.watermark(instance: $0.instance, seq: $0.seq) }
+                + MessageJournalRecord.announced())
         let state = MessageStorePeer(peer: peer, journal: file)
         state.lastSeq = start
         state.ackedUpTo = start
+        restoreForgottenMarks(into: state)
         peers[peer] = state
         return state
     }
@@ -394,6 +594,7 @@ public final class MessageStore {
         let state = MessageStorePeer(peer: peer, journal: loaded.file)
         var unknown = 0
         var malformed = 0
+        var sawAnnouncedMarker = false
         for body in loaded.bodies {
             do {
                 var r = try MessageJournalReader(loaded.bytes, body: body)
@@ -433,7 +634,12 @@ public final class MessageStore {
                     state.addReceived(
                         instance: instance, seq: seq, sentAtMs: sentAtMs, receivedAtMs: receivedAtMs, id: id,
                         text: text, limits: limits)
-                case .forgotten, nil:
+                case .announced:
+                    state.unannounced = []
+                    sawAnnouncedMarker = true
+                case .removing:
+                    state.removing = true
+                case .forgotten, .forgottenMark, nil:
                     // A newer format's record (its checksum is fine): skip rather than lose the rest.
                     unknown += 1
                 }
@@ -444,42 +650,73 @@ public final class MessageStore {
         if unknown + malformed > 0 {
             warn("journal of \(peer): skipped \(unknown) unknown and \(malformed) malformed records")
         }
+        // Journals written before `announced` records existed (every journal since has one from
+        // its creation on): what they hold was announced when it came.
+        if !sawAnnouncedMarker { state.unannounced = [] }
         return state
     }
 
     private func loadTombstones() throws {
-        guard let loaded = try MessageJournalFile.load(path: tombstonePath, warn: warn) else { return }
+        guard let loaded = try MessageJournalFile.load(storage: storage, path: tombstonePath, warn: warn) else { return }
         for body in loaded.bodies {
-            guard var r = try? MessageJournalReader(loaded.bytes, body: body),
-                r.type == MessageJournalRecordType.forgotten.rawValue,
-                let peer = try? r.str8(), let lastSeq = try? r.u64()
-            else { continue }
-            forgottenSeqs[peer] = max(forgottenSeqs[peer] ?? 0, lastSeq)
+            guard var r = try? MessageJournalReader(loaded.bytes, body: body) else { continue }
+            switch MessageJournalRecordType(rawValue: r.type) {
+            case .forgotten:
+                guard let peer = try? r.str8(), let lastSeq = try? r.u64() else { continue }
+                forgottenSeqs[peer] = max(forgottenSeqs[peer] ?? 0, lastSeq)
+            case .forgottenMark:
+                guard let peer = try? r.str8(), let instance = try? r.str8(), let seq = try? r.u64() else { continue }
+                forgottenMarks[peer, default: ForgottenMarks()].note(instance: instance, seq: seq, cap: limits.maxSenderInstancesPerPeer)
+            default:
+                continue
+            }
         }
         tombstones = loaded.file
         tombstoneRecords = loaded.bodies.count
     }
 
-    private func recordForgotten(peer: String, lastSeq: UInt64) throws {
-        let record = MessageJournalRecord.forgotten(peer: peer, lastSeq: lastSeq)
+    /// Records what a removed peer leaves behind (`forget`), in one write. `marks`, oldest use
+    /// first, are all of the peer's marks now (a peer removed again had its earlier ones restored).
+    private func recordForgotten(peer: String, lastSeq: UInt64, marks: [(instance: String, seq: UInt64)]) throws {
+        let records = MessageJournalRecord.forgotten(peer: peer, lastSeq: lastSeq)
+            + marks.flatMap { MessageJournalRecord.forgottenMark(peer: peer, instance: $0.instance, seq: $0.seq) }
         if let file = tombstones {
-            try file.append(record)
+            try file.append(records)
+            try file.sync()
         } else {
-            tombstones = try MessageJournalFile.create(path: tombstonePath, records: record)
+            tombstones = try MessageJournalFile.create(storage: storage, path: tombstonePath, records: records)
         }
         forgottenSeqs[peer] = max(forgottenSeqs[peer] ?? 0, lastSeq)
-        tombstoneRecords += 1
-        // One record per RemovePeer; rewrite once most are superseded.
-        if tombstoneRecords > 2 * forgottenSeqs.count + 64, let file = tombstones {
-            let records = forgottenSeqs.sorted { $0.key < $1.key }.flatMap {
-                MessageJournalRecord.forgotten(peer: $0.key, lastSeq: $0.value)
+        for mark in marks {
+            forgottenMarks[peer, default: ForgottenMarks()].note(instance: mark.instance, seq: mark.seq,
+                                                                 cap: limits.maxSenderInstancesPerPeer)
+        }
+        tombstoneRecords += 1 + marks.count
+        // Records per RemovePeer; rewrite once most are superseded.
+        let live = forgottenSeqs.count + forgottenMarks.values.reduce(0) { $0 + $1.byAge.count }
+        if tombstoneRecords > 2 * live + 64, let file = tombstones {
+            var records: [UInt8] = []
+            for (peer, lastSeq) in forgottenSeqs.sorted(by: { $0.key < $1.key }) {
+                records += MessageJournalRecord.forgotten(peer: peer, lastSeq: lastSeq)
+            }
+            for (peer, marks) in forgottenMarks.sorted(by: { $0.key < $1.key }) {
+                for mark in marks.byAge {
+                    records += MessageJournalRecord.forgottenMark(peer: peer, instance: mark.instance, seq: mark.seq)
+                }
             }
             do {
                 try file.rewrite(records: records)
-                tombstoneRecords = forgottenSeqs.count
+                tombstoneRecords = live
             } catch {
                 warn("cannot compact \(Self.tombstoneName): \(error)")
             }
+        }
+    }
+
+    /// A removed peer that returns keeps its duplicate marks (the journal's own ones win where higher).
+    private func restoreForgottenMarks(into state: MessageStorePeer) {
+        for mark in forgottenMarks[state.peer]?.byAge ?? [] {
+            state.noteSender(instance: mark.instance, seq: mark.seq, cap: limits.maxSenderInstancesPerPeer)
         }
     }
 
@@ -553,9 +790,11 @@ final class MessageStoreEntry {
     let text: String
     let textBytes: Int
     let seq: UInt64
+    /// The store's number of the write that recorded it (0: read from the disk).
+    let write: UInt64
 
     init(ordinal: UInt64, outgoing: Bool, id: String, status: MessageStatus, timeMs: UInt64,
-         peerTimeMs: UInt64, text: String, seq: UInt64) {
+         peerTimeMs: UInt64, text: String, seq: UInt64, write: UInt64 = 0) {
         self.ordinal = ordinal
         self.outgoing = outgoing
         self.id = id
@@ -565,6 +804,7 @@ final class MessageStoreEntry {
         self.text = text
         self.textBytes = text.utf8.count
         self.seq = seq
+        self.write = write
     }
 }
 
@@ -594,6 +834,11 @@ final class MessageStorePeer {
     private var nextOrdinal: UInt64 = 0
     /// Memory holds changes a failed write kept from the journal; rewrite before the next append.
     var unsaved = false
+    /// Received messages the journal does not say were announced, oldest first (a suffix of the
+    /// received ones in `history`).
+    var unannounced: [MessageStoreEntry] = []
+    /// `RemovePeer` began (`beginForgetting`) and did not finish.
+    var removing = false
 
     init(peer: String, journal: MessageJournalFile) {
         self.peer = peer
@@ -606,10 +851,11 @@ final class MessageStorePeer {
         if history.count >= 2 * keep + 64 { history.removeFirst(history.count - keep) }
     }
 
-    func addOutgoing(status: MessageStatus, seq: UInt64, timeMs: UInt64, id: String, text: String, historyLimit: Int) {
+    func addOutgoing(status: MessageStatus, seq: UInt64, timeMs: UInt64, id: String, text: String, historyLimit: Int,
+                     write: UInt64 = 0) {
         let entry = MessageStoreEntry(
             ordinal: nextOrdinal, outgoing: true, id: id, status: status, timeMs: timeMs, peerTimeMs: timeMs,
-            text: text, seq: seq)
+            text: text, seq: seq, write: write)
         nextOrdinal += 1
         lastSeq = max(lastSeq, seq)
         appendHistory(entry, limit: historyLimit)
@@ -678,6 +924,11 @@ final class MessageStorePeer {
         }
     }
 
+    /// The duplicate marks, least recently used first (the order that rebuilds the same cap).
+    var sendersByAge: [(instance: String, mark: SenderMark)] {
+        senders.sorted { $0.value.lastUse < $1.value.lastUse }.map { (instance: $0.key, mark: $0.value) }
+    }
+
     func isDuplicate(instance: String, seq: UInt64) -> Bool {
         guard let mark = senders[instance] else { return false }
         return seq <= mark.seq
@@ -708,6 +959,7 @@ final class MessageStorePeer {
             peerTimeMs: sentAtMs, text: text, seq: seq)
         nextOrdinal += 1
         appendHistory(entry, limit: limits.historyPerPeer)
+        unannounced.append(entry)
     }
 
     /// The journal's live contents (records, without the magic): state, duplicate marks, queued
@@ -716,14 +968,21 @@ final class MessageStorePeer {
         let keep = max(historyLimit, 0)
         if history.count > keep { history.removeFirst(history.count - keep) }
         var out = MessageJournalRecord.state(lastSeq: lastSeq, ackedUpTo: ackedUpTo)
-        for (instance, mark) in senders.sorted(by: { $0.value.lastUse < $1.value.lastUse }) {
+        for (instance, mark) in sendersByAge {
             out += MessageJournalRecord.watermark(instance: instance, seq: mark.seq)
         }
         let firstKept = history.first?.ordinal ?? .max
         for entry in outbox[outboxHead...] where entry.status == .queued && entry.ordinal < firstKept {
             out += record(entry)
         }
-        for entry in history { out += record(entry) }
+        // The unannounced received messages are the newest: the marker goes just before them.
+        let firstUnannounced = unannounced.first
+        for entry in history {
+            if entry === firstUnannounced { out += MessageJournalRecord.announced() }
+            out += record(entry)
+        }
+        if firstUnannounced == nil { out += MessageJournalRecord.announced() }
+        if removing { out += MessageJournalRecord.removing() }
         return out
     }
 
@@ -739,5 +998,42 @@ final class MessageStorePeer {
         case .failed: .failed
         }
         return MessageJournalRecord.outgoing(status: status, seq: entry.seq, timeMs: entry.timeMs, id: entry.id, text: entry.text)
+    }
+}
+
+/// A removed peer's duplicate marks (`forgotten-peers.pvt`): per sender instance the highest seq
+/// stored, least recently used first, at most `maxSenderInstancesPerPeer` of them.
+struct ForgottenMarks {
+    private(set) var byAge: [(instance: String, seq: UInt64)] = []
+
+    func seq(of instance: String) -> UInt64? {
+        byAge.first { $0.instance == instance }?.seq
+    }
+
+    /// Notes a mark as the most recently used; a mark only goes up.
+    mutating func note(instance: String, seq: UInt64, cap: Int) {
+        var seq = seq
+        if let index = byAge.firstIndex(where: { $0.instance == instance }) {
+            seq = max(seq, byAge[index].seq)
+            byAge.remove(at: index)
+        }
+        byAge.append((instance: instance, seq: seq))
+        if byAge.count > max(cap, 1) { byAge.removeFirst(byAge.count - max(cap, 1)) }
+    }
+}
+
+/// Syncs of the journals written since the last batch (`MessageStore.takeSyncBatch`).
+public struct MessageStoreSyncBatch: Sendable {
+    /// Every write up to this number is durable once the batch ran without error.
+    public let through: UInt64
+    let peers: [String]
+    let handles: [any StorageSyncHandle]
+
+    /// Blocks until the batch's files are on the disk; the first failure, if any. Any thread.
+    public func run() -> StorageError? {
+        for handle in handles {
+            do { try handle.sync() } catch { return error }
+        }
+        return nil
     }
 }

@@ -92,8 +92,8 @@ public enum MessageStoreError: Error, Equatable, CustomStringConvertible {
     case outboxFull(peer: String, limit: String)
     /// A malformed peer id, message id, sender instance or sequence number.
     case invalidArgument(String)
-    /// The disk refused; nothing was changed.
-    case io(String)
+    /// The disk refused (full, read-only, failing); nothing was changed.
+    case io(StorageError)
 
     public var description: String {
         switch self {
@@ -101,8 +101,8 @@ public enum MessageStoreError: Error, Equatable, CustomStringConvertible {
             return "the outbox for \(peer) is full (limit: \(limit)); wait for delivery or remove the peer"
         case let .invalidArgument(what):
             return "invalid argument: \(what)"
-        case let .io(what):
-            return "message store I/O error: \(what)"
+        case let .io(error):
+            return "message store I/O error: \(error)"
         }
     }
 }

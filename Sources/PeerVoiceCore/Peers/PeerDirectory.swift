@@ -66,8 +66,10 @@ public struct KnownPeer: Codable, Equatable, Sendable {
     }
 }
 
-/// The known peers, kept in one small file (`peers.json`) rewritten atomically (temp file +
-/// rename) on change. Changes are rare (a peer pairs, is renamed, moves or is removed).
+/// The known peers, kept in one small file (`peers.json`) rewritten atomically on change: a
+/// temporary file is written and synced, renamed over `peers.json`, and the directory synced, so
+/// a crash at any point leaves the old file or the new one, whole. Changes are rare (a peer pairs,
+/// is renamed, moves or is removed).
 ///
 /// Format 4 is `{"format": 4, "peers": [KnownPeer…]}`; a peer's `volume` and `muted` are optional
 /// (written only once `SetVolume` or `SetPeerMuted` set them), so files without them read as before. Protocol version 3 wrote a bare array of
@@ -78,14 +80,17 @@ public struct KnownPeer: Codable, Equatable, Sendable {
 public final class PeerDirectory {
     public static let format = 4
     private let path: String
+    private let storage: any Storage
     private var peers: [PeerID: KnownPeer]
     public private(set) var migration: PeerDirectoryMigration?
 
     /// `idOf` derives a peer id from a key (it needs the crypto adapter; the core has none).
-    public init(path: String, idOf: (PublicKey) -> PeerID) throws {
+    public init(path: String, storage: any Storage = FileStorage(), idOf: (PublicKey) -> PeerID) throws {
         self.path = path
+        self.storage = storage
         peers = [:]
-        guard let data = FileManager.default.contents(atPath: path) else { return }
+        guard let bytes = try storage.read(path) else { return }
+        let data = Data(bytes)
         if let current = try? JSONDecoder().decode(File.self, from: data), current.format == Self.format {
             for peer in current.peers { peers[peer.id] = peer }
         } else if let old = try? JSONDecoder().decode([Version3Peer].self, from: data) {
@@ -136,10 +141,18 @@ public final class PeerDirectory {
         encoder.outputFormatting = [.sortedKeys]
         let data = try encoder.encode(File(format: Self.format, peers: all))
         let temporary = path + ".tmp"
-        guard FileManager.default.createFile(atPath: temporary, contents: data, attributes: [.posixPermissions: 0o600]) else {
-            throw CocoaError(.fileWriteUnknown, userInfo: [NSFilePathErrorKey: temporary])
+        do {
+            try storage.remove(temporary)  // a leftover of an interrupted write
+            let file = try storage.create(temporary)
+            defer { file.close() }
+            try file.append([UInt8](data))
+            try file.sync()
+        } catch {
+            try? storage.remove(temporary)
+            throw error
         }
-        if rename(temporary, path) != 0 { throw CocoaError(.fileWriteUnknown, userInfo: [NSFilePathErrorKey: path]) }
+        try storage.rename(temporary, to: path)
+        try storage.syncDirectory((path as NSString).deletingLastPathComponent)
     }
 }
 

@@ -219,8 +219,9 @@ final class PeerConnections {
         ) { [unowned self, weak peer] error in
             guard let peer else { return }
             dials[id] = nil
-            // An advertisement's claim that did not hold: forget it (it comes back if re-announced).
-            peer.dropCandidate(dial.address)
+            // A candidate stays while its advertisement does (a dial that timed out in a brief
+            // outage proves nothing, and the advertisement is not announced again: simulation
+            // seed 1402); only another key answering there drops it.
             dialNextRoute(peer, after: dial, error)
         }
     }
@@ -465,7 +466,12 @@ extension PeerConnections: PeerLinkDelegate {
         guard var entry = pendingLinks[ObjectIdentifier(link)], let hello = link.peerHello,
               let result = link.result, let key = PublicKey(bytes: result.remoteStaticKey),
               let (address, dialable) = Self.address(of: link, hello: hello) else { return }
-        if hello.instanceID == instance || key.bytes == identity.publicKey {
+        let id = PeerID(key: key, using: crypto)
+        let status = PairingExchange.status(
+            isItself: hello.instanceID == instance || key.bytes == identity.publicKey,
+            keyPinned: registry[id]?.paired ?? false, refusesFirstContact: lan.refusesFirstContact(over: link),
+            promptPending: pairing.isPending(for: id))
+        if status == .itself {
             link.drop(reason: "connected to itself")
             let error = ServiceError.failed("\(address) is this peervoiced itself")
             switch entry.dialled {
@@ -475,7 +481,6 @@ extension PeerConnections: PeerLinkDelegate {
             }
             return
         }
-        let id = PeerID(key: key, using: crypto)
         if case .peer(let dialledID) = entry.dialled, dialledID != id {
             // Only an unpaired peer is dialled without its key: another device answers at its route.
             link.drop(reason: "\(address) answered with the key of \(id), not of \(dialledID)")
@@ -497,17 +502,20 @@ extension PeerConnections: PeerLinkDelegate {
         pendingLinks[ObjectIdentifier(link)] = entry
         // Before any signal under the id; the found object (a contact) gives way to the peer's.
         emit(.peerIdentified(address, id))
-        if peer.paired {
+        switch status {
+        case .known:
             if !link.isOutgoing { pairing.giveBack(host: Self.host(of: link.remote)) }
             link.declare(.known)
-        } else if lan.refusesFirstContact(over: link) {
+        case .refuse:
             Log.info("first contact from \(link.remote) refused: not discoverable (StartDiscovery, or --listen, accepts them)")
             link.refuse(logReason: "first contact while not discoverable")
-        } else if pairing.isPending(for: id) {
+        case .alreadyAsking:
             link.drop(reason: "a pairing prompt for \(id) is already pending")
-        } else {
+        case .asking:
             link.declare(.asking)
             ask(about: peer, over: link)
+        case .itself:
+            break  // closed above
         }
     }
 
@@ -596,13 +604,8 @@ extension PeerConnections: PeerLinkDelegate {
     /// talking; of two links dialled by the same side the newer wins (the peer restarted before
     /// we noticed the old one die).
     private func keepsNewLink(existing: PeerLink, new: PeerLink, peerInstance: InstanceID) -> Bool {
-        if existing.transport != new.transport {
-            return new.transport.linkPreference > existing.transport.linkPreference
-        }
-        guard existing.isOutgoing != new.isOutgoing else { return true }
-        let newDialler = new.isOutgoing ? instance : peerInstance
-        let otherDialler = new.isOutgoing ? peerInstance : instance
-        return newDialler.hex < otherDialler.hex
+        LinkTieBreak.keepsNew(existing: (existing.transport, existing.isOutgoing), new: (new.transport, new.isOutgoing),
+                              ourInstance: instance, peerInstance: peerInstance)
     }
 
     func linkDidClose(_ link: PeerLink, reason: LinkCloseReason) {

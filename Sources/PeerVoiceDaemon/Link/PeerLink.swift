@@ -54,17 +54,6 @@ protocol LinkFrameReceiver: AnyObject {
     func linkDidDrainInput(_ link: PeerLink)
 }
 
-/// A frame that is valid on its own but not at this point of the pairing (docs/PROTOCOL.md §7.3).
-enum LinkProtocolError: Error, CustomStringConvertible {
-    case unexpectedPairing(PairingDecision)
-
-    var description: String {
-        switch self {
-        case .unexpectedPairing(let decision): "PAIRING \(decision) out of order"
-        }
-    }
-}
-
 /// Why a link ended, as far as the owner needs to act on it.
 enum LinkCloseReason: CustomStringConvertible {
     /// The peer said goodbye.
@@ -153,11 +142,8 @@ final class PeerLink {
     private var answered = false
     private var sealer: RecordSealer?
     private var opener: RecordOpener?
-    /// Our PAIRING status (`known` or `asking`) once declared, and the peer's once received.
-    private var localStatus: PairingDecision?
-    private var peerStatus: PairingDecision?
-    private var acceptedLocally = false
-    private var acceptedByPeer = false
+    /// The PAIRING exchange: statuses and decisions both ways (PeerVoiceCore).
+    private var pairing = PairingExchange()
     private var timer: EventSource?
     private let clock = ContinuousClock()
     private let startedAt: ContinuousClock.Instant
@@ -203,17 +189,14 @@ final class PeerLink {
     /// Sends our pairing status once: `known` (the peer's key is pinned here) or `asking` (we
     /// ask our person now).
     func declare(_ status: PairingDecision) {
-        precondition(status == .known || status == .asking, "a status is known or asking")
-        guard phase == .awaitingPairing, localStatus == nil else { return }
-        localStatus = status
+        guard phase == .awaitingPairing, pairing.declare(status) else { return }
         sendSealed(.pairing(status))
         openIfAgreed()
     }
 
     /// Our person confirmed the code.
     func accept() {
-        guard phase == .awaitingPairing, localStatus != nil, !acceptedLocally else { return }
-        acceptedLocally = true
+        guard phase == .awaitingPairing, pairing.accept() else { return }
         sendSealed(.pairing(.accept))
         openIfAgreed()
     }
@@ -458,23 +441,12 @@ final class PeerLink {
     }
 
     private func peerPairing(_ decision: PairingDecision) throws {
-        switch (peerStatus, decision) {
-        case (nil, .known), (nil, .asking):
-            peerStatus = decision
-            if decision == .asking && localStatus == .known { delegate?.linkPeerIsAsking(self) }
-        case (.some, .accept) where peerStatus == .asking || localStatus == .asking:
-            guard !acceptedByPeer else { throw LinkProtocolError.unexpectedPairing(decision) }
-            acceptedByPeer = true
-        default:
-            throw LinkProtocolError.unexpectedPairing(decision)
-        }
+        if try pairing.received(decision) == .askOurPerson { delegate?.linkPeerIsAsking(self) }
         openIfAgreed()
     }
 
     private func openIfAgreed() {
-        guard phase == .awaitingPairing, let localStatus, let peerStatus else { return }
-        let agreed = (localStatus == .known && peerStatus == .known) || (acceptedLocally && acceptedByPeer)
-        guard agreed else { return }
+        guard phase == .awaitingPairing, pairing.isAgreed else { return }
         phase = .open
         delegate?.linkDidOpen(self)
     }

@@ -1,11 +1,11 @@
 import GIO
 import PeerVoiceCore
 
-/// Text messages: the store (outboxes, history, duplicate marks) and delivery on each open link
-/// (a `LinkComponent`: TEXT and ACK are its frames). A message accepted by `enqueue` is delivered
-/// exactly once or reported failed: it stays queued until the peer acknowledges it, is sent again
-/// on every new link and after a stall, and fails only when the peer is removed or the message
-/// expires.
+/// Text messages on the main loop: the core's `TextDelivery` (store, runs, windows, ACKs, and
+/// nothing confirmed before it is on the disk) wired to the peer links as a `LinkComponent` (TEXT
+/// and ACK are its frames), the expiry and stall timers, and the sync thread that makes the
+/// store's writes durable (`JournalSyncer`). A message accepted by `enqueue` is delivered exactly
+/// once or reported failed.
 final class MessageDelivery: LinkComponent {
     /// How often undeliverable messages are checked for expiry.
     static let expiryCheck: Duration = .seconds(60)
@@ -13,157 +13,111 @@ final class MessageDelivery: LinkComponent {
     static let stallCheck: Duration = .milliseconds(500)
 
     private let store: MessageStore
-    private let links: PeerLinks
-    private let clock: WallClock
-    private let emit: (ServiceEvent) -> Void
-    /// Where delivery stands on each connected peer's link (runs, window, ACKs).
-    private var runs: [PeerID: LinkDelivery] = [:]
+    private var delivery: TextDelivery<PeerLink>!
+    private let syncer = JournalSyncer()
     private var timers: [EventSource] = []
 
+    /// `store` syncs in batches (`.batched`): this component runs them on its sync thread.
     init(store: MessageStore, links: PeerLinks, clock: WallClock, emit: @escaping (ServiceEvent) -> Void) {
         self.store = store
-        self.links = links
-        self.clock = clock
-        self.emit = emit
+        delivery = TextDelivery(
+            store: store, now: { .now }, nowMs: { clock.nowMs() },
+            transmit: { link, frame in link.send(frame) },
+            drop: { link, reason in
+                Log.error("\(reason)")
+                link.drop(reason: "local storage failed")
+            },
+            emit: emit)
         links.register(self, frames: [.text, .ack])
     }
 
-    /// Fails what expired meanwhile, then keeps checking expiry and stalls.
+    /// Announces what was stored but not announced before a crash, fails what expired meanwhile,
+    /// then keeps checking expiry and stalls.
     func start() {
+        delivery.announceUnannounced()
         expire()
         timers = [
             Timer.every(Self.expiryCheck) { [unowned self] in expire(); return true },
-            Timer.every(Self.stallCheck) { [unowned self] in resendStalledRuns(); return true },
+            Timer.every(Self.stallCheck) { [unowned self] in
+                for peer in delivery.resendStalledRuns() {
+                    Log.info("\(peer) acknowledged nothing for \(LinkDelivery.resendAfter): sending its queue again")
+                }
+                // A sync or rewrite that failed is retried here, even when nothing else is written.
+                store.retryFailedRewrites()
+                syncWrites()
+                return true
+            },
         ]
     }
 
-    /// Queues `text` for `peer`; it goes out now if the peer is connected.
+    /// Queues `text` for `peer`; it goes out once it is on the disk, at once if the peer is connected.
     func enqueue(_ text: String, id messageID: String, for peer: PeerID, nowMs: UInt64) throws(ServiceError) {
-        do {
-            _ = try store.enqueue(peer: peer.description, id: messageID, text: text, nowMs: nowMs)
-        } catch MessageStoreError.outboxFull {
-            throw .failed("the outbox for \(peer) is full (\(store.limits.maxQueuedPerPeer) messages or \(store.limits.maxQueuedBytesPerPeer >> 20) MiB): wait until the peer is back, or RemovePeer")
-        } catch {
-            throw .failed("could not store the message: \(error)")
-        }
-        sendQueuedMessages(to: peer)
+        defer { syncWrites() }
+        try delivery.enqueue(text, id: messageID, for: peer, nowMs: nowMs)
     }
 
-    func hasPending(for peer: PeerID) -> Bool { store.hasPending(peer: peer.description) }
+    /// Runs `action` once everything written so far is on the disk (`Send`'s reply).
+    func whenDurable(_ action: @escaping () -> Void) { delivery.whenDurable(action) }
 
-    func history(of peer: PeerID, max: Int) -> [StoredMessage] { store.history(peer: peer.description, max: max) }
+    func hasPending(for peer: PeerID) -> Bool { delivery.hasPending(for: peer) }
 
-    /// Fails everything queued for `peer` and forgets its history; returns how many failed.
-    func forget(_ peer: PeerID) throws -> Int {
-        runs[peer] = nil
-        let failed = try store.forget(peer: peer.description)
-        for messageID in failed {
-            emit(.messageFailed(peer, messageID: messageID, reason: "the peer was removed"))
-        }
-        return failed.count
+    func history(of peer: PeerID, max: Int) -> [StoredMessage] { delivery.history(of: peer, max: max) }
+
+    /// Fails everything queued for `peer` and forgets its history, `elsewhere` forgetting the rest
+    /// of it before the journal goes; returns how many failed.
+    func forget(_ peer: PeerID, elsewhere: () throws -> Void) throws -> Int {
+        defer { syncWrites() }
+        return try delivery.forget(peer, elsewhere: elsewhere)
     }
+
+    /// The peers whose `RemovePeer` a crash interrupted: to remove again at start.
+    var interruptedRemovals: [PeerID] { delivery.interruptedRemovals }
 
     // MARK: Links
 
-    var offeredCapabilities: Capabilities { .text }
-
-    /// A new link to `peer` opened: a new run starts, with everything still queued.
+    /// A new link to `peer` opened: a new run starts, with everything still queued (unless the
+    /// link does not carry text).
     func linkOpened(_ link: PeerLink, to peer: Peer) {
         if let why = link.negotiated?.whyOff(.text, who: peer.id.description) {
             return Log.info("messages for \(peer.id) stay queued: \(why)")
         }
-        runs[peer.id] = LinkDelivery(now: .now)
-        sendQueuedMessages(to: peer.id)
+        delivery.linkOpened(link, to: peer.id)
     }
 
-    func linkClosed(_ link: PeerLink, of peer: Peer, reason: String) {
-        runs[peer.id] = nil
-    }
+    func linkClosed(_ link: PeerLink, of peer: Peer, reason: String) { delivery.linkClosed(to: peer.id) }
 
     func received(_ frame: Frame, on link: PeerLink, from peer: Peer) {
+        defer { syncWrites() }
         switch frame {
         case .text(let text):
+            // A TEXT from `peer`, which runs the instance its HELLO named.
             guard let hello = link.peerHello else { return }
-            received(text, from: peer.id, senderInstance: hello.instanceID, on: link)
+            delivery.received(text, from: peer.id, senderInstance: hello.instanceID)
         case .ack(let seq):
-            acknowledged(upTo: seq, by: peer.id)
+            // Everything up to `seq` is delivered.
+            delivery.acknowledged(upTo: seq, from: peer.id)
         default:
             break
         }
     }
 
-    /// A TEXT from `peer`, which runs the instance `senderInstance`: stored and announced once,
-    /// acknowledged after the read (`inputDrained`). One that does not continue the run waits for
-    /// the resend its sender will make.
-    private func received(_ text: TextFrame, from peer: PeerID, senderInstance: InstanceID, on link: PeerLink) {
-        guard let run = runs[peer] else { return }
-        guard run.continuesRun(previousSeq: text.previousSeq) else {
-            Log.debug("\(peer): TEXT \(text.seq) follows \(text.previousSeq), not the last one of the run: waiting for the resend")
-            return
-        }
-        do {
-            let isNew = try store.receive(peer: peer.description, senderInstance: senderInstance.hex, seq: text.seq,
-                                          id: text.messageID.hex, text: text.text, sentAtMs: text.sentAtMs,
-                                          nowMs: clock.nowMs())
-            if isNew { emit(.messageReceived(peer, messageID: text.messageID.hex, text: text.text)) }
-            runs[peer]?.accepted(seq: text.seq)
-        } catch {
-            // Not acknowledged, so the sender keeps it and sends it again on the next link.
-            Log.error("could not store a message from \(peer): \(error)")
-            link.drop(reason: "local storage failed")
-        }
-    }
-
-    /// The peer's ACK: everything up to `seq` is delivered.
-    private func acknowledged(upTo seq: UInt64, by peer: PeerID) {
-        guard runs[peer] != nil else { return }
-        for messageID in store.acknowledge(peer: peer.description, upTo: seq) {
-            emit(.messageDelivered(peer, messageID: messageID))
-        }
-        runs[peer]?.acknowledged(upTo: seq, now: .now)
-        sendQueuedMessages(to: peer)
-    }
-
-    /// One ACK per read rather than per message: stored messages are acknowledged together.
-    func inputDrained(on link: PeerLink, from peer: Peer) {
-        guard let upTo = runs[peer.id]?.takeAck() else { return }
-        link.send(.ack(seq: upTo))
-    }
-
-    /// Sends queued messages the window allows, continuing the link's run: each TEXT names its
-    /// predecessor so the receiver notices one lost to a rejected record.
-    private func sendQueuedMessages(to peer: PeerID) {
-        guard let link = links.link(of: peer), runs[peer] != nil else { return }
-        while runs[peer]!.hasRoom {
-            let batch = store.pending(peer: peer.description, after: runs[peer]!.sentUpTo, limit: 64)
-            guard !batch.isEmpty else { return }
-            for message in batch {
-                let previous = runs[peer]!.send(seq: message.seq, textBytes: message.text.utf8.count, now: .now)
-                // Stored messages passed Send's checks; one that no longer encodes is a bug.
-                let text = try! TextFrame(seq: message.seq, previousSeq: previous,
-                                          messageID: MessageID(hex: message.id)!, sentAtMs: message.sentAtMs,
-                                          text: message.text)
-                link.send(.text(text))
-                if !runs[peer]!.hasRoom { return }
-            }
-        }
-    }
-
-    /// Sends again every run the peer stopped acknowledging (a record carrying a TEXT or an ACK
-    /// was rejected on the way); the receiver drops duplicates.
-    private func resendStalledRuns() {
-        let now = ContinuousClock.now
-        for (peer, run) in runs where run.isStalled(now: now) {
-            Log.info("\(peer) acknowledged nothing for \(LinkDelivery.resendAfter): sending its queue again")
-            runs[peer]?.restartRun(now: now)
-            sendQueuedMessages(to: peer)
-        }
-    }
+    /// One ACK per read rather than per message, once what it acknowledges is on the disk.
+    func inputDrained(on link: PeerLink, from peer: Peer) { delivery.inputDrained(from: peer.id) }
 
     private func expire() {
-        for (peer, messageID) in store.expire(nowMs: clock.nowMs()) {
-            guard let id = PeerID(peer) else { continue }
-            emit(.messageFailed(id, messageID: messageID, reason: "not delivered within \(store.limits.expiryMs / 86_400_000) days"))
+        defer { syncWrites() }
+        delivery.expire()
+    }
+
+    /// Hands the writes made so far to the sync thread, unless a sync runs (then they go in the
+    /// next one, when it reports back: group commit).
+    private func syncWrites() {
+        guard let batch = store.takeSyncBatch() else { return }
+        syncer.sync(batch) { [weak self] error in
+            guard let self else { return }
+            store.finishSync(batch, error: error)
+            delivery.durabilityAdvanced()
+            syncWrites()
         }
     }
 }

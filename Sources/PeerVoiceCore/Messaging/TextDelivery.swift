@@ -1,0 +1,258 @@
+/// Text delivery with every peer (docs/PROTOCOL.md §8): the durable `MessageStore` and, for each
+/// open link, its `LinkDelivery`. It decides which TEXT and ACK go on which link and what the
+/// service announces, and confirms nothing that is not on the disk yet: a TEXT is sent, an ACK
+/// given, `MessageDelivered` and `MessageFailed` announced, and a caller's `whenDurable` run
+/// (`Send`'s reply) only once every store write they depend on is durable (`MessageStore`:
+/// `writesDurable`). `MessageReceived` is the exception, announced at least once rather than
+/// after the sync: no order of "synced" and "announced" survives a power loss between the two,
+/// and a message that outlived a crash unannounced would never be announced, its sender's resend
+/// being dropped as a duplicate (found by the simulation, seeds 20 and 141). So a message is
+/// announced as soon as it is written, the same write noting it announced (a kill -9 repeats
+/// nothing: `MessagingTests.testKilledReceiver…`), and what a power loss left without that
+/// note is announced again when the service starts (`announceUnannounced`); a power loss can
+/// also lose the record itself, and then the resend is announced again. A repeat carries the
+/// same message id. Pure and driven from outside: the
+/// daemon runs it on its links and timers (`MessageDelivery`), the simulation on simulated ones.
+/// Used from one thread.
+///
+/// A message accepted by `enqueue` is delivered exactly once or reported failed: it stays queued
+/// until the peer acknowledges it, is sent again on every new link and after a stall, and fails
+/// only when the peer is removed or the message expires.
+public final class TextDelivery<Link: AnyObject> {
+    public let store: MessageStore
+    /// Monotonic time for runs and stalls, and the wall clock (ms since 1970) for what is stored.
+    private let now: () -> ContinuousClock.Instant
+    private let nowMs: () -> UInt64
+    private let transmit: (Link, Frame) -> Void
+    private let dropLink: (Link, String) -> Void
+    private let emit: (ServiceEvent) -> Void
+    /// The open link of each connected peer, with its half of delivery (runs, window, ACKs).
+    private var links: [PeerID: OpenLink] = [:]
+    /// What waits for the disk, by the store write it needs, oldest first.
+    private var waiting: [(write: UInt64, action: () -> Void)] = []
+    private var waitingHead = 0
+
+    /// Outbox batches read from the store at a time while the window has room.
+    static var sendBatch: Int { 64 }
+
+    /// - Parameters:
+    ///   - now, nowMs: the clocks (the simulation's are simulated).
+    ///   - transmit: sends a frame (TEXT, ACK) on a link given to `linkOpened`.
+    ///   - drop: closes a link without a goodbye (storing a message failed: the peer resends it).
+    ///   - emit: `MessageReceived`, `MessageDelivered`, `MessageFailed`.
+    public init(store: MessageStore, now: @escaping () -> ContinuousClock.Instant, nowMs: @escaping () -> UInt64,
+                transmit: @escaping (Link, Frame) -> Void, drop: @escaping (Link, String) -> Void,
+                emit: @escaping (ServiceEvent) -> Void) {
+        self.store = store
+        self.now = now
+        self.nowMs = nowMs
+        self.transmit = transmit
+        self.dropLink = drop
+        self.emit = emit
+    }
+
+    // MARK: Durability
+
+    /// Runs `action` once every store write made so far is durable: at once if it is.
+    public func whenDurable(_ action: @escaping () -> Void) {
+        let write = store.writesMade
+        if write <= store.writesDurable && waitingHead == waiting.count {
+            action()
+        } else {
+            waiting.append((write, action))
+        }
+    }
+
+    /// The store made more writes durable (after `MessageStore.finishSync`): runs what waited for them, in order.
+    public func durabilityAdvanced() {
+        while waitingHead < waiting.count, waiting[waitingHead].write <= store.writesDurable {
+            let action = waiting[waitingHead].action
+            waitingHead += 1
+            action()
+        }
+        if waitingHead == waiting.count {
+            waiting.removeAll(keepingCapacity: true)
+            waitingHead = 0
+        } else if waitingHead >= 1024, waitingHead * 2 >= waiting.count {
+            waiting.removeFirst(waitingHead)
+            waitingHead = 0
+        }
+    }
+
+    /// How many actions wait for the disk (for tests and bounds).
+    public var waitingForDisk: Int { waiting.count - waitingHead }
+
+    // MARK: Sending
+
+    /// Queues `text` for `peer` (written now, sent once durable). Throws, storing nothing, when the
+    /// outbox is full or the disk refuses, with words a person can act on.
+    public func enqueue(_ text: String, id messageID: String, for peer: PeerID, nowMs: UInt64) throws(ServiceError) {
+        do {
+            _ = try store.enqueue(peer: peer.description, id: messageID, text: text, nowMs: nowMs)
+        } catch MessageStoreError.outboxFull {
+            throw .failed("the outbox for \(peer) is full (\(store.limits.maxQueuedPerPeer) messages or \(store.limits.maxQueuedBytesPerPeer >> 20) MiB): wait until the peer is back, or RemovePeer")
+        } catch MessageStoreError.io(let error) {
+            throw Self.refusal(error)
+        } catch {
+            throw .failed("could not store the message: \(error)")
+        }
+        whenDurable { [weak self] in self?.sendQueuedMessages(to: peer) }
+    }
+
+    /// `Send`'s error when the disk refused: what is wrong and what to do, and that nothing was kept.
+    static func refusal(_ error: StorageError) -> ServiceError {
+        switch error.kind {
+        case .noSpace:
+            .failed("the message was not queued: the disk holding \(error.path) is full (\(error.reason)); free some space and send it again")
+        case .readOnly:
+            .failed("the message was not queued: \(error.path) cannot be written (\(error.reason)); make the state directory writable and send it again")
+        case .notFound, .other:
+            .failed("the message was not queued: \(error)")
+        }
+    }
+
+    public func hasPending(for peer: PeerID) -> Bool { store.hasPending(peer: peer.description) }
+
+    public func history(of peer: PeerID, max: Int) -> [StoredMessage] { store.history(peer: peer.description, max: max) }
+
+    /// Fails everything queued for `peer` and forgets its history (`RemovePeer`), durably, in an
+    /// order no crash breaks: the journal notes the removal, the failures are reported,
+    /// `elsewhere` forgets the peer outside the store (its pinned key), then the journal goes. A
+    /// crash on the way leaves the note, and the next start runs the removal again
+    /// (`interruptedRemovals`; its failures reported again, same ids). Returns how many failed.
+    public func forget(_ peer: PeerID, elsewhere: () throws -> Void) throws -> Int {
+        links[peer] = nil
+        let failed = try store.beginForgetting(peer: peer.description)
+        for messageID in failed {
+            emit(.messageFailed(peer, messageID: messageID, reason: "the peer was removed"))
+        }
+        try elsewhere()
+        try store.finishForgetting(peer: peer.description)
+        return failed.count
+    }
+
+    /// At start: the peers whose removal a crash interrupted, to `forget` again.
+    public var interruptedRemovals: [PeerID] { store.interruptedRemovals.compactMap { PeerID($0) } }
+
+    /// Fails what waited longer than the store's expiry; announced once that is durable.
+    public func expire() {
+        let expired = store.expire(nowMs: nowMs())
+        guard !expired.isEmpty else { return }
+        let reason = "not delivered within \(store.limits.expiryMs / 86_400_000) days"
+        whenDurable { [emit] in
+            for (peer, messageID) in expired {
+                guard let id = PeerID(peer) else { continue }
+                emit(.messageFailed(id, messageID: messageID, reason: reason))
+            }
+        }
+    }
+
+    /// At start: announces the messages the journal does not say were announced (the machine
+    /// stopped between storing and announcing them, or before noting it).
+    public func announceUnannounced() {
+        var peers: Set<String> = []
+        for (peer, message) in store.unannounced() {
+            guard let id = PeerID(peer) else { continue }
+            emit(.messageReceived(id, messageID: message.id, text: message.text))
+            peers.insert(peer)
+        }
+        for peer in peers.sorted() { store.noteAnnounced(peer: peer) }
+    }
+
+    // MARK: Links
+
+    /// A new link to `peer` opened (replacing any other): a new run starts, with everything queued.
+    public func linkOpened(_ link: Link, to peer: PeerID) {
+        links[peer] = OpenLink(link: link, delivery: LinkDelivery(now: now()))
+        sendQueuedMessages(to: peer)
+    }
+
+    /// `peer`'s open link closed; nothing more goes on it.
+    public func linkClosed(to peer: PeerID) {
+        links[peer] = nil
+    }
+
+    /// A TEXT from `peer`, which runs the instance `senderInstance`: stored and announced once
+    /// written, acknowledged (after the read, `inputDrained`) once durable. One that does not
+    /// continue the run waits for the resend its sender will make.
+    public func received(_ text: TextFrame, from peer: PeerID, senderInstance: InstanceID) {
+        guard let open = links[peer], open.delivery.continuesRun(previousSeq: text.previousSeq) else { return }
+        do {
+            let isNew = try store.receive(peer: peer.description, senderInstance: senderInstance.hex, seq: text.seq,
+                                          id: text.messageID.hex, text: text.text, sentAtMs: text.sentAtMs, nowMs: nowMs())
+            if isNew { emit(.messageReceived(peer, messageID: text.messageID.hex, text: text.text)) }
+            open.delivery.accepted(seq: text.seq)
+        } catch {
+            // Not acknowledged, so the sender keeps it and sends it again on the next link.
+            links[peer] = nil
+            dropLink(open.link, "could not store a message: \(error)")
+        }
+    }
+
+    /// The peer's ACK: everything up to `seq` is delivered (announced once that is durable).
+    public func acknowledged(upTo seq: UInt64, from peer: PeerID) {
+        guard let open = links[peer] else { return }
+        let delivered = store.acknowledge(peer: peer.description, upTo: seq)
+        if !delivered.isEmpty {
+            whenDurable { [emit] in
+                for messageID in delivered { emit(.messageDelivered(peer, messageID: messageID)) }
+            }
+        }
+        open.delivery.acknowledged(upTo: seq, now: now())
+        sendQueuedMessages(to: peer)
+    }
+
+    /// One ACK per read rather than per message: what was stored is acknowledged together, once
+    /// durable.
+    public func inputDrained(from peer: PeerID) {
+        guard let open = links[peer], let upTo = open.delivery.takeAck() else { return }
+        let link = open.link
+        whenDurable { [weak self] in
+            guard let self, links[peer]?.link === link else { return }
+            transmit(link, .ack(seq: upTo))
+        }
+    }
+
+    /// Sends again every run the peer stopped acknowledging (a record carrying a TEXT or an ACK
+    /// was rejected on the way); the receiver drops duplicates. Returns the peers concerned.
+    @discardableResult
+    public func resendStalledRuns() -> [PeerID] {
+        let now = now()
+        let stalled = links.filter { $0.value.delivery.isStalled(now: now) }.map(\.key).sorted()
+        for peer in stalled {
+            links[peer]?.delivery.restartRun(now: now)
+            sendQueuedMessages(to: peer)
+        }
+        return stalled
+    }
+
+    /// Sends the durable queued messages the window allows, continuing the link's run: each TEXT
+    /// names its predecessor so the receiver notices one lost to a rejected record.
+    private func sendQueuedMessages(to peer: PeerID) {
+        guard let open = links[peer] else { return }
+        while open.delivery.hasRoom {
+            let batch = store.pending(peer: peer.description, after: open.delivery.sentUpTo, limit: Self.sendBatch)
+            guard !batch.isEmpty else { return }
+            for message in batch {
+                let previous = open.delivery.send(seq: message.seq, textBytes: message.text.utf8.count, now: now())
+                // Stored messages passed Send's checks; one that no longer encodes is a bug.
+                let text = try! TextFrame(seq: message.seq, previousSeq: previous,
+                                          messageID: MessageID(hex: message.id)!, sentAtMs: message.sentAtMs,
+                                          text: message.text)
+                transmit(open.link, .text(text))
+                if !open.delivery.hasRoom { return }
+            }
+        }
+    }
+
+    /// A connected peer's link and where delivery stands on it.
+    private final class OpenLink {
+        let link: Link
+        var delivery: LinkDelivery
+
+        init(link: Link, delivery: LinkDelivery) {
+            self.link = link
+            self.delivery = delivery
+        }
+    }
+}

@@ -1,0 +1,111 @@
+import PeerVoiceCore
+import SeededRandom
+
+/// Stand-in primitives for the simulation: the real handshake, records and pinning run on them,
+/// fast and the same on every run. Not cryptography: "X25519" is exponentiation modulo the prime
+/// 2^61 - 1 (so both sides of a key exchange agree, and a key proves who holds its secret inside
+/// the simulation), the hash is a 256-bit multiply-xorshift mix, and "sealing" appends a keyed
+/// hash of nonce, associated data and plaintext as the tag (tampering is detected; nothing is
+/// hidden). `@unchecked Sendable`: the simulation runs on one thread.
+public final class DeterministicCrypto: CryptoPrimitives, @unchecked Sendable {
+    private var random: SplitMix64
+    private static let prime: UInt64 = (1 << 61) - 1
+
+    public init(seed: UInt64) { random = SplitMix64(seed: seed) }
+
+    public func randomBytes(_ count: Int) -> [UInt8] {
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(count + 8)
+        while bytes.count < count { withUnsafeBytes(of: random.next()) { bytes.append(contentsOf: $0) } }
+        return Array(bytes.prefix(count))
+    }
+
+    public func x25519KeyPair() -> (publicKey: [UInt8], secretKey: [UInt8]) {
+        let secret = randomBytes(CryptoSize.secretKey)
+        return (x25519(secret, [9] + [UInt8](repeating: 0, count: 31))!, secret)
+    }
+
+    public func x25519(_ secretKey: [UInt8], _ publicKey: [UInt8]) -> [UInt8]? {
+        let base = Self.word(publicKey, at: 0) % Self.prime
+        guard base > 1 else { return nil }  // the "low-order points"
+        let exponent = Self.word(secretKey, at: 0) | 1
+        var result: UInt64 = 1, power = base, e = exponent
+        while e > 0 {
+            if e & 1 == 1 { result = Self.multiply(result, power) }
+            power = Self.multiply(power, power)
+            e >>= 1
+        }
+        var out = [UInt8](repeating: 0, count: CryptoSize.publicKey)
+        withUnsafeBytes(of: result.littleEndian) { out.replaceSubrange(0..<8, with: $0) }
+        return out
+    }
+
+    public func hash(_ data: [UInt8], key: [UInt8]?) -> [UInt8] {
+        var lanes: [UInt64] = [0x6A09_E667_F3BC_C908, 0xBB67_AE85_84CA_A73B, 0x3C6E_F372_FE94_F82B, 0xA54F_F53A_5F1D_36F1]
+        func absorb(_ bytes: [UInt8], tag: UInt64) {
+            var index = 0
+            var word: UInt64 = tag
+            for byte in bytes {
+                word = word << 8 | UInt64(byte)
+                index += 1
+                if index % 8 == 0 { mix(&lanes, word); word = tag }
+            }
+            mix(&lanes, word ^ UInt64(bytes.count) << 32)
+        }
+        if let key { absorb(key, tag: 0x4B45_5900) }
+        absorb(data, tag: 0x4441_5400)
+        for _ in 0..<4 { mix(&lanes, 0x9E37_79B9_7F4A_7C15) }
+        var out: [UInt8] = []
+        out.reserveCapacity(32)
+        for lane in lanes { withUnsafeBytes(of: lane.littleEndian) { out.append(contentsOf: $0) } }
+        return out
+    }
+
+    public func seal(key: [UInt8], nonce: [UInt8], plaintext: [UInt8], associatedData: [UInt8]) -> [UInt8] {
+        plaintext + tag(key: key, nonce: nonce, plaintext: plaintext, associatedData: associatedData)
+    }
+
+    public func open(key: [UInt8], nonce: [UInt8], ciphertext: [UInt8], associatedData: [UInt8]) -> [UInt8]? {
+        guard ciphertext.count >= CryptoSize.tag else { return nil }
+        let plaintext = Array(ciphertext.dropLast(CryptoSize.tag))
+        guard Array(ciphertext.suffix(CryptoSize.tag)) == tag(key: key, nonce: nonce, plaintext: plaintext,
+                                                               associatedData: associatedData) else { return nil }
+        return plaintext
+    }
+
+    public func wipe(_ bytes: inout [UInt8]) {
+        for index in bytes.indices { bytes[index] = 0 }
+    }
+
+    private func tag(key: [UInt8], nonce: [UInt8], plaintext: [UInt8], associatedData: [UInt8]) -> [UInt8] {
+        Array(hash(nonce + associatedData + plaintext, key: key).prefix(CryptoSize.tag))
+    }
+
+    private func mix(_ lanes: inout [UInt64], _ word: UInt64) {
+        for index in 0..<4 {
+            var x = lanes[index] ^ (word &+ UInt64(index) &* 0x9E37_79B9_7F4A_7C15)
+            x = (x ^ (x >> 31)) &* 0x7FB5_D329_728E_A185
+            x = (x ^ (x >> 27)) &* 0x81DA_DEF4_BC2D_D44D
+            lanes[index] = x ^ (x >> 33) ^ lanes[(index + 1) % 4]
+        }
+    }
+
+    private static func word(_ bytes: [UInt8], at offset: Int) -> UInt64 {
+        var value: UInt64 = 0
+        for index in (offset..<offset + 8).reversed() { value = value << 8 | UInt64(bytes[index]) }
+        return value
+    }
+
+    private static func multiply(_ a: UInt64, _ b: UInt64) -> UInt64 {
+        let (high, low) = a.multipliedFullWidth(by: b)
+        return reduce(high: high, low: low)
+    }
+
+    /// (high·2^64 + low) mod 2^61 − 1.
+    private static func reduce(high: UInt64, low: UInt64) -> UInt64 {
+        // 2^64 ≡ 2^3 (mod 2^61 − 1).
+        var value = (low & prime) &+ (low >> 61) &+ ((high << 3) & prime) &+ (high >> 58)
+        while value >= prime { value -= prime }
+        return value
+    }
+}

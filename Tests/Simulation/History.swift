@@ -1,0 +1,231 @@
+import PeerVoiceCore
+
+/// Everything the simulated peers said to their users, checked as it happens against what
+/// PeerVoice promises (README, docs/PROTOCOL.md §7.3 and §8):
+///
+/// - a message is announced (`MessageReceived`) at most once, by the peer it was sent to, from
+///   the peer that sent it, and each sender's messages in the order `Send` took them;
+/// - `MessageDelivered` only for a message the receiver announced, once, never with `MessageFailed`;
+/// - a link opened by people (not two pinned keys) only after both people accepted that link's
+///   code, and both were shown the same code;
+/// - at the end (`finish`), every message `Send` accepted was announced by its receiver or
+///   reported failed, unless its sender was reinstalled (the person threw it away).
+///
+/// The first violation ends the run.
+public final class History {
+    public private(set) var violations: [String] = []
+    /// What happened, in order (the last lines are printed with a violation).
+    public private(set) var log: [String] = []
+    private let scheduler: Scheduler
+    private var linkCounter = 0
+
+    private struct Message {
+        let sender: PeerID
+        let receiver: PeerID
+        /// Position among the messages `sender` queued for `receiver`.
+        let order: Int
+        var accepted = false
+        var received = 0
+        var delivered = 0
+        var failed = 0
+        /// Its sender was reinstalled: nobody can deliver or fail it any more.
+        var abandoned = false
+        /// The receiver's losses of state when it last announced the message.
+        var stateLossesAtAnnouncement = 0
+        /// The sender's losses of state when it last reported the message failed.
+        var stateLossesAtFailure = 0
+    }
+
+    /// Per peer id, its crashes that lost state so far: a power loss (what was not synced), or a
+    /// kill while memory held changes the disk had refused (full, read-only).
+    private var stateLosses: [PeerID: Int] = [:]
+
+    private var messages: [String: Message] = [:]
+    private var messageOrder: [String] = []
+    private var queuedCount: [String: Int] = [:]
+    private var lastReceivedOrder: [String: Int] = [:]
+    /// Per link (its handshake hash), the code each side's person was shown and what each answered.
+    private var prompts: [[UInt8]: [PeerID: (code: String, accepted: Bool?)]] = [:]
+    public private(set) var accepted = 0
+    public private(set) var received = 0
+    public private(set) var linksOpened = 0
+    public private(set) var pairings = 0
+
+    /// Keep every line of the log (a replay), not only the last few hundred.
+    private let keepsFullLog: Bool
+
+    init(scheduler: Scheduler, keepsFullLog: Bool) {
+        self.scheduler = scheduler
+        self.keepsFullLog = keepsFullLog
+    }
+
+    public var hasFailed: Bool { !violations.isEmpty }
+
+    func nextLinkID() -> Int {
+        linkCounter += 1
+        return linkCounter
+    }
+
+    func note(_ line: String) {
+        log.append("\(Self.time(scheduler.now)) \(line)")
+        if !keepsFullLog && log.count > 400 { log.removeFirst(100) }
+    }
+
+    func violation(_ what: String) {
+        note("VIOLATION: \(what)")
+        violations.append("\(Self.time(scheduler.now)): \(what)")
+    }
+
+    static func time(_ duration: Duration) -> String {
+        let ms = duration.components.seconds * 1000 + duration.components.attoseconds / 1_000_000_000_000_000
+        return "t=\(ms / 1000).\(String(format: "%03d", ms % 1000))s"
+    }
+
+    // MARK: Messages
+
+    func enqueued(_ messageID: String, from sender: SimulatedPeer, to receiver: PeerID) {
+        let key = "\(sender.id)>\(receiver)"
+        let order = queuedCount[key, default: 0]
+        queuedCount[key] = order + 1
+        guard messages[messageID] == nil else { return violation("message id \(messageID) queued twice") }
+        messages[messageID] = Message(sender: sender.id, receiver: receiver, order: order)
+        messageOrder.append(messageID)
+    }
+
+    func accepted(_ messageID: String, by sender: SimulatedPeer) {
+        guard messages[messageID] != nil else { return violation("\(sender.name): Send accepted \(messageID), never queued") }
+        messages[messageID]!.accepted = true
+        accepted += 1
+        note("\(sender.name): Send accepted \(messageID.prefix(8))")
+    }
+
+    func sendRefused(by sender: SimulatedPeer, _ error: ServiceError) {
+        note("\(sender.name): Send refused: \(error.message)")
+    }
+
+    func event(_ event: ServiceEvent, at peer: SimulatedPeer) {
+        switch event {
+        case .messageReceived(let from, let messageID, _):
+            received += 1
+            note("\(peer.name): MessageReceived \(messageID.prefix(8)) from \(from.base32.prefix(6))")
+            guard var message = messages[messageID] else {
+                return violation("\(peer.name) announced \(messageID), which nobody queued")
+            }
+            // Announced once written, so a power loss that lost the record before its sync makes
+            // the sender's resend announced again (same id), and so does a crash that lost the
+            // note that it was announced; never without such a loss in between.
+            if message.received > 0 && stateLosses[peer.id, default: 0] == message.stateLossesAtAnnouncement {
+                violation("\(peer.name) announced \(messageID) again (a duplicate) without losing state in between")
+            }
+            message.stateLossesAtAnnouncement = stateLosses[peer.id, default: 0]
+            if message.receiver != peer.id || message.sender != from {
+                violation("\(messageID) from \(message.sender) for \(message.receiver) was announced by \(peer.id) as from \(from)")
+            }
+            let pair = "\(from)>\(peer.id)"
+            if message.received == 0, let last = lastReceivedOrder[pair], last >= message.order {
+                violation("\(peer.name) announced \(messageID) (queued #\(message.order)) after #\(last) from the same sender: out of order")
+            }
+            lastReceivedOrder[pair] = max(lastReceivedOrder[pair] ?? -1, message.order)
+            message.received += 1
+            messages[messageID] = message
+        case .messageDelivered(let to, let messageID):
+            note("\(peer.name): MessageDelivered \(messageID.prefix(8))")
+            guard var message = messages[messageID], message.sender == peer.id, message.receiver == to else {
+                return violation("\(peer.name) reported \(messageID) delivered to \(to), which it never queued for it")
+            }
+            if message.received == 0 { violation("\(peer.name) reported \(messageID) delivered, but \(to) never stored it") }
+            if message.delivered > 0 { violation("\(peer.name) reported \(messageID) delivered twice") }
+            if message.failed > 0 { violation("\(peer.name) reported \(messageID) delivered after reporting it failed") }
+            message.delivered += 1
+            messages[messageID] = message
+        case .messageFailed(_, let messageID, let reason):
+            note("\(peer.name): MessageFailed \(messageID.prefix(8)) (\(reason))")
+            guard var message = messages[messageID], message.sender == peer.id else {
+                return violation("\(peer.name) reported \(messageID) failed, which it never queued")
+            }
+            if message.delivered > 0 { violation("\(peer.name) reported \(messageID) failed after reporting it delivered") }
+            // A RemovePeer a crash interrupted reports its failures again (same ids) when it is
+            // finished at the next start; never twice without such a loss in between.
+            if message.failed > 0 && stateLosses[peer.id, default: 0] == message.stateLossesAtFailure {
+                violation("\(peer.name) reported \(messageID) failed twice without losing state in between")
+            }
+            message.stateLossesAtFailure = stateLosses[peer.id, default: 0]
+            message.failed += 1
+            messages[messageID] = message
+        default:
+            break
+        }
+    }
+
+    func removed(_ id: PeerID, by peer: SimulatedPeer) { note("\(peer.name): RemovePeer \(id.base32.prefix(6))") }
+
+    func reinstalled(_ peer: SimulatedPeer) {
+        let old = peer.id
+        for key in messageOrder where messages[key]!.sender == old { messages[key]!.abandoned = true }
+        note("\(peer.name) reinstalled (was \(old.base32.prefix(6)))")
+    }
+
+    func lostState(_ peer: SimulatedPeer) { stateLosses[peer.id, default: 0] += 1 }
+
+    func started(_ peer: SimulatedPeer) { note("\(peer.name) started as \(peer.id.base32.prefix(6))") }
+    func stopped(_ peer: SimulatedPeer) { note("\(peer.name) stopped") }
+
+    // MARK: Pairing
+
+    func prompted(_ peer: SimulatedPeer, about other: PeerID, link: [UInt8], code: String) {
+        note("\(peer.name): PairingRequested for \(other.base32.prefix(6)) code \(code)")
+        prompts[link, default: [:]][peer.id] = (code, nil)
+        let codes = Set(prompts[link]!.values.map(\.code))
+        if codes.count > 1 { violation("the two sides of one link were shown different codes: \(codes.sorted())") }
+    }
+
+    func answered(_ peer: SimulatedPeer, link: [UInt8], accept: Bool) {
+        note("\(peer.name): its person \(accept ? "accepted" : "refused")")
+        guard let prompt = prompts[link]?[peer.id] else { return violation("\(peer.name) answered a prompt it never showed") }
+        prompts[link]![peer.id] = (prompt.code, accept)
+    }
+
+    func linkOpened(_ peer: SimulatedPeer, to other: PeerID, link: [UInt8], byPeople: Bool) {
+        linksOpened += 1
+        note("\(peer.name): link to \(other.base32.prefix(6)) open\(byPeople ? " (both people accepted)" : "")")
+        guard byPeople else { return }
+        pairings += 1
+        let answers = prompts[link] ?? [:]
+        if answers[peer.id]?.accepted != true {
+            violation("\(peer.name) opened a link to \(other) that its person did not accept")
+        }
+        if answers[other]?.accepted != true {
+            violation("\(peer.name) opened a link to \(other) whose person was not asked or did not accept")
+        }
+    }
+
+    func forgetPrompts() { prompts = [:] }
+
+    // MARK: The end
+
+    /// After the healed network had its time: every accepted message between two current keys
+    /// was announced by its receiver or reported failed (none is stuck in an outbox).
+    func checkStuck(currentPeers: Set<PeerID>) {
+        let stuck = messageOrder.filter { key in
+            let message = messages[key]!
+            return message.accepted && !message.abandoned && message.received == 0 && message.failed == 0
+                && currentPeers.contains(message.receiver) && currentPeers.contains(message.sender)
+        }
+        guard let first = stuck.first.map({ messages[$0]! }) else { return }
+        violation("\(stuck.count) accepted messages were still undelivered after the network healed, e.g. \(stuck[0]) from \(first.sender) to \(first.receiver)")
+    }
+
+    /// Every accepted message was announced by its receiver or reported failed.
+    func finish() {
+        var lost: [String] = []
+        for key in messageOrder {
+            let message = messages[key]!
+            guard message.accepted, !message.abandoned else { continue }
+            if message.received == 0 && message.failed == 0 { lost.append(key) }
+        }
+        if !lost.isEmpty {
+            let first = messages[lost[0]]!
+            violation("\(lost.count) accepted messages were neither delivered nor reported failed, e.g. \(lost[0]) from \(first.sender) to \(first.receiver)")
+        }
+    }
+}
