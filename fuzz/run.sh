@@ -21,7 +21,7 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 
-TARGETS=(frame-decoder handshake jitter-buffer lan-advertisement call-frames channel-frames)
+TARGETS=(frame-decoder handshake jitter-buffer lan-advertisement call-frames channel-frames transfer-messages)
 SWIFTC=${SWIFTC:-swiftc}
 FUZZ_DIR=${FUZZ_DIR:-.build/fuzz}
 FUZZ_OPT=${FUZZ_OPT:--O}
@@ -169,6 +169,7 @@ sources_of() {
         jitter-buffer) echo Sources/PeerVoiceCore/Voice/JitterBuffer.swift ;;
         lan-advertisement) ls Sources/PeerVoiceCore/LAN/*.swift ;;
         channel-frames) ls Sources/PeerVoiceCore/Channels/*.swift ;;
+        transfer-messages) ls Sources/PeerVoiceCore/Transfers/*.swift ;;
     esac
 }
 
