@@ -146,7 +146,9 @@ final class TransferStoreTests: XCTestCase {
         record.folder = "/home/x/Downloads"
         _ = record.lifecycle.handle(.personAccepted)
         try store.save(record)
-        try store.savePosition(TransferPosition(fileIndex: 0, offset: 3), of: record.idHex)
+        var progress = TransferProgress(position: TransferPosition(fileIndex: 0, offset: 3))
+        progress.placed = ["notes.txt": "notes (1).txt"]
+        try store.saveProgress(progress, of: record.idHex)
         var ended = TransferRecord(id: .random(), peer: "pv:abc", createdMs: 1_000, direction: .incoming, manifest: manifest)
         _ = ended.lifecycle.handle(.personDeclined)
         try store.save(ended)
@@ -156,14 +158,14 @@ final class TransferStoreTests: XCTestCase {
         XCTAssertEqual(records.count, 2)
         XCTAssertEqual(records.first { $0.idHex == record.idHex }, record)
         XCTAssertEqual(try records.first { $0.idHex == record.idHex }?.manifest(), manifest)
-        XCTAssertEqual(store.position(of: record.idHex), TransferPosition(fileIndex: 0, offset: 3))
+        XCTAssertEqual(store.progress(of: record.idHex), progress)
         XCTAssertEqual(warnings.count, 1, "the broken file is reported and set aside")
         XCTAssertTrue(FileManager.default.fileExists(atPath: directory + "/broken.json.unreadable"))
 
         let later = store.loadAll(nowMs: 1_000 + TransferStore.keepFinishedMs + 1).records
         XCTAssertEqual(later.map(\.idHex), [record.idHex], "the declined one aged out; the running one stays")
         store.remove(record.idHex)
-        XCTAssertNil(store.position(of: record.idHex))
+        XCTAssertNil(store.progress(of: record.idHex))
         XCTAssertTrue(store.loadAll(nowMs: 2_000).records.isEmpty)
     }
 }

@@ -44,8 +44,6 @@ public struct TransferRecord: Codable, Equatable, Sendable {
     public var skipped: [String] = []
     /// Incoming: the folder the items are saved in.
     public var folder = ""
-    /// Incoming: the name each top-level item was saved as, once it is in place.
-    public var placed: [String: String] = [:]
 
     public init(id: TransferID, peer: String, createdMs: UInt64, direction: TransferDirection, manifest: TransferManifest) {
         idHex = id.hex
@@ -68,8 +66,25 @@ public struct TransferRecord: Codable, Equatable, Sendable {
     }
 }
 
+/// How far an incoming transfer has come, durably (`<id>.progress`): where data resumes, and the
+/// top-level items already in place. Written by the thread receiving it, after the data it
+/// counts was flushed to disk.
+public struct TransferProgress: Codable, Equatable, Sendable {
+    /// Every file before it, and `offset` bytes of its file, are on disk.
+    public var position: TransferPosition
+    /// Top-level name → the name it was saved under.
+    public var placed: [String: String] = [:]
+    /// Top-level name → the free name it is being moved to (written before the move, so that a
+    /// crash in between finds the item where it went).
+    public var placing: [String: String] = [:]
+
+    public init(position: TransferPosition = .start) {
+        self.position = position
+    }
+}
+
 /// The transfers folder of the state directory: one record per transfer (`<id>.json`), and for an
-/// incoming one being received, its durable position (`<id>.position`). Every write goes to a
+/// incoming one being received, its progress (`<id>.progress`). Every write goes to a
 /// temporary file that is flushed to disk (`fsync`) and renamed over the old one, so a crash
 /// leaves the old version or the new, never a mix. Stateless: any thread may use it, one
 /// transfer's files from one thread at a time.
@@ -85,7 +100,7 @@ public struct TransferStore: Sendable {
     }
 
     private func recordPath(_ idHex: String) -> String { directory + "/" + idHex + ".json" }
-    private func positionPath(_ idHex: String) -> String { directory + "/" + idHex + ".position" }
+    private func progressPath(_ idHex: String) -> String { directory + "/" + idHex + ".progress" }
 
     /// Every record that reads back, and a line for each one that does not (set aside as
     /// `<name>.unreadable`, never deleted); ended ones older than ``keepFinishedMs`` go.
@@ -119,21 +134,22 @@ public struct TransferStore: Sendable {
 
     public func remove(_ idHex: String) {
         _ = unlink(recordPath(idHex))
-        _ = unlink(positionPath(idHex))
+        _ = unlink(progressPath(idHex))
     }
 
-    /// Records that the receiver holds everything before `position`, durably (the data was
-    /// flushed before this is called).
-    public func savePosition(_ position: TransferPosition, of idHex: String) throws {
-        try writeDurably(Data("\(position.fileIndex) \(position.offset)\n".utf8), to: positionPath(idHex))
+    /// Records how far an incoming transfer has come (the data it counts was flushed before).
+    public func saveProgress(_ progress: TransferProgress, of idHex: String) throws {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys]
+        try writeDurably(try encoder.encode(progress), to: progressPath(idHex))
     }
 
-    /// The last durable position saved, if any.
-    public func position(of idHex: String) -> TransferPosition? {
-        guard let data = FileManager.default.contents(atPath: positionPath(idHex)) else { return nil }
-        let fields = String(decoding: data, as: UTF8.self).split(whereSeparator: \.isWhitespace)
-        guard fields.count == 2, let index = Int(fields[0]), index >= 0, let offset = UInt64(fields[1]) else { return nil }
-        return TransferPosition(fileIndex: index, offset: offset)
+    /// The progress last saved; nil when none was (or it does not read back).
+    public func progress(of idHex: String) -> TransferProgress? {
+        guard let data = FileManager.default.contents(atPath: progressPath(idHex)),
+              let progress = try? JSONDecoder().decode(TransferProgress.self, from: data),
+              progress.position.fileIndex >= 0 else { return nil }
+        return progress
     }
 
     private func writeDurably(_ data: Data, to path: String) throws {
