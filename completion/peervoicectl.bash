@@ -19,7 +19,7 @@ _peervoicectl() {
         words+=("")
     fi
     local cur=${words[${#words[@]}-1]}
-    local commands="status peers peer discover connect disconnect send history remove mute name visible confirm voice volume mute-peer monitor open listen help"
+    local commands="status peers peer discover connect disconnect send history remove mute name visible confirm voice volume mute-peer monitor open listen shortcut help"
 
     # The command: the first word after the program that is not an option.
     local command= i word
@@ -75,6 +75,7 @@ _peervoicectl() {
                 voice:1) candidates=$(_peervoicectl_peer_ids) ;;
                 volume:1) candidates="0.0 0.5 1.0 1.5 2.0" ;;
                 mute-peer:1) candidates="on off" ;;
+                shortcut:0) candidates="install remove" ;;
                 help:0) candidates=$commands ;;
             esac
         fi

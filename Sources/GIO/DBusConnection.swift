@@ -95,6 +95,14 @@ public final class DBusConnection: @unchecked Sendable {
 
     public var isClosed: Bool { g_dbus_connection_is_closed(pointer) != 0 }
 
+    /// Calls `handler` once, on the main context that made this connection, when it closes: the
+    /// bus went away (its dbus-daemon ended with the session), or `close()`.
+    public func onClosed(_ handler: @escaping () -> Void) {
+        let box = ClosureBox<() -> Void>(handler)
+        g_signal_connect_data(UnsafeMutableRawPointer(pointer), "closed", unsafeBitCast(closedTrampoline, to: GCallback.self),
+                              box.retainedPointer(), releaseBoxOnDisconnect, GConnectFlags(rawValue: 0))
+    }
+
     /// Closes the connection: the bus forgets this client (its pending calls are abandoned).
     public func close() {
         g_dbus_connection_close_sync(pointer, nil, nil)
@@ -276,6 +284,14 @@ struct NameWatchHandlers {
     let appeared: (String) -> Void
     let vanished: () -> Void
 }
+
+/// GDBusConnection::closed(connection, remote_peer_vanished, error, user_data).
+private let closedTrampoline: @convention(c) (OpaquePointer?, gboolean, UnsafeMutablePointer<GError>?, gpointer?) -> Void = {
+    _, _, _, userData in
+    ClosureBox<() -> Void>.from(userData).function()
+}
+
+private let releaseBoxOnDisconnect: GClosureNotify = { data, _ in releaseAnyBox(data) }
 
 private let nameAppearedTrampoline: GBusNameAppearedCallback = { _, _, owner, userData in
     ClosureBox<NameWatchHandlers>.from(userData).function.appeared(String(cString: owner!))

@@ -46,6 +46,13 @@ public func runDaemon(arguments: [String]) -> Int32 {
         Log.error("cannot serve on the session bus: \(error.message) (is DBUS_SESSION_BUS_ADDRESS set? `make run` starts a private bus when there is none)")
         return 1
     }
+    // A session service without its session bus serves nobody (the desktop session ended, or a
+    // bus started by dbus-run-session went away): it ends with it rather than hold the state
+    // directory and the listen port.
+    connection.onClosed {
+        Log.info("the session bus went away: shutting down")
+        loop.quit()
+    }
     let notifications = options.notify
         ? DesktopNotifications(connection: connection, service: service, promptHandlers: bus.promptHandlers) : nil
     service.peersChanged = { [unowned service] in peerObjects.show(service.peerObjectSnapshots()) }

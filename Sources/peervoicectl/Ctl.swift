@@ -212,6 +212,15 @@ enum Ctl {
             try openStream(Service(), peer: arguments[0], channel: arguments[1], lines: mode == "messages")
         case "listen":
             try listen(Service(), channel: arguments[0], command: Array(arguments.dropFirst()), once: invocation.has("--once"))
+        case "shortcut":
+            switch try choice(arguments[0], ["install", "remove"], of: invocation) {
+            case "install":
+                guard arguments.count == 2 else { throw Exit.usage("shortcut install: which KEYS? e.g. ctrl+alt+m", command: invocation.spec) }
+                try GnomeShortcut.install(keys: arguments[1])
+            default:
+                guard arguments.count == 1 else { throw Exit.usage("shortcut remove: takes no KEYS", command: invocation.spec) }
+                try GnomeShortcut.remove()
+            }
         default:
             throw Exit.usage("unknown command '\(invocation.spec.name)'")
         }

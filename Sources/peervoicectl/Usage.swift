@@ -156,6 +156,17 @@ enum Usage {
               peervoicectl listen org.example.Files --once > photo.jpg
               peervoicectl listen org.example.Tar -- tar x -C Incoming
             """),
+        CommandSpec("shortcut", "install KEYS | remove", "add or remove a GNOME keyboard shortcut that toggles mute",
+                    positionals: 1...2, details: """
+            For GNOME 43-47, whose desktop portal binds no global shortcuts: `install` adds a custom
+            shortcut, KEYS (e.g. ctrl+alt+m), that runs `peervoicectl mute toggle`, next to the ones
+            already there (GNOME Settings > Keyboard > Custom Shortcuts shows it); `remove` takes
+            it away and leaves the others. On desktops with the GlobalShortcuts portal (KDE Plasma)
+            peervoiced binds its keys itself.
+            Examples:
+              peervoicectl shortcut install ctrl+alt+m
+              peervoicectl shortcut remove
+            """),
         CommandSpec("help", "[COMMAND]", "show help for peervoicectl or one of its commands",
                     positionals: 0...1, details: ""),
     ]

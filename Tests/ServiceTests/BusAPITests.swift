@@ -242,6 +242,14 @@ final class BusAPITests: XCTestCase {
         XCTAssertFalse(client.nameHasOwner())
     }
 
+    /// A session's bus ends with the session (dbus-run-session, a logout): the service ends too
+    /// instead of running on with nobody to serve (it did, found by the package test).
+    func testTheServiceEndsWithItsSessionBus() {
+        bus.stop()
+        XCTAssertEqual(daemon.process.wait(timeout: 5), 0, daemon.process.log)
+        XCTAssertTrue(daemon.process.log.contains("the session bus went away: shutting down"), daemon.process.log)
+    }
+
     func testSecondInstanceFailsClearlyAndTheFirstKeepsServing() throws {
         let second = try Daemon(bus: bus, in: directory, name: "second")
         let status = second.process.wait(timeout: 10)

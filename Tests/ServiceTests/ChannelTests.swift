@@ -219,7 +219,8 @@ final class ChannelTests: XCTestCase {
                        "only the owner unregisters")
         let opened = try app(a, ["open", b.id, "org.example.Chess", "stream", "hold", path("held-a")], name: "opener")
         XCTAssertTrue(eventually(timeout: 10) { owner.log.contains("stream \(a.id) stream alpha") }, owner.log)
-        XCTAssertTrue(opened.log.contains("opened"))
+        // The opener prints once OpenStream has answered, which may be after the owner printed.
+        XCTAssertTrue(eventually(timeout: 10) { opened.log.contains("opened") }, opened.log)
         dispatchEvents(for: 0.2)
         withExtendedLifetime(handler) {}
     }

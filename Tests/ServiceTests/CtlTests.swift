@@ -47,14 +47,14 @@ final class CtlTests: XCTestCase {
 
     /// Runs peervoicectl to its end with the session bus at `bus` (a dead address when nil).
     private func ctl(_ arguments: [String], bus: String?, stdin: String? = nil, stdinBytes: [UInt8]? = nil,
-                     timeout: Double = 30) throws -> Run {
+                     environment extra: [String: String] = [:], timeout: Double = 30) throws -> Run {
         runCount += 1
         var stdinPath: String?
         if let bytes = stdinBytes ?? stdin.map({ Array($0.utf8) }) {
             stdinPath = directory.path + "/stdin-\(runCount)"
             try Data(bytes).write(to: URL(fileURLWithPath: stdinPath!))
         }
-        let process = try ChildProcess(Self.peervoicectl, arguments, environment: environment(bus: bus),
+        let process = try ChildProcess(Self.peervoicectl, arguments, environment: environment(bus: bus).merging(extra) { $1 },
                                        logPath: directory.path + "/ctl-\(runCount).log", stdinPath: stdinPath)
         let status = process.wait(timeout: timeout)
         if status == nil { process.kill() }
@@ -164,7 +164,7 @@ final class CtlTests: XCTestCase {
         XCTAssertEqual(help.status, 0, "\(help)")
         XCTAssertTrue(help.output.hasPrefix("Usage: peervoicectl "), help.output)
         let commands = ["status", "peers", "discover", "connect", "disconnect", "send", "history", "remove",
-                        "mute", "name", "visible", "confirm", "voice", "volume", "mute-peer", "monitor", "open", "listen"]
+                        "mute", "name", "visible", "confirm", "voice", "volume", "mute-peer", "monitor", "open", "listen", "shortcut"]
         for command in commands {
             XCTAssertTrue(help.output.contains("\n  \(command) "), "--help lists \(command): \(help.output)")
             for arguments in [[command, "--help"], ["help", command], [command, "-h"]] {
@@ -177,6 +177,54 @@ final class CtlTests: XCTestCase {
         XCTAssertTrue(try ctl(["monitor", "--help"], bus: nil).output.contains("--json"))
         XCTAssertEqual(try ctl(["help"], bus: nil).output, help.output)
         XCTAssertTrue(help.output.contains("3 the service is not running"), help.output)
+    }
+
+    /// GNOME 43-47 has no GlobalShortcuts portal: `shortcut install` adds a custom keyboard
+    /// shortcut next to the person's own (real GSettings with GNOME's schemas, in a keyfile of the
+    /// test's), its command mutes the service, and `shortcut remove` takes only it away.
+    func testAGnomeShortcutIsAddedBesideTheOthersMutesAndIsRemovedAlone() throws {
+        let settings = ["GSETTINGS_BACKEND": "keyfile", "XDG_CONFIG_HOME": directory.path + "/config"]
+        func gsettings(_ arguments: [String]) throws -> String {
+            try runCommand("gsettings", arguments, environment: settings, in: directory).trimmingCharacters(in: .whitespacesAndNewlines)
+        }
+        let list = ["org.gnome.settings-daemon.plugins.media-keys", "custom-keybindings"]
+        let theirs = "/org/gnome/settings-daemon/plugins/media-keys/custom-keybindings/custom0/"
+        let ours = "/org/gnome/settings-daemon/plugins/media-keys/custom-keybindings/peervoice-mute/"
+        let keybinding = { (path: String) in "org.gnome.settings-daemon.plugins.media-keys.custom-keybinding:" + path }
+        _ = try gsettings(["set", keybinding(theirs), "name", "Terminal"])
+        _ = try gsettings(["set", keybinding(theirs), "binding", "<Super>t"])
+        _ = try gsettings(["set"] + list + ["['\(theirs)']"])
+
+        let install = try ctl(["shortcut", "install", "ctrl+alt+m"], bus: nil, environment: settings)
+        XCTAssertEqual(install.status, 0, "\(install)")
+        XCTAssertEqual(try gsettings(["get"] + list), "['\(theirs)', '\(ours)']")
+        XCTAssertEqual(try gsettings(["get", keybinding(ours), "binding"]), "'<Control><Alt>m'")
+        let command = try gsettings(["get", keybinding(ours), "command"])
+        XCTAssertEqual(command, "'\(Self.peervoicectl) mute toggle'")
+        // Installing again changes it in place; the list keeps one entry of ours.
+        XCTAssertEqual(try ctl(["shortcut", "install", "super+F8"], bus: nil, environment: settings).status, 0)
+        XCTAssertEqual(try gsettings(["get"] + list), "['\(theirs)', '\(ours)']")
+        XCTAssertEqual(try gsettings(["get", keybinding(ours), "binding"]), "'<Super>F8'")
+
+        // What GNOME runs when the keys are pressed mutes the service, and again unmutes it.
+        let a = try node("alice")
+        for expected in ["muted", "unmuted"] {
+            let words = command.trimmingCharacters(in: CharacterSet(charactersIn: "'")).split(separator: " ").map(String.init)
+            let run = try ctl(Array(words.dropFirst()), bus: a.bus.address)
+            XCTAssertEqual(run.output, expected + "\n", "\(run)")
+        }
+
+        let remove = try ctl(["shortcut", "remove"], bus: nil, environment: settings)
+        XCTAssertEqual(remove.status, 0, "\(remove)")
+        XCTAssertEqual(try gsettings(["get"] + list), "['\(theirs)']")
+        XCTAssertEqual(try gsettings(["get", keybinding(ours), "binding"]), "''")
+        XCTAssertEqual(try gsettings(["get", keybinding(theirs), "name"]), "'Terminal'")
+
+        for keys in ["m", "ctrl+alt", "ctrl+alt+", "hyper+m", "ctrl+alt+m+n", "ctrl+ä"] {
+            let bad = try ctl(["shortcut", "install", keys], bus: nil, environment: settings)
+            XCTAssertEqual(bad.status, 2, "\(bad)")
+        }
+        XCTAssertEqual(try gsettings(["get"] + list), "['\(theirs)']", "a refused install changed nothing")
     }
 
     func testUsageErrorsExitTwoBeforeTouchingTheBus() throws {
@@ -783,7 +831,7 @@ final class CtlTests: XCTestCase {
         let output = process.log
         XCTAssertTrue(output.hasPrefix("complete -F _peervoicectl peervoicectl\n"), output)
         let expected = [
-            "[peervoicectl ] status peers peer discover connect disconnect send history remove mute name visible confirm voice volume mute-peer monitor open listen help --help --version",
+            "[peervoicectl ] status peers peer discover connect disconnect send history remove mute name visible confirm voice volume mute-peer monitor open listen shortcut help --help --version",
             "[peervoicectl mu] mute mute-peer",
             "[peervoicectl mute ] on off toggle",
             "[peervoicectl voice ] start stop",
@@ -829,20 +877,22 @@ final class CtlTests: XCTestCase {
         guard status == 0 else { return }
         print("make install took \(Int(Date().timeIntervalSince(started))) s")
 
+        // Every interface description of the bus API, whatever dbus/ holds.
+        let interfaces = try FileManager.default.contentsOfDirectory(atPath: Self.packageDirectory + "/dbus")
+            .filter { $0.hasSuffix(".xml") }
+        XCTAssertTrue(interfaces.contains("org.example.PeerVoice.xml"), "\(interfaces)")
         let files = [
             "usr/bin/peervoiced", "usr/bin/peervoicectl", "usr/bin/peervoice",
             "usr/share/applications/org.example.PeerVoice.App.desktop",
             "usr/share/icons/hicolor/scalable/apps/org.example.PeerVoice.App.svg",
             "usr/share/locale/de/LC_MESSAGES/peervoice.mo",
-            "usr/share/dbus-1/interfaces/org.example.PeerVoice.xml",
-            "usr/share/dbus-1/interfaces/org.example.PeerVoice.Peer.xml",
-            "usr/share/dbus-1/interfaces/org.example.PeerVoice.ChannelHandler.xml",
             "usr/share/dbus-1/services/org.example.PeerVoice.service",
             "usr/lib/systemd/user/peervoiced.service",
             "usr/share/applications/peervoiced.desktop",
             "etc/xdg/autostart/peervoiced.desktop",
             "usr/share/bash-completion/completions/peervoicectl",
-        ]
+            "usr/share/man/man8/peervoiced.8", "usr/share/man/man1/peervoicectl.1", "usr/share/man/man1/peervoice.1",
+        ] + interfaces.map { "usr/share/dbus-1/interfaces/" + $0 }
         let installed = Set((FileManager.default.enumerator(atPath: root)?.allObjects as? [String] ?? [])
             .filter { !FileManager.default.isDirectory(root + "/" + $0) })
         XCTAssertEqual(installed, Set(files))
@@ -862,9 +912,16 @@ final class CtlTests: XCTestCase {
         let app = read("usr/share/applications/org.example.PeerVoice.App.desktop")
         XCTAssertTrue(app.contains("\nExec=/usr/bin/peervoice\n"), app)
         XCTAssertTrue(app.contains("\nIcon=org.example.PeerVoice.App\n"), app)
+        // help2man's pages: each program's --help (an option of each) under a SYNOPSIS.
+        for (page, program, option) in [("usr/share/man/man8/peervoiced.8", "peervoiced", "\\-\\-listen"),
+                                         ("usr/share/man/man1/peervoicectl.1", "peervoicectl", "discover")] {
+            let text = read(page)
+            XCTAssertTrue(text.contains(".TH \(program.uppercased())") && text.contains(".SH SYNOPSIS"), "\(page): \(text.prefix(300))")
+            XCTAssertTrue(text.contains(option), "\(page) holds \(program) --help: \(text.prefix(2_000))")
+        }
         XCTAssertEqual(read("usr/share/bash-completion/completions/peervoicectl"),
                        try String(contentsOfFile: Self.packageDirectory + "/completion/peervoicectl.bash", encoding: .utf8))
-        for interface in ["org.example.PeerVoice.xml", "org.example.PeerVoice.Peer.xml", "org.example.PeerVoice.ChannelHandler.xml"] {
+        for interface in interfaces {
             XCTAssertEqual(read("usr/share/dbus-1/interfaces/" + interface),
                            try String(contentsOfFile: Self.packageDirectory + "/dbus/" + interface, encoding: .utf8))
         }

@@ -2,12 +2,19 @@ import Foundation
 import GIO
 import Glibc
 
-/// A private `dbus-daemon --session` for one test; nothing else talks on it.
+/// A private session bus (`dbus-daemon`) for one test; nothing else talks on it.
 public final class PrivateBus {
     public let address: String
     private let process: ChildProcess
 
-    public init(in directory: TemporaryDirectory, configArguments: [String] = ["--session"]) throws {
+    /// A session bus that starts nothing by bus activation: what a test needs it starts itself, and
+    /// the services installed on this machine (a desktop portal, an installed PeerVoice) stay out.
+    public convenience init(in directory: TemporaryDirectory) throws {
+        try self.init(in: directory, activatingFrom: [])
+    }
+
+    /// A bus with `dbus-daemon`'s own arguments (`--config-file=…`).
+    public init(in directory: TemporaryDirectory, configArguments: [String]) throws {
         let socket = directory.path + "/bus"
         address = "unix:path=" + socket
         process = try ChildProcess("dbus-daemon", configArguments + ["--nofork", "--nopidfile", "--address=" + address],

@@ -31,16 +31,18 @@ final class GlobalShortcuts {
     struct Shortcut: Sendable {
         let id: String
         let description: String
+        /// The keys we suggest, in the XDG shortcuts notation; the desktop (and the person) decide.
+        let preferredTrigger: String
         let pressed: MuteAction
         let released: MuteAction?
     }
 
     static let toggleMute = Shortcut(id: "toggle-mute", description: "Mute or unmute the microphone",
-                                     pressed: .toggle, released: nil)
+                                     preferredTrigger: "CTRL+ALT+M", pressed: .toggle, released: nil)
     static let holdToMute = Shortcut(id: "hold-to-mute", description: "Mute the microphone while held",
-                                     pressed: .mute, released: .unmute)
+                                     preferredTrigger: "CTRL+ALT+H", pressed: .mute, released: .unmute)
     static let holdToTalk = Shortcut(id: "hold-to-talk", description: "Push to talk: unmute the microphone while held",
-                                     pressed: .unmute, released: .mute)
+                                     preferredTrigger: "CTRL+ALT+SPACE", pressed: .unmute, released: .mute)
 
     private enum Phase {
         /// Not started, or the portal went away after we had a session.
@@ -135,10 +137,20 @@ final class GlobalShortcuts {
         }
     }
 
+    /// The shortcuts as the portal takes them: `a(sa{sv})`, each with its description and the keys we suggest.
+    private var shortcutList: Variant {
+        Variant(array: shortcuts.map { shortcut in
+            Variant(tuple: [Variant(shortcut.id), Variant(dictionary: [("description", Variant(shortcut.description)),
+                                                                        ("preferred_trigger", Variant(shortcut.preferredTrigger))])])
+        }, elementType: "(sa{sv})")
+    }
+
     private func createSession() {
         phase = .creatingSession
         let sessionToken = "peervoice_\(UInt32.random(in: 0...UInt32.max))"
-        request("CreateSession", [], options: [("session_handle_token", Variant(sessionToken))],
+        // The list goes in CreateSession's options too: xdg-desktop-portal-kde 5.27 registers
+        // shortcuts only from there, and answers a BindShortcuts alone with none bound.
+        request("CreateSession", [], options: [("session_handle_token", Variant(sessionToken)), ("shortcuts", shortcutList)],
                 what: "create a hotkey session") { [unowned self] results in
             guard let session = results.lookup("session_handle")?.string else {
                 Log.warning("the desktop portal created a hotkey session without naming it: global hotkeys are off")
@@ -151,10 +163,7 @@ final class GlobalShortcuts {
 
     private func bind(session: String) {
         phase = .binding
-        let list = shortcuts.map { shortcut in
-            Variant(tuple: [Variant(shortcut.id), Variant(dictionary: [("description", Variant(shortcut.description))])])
-        }
-        request("BindShortcuts", [Variant(objectPath: session), Variant(array: list, elementType: "(sa{sv})"), Variant("")],
+        request("BindShortcuts", [Variant(objectPath: session), shortcutList, Variant("")],
                 what: "bind the hotkeys") { [unowned self] results in
             phase = .bound(session: session)
             let bound = (results.lookup("shortcuts")?.children ?? []).map { entry in
