@@ -41,7 +41,8 @@ final class TransferLifecycleTests: XCTestCase {
 
     func testDecliningAnswersNowOrAtTheNextOffer() {
         XCTAssertEqual(run(.incoming, [.streamOpened, .personDeclined, .streamClosed, .streamOpened]),
-                       ["waiting", "declined tell ABORT declined declined close", "declined", "declined tell ABORT declined declined close"])
+                       ["waiting", "declined tell ABORT declined declined by the receiver close", "declined",
+                        "declined tell ABORT declined declined by the receiver close"])
         XCTAssertEqual(run(.incoming, [.personDeclined, .personAccepted]), ["declined", "declined"], "an answer is final")
     }
 
@@ -63,6 +64,11 @@ final class TransferLifecycleTests: XCTestCase {
         XCTAssertTrue(lifecycle.owesPeerAbort)
         _ = lifecycle.handle(.peerTold)
         XCTAssertFalse(lifecycle.owesPeerAbort)
+    }
+
+    func testAResumedSenderIsActiveOnlyOnceTheReceiverSaysFromWhere() {
+        XCTAssertEqual(run(.outgoing, [.streamOpened, .peerAccepted, .streamClosed, .streamOpened, .peerAccepted, .completed]),
+                       ["waiting", "active", "paused", "paused", "active", "complete close"])
     }
 
     func testASenderEndsWhatThePeerEnds() {
@@ -167,5 +173,36 @@ final class TransferStoreTests: XCTestCase {
         store.remove(record.idHex)
         XCTAssertNil(store.progress(of: record.idHex))
         XCTAssertTrue(store.loadAll(nowMs: 2_000).records.isEmpty)
+    }
+}
+
+/// The download folder as the desktop names it.
+final class DownloadFolderTests: XCTestCase {
+    func testTheOverrideThenTheUserDirsThenDownloads() {
+        let userDirs = """
+            # This file is written by xdg-user-dirs-update
+            XDG_DESKTOP_DIR="$HOME/Desktop"
+            XDG_DOWNLOAD_DIR="$HOME/Téléchargements"
+            """
+        XCTAssertEqual(DownloadFolder.path(override: "/srv/in", userDirs: userDirs, home: "/home/a"), "/srv/in")
+        XCTAssertEqual(DownloadFolder.path(override: nil, userDirs: userDirs, home: "/home/a"), "/home/a/Téléchargements")
+        XCTAssertEqual(DownloadFolder.path(override: nil, userDirs: nil, home: "/home/a"), "/home/a/Downloads")
+    }
+
+    func testUserDirsLinesAsXdgUserDirsWritesThem() {
+        let cases: [(String, String?)] = [
+            (#"XDG_DOWNLOAD_DIR="/data/in box""#, "/data/in box"),
+            (#"  XDG_DOWNLOAD_DIR = "$HOME/a \"b\"""#, #"/home/a/a "b""#),
+            (#"XDG_DOWNLOAD_DIR="$HOME/""#, nil),
+            (#"XDG_DOWNLOAD_DIR="$HOME""#, nil),
+            (#"XDG_DOWNLOAD_DIR="$HOMEX/y""#, nil),
+            (#"XDG_DOWNLOAD_DIR=relative"#, nil),
+            (#"XDG_DOWNLOAD_DIR="unclosed"#, nil),
+            (#"# XDG_DOWNLOAD_DIR="/commented""#, nil),
+            (#"XDG_DOWNLOAD_DIRS="/other""#, nil),
+        ]
+        for (line, expected) in cases {
+            XCTAssertEqual(DownloadFolder.path(override: nil, userDirs: line, home: "/home/a"), expected ?? "/home/a/Downloads", line)
+        }
     }
 }

@@ -100,8 +100,10 @@ public struct TransferLifecycle: Equatable, Sendable, Codable {
         if state.isFinished { return finishedReaction(to: event) }
         switch event {
         case .streamOpened:
-            if accepted { state = .active }
-            return Reaction(sendAccept: direction == .incoming && accepted)
+            // The receiver resumes at once; the sender is active again once ACCEPT says from where.
+            guard direction == .incoming, accepted else { return .none }
+            state = .active
+            return Reaction(sendAccept: true)
         case .streamClosed:
             if state == .active { state = .paused }
             return .none
@@ -117,8 +119,8 @@ public struct TransferLifecycle: Equatable, Sendable, Codable {
             return .none
         case .personDeclined:
             guard direction == .incoming, state == .waiting else { return .none }
-            finish(.declined, error: "declined")
-            return Reaction(tell: streamOpen ? .abort(.declined, reason: "declined") : nil, closeStream: streamOpen)
+            finish(.declined, error: Self.declinedReason)
+            return Reaction(tell: streamOpen ? .abort(.declined, reason: Self.declinedReason) : nil, closeStream: streamOpen)
         case .peerDeclined(let reason):
             guard direction == .outgoing else { return .none }
             finish(.declined, error: reason)
@@ -136,6 +138,9 @@ public struct TransferLifecycle: Equatable, Sendable, Codable {
             return .none
         }
     }
+
+    /// What both sides show when the receiver's person declines.
+    public static let declinedReason = "declined by the receiver"
 
     private mutating func finish(_ final: TransferState, error: String) {
         state = final

@@ -44,6 +44,9 @@ public struct TransferRecord: Codable, Equatable, Sendable {
     public var skipped: [String] = []
     /// Incoming: the folder the items are saved in.
     public var folder = ""
+    /// Outgoing: an OFFER went out on some stream, so the receiver may know of the transfer (and
+    /// must hear how it ended).
+    public var offered = false
 
     public init(id: TransferID, peer: String, createdMs: UInt64, direction: TransferDirection, manifest: TransferManifest) {
         idHex = id.hex
@@ -134,6 +137,11 @@ public struct TransferStore: Sendable {
 
     public func remove(_ idHex: String) {
         _ = unlink(recordPath(idHex))
+        _ = unlink(progressPath(idHex))
+    }
+
+    /// Forgets how far an incoming transfer came (it ended: nothing resumes).
+    public func removeProgress(_ idHex: String) {
         _ = unlink(progressPath(idHex))
     }
 
