@@ -58,6 +58,16 @@ public func runDaemon(arguments: [String]) -> Int32 {
     service.peersChanged = { [unowned service] in peerObjects.show(service.peerObjectSnapshots()) }
     // The paired peers from the state directory have objects from the start, not from their first change.
     service.peersChanged()
+    let transferObjects = TransferObjects(connection: connection) { [unowned service] method, number, completion in
+        service.transfers.perform(method, on: number, completion: completion)
+    }
+    peerObjects.otherObjects = { transferObjects.managedObjects }
+    service.transfers.show = { transferObjects.show($0) }
+    if let notifications {
+        service.transfers.offered = { notifications.notifyTransferOffer($0) }
+        service.transfers.offerSettled = { notifications.withdrawTransferOffer($0) }
+    }
+    service.transfers.publishAll()
     service.emit = { [unowned bus, unowned service] event in
         bus.emit(event)
         switch event {
@@ -84,6 +94,7 @@ public func runDaemon(arguments: [String]) -> Int32 {
 
     withExtendedLifetime((signalSources, shortcuts)) {}
     service.shutdown()
+    transferObjects.unregister()
     peerObjects.unregister()
     bus.unregister()
     connection.releaseName(BusObject.busName)

@@ -50,6 +50,8 @@ final class PeerVoiceService {
     private let voice: VoiceControl
     /// Registered channels and each link's streams.
     let channels = Channels()
+    /// File transfers, on a channel of their own.
+    let transfers: Transfers
     private let sleep = SleepMonitor()
     private let network = NetworkMonitor()
     private var goodbyeTimer: EventSource?
@@ -110,6 +112,17 @@ final class PeerVoiceService {
                              emit: emit, peersChanged: { service?.peersChanged() })
         connections.voice = voice
         connections.channels = channels
+        do {
+            transfers = Transfers(store: try TransferStore(directory: state + "/transfers"), channels: channels, hashing: crypto,
+                                  downloadFolder: Self.downloadFolder(options))
+        } catch {
+            throw .failed("cannot use the state directory \(state): \(error.localizedDescription)")
+        }
+        transfers.peerName = { [registry] in registry[$0]?.name ?? "" }
+        transfers.wantsLink = { [registry, connections] in
+            if let peer = registry[$0] { connections.scheduleRedial(peer, immediately: true) }
+        }
+        connections.wantsLink = { service?.transfers.needsLink(to: $0) ?? false }
         service = self
         Log.info("identity \(ownID) (key \(ownKey))")
     }
@@ -162,6 +175,7 @@ final class PeerVoiceService {
 
     /// Says goodbye to every connected peer.
     func shutdown() {
+        transfers.shutdown()
         channels.shutdown()
         for peer in registry.all {
             peer.link?.close(goodbye: .shuttingDown, logReason: "shutting down")
@@ -175,7 +189,7 @@ final class PeerVoiceService {
 
     private var localHello: Hello {
         // Every field is in range by construction; a HELLO that cannot be built is a bug.
-        try! Hello(instanceID: instance, capabilities: (voice.engine == nil ? Capabilities.text : [.text, .voice]).union(ChannelWire.capability),
+        try! Hello(instanceID: instance, capabilities: (voice.engine == nil ? Capabilities.text : [.text, .voice]).union(ChannelWire.capability).union(TransferWire.capability),
                    listenPort: ip.listenPort, voicePort: voice.voicePort,
                    name: Hello.truncatedName(settings.name))
     }
@@ -316,6 +330,7 @@ final class PeerVoiceService {
         } catch {
             throw .failed("could not forget \(id) in the state directory: \(error)")
         }
+        transfers.peerRemoved(id)
         lan.rotatePresenceSecret()
         Log.info("removed \(id): key unpinned, \(failed) queued messages failed")
         peersChanged()
@@ -369,6 +384,32 @@ final class PeerVoiceService {
         }
         let id = peer.id
         channels.openStream(to: id, channel: channel, mode: mode, endedAbruptly: { endedAbruptly(id, $0) }, completion: completion)
+    }
+
+    // MARK: Files
+
+    /// `SendFiles`: to a paired peer, connected or not (`UnknownPeer`, `NotAvailable` for one
+    /// not paired, or whose open link says its PeerVoice cannot receive files); completes with
+    /// the transfer's object path.
+    func sendFiles(_ paths: [String], to ref: PeerRef, options: [String],
+                   completion: @escaping (Result<String, ServiceError>) -> Void) throws(ServiceError) {
+        if let unknown = options.first { throw .invalidArgument("SendFiles takes no option \"\(unknown)\" (there are none yet)") }
+        let peer = try registry.resolve(ref)
+        let who = peer.name.isEmpty ? peer.id.description : peer.name
+        guard peer.paired else { throw .notAvailable("\(who) is not paired: Connect to it first") }
+        if let hello = peer.link?.peerHello, !hello.capabilities.contains(TransferWire.capability) {
+            throw .notAvailable("\(who) runs a PeerVoice that cannot receive files (protocol \(TransferWire.protocolVersion) or later): update it")
+        }
+        transfers.send(paths, to: peer.id, completion: completion)
+    }
+
+    /// Where incoming files go: `--download-dir`, else the desktop's download folder.
+    private static func downloadFolder(_ options: Options) -> String {
+        let environment = ProcessInfo.processInfo.environment
+        let home = environment["HOME"].flatMap { $0.hasPrefix("/") ? $0 : nil } ?? NSHomeDirectory()
+        let config = environment["XDG_CONFIG_HOME"].flatMap { $0.hasPrefix("/") ? $0 : nil } ?? home + "/.config"
+        let userDirs = FileManager.default.contents(atPath: config + "/user-dirs.dirs").map { String(decoding: $0, as: UTF8.self) }
+        return DownloadFolder.path(override: options.downloadDirectory, userDirs: userDirs, home: home)
     }
 
     // MARK: Mute

@@ -93,12 +93,14 @@ final class PeerObjects {
     private let connection: DBusConnection
     private var manager: ObjectRegistration?
     private var objects: [String: Exported] = [:]
+    /// The other objects the manager publishes, with the peers (the transfer objects).
+    var otherObjects: () -> [(path: String, interfaces: ManagedInterfaces)] = { [] }
 
     init(connection: DBusConnection) throws(BusError) {
         self.connection = connection
         manager = try connection.registerObjectManager(path: Self.managerPath) { [weak self] in
             guard let self else { return [] }
-            return objects.sorted { $0.key < $1.key }.map { ($0.key, Self.interfaces(of: $0.value.snapshot)) }
+            return objects.sorted { $0.key < $1.key }.map { ($0.key, Self.interfaces(of: $0.value.snapshot)) } + otherObjects()
         }
     }
 

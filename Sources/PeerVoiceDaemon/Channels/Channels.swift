@@ -17,6 +17,13 @@ final class Channels {
 
     private var handlers: [ChannelName: ChannelHandler] = [:]
     private var links: [PeerID: LinkChannels] = [:]
+    private var linkObservers: [(PeerID, Hello?) -> Void] = []
+
+    /// Components of the service that open streams themselves (file transfers) hear of every
+    /// peer's link: its HELLO when it opens (whether or not it carries channels), nil when it closes.
+    func observeLinks(_ observer: @escaping (_ peer: PeerID, _ opened: Hello?) -> Void) {
+        linkObservers.append(observer)
+    }
 
     /// Registers `name` for `handler`. Registering a name again for the same handler changes
     /// nothing; another handler's name is `InUse`.
@@ -56,16 +63,19 @@ final class Channels {
     /// HELLO (to a peer that did not, no channel frame is ever sent).
     func linkOpened(_ link: ChannelLink, peer: PeerID, hello: Hello) {
         links.removeValue(forKey: peer)?.linkClosed(reason: "replaced by a new link")
-        guard hello.capabilities.contains(ChannelWire.capability) else { return }
-        let streams = LinkChannels(link: link, peer: peer, peerName: hello.name) { [unowned self] in handlers[$0] }
-        link.channelFrameReceived = { [weak streams] body in try streams?.received(body) }
-        link.channelInputDrained = { [weak streams] in streams?.inputDrained() }
-        links[peer] = streams
+        if hello.capabilities.contains(ChannelWire.capability) {
+            let streams = LinkChannels(link: link, peer: peer, peerName: hello.name) { [unowned self] in handlers[$0] }
+            link.channelFrameReceived = { [weak streams] body in try streams?.received(body) }
+            link.channelInputDrained = { [weak streams] in streams?.inputDrained() }
+            links[peer] = streams
+        }
+        linkObservers.forEach { $0(peer, hello) }
     }
 
     /// `peer`'s link closed: every stream on it ends abruptly.
     func linkClosed(peer: PeerID, reason: String) {
         links.removeValue(forKey: peer)?.linkClosed(reason: reason)
+        linkObservers.forEach { $0(peer, nil) }
     }
 
     /// The service stops: streams are reset so that the peers' apps learn it at once.

@@ -62,6 +62,8 @@ final class PeerConnections {
     weak var channels: Channels?
     /// Something the peer objects show changed without an event of its own.
     var peersChanged: () -> Void = {}
+    /// Whether something besides queued messages needs a link to the peer (file transfers).
+    var wantsLink: (PeerID) -> Bool = { _ in false }
 
     private var pendingLinks: [ObjectIdentifier: PendingLink] = [:]
     /// The peer each open link belongs to.
@@ -332,7 +334,7 @@ final class PeerConnections {
     func scheduleRedial(_ peer: Peer, immediately: Bool = false) {
         var redial = redials[peer.id] ?? Redial()
         guard !asleep, peer.paired, !peer.routes.isEmpty, !peer.stayDisconnected, !peer.isConnected, dials[peer.id] == nil,
-              redial.timer == nil, !hasPendingLink(peer), delivery.hasPending(for: peer.id) else { return }
+              redial.timer == nil, !hasPendingLink(peer), delivery.hasPending(for: peer.id) || wantsLink(peer.id) else { return }
         redial.backoff = immediately ? .zero : min(Self.maxRedial, max(Self.firstRedial, redial.backoff * 2))
         redial.timer = Timer.after(redial.backoff) { [unowned self, weak peer] in
             guard let peer, registry.isCurrent(peer) else { return }

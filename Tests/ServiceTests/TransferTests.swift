@@ -1,0 +1,126 @@
+import Foundation
+import GIO
+import Glibc
+import PeerVoiceCore
+import TestHarness
+import XCTest
+
+/// File transfers between two real peervoiced processes on private buses, linked over TCP on
+/// 127.0.0.1 (through a `Relay` where the link is to be cut), each saving into a download folder
+/// of its own: what a person sees on the transfer objects, and what lands on disk.
+final class TransferTests: XCTestCase {
+    private static let invalidArgument = "org.example.PeerVoice.Error.InvalidArgument"
+    private static let finished: Set<String> = ["complete", "failed", "cancelled", "declined"]
+
+    private let started = StartedPeers()
+    private var directory: TemporaryDirectory!
+    private var relays: [Relay] = []
+
+    override func setUpWithError() throws {
+        directory = try TemporaryDirectory("peervoice-transfers")
+    }
+
+    override func tearDown() {
+        relays.forEach { $0.stop() }
+        relays = []
+        started.shutdown(printingLogs: (testRun?.totalFailureCount ?? 0) > 0)
+        directory?.remove()
+    }
+
+    // MARK: Helpers
+
+    private func path(_ name: String) -> String { directory.path + "/" + name }
+
+    /// The download folder of the peer named `name`.
+    private func inbox(_ name: String) -> String { path("\(name)-downloads") }
+
+    private func peer(_ name: String, port: UInt16 = 0, extra: [String] = []) throws -> TestPeer {
+        try started.make(name, port: port, arguments: ["--verbose", "--no-auto-voice", "--download-dir", inbox(name)] + extra)
+    }
+
+    /// Two paired, connected peers (A dialled B, through `relay` when given).
+    private func connectedPair(via relay: Relay? = nil, bPort: UInt16 = 0) throws -> (a: TestPeer, b: TestPeer) {
+        let a = try peer("alpha")
+        let b = try peer("bravo", port: bPort)
+        let pairing = a.pair(with: b, via: relay?.address)
+        XCTAssertEqual(try pairing.connect.get()[0].string, b.id)
+        XCTAssertNotNil(b.waitForState("connected", of: a.id), b.log)
+        return (a, b)
+    }
+
+    private func run(_ command: String) throws {
+        let process = try ChildProcess("/bin/sh", ["-c", command], logPath: path("shell-\(UUID().uuidString.prefix(8)).log"))
+        XCTAssertEqual(process.wait(timeout: 120), 0, "\(command): \(process.log)")
+    }
+
+    /// Every regular file below `root`: relative path → SHA-256, and the folders (empty ones too).
+    private func tree(_ root: String) throws -> [String: String] {
+        let process = try ChildProcess("/bin/sh", ["-c", "cd '\(root)' && find . -mindepth 1 -type d -printf 'folder %P\\n' && find . -type f -print0 | sort -z | xargs -0 -r sha256sum"],
+                                       logPath: path("tree-\(UUID().uuidString.prefix(8)).log"))
+        XCTAssertEqual(process.wait(timeout: 120), 0, process.log)
+        var entries: [String: String] = [:]
+        for line in process.log.split(separator: "\n") {
+            if line.hasPrefix("folder ") {
+                entries[String(line.dropFirst(7))] = "folder"
+            } else {
+                let hash = String(line.prefix(64))
+                entries[String(line.dropFirst(66).dropFirst(2))] = hash
+            }
+        }
+        return entries
+    }
+
+    /// A folder tree with unicode names, an empty file, an empty folder and a symbolic link.
+    private func makeTree(_ root: String, seed: Int) throws {
+        try run("""
+            set -e
+            mkdir -p '\(root)/Фото 2024/café/leer' '\(root)/日本語'
+            head -c \(300_000 + seed) /dev/urandom > '\(root)/Фото 2024/plage ☀.jpg'
+            head -c \(70_000 + seed) /dev/urandom > '\(root)/Фото 2024/café/crème brûlée.txt'
+            : > '\(root)/日本語/空.txt'
+            printf 'ünïcödé %d' \(seed) > '\(root)/ok 👍.md'
+            ln -s /etc/passwd '\(root)/Фото 2024/link'
+            """)
+    }
+
+    // MARK: Both ways
+
+    /// A 200 MiB file and a folder tree with unicode names go from A to B and from B to A at
+    /// once; what lands is what was sent (SHA-256 of every file), the link was skipped.
+    func testABigFileAndAUnicodeFolderTreeGoBothWaysAndArriveWhole() throws {
+        let (a, b) = try connectedPair()
+        let watchA = TransferWatch(a.client), watchB = TransferWatch(b.client)
+        for (name, seed) in [("alpha", 1), ("bravo", 2)] {
+            try run("mkdir -p '\(path(name))' && head -c \(200 << 20) /dev/urandom > '\(path(name))/big \(name).bin'")
+            try makeTree(path(name) + "/Tree of \(name)", seed: seed)
+        }
+        let started = Date()
+        let outAB = try watchA.send([path("alpha/big alpha.bin"), path("alpha/Tree of alpha")], to: b.id)
+        let outBA = try watchB.send([path("bravo/big bravo.bin"), path("bravo/Tree of bravo")], to: a.id)
+        XCTAssertEqual(watchA.state(outAB), "waiting", "until B's person answers")
+        XCTAssertEqual(watchA.property(outAB, "Skipped")?.strings, ["Tree of alpha/Фото 2024/link (a symbolic link)"])
+        let inAB = try XCTUnwrap(watchB.waitForIncoming(), b.log)
+        let inBA = try XCTUnwrap(watchA.waitForIncoming(), a.log)
+        XCTAssertEqual(watchB.property(inAB, "Peer")?.string, a.id)
+        XCTAssertEqual(watchB.property(inAB, "Size")?.uint64, watchA.property(outAB, "Size")?.uint64)
+        XCTAssertEqual(watchB.property(inAB, "Files")?.children.count, 5, "the big file and the tree's four files")
+        XCTAssertEqual(watchB.property(inAB, "Destination")?.string, inbox("bravo"), "two items: the folder they go in")
+        XCTAssertFalse(FileManager.default.fileExists(atPath: inbox("bravo")), "nothing written before Accept")
+        try watchB.call("Accept", on: inAB)
+        try watchA.call("Accept", on: inBA)
+        for (watch, path) in [(watchA, outAB), (watchB, inAB), (watchB, outBA), (watchA, inBA)] {
+            XCTAssertEqual(watch.waitForState(path, Self.finished, timeout: 300), "complete", "\(path): \(watch.property(path, "Error")?.string ?? "")")
+        }
+        print("200 MiB and a tree each way at once: \(String(format: "%.1f", Date().timeIntervalSince(started))) s (debug build)")
+        XCTAssertEqual(try tree(inbox("bravo")), try tree(path("alpha")).filter { !$0.key.hasSuffix("/link") })
+        XCTAssertEqual(try tree(inbox("alpha")), try tree(path("bravo")).filter { !$0.key.hasSuffix("/link") })
+        XCTAssertEqual(watchA.transferred(outAB), watchA.property(outAB, "Size")?.uint64)
+        // Progress was shown while it ran, at most 4 times a second.
+        let progress = watchB.changes.filter { $0.path == inAB && $0.properties["Transferred"] != nil }
+        XCTAssertGreaterThan(progress.count, 2)
+        let flowing = progress.filter { $0.properties["State"] == nil }
+        for (earlier, later) in zip(flowing, flowing.dropFirst()) {
+            XCTAssertGreaterThan(later.at.timeIntervalSince(earlier.at), 0.2, "PropertiesChanged for Transferred at most 4 times a second")
+        }
+    }
+}
