@@ -123,4 +123,116 @@ final class TransferTests: XCTestCase {
             XCTAssertGreaterThan(later.at.timeIntervalSince(earlier.at), 0.2, "PropertiesChanged for Transferred at most 4 times a second")
         }
     }
+
+    // MARK: Answers and ends
+
+    func testADeclinedOfferWritesNothingAndBothSidesSaySo() throws {
+        let (a, b) = try connectedPair()
+        let watchA = TransferWatch(a.client), watchB = TransferWatch(b.client)
+        try run("printf 'secret plans' > '\(path("plans.txt"))'")
+        let outgoing = try watchA.send([path("plans.txt")], to: b.id)
+        let incoming = try XCTUnwrap(watchB.waitForIncoming(), b.log)
+        XCTAssertEqual(watchB.property(incoming, "Destination")?.string, inbox("bravo") + "/plans.txt")
+        XCTAssertEqual(watchB.property(incoming, "Files")?.children.map { "\($0[0].string!) \($0[1].uint64!)" }, ["plans.txt 12"])
+        try watchB.call("Decline", on: incoming)
+        XCTAssertEqual(watchA.waitForState(outgoing, Self.finished), "declined")
+        XCTAssertEqual(watchB.state(incoming), "declined")
+        XCTAssertEqual(watchA.property(outgoing, "Error")?.string, "declined by the receiver")
+        XCTAssertFalse(FileManager.default.fileExists(atPath: inbox("bravo")), "nothing was written")
+        // An answer is final; Accept is for the receiver only.
+        XCTAssertThrowsError(try watchB.call("Accept", on: incoming)) { XCTAssertEqual(($0 as? BusError)?.name, Self.invalidArgument) }
+        XCTAssertThrowsError(try watchB.call("Cancel", on: incoming)) { XCTAssertEqual(($0 as? BusError)?.name, Self.invalidArgument) }
+        let second = try watchA.send([path("plans.txt")], to: b.id)
+        XCTAssertThrowsError(try watchA.call("Accept", on: second)) { XCTAssertEqual(($0 as? BusError)?.name, Self.invalidArgument) }
+        // Finished transfers stay listed.
+        XCTAssertEqual(try watchA.objects()[outgoing]?.lookup("State")?.string, "declined")
+    }
+
+    /// Cancel in the middle, at the receiver and then at the sender: both sides show it, and the
+    /// receiver's partial data is gone.
+    func testCancellingMidwayAtEitherEndRemovesThePartialData() throws {
+        let (a, b) = try connectedPair()
+        let watchA = TransferWatch(a.client), watchB = TransferWatch(b.client)
+        try run("head -c \(200 << 20) /dev/urandom > '\(path("big.bin"))'")
+        for (canceller, reason) in [("receiver", "cancelled by the receiver"), ("sender", "cancelled by the sender")] {
+            let known = Set(try watchB.objects().keys)
+            let outgoing = try watchA.send([path("big.bin")], to: b.id)
+            let incoming = try XCTUnwrap(watchB.waitForIncoming(except: known), b.log)
+            try watchB.call("Accept", on: incoming)
+            XCTAssertTrue(watchB.waitForTransferred(incoming, atLeast: 16 << 20), "\(canceller): \(watchB.state(incoming))")
+            let parts = try FileManager.default.contentsOfDirectory(atPath: inbox("bravo"))
+            XCTAssertEqual(parts.count, 1, "the hidden part file grows")
+            XCTAssertTrue(parts.allSatisfy { $0.hasPrefix(".big.bin.") && $0.hasSuffix(".part") }, "\(parts)")
+            if canceller == "receiver" { try watchB.call("Cancel", on: incoming) } else { try watchA.call("Cancel", on: outgoing) }
+            XCTAssertEqual(watchA.waitForState(outgoing, Self.finished), "cancelled", canceller)
+            XCTAssertEqual(watchB.waitForState(incoming, Self.finished), "cancelled", canceller)
+            XCTAssertEqual(watchA.property(outgoing, "Error")?.string, reason)
+            XCTAssertEqual(watchB.property(incoming, "Error")?.string, reason)
+            XCTAssertTrue(eventually(timeout: 10) { (try? FileManager.default.contentsOfDirectory(atPath: self.inbox("bravo")))?.isEmpty == true },
+                          "\(canceller): the part file is removed: \((try? FileManager.default.contentsOfDirectory(atPath: inbox("bravo"))) ?? [])")
+            XCTAssertLessThan(watchA.transferred(outgoing), 200 << 20, "it stopped in the middle")
+        }
+    }
+
+    // MARK: Faults
+
+    func testAFileThatChangesOnTheSenderMidwayFailsRatherThanArriveHalfNew() throws {
+        let (a, b) = try connectedPair()
+        let watchA = TransferWatch(a.client), watchB = TransferWatch(b.client)
+        try run("head -c \(200 << 20) /dev/urandom > '\(path("draft.bin"))'")
+        let outgoing = try watchA.send([path("draft.bin")], to: b.id)
+        let incoming = try XCTUnwrap(watchB.waitForIncoming(), b.log)
+        try watchB.call("Accept", on: incoming)
+        XCTAssertTrue(watchA.waitForTransferred(outgoing, atLeast: 16 << 20))
+        // Someone edits the end of the file (same size) while its beginning is on its way.
+        try run("printf 'edited' | dd of='\(path("draft.bin"))' bs=1 seek=\((200 << 20) - 100) conv=notrunc status=none")
+        XCTAssertEqual(watchA.waitForState(outgoing, Self.finished, timeout: 60), "failed")
+        XCTAssertEqual(watchB.waitForState(incoming, Self.finished), "failed")
+        let error = watchA.property(outgoing, "Error")?.string ?? ""
+        XCTAssertTrue(error.contains("draft.bin changed while it was sent"), error)
+        XCTAssertEqual(watchB.property(incoming, "Error")?.string, error, "the receiver is told why")
+        XCTAssertTrue(eventually(timeout: 10) { (try? FileManager.default.contentsOfDirectory(atPath: self.inbox("bravo")))?.isEmpty == true },
+                      "nothing lands, no part is left")
+    }
+
+    /// An 8 MiB tmpfs as B's download folder: a 20 MiB file is refused at Accept, before any byte.
+    func testNotEnoughSpaceIsRefusedAtAcceptBeforeAnyByte() throws {
+        try FileManager.default.createDirectory(atPath: inbox("bravo"), withIntermediateDirectories: true)
+        try run("mount -t tmpfs -o size=8m peervoice-test '\(inbox("bravo"))'")
+        defer { _ = try? run("umount '\(inbox("bravo"))'") }
+        let (a, b) = try connectedPair()
+        let watchA = TransferWatch(a.client), watchB = TransferWatch(b.client)
+        try run("head -c \(20 << 20) /dev/urandom > '\(path("video.bin"))'")
+        let outgoing = try watchA.send([path("video.bin")], to: b.id)
+        let incoming = try XCTUnwrap(watchB.waitForIncoming(), b.log)
+        XCTAssertThrowsError(try watchB.call("Accept", on: incoming)) { error in
+            XCTAssertEqual((error as? BusError)?.name, "org.example.PeerVoice.Error.Failed")
+            XCTAssertEqual((error as? BusError)?.message, "needs 21 MB, 8.4 MB free on \(self.inbox("bravo"))")
+        }
+        XCTAssertEqual(watchB.state(incoming), "failed")
+        XCTAssertEqual(watchA.waitForState(outgoing, Self.finished), "failed")
+        XCTAssertEqual(watchA.property(outgoing, "Error")?.string, "needs 21 MB, 8.4 MB free on \(inbox("bravo"))")
+        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: inbox("bravo")), [], "not a byte written")
+    }
+
+    /// A transfer to a peer that is away waits, and starts by itself once the peer is back.
+    func testATransferToAPeerThatIsAwayStartsWhenItComesBack() throws {
+        let (a, b) = try connectedPair()
+        let watchA = TransferWatch(a.client)
+        let mark = a.mark
+        XCTAssertEqual(b.stop(), 0)
+        XCTAssertNotNil(a.waitForState("disconnected", of: b.id, after: mark))
+        try run("head -c 3000000 /dev/urandom > '\(path("later.bin"))'")
+        let outgoing = try watchA.send([path("later.bin")], to: b.id)
+        dispatchEvents(for: 1)
+        XCTAssertEqual(watchA.state(outgoing), "waiting")
+        try b.restart()
+        let watchB = TransferWatch(b.client)
+        let incoming = try XCTUnwrap(watchB.waitForIncoming(timeout: 30), "A redials B and offers it: \(a.log.suffix(2_000))")
+        try watchB.call("Accept", on: incoming)
+        XCTAssertEqual(watchA.waitForState(outgoing, Self.finished), "complete")
+        XCTAssertEqual(watchB.waitForState(incoming, Self.finished), "complete")
+        XCTAssertEqual(try tree(inbox("bravo")), try tree(path("")).filter { $0.key == "later.bin" })
+    }
 }
+
