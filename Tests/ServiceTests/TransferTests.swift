@@ -234,5 +234,87 @@ final class TransferTests: XCTestCase {
         XCTAssertEqual(watchB.waitForState(incoming, Self.finished), "complete")
         XCTAssertEqual(try tree(inbox("bravo")), try tree(path("")).filter { $0.key == "later.bin" })
     }
+
+    // MARK: Resuming
+
+    /// The offsets the sender resumed from, as its log says ("resuming from file F at byte N").
+    private func resumedAt(_ log: String) -> [UInt64] {
+        log.components(separatedBy: "resuming from file ").dropFirst().compactMap { rest in
+            rest.components(separatedBy: " at byte ").dropFirst().first?.split(separator: " ").first.flatMap { UInt64($0) }
+        }
+    }
+
+    /// The `Transferred` a transfer object showed when it became active again after a pause.
+    private func transferredOnResume(_ watch: TransferWatch, _ path: String) -> UInt64? {
+        let states = watch.changes.filter { $0.path == path && $0.properties["State"] != nil }
+        guard let paused = states.firstIndex(where: { $0.properties["State"]?.string == "paused" }) else { return nil }
+        return states[paused...].first { $0.properties["State"]?.string == "active" }?.properties["Transferred"]?.uint64
+    }
+
+    /// A dials B through a relay, which goes away mid-transfer; B redials A at A's own address
+    /// (another route) and the transfer resumes from the last byte B holds, not from zero.
+    func testACutLinkResumesOverAnotherRouteFromTheLastByteHeld() throws {
+        let relay = try Relay(targetPort: try freeTCPPort())
+        relay.stop()
+        let bPort = relay.targetPort
+        let path1 = try Relay(targetPort: bPort)
+        relays.append(path1)
+        let (a, b) = try connectedPair(via: path1, bPort: bPort)
+        let watchA = TransferWatch(a.client), watchB = TransferWatch(b.client)
+        try run("head -c \(200 << 20) /dev/urandom > '\(path("film.bin"))'")
+        let outgoing = try watchA.send([path("film.bin")], to: b.id)
+        let incoming = try XCTUnwrap(watchB.waitForIncoming(), b.log)
+        try watchB.call("Accept", on: incoming)
+        XCTAssertTrue(watchB.waitForTransferred(incoming, atLeast: 32 << 20))
+        let markA = a.mark
+        path1.stop()
+        XCTAssertNotNil(a.waitForState("disconnected", of: b.id, after: markA, timeout: 10))
+        XCTAssertEqual(watchA.waitForState(outgoing, ["paused"], timeout: 10), "paused")
+        let sentBeforeCut = watchA.transferred(outgoing)
+        XCTAssertEqual(watchA.waitForState(outgoing, Self.finished, timeout: 120), "complete", a.log.suffix(3_000).description)
+        XCTAssertEqual(watchB.waitForState(incoming, Self.finished), "complete")
+        XCTAssertTrue(a.log.contains("connected (incoming over ip"), "B dialled A directly: a new route")
+        let resumed = try XCTUnwrap(resumedAt(a.log).first, "A resumed: \(a.log.suffix(2_000))")
+        XCTAssertGreaterThanOrEqual(resumed, 32 << 20, "from what B held, not from zero")
+        XCTAssertEqual(transferredOnResume(watchA, outgoing), resumed, "A's object showed it too")
+        print("cut at \(sentBeforeCut) bytes sent; resumed from \(resumed): \(Int64(sentBeforeCut) - Int64(resumed)) bytes sent twice")
+        XCTAssertEqual(try tree(inbox("bravo")), try tree(path("")).filter { $0.key == "film.bin" })
+    }
+
+    /// `kill -9` of the receiver, then (on a second transfer) of the sender, in the middle: the
+    /// killed one comes back with the transfer listed, and it resumes from the last byte the
+    /// receiver had written durably.
+    func testKillingEitherDaemonMidwayResumesFromTheLastDurableByte() throws {
+        let (a, b) = try connectedPair()
+        let watchA = TransferWatch(a.client), watchB = TransferWatch(b.client)
+        try run("head -c \(200 << 20) /dev/urandom > '\(path("disk.img"))'")
+        for (round, victim) in [b, a].enumerated() {
+            let known = Set(try watchB.objects().keys)
+            let outgoing = try watchA.send([path("disk.img")], to: b.id)
+            let incoming = try XCTUnwrap(watchB.waitForIncoming(except: known), b.log)
+            try watchB.call("Accept", on: incoming)
+            XCTAssertTrue(watchB.waitForTransferred(incoming, atLeast: 48 << 20))
+            victim.kill()
+            try victim.restart()
+            // The transfer is listed again on the side that restarted, under a new object.
+            let watch = victim === a ? watchA : watchB
+            let direction = victim === a ? "outgoing" : "incoming"
+            var path = ""
+            XCTAssertTrue(eventually(timeout: 15) {
+                path = (try? watch.objects())?.first { $0.value.lookup("Direction")?.string == direction
+                    && $0.value.lookup("Size")?.uint64 == 200 << 20 && $0.value.lookup("State")?.string != "complete" }?.key ?? ""
+                return !path.isEmpty
+            }, "\(victim.name) lists the transfer after its restart")
+            let (sender, receiver) = victim === a ? (path, incoming) : (outgoing, path)
+            XCTAssertEqual(watchA.waitForState(sender, Self.finished, timeout: 120), "complete", "round \(round): \(a.log.suffix(3_000))")
+            XCTAssertEqual(watchB.waitForState(receiver, Self.finished, timeout: 30), "complete", "round \(round)")
+            let resumed = resumedAt(a.log)
+            XCTAssertEqual(resumed.count, round + 1, "one resumption per kill")
+            XCTAssertGreaterThan(resumed.last ?? 0, 0, "\(victim.name) killed: resumed from a durable byte, not from zero")
+            print("kill -9 of \(victim.name) at 48+ MiB: resumed from byte \(resumed.last ?? 0)")
+            XCTAssertEqual(try tree(inbox("bravo"))[round == 0 ? "disk.img" : "disk (1).img"], try tree(self.path("")).filter { $0.key == "disk.img" }.values.first,
+                           "round \(round): the same bytes, under a free name the second time")
+        }
+    }
 }
 
