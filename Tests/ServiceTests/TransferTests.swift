@@ -316,5 +316,137 @@ final class TransferTests: XCTestCase {
                            "round \(round): the same bytes, under a free name the second time")
         }
     }
+
+    // MARK: A hostile peer
+
+    /// One transfer stream from a hand-driven peer to B: OPEN, then whatever bytes it likes in
+    /// DATA frames; B's answers decoded as transfer messages.
+    private final class FakeTransferStream {
+        let link: SecureLink
+        let id: StreamID
+        private var decoder = TransferMessageDecoder()
+
+        init(link: SecureLink, id: StreamID) throws {
+            self.link = link
+            self.id = id
+            try link.send(body: ChannelFrame.open(id, mode: .stream, window: 1 << 20, datagramPort: 0,
+                                                  channel: try ChannelName(TransferWire.channel)).encodedBody())
+            // Frames of earlier streams may still come first.
+            while true {
+                let frame = try link.nextChannelFrame()
+                if case .accept(id, _, _) = frame { break }
+                if frame == nil || frame?.stream == id { throw HarnessError("B did not take the stream: \(String(describing: frame))") }
+            }
+        }
+
+        func send(_ bytes: [UInt8]) throws {
+            for start in stride(from: 0, to: bytes.count, by: 60_000) {
+                try link.send(body: ChannelFrame.data(id, endOfMessage: false, sentAtUs: 0,
+                                                      payload: Array(bytes[start..<min(bytes.count, start + 60_000)])).encodedBody())
+            }
+        }
+
+        /// Ends this side's direction, as a sender does once the receiver has said its last word.
+        func finish() throws { try link.send(body: ChannelFrame.close(id).encodedBody()) }
+
+        /// B's next transfer message on this stream.
+        func next(timeout: Double = 10) throws -> TransferMessage? {
+            let deadline = Date().addingTimeInterval(timeout)
+            while true {
+                if let message = try decoder.next() { return message }
+                guard let frame = try link.nextChannelFrame(timeout: max(0, deadline.timeIntervalSinceNow)) else { return nil }
+                if case .data(id, _, _, let payload) = frame { decoder.append(payload) }
+            }
+        }
+    }
+
+    /// An OFFER as raw bytes, whatever its entries say (kind, path bytes, size).
+    private static func rawOffer(_ entries: [(kind: UInt8, path: [UInt8], size: UInt64)], count: UInt32? = nil) -> [UInt8] {
+        func bigEndian<T: FixedWidthInteger>(_ value: T) -> [UInt8] { withUnsafeBytes(of: value.bigEndian) { Array($0) } }
+        var body: [UInt8] = [TransferMessageType.offer.rawValue] + TransferID.random().bytes + bigEndian(count ?? UInt32(entries.count))
+        for entry in entries {
+            body += [entry.kind] + bigEndian(UInt16(entry.path.count)) + entry.path + bigEndian(entry.size)
+        }
+        return Wire.lengthPrefixed(body)
+    }
+
+    private static func file(_ path: String, _ size: UInt64 = 10) -> (kind: UInt8, path: [UInt8], size: UInt64) { (0, Array(path.utf8), size) }
+
+    /// Everything in the test's folder but the daemons' state and logs: what a peer could have written.
+    private func visibleFiles() throws -> [String] {
+        try FileManager.default.subpathsOfDirectory(atPath: directory.path).filter { !$0.contains("-state") && !$0.hasSuffix(".log") }.sorted()
+    }
+
+    /// Offers with names no receiver may take, a million files, sizes that overflow: each is
+    /// refused with ABORT failed saying why, no transfer is listed, nothing is written anywhere.
+    func testHostileOffersAreRefusedAndWriteNothing() throws {
+        let b = try peer("bravo")
+        let watchB = TransferWatch(b.client)
+        let (link, malloryID) = try SecureLink.pairedFake(with: b, capabilities: [.text, ChannelWire.capability, TransferWire.capability])
+        defer { link.close() }
+        let before = try visibleFiles()
+        let cases: [(name: String, offer: [UInt8], refusal: String)] = [
+            ("..", Self.rawOffer([Self.file("../escape.txt")]), "entry 1 has the name \"..\""),
+            ("an absolute path", Self.rawOffer([Self.file("/etc/passwd")]), "entry 1 has an absolute path"),
+            ("climbing out of a folder", Self.rawOffer([(1, Array("a".utf8), 0), Self.file("a/../../x")]), "entry 2 has the name \"..\""),
+            ("NUL in a name", Self.rawOffer([Self.file("a\u{0}b")]), "a NUL character in a name"),
+            ("an escape sequence", Self.rawOffer([Self.file("\u{1b}[31mred")]), "a control character (U+001B)"),
+            ("a newline", Self.rawOffer([Self.file("two\nlines")]), "a control character (U+000A)"),
+            ("a name over 255 bytes", Self.rawOffer([Self.file(String(repeating: "n", count: 256))]), "a name of 256 bytes"),
+            ("a right-to-left override", Self.rawOffer([Self.file("photo\u{202E}gpj.exe")]), "a text-direction control (U+202E)"),
+            ("bytes that are not UTF-8", Self.rawOffer([(0, [0x66, 0xFF], 10)]), "a name that is not UTF-8"),
+            ("an empty name", Self.rawOffer([Self.file("a//b")]), "an empty name"),
+            ("a million files", Self.rawOffer([], count: 1_000_000), "1000000 files and folders (at most 100000)"),
+            ("sizes past 2^64", Self.rawOffer([Self.file("a", 1 << 63), Self.file("b", 1 << 63)]), "sizes that add up to more than 2^64 bytes"),
+            ("a file inside a file", Self.rawOffer([Self.file("a"), Self.file("a/b")]), "entry 2 lies inside a file"),
+            ("a name twice", Self.rawOffer([Self.file("a"), Self.file("a")]), "entry 2 is listed twice"),
+            ("a 2 GiB message", [0x7F, 0xFF, 0xFF, 0xFF, 0x01], "a message of 2147483647 bytes"),
+        ]
+        for (index, (name, offer, refusal)) in cases.enumerated() {
+            let stream = try FakeTransferStream(link: link, id: StreamID(rawValue: UInt32(2 * index + 1)))
+            try stream.send(offer)
+            guard case .abort(.failed, let reason) = try stream.next() else { return XCTFail("\(name): no ABORT failed: \(b.log.suffix(1_000))") }
+            XCTAssertTrue(reason.hasPrefix("refused: ") && reason.contains(refusal), "\(name): \(reason)")
+            try stream.finish()
+            XCTAssertTrue(b.log.contains("refused an offer from \(malloryID)"), name)
+        }
+        XCTAssertEqual(try watchB.objects().count, 0, "no offer was listed")
+        XCTAssertEqual(try visibleFiles(), before, "nothing was written")
+    }
+
+    /// Once accepted, a sender that sends more bytes than it announced, ends a file early, or
+    /// whose bytes do not hash to what it says, fails the transfer; the partial data goes.
+    func testASenderThatBreaksItsOwnOfferFailsAndLeavesNothing() throws {
+        let b = try peer("bravo")
+        let watchB = TransferWatch(b.client)
+        let (link, _) = try SecureLink.pairedFake(with: b, capabilities: [.text, ChannelWire.capability, TransferWire.capability])
+        defer { link.close() }
+        let before = try visibleFiles()
+        let ten = Array("0123456789".utf8)
+        let cases: [(name: String, data: [UInt8], refusal: String)] = [
+            ("more bytes than announced", TransferMessage.data(ten[...] + ten[...]).encoded(), "more bytes for file 1 than the 10 it announced"),
+            ("a file that ends early", TransferMessage.data(ten[0..<5]).encoded() + TransferMessage.fileEnd(fileIndex: 0, hash: [UInt8](repeating: 0, count: 32)).encoded(),
+             "file 1 ended after 5 of the 10 bytes it announced"),
+            ("a wrong hash", TransferMessage.data(ten[...]).encoded() + TransferMessage.fileEnd(fileIndex: 0, hash: [UInt8](repeating: 0, count: 32)).encoded(),
+             "file 1 arrived different from what was sent"),
+        ]
+        for (index, (name, data, refusal)) in cases.enumerated() {
+            let known = Set(try watchB.objects().keys)
+            let stream = try FakeTransferStream(link: link, id: StreamID(rawValue: UInt32(2 * index + 1)))
+            try stream.send(TransferMessage.offer(.random(), try TransferManifest(entries: [.file(try TransferPath("note.txt"), size: 10)])).encoded())
+            let incoming = try XCTUnwrap(watchB.waitForIncoming(except: known), name)
+            try watchB.call("Accept", on: incoming)
+            XCTAssertEqual(try stream.next(), .accept(.start), name)
+            try stream.send(data)
+            guard case .abort(.failed, let reason) = try stream.next() else { return XCTFail("\(name): no ABORT failed: \(b.log.suffix(1_000))") }
+            XCTAssertTrue(reason.contains(refusal), "\(name): \(reason)")
+            try stream.finish()
+            XCTAssertEqual(watchB.waitForState(incoming, Self.finished), "failed", name)
+            XCTAssertEqual(watchB.property(incoming, "Error")?.string, reason, name)
+            XCTAssertTrue(eventually(timeout: 5) { (try? FileManager.default.contentsOfDirectory(atPath: self.inbox("bravo")))?.isEmpty == true },
+                          "\(name): the part is removed")
+        }
+        XCTAssertEqual(try visibleFiles(), before + [inbox("bravo").dropFirst(directory.path.count + 1).description], "only the (empty) download folder")
+    }
 }
 
