@@ -53,9 +53,10 @@ final class TransferTests: XCTestCase {
         XCTAssertEqual(process.wait(timeout: 120), 0, "\(command): \(process.log)")
     }
 
-    /// Every regular file below `root`: relative path → SHA-256, and the folders (empty ones too).
-    private func tree(_ root: String) throws -> [String: String] {
-        let process = try ChildProcess("/bin/sh", ["-c", "cd '\(root)' && find . -mindepth 1 -type d -printf 'folder %P\\n' && find . -type f -print0 | sort -z | xargs -0 -r sha256sum"],
+    /// Every regular file below `root` (but those named `skipping`): relative path → SHA-256, and
+    /// the folders (empty ones too).
+    private func tree(_ root: String, skipping: String = "") throws -> [String: String] {
+        let process = try ChildProcess("/bin/sh", ["-c", "cd '\(root)' && find . -mindepth 1 -type d -printf 'folder %P\\n' && find . -type f ! -name '\(skipping)' -print0 | sort -z | xargs -0 -r sha256sum"],
                                        logPath: path("tree-\(UUID().uuidString.prefix(8)).log"))
         XCTAssertEqual(process.wait(timeout: 120), 0, process.log)
         var entries: [String: String] = [:]
@@ -235,6 +236,45 @@ final class TransferTests: XCTestCase {
         XCTAssertEqual(try tree(inbox("bravo")), try tree(path("")).filter { $0.key == "later.bin" })
     }
 
+    // MARK: Sizes and places
+
+    /// A sparse file just past 4 GiB (data at its start and beyond 4 GiB, a hole between), an
+    /// empty file and an empty folder, saved in the download folder the desktop names (B has no
+    /// --download-dir: XDG_DOWNLOAD_DIR in its user-dirs.dirs): the same bytes, still sparse.
+    func testASparseFilePastFourGiBAndEmptyOnesLandInTheDesktopsDownloadFolder() throws {
+        let home = path("home")
+        try FileManager.default.createDirectory(atPath: home + "/.config", withIntermediateDirectories: true)
+        try #"XDG_DOWNLOAD_DIR="$HOME/Téléchargements""#.write(toFile: home + "/.config/user-dirs.dirs", atomically: true, encoding: .utf8)
+        let a = try peer("alpha")
+        let b = try started.make("bravo", arguments: ["--verbose", "--no-auto-voice"], environment: ["HOME": home, "XDG_CONFIG_HOME": home + "/.config"])
+        XCTAssertEqual(try a.pair(with: b).connect.get()[0].string, b.id)
+        let watchA = TransferWatch(a.client), watchB = TransferWatch(b.client)
+        let size: UInt64 = (4 << 30) + (3 << 20)
+        try run("""
+            set -e; mkdir -p '\(path("out/empty folder"))'; cd '\(path("out"))'
+            truncate -s \(size) sparse.img
+            head -c 1048576 /dev/urandom | dd of=sparse.img conv=notrunc status=none
+            head -c 1048576 /dev/urandom | dd of=sparse.img bs=1M seek=4097 conv=notrunc status=none
+            : > empty.txt
+            """)
+        let started = Date()
+        let outgoing = try watchA.send(["sparse.img", "empty.txt", "empty folder"].map { path("out/" + $0) }, to: b.id)
+        let incoming = try XCTUnwrap(watchB.waitForIncoming(), b.log)
+        XCTAssertEqual(watchB.property(incoming, "Destination")?.string, home + "/Téléchargements")
+        XCTAssertEqual(watchB.property(incoming, "Size")?.uint64, size)
+        try watchB.call("Accept", on: incoming)
+        XCTAssertEqual(watchA.waitForState(outgoing, Self.finished, timeout: 120), "complete", a.log.suffix(2_000).description)
+        XCTAssertEqual(watchB.waitForState(incoming, Self.finished), "complete")
+        print("a sparse file of \(size) bytes: \(String(format: "%.1f", Date().timeIntervalSince(started))) s (debug build)")
+        XCTAssertEqual(watchB.transferred(incoming), size)
+        let received = home + "/Téléchargements"
+        XCTAssertEqual(try tree(received, skipping: "sparse.img"), try tree(path("out"), skipping: "sparse.img"))
+        try assertSparseFilesEqual(path("out/sparse.img"), received + "/sparse.img")
+        let allocated = try ChildProcess("/usr/bin/du", ["-k", home + "/Téléchargements/sparse.img"], logPath: path("du.log"))
+        XCTAssertEqual(allocated.wait(timeout: 10), 0)
+        XCTAssertLessThan(Int(allocated.log.split(separator: "\t").first ?? "") ?? .max, 64 << 10, "the hole stayed a hole: \(allocated.log)")
+    }
+
     // MARK: Resuming
 
     /// The offsets the sender resumed from, as its log says ("resuming from file F at byte N").
@@ -315,6 +355,58 @@ final class TransferTests: XCTestCase {
             XCTAssertEqual(try tree(inbox("bravo"))[round == 0 ? "disk.img" : "disk (1).img"], try tree(self.path("")).filter { $0.key == "disk.img" }.values.first,
                            "round \(round): the same bytes, under a free name the second time")
         }
+    }
+
+    /// Compares two files by their data extents (`SEEK_DATA`/`SEEK_HOLE`): what lies outside both
+    /// files' data reads as zeros in both, so only the data is read (hashing 4 GiB of holes twice
+    /// took a minute here).
+    private func assertSparseFilesEqual(_ first: String, _ second: String, file: StaticString = #filePath, line: UInt = #line) throws {
+        let script = """
+            import os, sys
+            def extents(fd, size):
+                offset = 0
+                while offset < size:
+                    try: start = os.lseek(fd, offset, os.SEEK_DATA)
+                    except OSError: return
+                    end = os.lseek(fd, start, os.SEEK_HOLE)
+                    yield start, end
+                    offset = end
+            fds = [os.open(path, os.O_RDONLY) for path in sys.argv[1:3]]
+            sizes = [os.fstat(fd).st_size for fd in fds]
+            if sizes[0] != sizes[1]: sys.exit("sizes %d and %d" % tuple(sizes))
+            for fd in fds:
+                for start, end in extents(fd, sizes[0]):
+                    while start < end:
+                        step = min(end - start, 1 << 20)
+                        if os.pread(fds[0], step, start) != os.pread(fds[1], step, start): sys.exit("bytes differ at %d" % start)
+                        start += step
+            print("equal")
+            """
+        let process = try ChildProcess("/usr/bin/python3", ["-c", script, first, second], logPath: path("sparse-compare.log"))
+        XCTAssertEqual(process.wait(timeout: 60), 0, process.log, file: file, line: line)
+        XCTAssertEqual(process.log, "equal\n", file: file, line: line)
+    }
+
+    /// B is killed mid-transfer and a byte it had written is changed before it restarts: the
+    /// transfer resumes, and the file fails its hash rather than land with that byte.
+    func testACorruptedPartFileFailsItsHashInsteadOfLanding() throws {
+        let (a, b) = try connectedPair()
+        let watchA = TransferWatch(a.client), watchB = TransferWatch(b.client)
+        try run("head -c \(200 << 20) /dev/urandom > '\(path("archive.bin"))'")
+        let outgoing = try watchA.send([path("archive.bin")], to: b.id)
+        let incoming = try XCTUnwrap(watchB.waitForIncoming(), b.log)
+        try watchB.call("Accept", on: incoming)
+        XCTAssertTrue(watchB.waitForTransferred(incoming, atLeast: 48 << 20))
+        b.kill()
+        let part = try XCTUnwrap(try FileManager.default.contentsOfDirectory(atPath: inbox("bravo")).first { $0.hasSuffix(".part") })
+        try run("printf 'X' | dd of='\(inbox("bravo"))/\(part)' bs=1 seek=1000000 conv=notrunc status=none")
+        try b.restart()
+        XCTAssertEqual(watchA.waitForState(outgoing, Self.finished, timeout: 120), "failed", a.log.suffix(2_000).description)
+        XCTAssertEqual(watchA.property(outgoing, "Error")?.string,
+                       "file 1 arrived different from what was sent (its BLAKE2b-256 hash does not match)")
+        XCTAssertGreaterThan(resumedAt(a.log).first ?? 0, 0, "it resumed rather than start again")
+        XCTAssertTrue(eventually(timeout: 10) { (try? FileManager.default.contentsOfDirectory(atPath: self.inbox("bravo")))?.isEmpty == true },
+                      "nothing lands, the part is removed")
     }
 
     // MARK: A hostile peer
