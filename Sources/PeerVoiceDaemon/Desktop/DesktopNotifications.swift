@@ -1,4 +1,5 @@
 import GIO
+import PeerVoiceBus
 import PeerVoiceCore
 
 /// Desktop notifications (`org.freedesktop.Notifications` on the session bus, Desktop
@@ -108,8 +109,8 @@ final class DesktopNotifications {
         guard promptHandlers.isEmpty else { return }
         let name = offer.peerName.isEmpty ? offer.peer.description : offer.peerName
         let what = offer.fileCount == 1 && !offer.firstName.isEmpty
-            ? "\(offer.firstName) (\(offer.bytes.byteCountText))"
-            : "\(offer.fileCount) \(offer.fileCount == 1 ? "file" : "files"), \(offer.bytes.byteCountText)"
+            ? "\(offer.firstName) (\(ByteCount.text(offer.bytes)))"
+            : "\(offer.fileCount) \(offer.fileCount == 1 ? "file" : "files"), \(ByteCount.text(offer.bytes))"
         ask(.transfer(offer.number), summary: "Receive files from \(name)?", body: what,
             answer: "peervoicectl transfer accept|decline \(offer.number)", actions: ["accept", "Accept", "decline", "Decline"])
     }

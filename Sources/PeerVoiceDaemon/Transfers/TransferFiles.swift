@@ -190,18 +190,3 @@ enum TransferFolder {
         return current
     }
 }
-
-extension UInt64 {
-    /// `4.2 GB`, `1.1 GB`, `512 kB`: decimal units, as GNOME's file manager shows sizes.
-    var byteCountText: String {
-        let units = ["bytes", "kB", "MB", "GB", "TB", "PB"]
-        var value = Double(self)
-        var unit = 0
-        while value >= 1000 && unit < units.count - 1 {
-            value /= 1000
-            unit += 1
-        }
-        if unit == 0 { return "\(self) bytes" }
-        return String(format: value < 10 ? "%.1f" : "%.0f", value) + " " + units[unit]
-    }
-}

@@ -1,4 +1,5 @@
 import GIO
+import PeerVoiceBus
 import Glibc
 import PeerVoiceCore
 
@@ -165,7 +166,7 @@ final class Transfers: ChannelHandler {
                 let transfer = Transfer(number: takeNumber(), id: id, peer: peer, manifest: manifest, record: record)
                 add(transfer)
                 publish(transfer, withProgress: true)
-                Log.info("\(transfer.logName): \(manifest.files.count) files, \(manifest.totalBytes.byteCountText) for \(peer)"
+                Log.info("\(transfer.logName): \(manifest.files.count) files, \(ByteCount.text(manifest.totalBytes)) for \(peer)"
                          + (record.skipped.isEmpty ? "" : "; \(record.skipped.count) skipped"))
                 completion(.success(TransferObjects.path(transfer.number!)))
                 if links[peer] == nil { wantsLink(peer) }
@@ -352,7 +353,7 @@ final class Transfers: ChannelHandler {
         record.folder = downloadFolder
         let transfer = Transfer(number: takeNumber(), id: id, peer: entry.peer, manifest: manifest, record: record)
         add(transfer)
-        Log.info("\(transfer.logName): \(entry.peer) offers \(manifest.files.count) files, \(manifest.totalBytes.byteCountText)")
+        Log.info("\(transfer.logName): \(entry.peer) offers \(manifest.files.count) files, \(ByteCount.text(manifest.totalBytes))")
         attach(entry.handle, to: transfer)
     }
 
@@ -457,7 +458,7 @@ final class Transfers: ChannelHandler {
                 try TransferFolder.make(folder)
                 let free = try TransferFolder.freeSpace(at: folder)
                 guard free.bytes >= needed else {
-                    return "needs \(needed.byteCountText), \(free.bytes.byteCountText) free on \(free.mountPoint)"
+                    return "needs \(ByteCount.text(needed)), \(ByteCount.text(free.bytes)) free on \(free.mountPoint)"
                 }
                 return nil
             } catch {
