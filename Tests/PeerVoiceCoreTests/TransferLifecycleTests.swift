@@ -102,7 +102,7 @@ final class TransferLifecycleTests: XCTestCase {
     }
 }
 
-/// Where a receiver saves (docs/PROTOCOL.md §14.6) and what it keeps on disk.
+/// Where a receiver saves (docs/PROTOCOL.md §14.2, §14.5) and what it keeps on disk.
 final class TransferDestinationTests: XCTestCase {
     func testAFreeNameNeverTakesAnExistingOne() {
         let taken: Set<String> = ["photo.jpg", "photo (1).jpg", "Photos", "backup.tar.gz", ".bashrc", "README", "a.b c"]

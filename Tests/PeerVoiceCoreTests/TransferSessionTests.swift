@@ -30,7 +30,7 @@ struct TestHashing: ContentHashing {
     func makeHasher() -> any ContentHasher { TestHasher() }
 }
 
-/// The two ends of one transfer stream (docs/PROTOCOL.md §14.4), as exchanges: what the sender
+/// The two ends of one transfer stream (docs/PROTOCOL.md §14.3), as exchanges: what the sender
 /// sends, what the receiver makes of it.
 final class TransferSessionTests: XCTestCase {
     private let id = TransferID(hex: "00112233445566778899aabbccddeeff")!

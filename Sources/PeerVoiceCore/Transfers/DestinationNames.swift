@@ -1,4 +1,4 @@
-/// The names a receiver saves under (docs/PROTOCOL.md §14.6, reference implementation): a free
+/// The names a receiver saves under (docs/PROTOCOL.md §14.2, reference implementation): a free
 /// name beside what is there (`photo.jpg`, then `photo (1).jpg`, `photo (2).jpg`, …), never an
 /// existing one, and the hidden part name the data grows under until it is whole and verified.
 public enum DestinationNames {

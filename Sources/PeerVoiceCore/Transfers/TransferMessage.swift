@@ -1,4 +1,4 @@
-/// One message on a transfer stream (docs/PROTOCOL.md §14.3), between a `u32` length prefix and
+/// One message on a transfer stream (docs/PROTOCOL.md §14.1), between a `u32` length prefix and
 /// the next. The sender sends OFFER, DATA, HOLE and FILE_END; the receiver ACCEPT and COMPLETE;
 /// either side ABORT.
 public enum TransferMessage: Equatable, Sendable {
@@ -170,7 +170,7 @@ extension TransferMessage {
 
 extension TransferMessage {
     /// Decodes one message (type byte first, no length prefix). Checks run in the order
-    /// docs/PROTOCOL.md §14.3 lists them. A DATA payload is a slice of `body`.
+    /// docs/PROTOCOL.md §14.1 lists them. A DATA payload is a slice of `body`.
     public init(body: ArraySlice<UInt8>) throws(TransferMessageError) {
         guard let typeByte = body.first else { throw .emptyMessage }
         guard let type = TransferMessageType(rawValue: typeByte) else { throw .unknownType(typeByte) }

@@ -1,6 +1,6 @@
 /// The relative path of one entry of a transfer: names joined by `/`, every one checked, so that
 /// joined under the destination folder it can only ever name something inside it
-/// (docs/SECURITY.md §11). Paths come from peers: nothing about them is trusted before this.
+/// (docs/PROTOCOL.md §14.2). Paths come from peers: nothing about them is trusted before this.
 public struct TransferPath: Hashable, Sendable, Comparable, CustomStringConvertible {
     /// The names from the top: `["Photos", "2024", "beach.jpg"]`.
     public let components: [String]

@@ -1,4 +1,4 @@
-/// The receiver's side of one transfer stream (docs/PROTOCOL.md §14.4), as a table of exchanges:
+/// The receiver's side of one transfer stream (docs/PROTOCOL.md §14.3), as a table of exchanges:
 /// it checks every message the sender sends against the manifest and the position, hashes what
 /// arrives, and says what to do with it. The driver owns the files and the socket.
 ///
