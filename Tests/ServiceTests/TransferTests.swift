@@ -128,6 +128,43 @@ final class TransferTests: XCTestCase {
         XCTAssertLessThanOrEqual(mostInASecond, 5, "PropertiesChanged for Transferred at most 4 times a second (one more for delivery jitter)")
     }
 
+    /// `peervoicectl send-file` follows its transfer to the end: without a terminal, a line for
+    /// each state and each tenth, then exit 0 with what went how fast; a declined one exits 1
+    /// saying so, and Ctrl-C cancels the transfer at both ends.
+    func testPeervoicectlSendFileFollowsItsTransferToTheEnd() throws {
+        let (a, b) = try connectedPair()
+        let watchA = TransferWatch(a.client), watchB = TransferWatch(b.client)
+        try run("head -c \(100 << 20) /dev/urandom > '\(path("film.bin"))'")
+        func sendFile(_ name: String) throws -> ChildProcess {
+            try ChildProcess(Binaries.directory + "/peervoicectl", ["send-file", b.id, path("film.bin")],
+                             environment: ["DBUS_SESSION_BUS_ADDRESS": a.bus.address], logPath: path("\(name).log"))
+        }
+        let sent = try sendFile("send-file")
+        let first = try XCTUnwrap(watchB.waitForIncoming(), b.log)
+        XCTAssertTrue(eventually(timeout: 10) { sent.log.contains("1 file (105 MB) for bravo (\(b.id)): waiting for it to accept") }, sent.log)
+        try watchB.call("Accept", on: first)
+        XCTAssertEqual(sent.wait(timeout: 120), 0, sent.log)
+        XCTAssertTrue(sent.log.contains("sending 1 file (105 MB) to bravo (\(b.id))"), sent.log)
+        XCTAssertNotNil(sent.log.range(of: #"\n[1-9]0%: [0-9.]+ MB of 105 MB"#, options: .regularExpression), "a line per tenth: \(sent.log)")
+        XCTAssertTrue(sent.log.contains("complete: 1 file (105 MB) in "), sent.log)
+        XCTAssertEqual(try tree(inbox("bravo"))["film.bin"], try tree(directory.path)["film.bin"])
+
+        let declined = try sendFile("declined")
+        let second = try XCTUnwrap(watchB.waitForIncoming(except: [first]), b.log)
+        try watchB.call("Decline", on: second)
+        XCTAssertEqual(declined.wait(timeout: 30), 1, declined.log)
+        XCTAssertTrue(declined.log.contains("peervoicectl: the transfer was declined: declined by the receiver"), declined.log)
+
+        let interrupted = try sendFile("interrupted")
+        let third = try XCTUnwrap(watchB.waitForIncoming(except: [first, second]), b.log)
+        XCTAssertTrue(eventually(timeout: 10) { interrupted.log.contains("waiting for it to accept") }, interrupted.log)
+        interrupted.signal(SIGINT)
+        XCTAssertEqual(interrupted.wait(timeout: 30), 130, interrupted.log)
+        XCTAssertEqual(watchB.waitForState(third, Self.finished), "cancelled", b.log)
+        let outgoing = try watchA.objects().keys.sorted { $0.count == $1.count ? $0 < $1 : $0.count < $1.count }.last ?? ""
+        XCTAssertEqual(watchA.waitForState(outgoing, Self.finished), "cancelled", a.log)
+    }
+
     // MARK: Answers and ends
 
     func testADeclinedOfferWritesNothingAndBothSidesSaySo() throws {
