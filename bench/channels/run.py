@@ -125,7 +125,7 @@ class OpenSSH:
         with open(config, "w") as f:
             f.write(f"Port {self.port}\nListenAddress 127.0.0.1\nHostKey {self.dir}/host\n"
                     f"AuthorizedKeysFile {self.dir}/authorized_keys\nPasswordAuthentication no\nPermitRootLogin yes\n"
-                    f"StrictModes no\nUsePAM no\nPidFile {self.dir}/sshd.pid\n")
+                    f"StrictModes no\nUsePAM no\nPidFile {self.dir}/sshd.pid\nSubsystem sftp /usr/lib/openssh/sftp-server\n")
         os.makedirs("/run/sshd", exist_ok=True)
         self.process = CHILDREN.start(["/usr/sbin/sshd", "-D", "-f", config, "-E", os.path.join(self.dir, "log")], name="sshd")
         self.client = ["ssh", "-p", str(self.port), "-i", os.path.join(self.dir, "client"), "-o", "StrictHostKeyChecking=no",
