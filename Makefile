@@ -479,6 +479,16 @@ bench-rooms: deps bench-venv rooms-venv
 	$(BENCH_VENV)/bin/python bench/rooms/run.py \
 	    --bin "$$($(SWIFT) build -c release $(SWIFT_FLAGS) --show-bin-path)/peervoiced" $(BENCH_ARGS)
 
+# File transfers (issue 30) against scp and rsync over 127.0.0.1 (bench/transfers/run.py).
+BENCH_TRANSFERS_PACKAGES := openssh-server rsync
+.PHONY: bench-transfers
+bench-transfers: deps bench-venv
+	scripts/deps.sh $(BENCH_TRANSFERS_PACKAGES)
+	$(SWIFT) build -c release --product peervoiced $(SWIFT_FLAGS)
+	$(SWIFT) build -c release --product peervoicectl $(SWIFT_FLAGS)
+	$(BENCH_VENV)/bin/python bench/transfers/run.py \
+	    --bin-dir "$$($(SWIFT) build -c release $(SWIFT_FLAGS) --show-bin-path)" $(BENCH_ARGS)
+
 # The packages and the Python venv the voice benchmarks score with (PESQ, STOI).
 bench-venv: deps
 	scripts/deps.sh $(BENCH_PACKAGES)

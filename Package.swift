@@ -52,7 +52,7 @@ let package = Package(
             name: "PeerVoiceDaemon",
             dependencies: ["PeerVoiceCore", "PeerVoiceBus", "GIO", "Sodium", "Opus", "PipeWire", "AudioProcessing"],
             resources: [.embedInCode("org.example.PeerVoice.xml"), .embedInCode("org.example.PeerVoice.Peer.xml"),
-                        .embedInCode("org.example.PeerVoice.Room.xml")]
+                        .embedInCode("org.example.PeerVoice.Room.xml"), .embedInCode("org.example.PeerVoice.Transfer.xml")]
         ),
         .executableTarget(name: "peervoiced", dependencies: ["PeerVoiceDaemon"]),
         // A thin client of the public bus API, nothing more.

@@ -19,7 +19,7 @@ _peervoicectl() {
         words+=("")
     fi
     local cur=${words[${#words[@]}-1]}
-    local commands="status peers peer discover connect disconnect send history remove mute name visible confirm voice volume mute-peer monitor open listen join rooms room-send leave shortcut help"
+    local commands="status peers peer discover connect disconnect send history remove mute name visible confirm voice volume mute-peer monitor open listen join rooms room-send leave send-file transfers transfer shortcut help"
 
     # The command: the first word after the program that is not an option.
     local command= i word
@@ -52,6 +52,7 @@ _peervoicectl() {
             monitor) options="--json --levels --help" ;;
             open) options="--mode --help" ;;
             listen) options="--once --help" ;;
+            send-file) options="--no-wait --help" ;;
         esac
         if [[ $prev == --mode ]]; then
             COMPREPLY=($(compgen -W "stream messages" -- "$cur"))
@@ -63,9 +64,18 @@ _peervoicectl() {
         fi
         if [[ $cur == -* && -z $options_ended ]]; then
             candidates=$options
+        elif [[ $command == send-file && ${#positionals[@]} -gt 0 ]]; then
+            # Files and folders to send.
+            compopt -o filenames 2>/dev/null
+            local candidate
+            COMPREPLY=()
+            while IFS= read -r candidate; do
+                COMPREPLY+=("$candidate")
+            done < <(compgen -f -- "$cur")
+            return 0
         else
             case $command:${#positionals[@]} in
-                peer:0 | connect:0 | disconnect:0 | remove:0 | send:0 | history:0 | confirm:0 | volume:0 | mute-peer:0 | open:0)
+                peer:0 | connect:0 | disconnect:0 | remove:0 | send:0 | history:0 | confirm:0 | volume:0 | mute-peer:0 | open:0 | send-file:0)
                     candidates=$(_peervoicectl_peer_ids) ;;
                 confirm:1) candidates="yes no" ;;
                 mute:0) candidates="on off toggle" ;;
@@ -76,6 +86,7 @@ _peervoicectl() {
                 volume:1) candidates="0.0 0.5 1.0 1.5 2.0" ;;
                 mute-peer:1) candidates="on off" ;;
                 shortcut:0) candidates="install remove" ;;
+                transfer:0) candidates="accept decline cancel" ;;
                 help:0) candidates=$commands ;;
             esac
         fi

@@ -303,6 +303,30 @@ def mumble_control():
     write(t, "too-long", b"\x01" + u16(7) + u32(0x800000))
 
 
+# --- transfer-messages --------------------------------------------------------------------------
+
+def tmsg(body): return u32(len(body)) + body
+
+
+def tentry(kind, path, size): return bytes([kind]) + u16(len(path)) + path + u64(size)
+
+
+def transfer_messages():
+    t = "transfer-messages"
+    tid = bytes(range(16))
+    offer = tmsg(b"\x01" + tid + u32(3) + tentry(0, b"a.txt", 5) + tentry(1, b"d", 0) + tentry(0, "d/é".encode(), 3))
+    data = tmsg(b"\x02hello") + tmsg(b"\x04" + u32(0) + b"\x11" * 32) + tmsg(b"\x03" + u64(3)) + tmsg(b"\x04" + u32(1) + b"\x22" * 32)
+    # Mode 0: the decoder, cut every 3 bytes.
+    write(t, "decode-all", b"\x00\x02" + offer + data + tmsg(b"\x20\x03no space"))
+    # Mode 1: a receiver accepting from the start, then more bytes than announced.
+    write(t, "receive", b"\x01" + u32(0) + offer + data)
+    write(t, "receive-too-many", b"\x01" + u32(0) + offer + tmsg(b"\x02hello!"))
+    write(t, "receive-dot-dot", b"\x01" + u32(0) + tmsg(b"\x01" + tid + u32(1) + tentry(0, b"../x", 1)))
+    # Mode 2: a sender told to start in the middle, then told it is complete.
+    write(t, "send", b"\x02" + tmsg(b"\x10" + u32(0) + u64(2)) + tmsg(b"\x11"))
+    write(t, "send-outside", b"\x02" + tmsg(b"\x10" + u32(9) + u64(0)))
+
+
 if __name__ == "__main__":
     frame_decoder()
     handshake()
@@ -312,3 +336,4 @@ if __name__ == "__main__":
     channel_frames()
     dial_proof()
     mumble_control()
+    transfer_messages()

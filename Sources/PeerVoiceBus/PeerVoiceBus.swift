@@ -14,6 +14,11 @@ public enum PeerVoiceBus {
     /// The interface an app implements on the object it passes to `RegisterChannel`
     /// (`dbus/org.example.PeerVoice.ChannelHandler.xml`).
     public static let channelHandlerInterface = "org.example.PeerVoice.ChannelHandler"
+    /// The interface of each transfer object (`path/transfers/<n>`,
+    /// `dbus/org.example.PeerVoice.Transfer.xml`).
+    public static let transferInterface = "org.example.PeerVoice.Transfer"
+    /// The folder of the transfer objects.
+    public static let transfersPath = path + "/transfers"
     /// Every error the service answers with: this, then `InvalidArgument`, `UnknownPeer`, … .
     public static let errorPrefix = "org.example.PeerVoice.Error."
 

@@ -141,6 +141,11 @@ final class BusObject {
                                    acceptCertificate: options.lookup("accept-certificate")?.string) { result in
                     Self.reply(call, result.map { Variant(tuple: [Variant(objectPath: RoomObjects.path(of: $0))]) })
                 }
+            case "SendFiles":
+                let options = arguments[2].children.compactMap { $0[0].string }
+                try service.sendFiles(arguments[1].strings ?? [], to: PeerRef(parsing: arguments[0].string!), options: options) { result in
+                    Self.reply(call, result.map { Variant(tuple: [Variant(objectPath: $0)]) })
+                }
             default:
                 // GDBus only dispatches methods declared in the XML; this is a mismatch between the two.
                 call.fail(name: Self.errorPrefix + "Failed", message: "\(call.method) is declared but not implemented")

@@ -57,11 +57,20 @@ public func runDaemon(arguments: [String]) -> Int32 {
         ? DesktopNotifications(connection: connection, service: service, promptHandlers: bus.promptHandlers) : nil
     service.peerChanged = { [unowned service] ref in peerObjects.show(service.peerObjectSnapshot(of: ref), at: PeerObjects.path(of: ref)) }
     let roomObjects = RoomObjects(connection: connection, rooms: service.rooms)
-    peerObjects.otherObjects = { roomObjects.managedObjects }
     service.rooms.changed = { roomObjects.update() }
     service.rooms.messageReceived = { room, sender, text in roomObjects.messageReceived(in: room, from: sender, text: text) }
     // The paired peers from the state directory have objects from the start, not from their first change.
     peerObjects.show(service.peerObjectSnapshots())
+    let transferObjects = TransferObjects(connection: connection) { [unowned service] method, number, completion in
+        service.transfers.perform(method, on: number, completion: completion)
+    }
+    peerObjects.otherObjects = { roomObjects.managedObjects + transferObjects.managedObjects.map { ($0.path, $0.interfaces) } }
+    service.transfers.show = { transferObjects.show($0) }
+    if let notifications {
+        service.transfers.offered = { notifications.notifyTransferOffer($0) }
+        service.transfers.offerSettled = { notifications.withdrawTransferOffer($0) }
+    }
+    service.transfers.publishAll()
     service.emit = { [unowned bus, unowned service] event in
         bus.emit(event)
         // The objects the event is about follow right after it, and only those.
@@ -83,6 +92,7 @@ public func runDaemon(arguments: [String]) -> Int32 {
 
     withExtendedLifetime((signalSources, shortcuts)) {}
     service.shutdown()
+    transferObjects.unregister()
     roomObjects.unregister()
     peerObjects.unregister()
     bus.unregister()

@@ -22,6 +22,8 @@ public struct Options: Sendable {
     public var notify = true
     /// Start muted and bind the portal's hold-to-talk hotkey (`--push-to-talk`).
     public var pushToTalk = false
+    /// Where incoming files are saved (`--download-dir`); nil: the desktop's download folder.
+    public var downloadDirectory: String?
     /// Audio devices, frame length, auto start and cue tones.
     var voice = VoiceAudioOptions()
 
@@ -42,6 +44,8 @@ public struct Options: Sendable {
                               (PeerVoice's agent becomes BlueZ's default agent)
           --name NAME         display name other peers see (default: the host name)
           --state-dir DIR     keys, peers and messages (default: $XDG_STATE_HOME/peervoice)
+          --download-dir DIR  save received files here (default: XDG_DOWNLOAD_DIR from
+                              user-dirs.dirs, else ~/Downloads)
           --source NODE       microphone: a PipeWire node name (default: the default source)
           --sink NODE         speaker: a PipeWire node name (default: the default sink)
           --frame-ms 10|20    Opus frame length; 10 lowers latency, 20 (default) saves bandwidth
@@ -93,7 +97,7 @@ public struct Options: Sendable {
             case "--no-notify": options.notify = false
             case "--no-lan": options.lan = false
             case "--push-to-talk": options.pushToTalk = true
-            case "--listen", "--lan-exclude", "--adapter", "--name", "--state-dir", "--source", "--sink", "--frame-ms":
+            case "--listen", "--lan-exclude", "--adapter", "--name", "--state-dir", "--source", "--sink", "--frame-ms", "--download-dir":
                 guard let value = value(for: flag), !value.isEmpty else {
                     return .exit(message: "peervoiced: \(flag) needs a value\n\(usage)", status: 2)
                 }
@@ -103,6 +107,8 @@ public struct Options: Sendable {
                     options.lanExcludedInterfaces.formUnion(value.split(separator: ",").map(String.init))
                 case "--adapter": options.adapter = value
                 case "--name": options.name = value
+                case "--download-dir":
+                    options.downloadDirectory = value.hasPrefix("/") ? value : FileManager.default.currentDirectoryPath + "/" + value
                 case "--source": options.voice.source = value
                 case "--sink": options.voice.sink = value
                 case "--frame-ms":

@@ -57,6 +57,8 @@ final class PeerVoiceService {
     let channels: Channels
     /// The Mumble rooms we are in (`JoinRoom`).
     let rooms: Rooms
+    /// File transfers, on a channel of their own.
+    let transfers: Transfers
     private let sleep = SleepMonitor()
     private let network = NetworkMonitor()
     private var goodbyeTimer: EventSource?
@@ -124,6 +126,16 @@ final class PeerVoiceService {
                              emit: emit, peerChanged: { service?.peerChanged($0) })
         voice.roomVoiceOut = { [unowned rooms] number, packet in rooms.sendVoice(packet, toRoom: number) }
         channels = Channels(links: links)
+        do {
+            transfers = Transfers(store: try TransferStore(directory: state + "/transfers"), links: links, channels: channels,
+                                  hashing: crypto, clock: clock, downloadFolder: Self.downloadFolder(options))
+        } catch {
+            throw .failed("cannot use the state directory \(state): \(error.localizedDescription)")
+        }
+        transfers.peerName = { [registry] in registry[$0]?.name ?? "" }
+        transfers.wantsLink = { [registry, connections] in
+            if let peer = registry[$0] { connections.scheduleRedial(peer, immediately: true) }
+        }
         service = self
         Log.info("identity \(ownID) (key \(ownKey))")
     }
@@ -186,6 +198,7 @@ final class PeerVoiceService {
 
     /// Says goodbye to every connected peer.
     func shutdown() {
+        transfers.shutdown()
         channels.shutdown()
         rooms.shutdown()
         for (_, link) in links.openLinks {
@@ -346,6 +359,7 @@ final class PeerVoiceService {
         } catch {
             throw .failed("could not forget \(id) in the state directory: \(error)")
         }
+        transfers.peerRemoved(id)
         lan.rotatePresenceSecret()
         connections.handOutPresenceSecret()
         Log.info("removed \(id): key unpinned, \(failed) queued messages failed")
@@ -409,6 +423,32 @@ final class PeerVoiceService {
         }
         let id = peer.id
         channels.openStream(to: id, channel: channel, mode: mode, endedAbruptly: { endedAbruptly(id, $0) }, completion: completion)
+    }
+
+    // MARK: Files
+
+    /// `SendFiles`: to a paired peer, connected or not (`UnknownPeer`, `NotAvailable` for one
+    /// not paired, or whose open link says its PeerVoice cannot receive files); completes with
+    /// the transfer's object path.
+    func sendFiles(_ paths: [String], to ref: PeerRef, options: [String],
+                   completion: @escaping (Result<String, ServiceError>) -> Void) throws(ServiceError) {
+        if let unknown = options.first { throw .invalidArgument("SendFiles takes no option \"\(unknown)\" (there are none yet)") }
+        let peer = try registry.resolve(ref)
+        let who = peer.name.isEmpty ? peer.id.description : peer.name
+        guard peer.paired else { throw .notAvailable("\(who) is not paired: Connect to it first") }
+        if let negotiated = links.link(of: peer.id)?.negotiated, let why = Transfers.whyOff(on: negotiated, who: who) {
+            throw .notAvailable(why)
+        }
+        transfers.send(paths, to: peer.id, completion: completion)
+    }
+
+    /// Where incoming files go: `--download-dir`, else the desktop's download folder.
+    private static func downloadFolder(_ options: Options) -> String {
+        let environment = ProcessInfo.processInfo.environment
+        let home = environment["HOME"].flatMap { $0.hasPrefix("/") ? $0 : nil } ?? NSHomeDirectory()
+        let config = environment["XDG_CONFIG_HOME"].flatMap { $0.hasPrefix("/") ? $0 : nil } ?? home + "/.config"
+        let userDirs = FileManager.default.contents(atPath: config + "/user-dirs.dirs").map { String(decoding: $0, as: UTF8.self) }
+        return DownloadFolder.path(override: options.downloadDirectory, userDirs: userDirs, home: home)
     }
 
     // MARK: Mute

@@ -222,6 +222,13 @@ enum Ctl {
             try RoomCommands.leave(Service(), room: arguments[0])
         case "listen":
             try listen(Service(), channel: arguments[0], command: Array(arguments.dropFirst()), once: invocation.has("--once"))
+        case "send-file":
+            try sendFiles(Service(), peer: arguments[0], paths: Array(arguments.dropFirst()), detach: invocation.has("--no-wait"))
+        case "transfers":
+            try transfers(Service())
+        case "transfer":
+            let action = try choice(arguments[0], ["accept", "decline", "cancel"], of: invocation)
+            try answerTransfer(Service(), action: action, transfer: arguments[1])
         case "shortcut":
             switch try choice(arguments[0], ["install", "remove"], of: invocation) {
             case "install":

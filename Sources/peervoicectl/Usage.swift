@@ -185,6 +185,31 @@ enum Usage {
         CommandSpec("leave", "ROOM", "leave a Mumble room", positionals: 1...1, details: """
             ROOM is the room's number as `peervoicectl rooms` lists it.
             """),
+        CommandSpec("send-file", "PEER PATH... [--no-wait]", "send files and folders to PEER and show the transfer's progress",
+                    options: ["--no-wait": false], positionals: 2...Int.max, details: """
+            Each PATH is a file or a folder (sent whole, under its own name; symbolic links inside
+            it are skipped). PEER must be paired; if it is away the transfer waits and starts when
+            it connects. Its person accepts or declines; the files land in their download folder.
+            On a terminal a progress bar shows bytes, rate and time left; otherwise a line per
+            state and per tenth. Exits 0 once complete, 1 if it failed or was declined or
+            cancelled (saying why); Ctrl-C cancels it.
+
+              --no-wait   print the transfer's object path and exit (peervoicectl transfers
+                          follows it)
+            Examples:
+              peervoicectl send-file pv:3k7qh2x4mzbv6tnwyc5rjd2lae holiday.jpg Notes
+              peervoicectl send-file ip:192.168.1.20:47800 ~/Videos/talk.mkv --no-wait
+            """),
+        CommandSpec("transfers", "", "list this run's file transfers, both ways", details: """
+            One row per transfer object: its number, direction, peer, state (with why it failed,
+            was declined or cancelled), progress, files, and where an incoming one is saved.
+            """),
+        CommandSpec("transfer", "accept|decline|cancel N", "answer an incoming transfer, or cancel one",
+                    positionals: 2...2, details: """
+            N is the number `peervoicectl transfers` shows (or the object path). accept and
+            decline answer an incoming transfer that waits; cancel stops one either way (the
+            receiver removes what had arrived).
+            """),
         CommandSpec("shortcut", "install KEYS | remove", "add or remove a GNOME keyboard shortcut that toggles mute",
                     positionals: 1...2, details: """
             For GNOME 43-47, whose desktop portal binds no global shortcuts: `install` adds a custom

@@ -14,25 +14,27 @@ final class VersionNegotiationTests: XCTestCase {
     // MARK: Preambles
 
     func testThePreambleAnnouncesTheLowestThenTheHighestVersion() {
-        XCTAssertEqual(Preamble.bytes, preamble(6, 8))
+        XCTAssertEqual(Preamble.bytes, preamble(6, 9))
         XCTAssertEqual(Preamble.bytes(announcing: VersionRange(only: 6)), preamble(6, 0), "one version: bytes 6-7 are 0, as version 6 sent them")
         XCTAssertEqual(Preamble.bytes(announcing: range(7, 9)), preamble(7, 9))
         XCTAssertEqual(VersionRange.supported, range(Wire.minimumProtocolVersion, Wire.protocolVersion))
     }
 
-    /// Each peer's preamble against this side's 6-8: what it speaks, or why it is refused.
+    /// Each peer's preamble against this side's 6-9: what it speaks, or why it is refused.
     func testAPreambleIsAcceptedWhenItSharesAVersionWithThisSide() {
         let table: [(bytes: [UInt8], outcome: Result<VersionRange, WireError>)] = [
             (preamble(6, 0), .success(VersionRange(only: 6))),   // version 6 (the previous release)
             (preamble(6, 7), .success(range(6, 7))),             // the release that brought channels
-            (preamble(6, 8), .success(range(6, 8))),             // this release
+            (preamble(6, 8), .success(range(6, 8))),             // the release that brought the dial proof
+            (preamble(6, 9), .success(range(6, 9))),             // this release
             (preamble(7, 0), .success(VersionRange(only: 7))),
-            (preamble(8, 9), .success(range(8, 9))),             // a newer side that still speaks 8
+            (preamble(8, 9), .success(range(8, 9))),
+            (preamble(9, 10), .success(range(9, 10))),           // a newer side that still speaks 9
             (preamble(6, 0xABCD), .success(range(6, 0xABCD))),
             (preamble(5, 0), .failure(.unsupportedVersion(5))),   // version 5: one version, too old
             (preamble(5, 7), .failure(.unsupportedVersion(5))),   // up to 5, bytes 6-7 meant nothing
-            (preamble(9, 0), .failure(.unsupportedVersion(9))),
-            (preamble(9, 10), .failure(.unsupportedVersions(range(9, 10)))),
+            (preamble(10, 0), .failure(.unsupportedVersion(10))),
+            (preamble(10, 11), .failure(.unsupportedVersions(range(10, 11)))),
             (preamble(7, 3), .failure(.invalidVersionRange(lowest: 7, highest: 3))),
         ]
         for (bytes, outcome) in table {
@@ -49,11 +51,11 @@ final class VersionNegotiationTests: XCTestCase {
         assertThrows(WireError.unsupportedVersion(5)) { try old.next() }
 
         var newer = FrameDecoder()
-        newer.append(preamble(9, 10).prefix(7))
-        XCTAssertNil(try newer.next(), "9-10 needs bytes 6-7 to be told apart from 9 alone")
+        newer.append(preamble(10, 11).prefix(7))
+        XCTAssertNil(try newer.next(), "10-11 needs bytes 6-7 to be told apart from 10 alone")
         XCTAssertNil(newer.peerVersions)
-        newer.append(preamble(9, 10).suffix(1))
-        assertThrows(WireError.unsupportedVersions(range(9, 10))) { try newer.next() }
+        newer.append(preamble(10, 11).suffix(1))
+        assertThrows(WireError.unsupportedVersions(range(10, 11))) { try newer.next() }
 
         var current = FrameDecoder()
         current.append(preamble(6, 0) + Frame.keepalive.encoded())
@@ -119,6 +121,12 @@ final class VersionNegotiationTests: XCTestCase {
                                                peerCapabilities: [.text, .voice, .presence, .hostedCalls, .channels, .highestVersion(7)])
         XCTAssertEqual(atSix.version, 6)
         XCTAssertEqual(atSix.capabilities, [.text, .voice, .presence, .hostedCalls])
+        // File transfers came with version 9: off on a link at 8.
+        let atEight = try LinkProtocol.negotiate(local: range(6, 9), localCapabilities: ours.union([.channels, .transfers]),
+                                                 peerPreamble: range(6, 8),
+                                                 peerCapabilities: [.text, .channels, .transfers, .highestVersion(8)])
+        XCTAssertEqual(atEight.version, 8)
+        XCTAssertEqual(atEight.capabilities, [.text, .channels])
     }
 
     /// The preamble is in the clear, the HELLO authenticated: a man in the middle who lowers a
@@ -142,6 +150,11 @@ final class VersionNegotiationTests: XCTestCase {
         XCTAssertNil(old.whyOff(.voice, who: "bravo"))
         let quiet = LinkProtocol(version: 7, peerVersions: range(6, 7), capabilities: [.text])
         XCTAssertEqual(quiet.whyOff(.voice, who: "bravo"), "bravo runs a PeerVoice without voice (its service does not offer it)")
+        let dialProofRelease = LinkProtocol(version: 8, peerVersions: range(6, 8), capabilities: [.text, .channels])
+        XCTAssertEqual(dialProofRelease.whyOff(.transfers, who: "bravo"),
+                       "bravo runs PeerVoice protocol 8; file transfers came with protocol 9: update it")
+        XCTAssertEqual(TransferWire.protocolVersion, 9)
+        XCTAssertEqual(TransferWire.capability.rawValue, 0x200)
     }
 
     /// HELLO's capabilities field: features in bits 0-15, the highest version in bits 16-31

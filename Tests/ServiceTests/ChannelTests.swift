@@ -258,34 +258,9 @@ final class ChannelTests: XCTestCase {
 
     // MARK: A hand-driven peer
 
-    /// A peer built from the core (`SecureLink`), paired with B: what reaches the wire.
+    /// A peer built from the core, paired with B: what reaches the wire.
     private func pairedFakePeer(_ b: TestPeer, channels: Bool) throws -> (link: SecureLink, id: String) {
-        let identity = SecureLink.newIdentity()
-        let id = SecureLink.peerID(of: identity)
-        // Like every side of protocol 7, its HELLO names the highest version its preamble announces.
-        let announced: Capabilities = [.text, .highestVersion(Wire.protocolVersion)]
-        let hello = try Hello(instanceID: .random(), capabilities: channels ? announced.union(.channels) : announced,
-                              listenPort: 0, voicePort: 0, name: "mallory")
-        let mark = b.mark
-        let link = try SecureLink.connect(port: b.port, identity: identity, hello: hello)
-        try link.runHandshake()
-        _ = try XCTUnwrap(b.pairingRequest(for: id, after: mark))
-        try b.client.call("ConfirmPairing", [Variant(id), Variant(true)])
-        try link.sendPairing(.asking)
-        try link.sendPairing(.accept)
-        XCTAssertEqual(try link.awaitPairing(timeout: 5).decision, .accept)
-        XCTAssertNotNil(b.waitForState("connected", of: id, after: mark))
-        return (link, id)
-    }
-
-    /// The next channel frame from the daemon (other frames skipped), within `timeout`.
-    private func nextChannelFrame(_ link: SecureLink, timeout: Double = 5) throws -> ChannelFrame? {
-        let deadline = Date().addingTimeInterval(timeout)
-        while let record = try link.receiveRecord(timeout: max(0, deadline.timeIntervalSinceNow)) {
-            let body = try link.openBody(record)
-            if ChannelFrame.isChannelFrame(body) { return try ChannelFrame(body: body) }
-        }
-        return nil
+        try SecureLink.pairedFake(with: b, capabilities: channels ? [.text, .channels] : [.text])
     }
 
     func testAPeerWithoutChannelsIsNotAvailableAndItsChannelFramesEndTheLink() throws {
@@ -319,7 +294,7 @@ final class ChannelTests: XCTestCase {
             }, "CHANNEL_OPEN for stream 2"),
             ("DATA beyond the credit B gave, its app not reading", { link in
                 try link.send(body: ChannelFrame.open(StreamID(rawValue: 1), mode: .stream, window: 65_536, datagramPort: 0, channel: chess).encodedBody())
-                XCTAssertEqual(try self.nextChannelFrame(link), .accept(StreamID(rawValue: 1), window: 262_144, datagramPort: 0))
+                XCTAssertEqual(try link.nextChannelFrame(), .accept(StreamID(rawValue: 1), window: 262_144, datagramPort: 0))
                 // Credit comes back only as B's app's socket takes the bytes; it stops taking them at some point.
                 for _ in 0..<1_024 {
                     guard (try? link.send(body: ChannelFrame.data(StreamID(rawValue: 1), endOfMessage: false, sentAtUs: 0,

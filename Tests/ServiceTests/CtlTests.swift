@@ -816,6 +816,7 @@ final class CtlTests: XCTestCase {
             "peervoicectl confirm ", "peervoicectl confirm \(b.id) ", "peervoicectl connect pv:",
             "peervoicectl history \(b.id) --", "peervoicectl peers -", "peervoicectl send ", "peervoicectl send \(b.id) ",
             "peervoicectl help re", "peervoicectl --ver", "peervoicectl volume ", "peervoicectl mute-peer \(b.id) ",
+            "peervoicectl send-file ", "peervoicectl send-file \(b.id) \(directory.path)/comp", "peervoicectl transfer ",
         ]
         var script = """
             COMP_WORDBREAKS=$' \\t\\n"\\'><=;|&(:'
@@ -833,7 +834,7 @@ final class CtlTests: XCTestCase {
         let output = process.log
         XCTAssertTrue(output.hasPrefix("complete -F _peervoicectl peervoicectl\n"), output)
         let expected = [
-            "[peervoicectl ] status peers peer discover connect disconnect send history remove mute name visible confirm voice volume mute-peer monitor open listen join rooms room-send leave shortcut help --help --version",
+            "[peervoicectl ] status peers peer discover connect disconnect send history remove mute name visible confirm voice volume mute-peer monitor open listen join rooms room-send leave send-file transfers transfer shortcut help --help --version",
             "[peervoicectl mu] mute mute-peer",
             "[peervoicectl mute ] on off toggle",
             "[peervoicectl voice ] start stop",
@@ -852,6 +853,9 @@ final class CtlTests: XCTestCase {
             "[peervoicectl --ver] --version",
             "[peervoicectl volume ] \(b.id)",
             "[peervoicectl mute-peer \(b.id) ] on off",
+            "[peervoicectl send-file ] \(b.id)",
+            "[peervoicectl send-file \(b.id) \(directory.path)/comp] \(directory.path)/completion.log",
+            "[peervoicectl transfer ] accept decline cancel",
         ]
         for line in expected {
             XCTAssertTrue(output.contains("\n" + line + "\n"), "missing '\(line)' in:\n\(output)")

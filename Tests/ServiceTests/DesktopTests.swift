@@ -178,6 +178,47 @@ final class DesktopTests: XCTestCase {
         XCTAssertEqual(notifyA.calls("CloseNotification").count, 0)
     }
 
+    /// Files offered to B are a notification naming the peer, the count and the size, with
+    /// Accept/Decline: Accept in it starts the transfer; an offer the sender cancels before an
+    /// answer is withdrawn; Decline in it declines.
+    func testAnOfferOfFilesIsANotificationThatAcceptsAndIsWithdrawnWhenCancelled() throws {
+        let directory = try TemporaryDirectory("peervoice-offers")
+        self.directory = directory
+        let a = try TestPeer(name: "alice", arguments: ["--verbose", "--no-notify", "--no-auto-voice"])
+        peers.append(a)
+        let b = try TestPeer(name: "bob", arguments: ["--verbose", "--no-auto-voice", "--download-dir", directory.path + "/in"])
+        peers.append(b)
+        XCTAssertNoThrow(try a.pair(with: b).connect.get())
+        let notifyB = try notificationDaemon(for: b)
+        let watchA = TransferWatch(a.client), watchB = TransferWatch(b.client)
+        for name in ["a.txt", "b.txt"] {
+            try Data(repeating: 0x61, count: 1_500).write(to: URL(fileURLWithPath: directory.path + "/" + name))
+        }
+        let outgoing = try watchA.send([directory.path + "/a.txt", directory.path + "/b.txt"], to: b.id)
+        let offer = try XCTUnwrap(waitForCalls(notifyB, "Notify", count: 1).last, b.log)
+        XCTAssertEqual(offer[3].string, "Receive files from alice?")
+        XCTAssertEqual(offer[4].string, "2 files, 3.0 kB")
+        XCTAssertEqual(offer[5].strings, ["accept", "Accept", "decline", "Decline"])
+        try notifyB.emit(Self.notifications, "ActionInvoked", "us", [Variant(UInt32(1)), Variant("accept")])
+        XCTAssertEqual(watchA.waitForState(outgoing, ["complete", "failed"]), "complete", b.log)
+        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: directory.path + "/in").sorted(), ["a.txt", "b.txt"])
+
+        // Cancelled by the sender while it waits: the notification goes.
+        let second = try watchA.send([directory.path + "/a.txt"], to: b.id)
+        let single = try XCTUnwrap(waitForCalls(notifyB, "Notify", count: 2).last, b.log)
+        XCTAssertEqual(single[4].string, "a.txt (1.5 kB)")
+        try watchA.call("Cancel", on: second)
+        let closed = try XCTUnwrap(waitForCalls(notifyB, "CloseNotification", count: 1).first?.first, b.log)
+        XCTAssertTrue([Variant(UInt32(2)), Variant(Int32(2))].contains(closed), closed.description)
+
+        // Declined in the notification.
+        let third = try watchA.send([directory.path + "/b.txt"], to: b.id)
+        XCTAssertEqual(waitForCalls(notifyB, "Notify", count: 3).count, 3, b.log)
+        try notifyB.emit(Self.notifications, "ActionInvoked", "us", [Variant(UInt32(3)), Variant("decline")])
+        XCTAssertEqual(watchA.waitForState(third, ["declined", "failed"]), "declined")
+        XCTAssertEqual(try watchB.objects().values.compactMap { $0.lookup("State")?.string }.sorted(), ["cancelled", "complete", "declined"])
+    }
+
     /// A client that registered with RegisterPromptHandler shows the prompts itself: no pairing
     /// notification while it is on the bus, and again once it has left. Every prompt comes as
     /// PairingPrompt (kind "confirm") just before PairingRequested, and ends, on both sides, with

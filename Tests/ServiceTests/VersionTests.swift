@@ -63,6 +63,26 @@ final class VersionTests: XCTestCase {
         XCTAssertNil(b.client.signals[mark...].first { $0.member == "PeerStateChanged" && $0.string(1) == "disconnected" })
     }
 
+    /// A side of version 8 (the dial proof, before file transfers) links at 8 with channels, and
+    /// `SendFiles` to it fails at once in words that say which side to update.
+    func testSendFilesToAVersion8PeerIsNotAvailableAndSaysToUpdateIt() throws {
+        let b = try started.make("bob")
+        let (link, id) = try pairedPeer(with: b, versions: range(6, 8), capabilities: [.text, .channels, .highestVersion(8)],
+                                        name: "eight")
+        defer { link.close() }
+        XCTAssertTrue(eventually(timeout: 5) { b.log.contains("\(id) connected (incoming over ip, protocol 8 with text messages, app channels, key") }, b.log)
+        let file = NSTemporaryDirectory() + "peervoice-version8-\(getpid()).txt"
+        XCTAssertTrue(FileManager.default.createFile(atPath: file, contents: Data("hello".utf8)))
+        defer { try? FileManager.default.removeItem(atPath: file) }
+        do {
+            _ = try TransferWatch(b.client).send([file], to: id)
+            XCTFail("SendFiles to a version-8 peer succeeded")
+        } catch {
+            XCTAssertEqual(error.name, Self.notAvailable)
+            XCTAssertEqual(error.message, "eight runs PeerVoice protocol 8; file transfers came with protocol 9: update it")
+        }
+    }
+
     /// A side of this version that does not announce presence gets no PRESENCE, and a PRESENCE from it
     /// is a frame of a feature its link does not carry: GOODBYE with reason 2.
     func testAFeatureOnlyOneSideAnnouncedStaysOffTheLink() throws {
@@ -139,7 +159,7 @@ final class VersionTests: XCTestCase {
         let end = stream.readUntilEnd(timeout: 5)
         XCTAssertEqual(end.bytes, Preamble.bytes)
         XCTAssertEqual(end.ending, .closed)
-        XCTAssertTrue(eventually(timeout: 5) { b.log.contains("peer speaks protocol version 5; this side speaks versions 6-8") }, b.log)
+        XCTAssertTrue(eventually(timeout: 5) { b.log.contains("peer speaks protocol version 5; this side speaks versions \(VersionRange.supported)") }, b.log)
     }
 
     /// The two versions after this build's newest.

@@ -27,6 +27,8 @@ voice started; then, interleaved:
   idle        the call alone
   peervoice   the call while `peervoicectl open` streams zeros from A to B as fast as it can
               (the stream's rate is measured at B over the speech)
+  transfer    the call while `peervoicectl send-file` sends a 1 GiB file from A to B (issue 30: transfers
+              ride one app stream; B accepts it; the rate is B's Transferred property over the speech)
   tcp-flood   reference: the call while socat pushes zeros over plain TCP from A to B (what a bulk
               transfer without delay-based rate control does to the call)
 Targets (issue 29): loopback peervoice >= ssh (1 and 8 streams); through the bottleneck the call's median
@@ -60,7 +62,7 @@ spec.loader.exec_module(voice)
 CHILDREN, BenchError, log, wait_for = voice.CHILDREN, voice.BenchError, voice.log, voice.wait_for
 CHANNEL = "org.example.Bench"
 SYSTEMS = ("peervoice", "socat", "ssh")
-CONDITIONS = ("idle", "peervoice", "tcp-flood")
+CONDITIONS = ("idle", "peervoice", "transfer", "tcp-flood")
 
 
 def run(args, env=None, timeout=60, check=True):
@@ -123,7 +125,7 @@ class OpenSSH:
         with open(config, "w") as f:
             f.write(f"Port {self.port}\nListenAddress 127.0.0.1\nHostKey {self.dir}/host\n"
                     f"AuthorizedKeysFile {self.dir}/authorized_keys\nPasswordAuthentication no\nPermitRootLogin yes\n"
-                    f"StrictModes no\nUsePAM no\nPidFile {self.dir}/sshd.pid\n")
+                    f"StrictModes no\nUsePAM no\nPidFile {self.dir}/sshd.pid\nSubsystem sftp /usr/lib/openssh/sftp-server\n")
         os.makedirs("/run/sshd", exist_ok=True)
         self.process = CHILDREN.start(["/usr/sbin/sshd", "-D", "-f", config, "-E", os.path.join(self.dir, "log")], name="sshd")
         self.client = ["ssh", "-p", str(self.port), "-i", os.path.join(self.dir, "client"), "-o", "StrictHostKeyChecking=no",
@@ -303,12 +305,39 @@ class Call:
         return {"sender": self.a.pid, "receiver": self.b.pid}
 
 
+SAMPLER = r"""
+import subprocess, sys, time
+out = open(sys.argv[1], "w", buffering=1)
+while True:
+    r = subprocess.run(["busctl", "--user", "get-property", "org.example.PeerVoice", sys.argv[2],
+                        "org.example.PeerVoice.Transfer", "Transferred"], capture_output=True, text=True)
+    if r.returncode == 0:
+        out.write("%.3f %s\n" % (time.monotonic(), r.stdout.split()[1]))
+    time.sleep(0.25)
+"""
+
+
+def send_file(bin_dir, a, b, b_id, workdir, label, counter):
+    """`peervoicectl send-file` of 1 GiB (written zeros, not sparse) from A; B accepts it (its first
+    transfer object: fresh daemons) and a sampler records B's Transferred. Returns (sender, sampler)."""
+    source = os.path.join(workdir, "transfer.bin")
+    if not os.path.exists(source):
+        run(["sh", "-c", f"head -c {1 << 30} /dev/zero > '{source}'"], timeout=300)
+    sender = ctl(bin_dir, a, ["send-file", b_id, source])
+    path = "/org/example/PeerVoice/transfers/1"
+    wait_for("the transfer offered to B", lambda: run([os.path.join(bin_dir, "peervoicectl"), "transfer", "accept", "1"],
+                                                     env=b.env, check=False).returncode == 0, 15, 0.2)
+    sampler = subprocess.Popen([sys.executable, "-c", SAMPLER, counter, path], env=b.env)
+    return sender, sampler
+
+
 def bottleneck_run(args, pw, nets, workdir, index):
     label = f"bottleneck-{index}"
+    downloads = os.path.join(workdir, f"{label}-downloads")
     a, b, b_id = start_pair(pw, os.path.join(args.bin_dir, "peervoiced"), workdir, label,
                             listen=(f"{nets.addr_a}:0", f"{nets.addr_b}:0"),
                             launchers=(nets.launcher(nets.a), nets.launcher(nets.b)), voice_on=True,
-                            extra=args.daemon_args)
+                            extra=list(args.daemon_args) + ["--download-dir", downloads])
     results = {}
     try:
         time.sleep(args.settle)
@@ -320,6 +349,8 @@ def bottleneck_run(args, pw, nets, workdir, index):
                                             f"{sys.executable} -c '{COUNTER}' {counter}", shell=True, env=b.env)
                     wait_registered(b, CHANNEL)
                     sender = ctl(args.bin_dir, a, ["open", b_id, CHANNEL], stdin=open("/dev/zero", "rb"))
+                elif condition == "transfer":
+                    sender, sink = send_file(args.bin_dir, a, b, b_id, workdir, label, counter)
                 elif condition == "tcp-flood":
                     port = 47999
                     sink = subprocess.Popen(nets.launcher(nets.b) + ["sh", "-c", f"exec socat -u TCP-LISTEN:{port},reuseaddr - | "
@@ -344,6 +375,9 @@ def bottleneck_run(args, pw, nets, workdir, index):
                             p.wait(10)
                         except subprocess.TimeoutExpired:
                             p.kill()
+                # peervoicectl ended by a signal other than SIGINT leaves its transfer running: it is cancelled.
+                if condition == "transfer":
+                    run([os.path.join(args.bin_dir, "peervoicectl"), "transfer", "cancel", "1"], env=b.env, check=False)
                 # What the flood's sink leaves in the namespace (socat under sh) goes with its group.
                 if condition == "tcp-flood":
                     run(["ip", "netns", "exec", nets.b, "pkill", "-f", f"TCP-LISTEN:47999"], check=False)

@@ -139,10 +139,9 @@ public struct Capabilities: OptionSet, Hashable, Sendable {
     /// Bit 3: hosts and joins hosted calls, PARTICIPANTS, RELAY_REPORT and RELAYED_VOICE
     /// (version 6; a version-6 peer has it without the bit).
     public static let hostedCalls = Capabilities(rawValue: 1 << 3)
-    /// Bit 8: app channels (docs/PROTOCOL.md §13). Reserved for them; bit and version are
-    /// placeholders until the lead assigns them.
+    /// Bit 8: app channels (docs/PROTOCOL.md §13), from version 7.
     public static let channels = Capabilities(rawValue: 1 << 8)
-    /// Bit 9: file transfers. Reserved for them, a placeholder like ``channels``.
+    /// Bit 9: file transfers (docs/PROTOCOL.md §15), from version 9.
     public static let transfers = Capabilities(rawValue: 1 << 9)
 }
 

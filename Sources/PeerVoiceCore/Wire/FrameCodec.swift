@@ -304,6 +304,9 @@ struct ByteReader {
         return bytes.prefix(count)
     }
 
+    /// How many bytes are not read yet.
+    var remaining: Int { bytes.count }
+
     /// Everything not read yet.
     mutating func readRest() -> ArraySlice<UInt8> {
         defer { bytes = bytes[bytes.endIndex...] }

@@ -114,8 +114,8 @@ extension Capabilities {
     /// What a version-6 peer has without announcing it: its version brought them.
     public static let impliedByVersion6: Capabilities = [.presence, .hostedCalls]
 
-    /// Each feature, the version it came with, and its name in messages for a person. The
-    /// version of transfers is a placeholder, kept only here. (Version 8 brought no feature bit:
+    /// Each feature, the version it came with, and its name in messages for a person, kept only
+    /// here (``TransferWire`` reads its own from it). (Version 8 brought no feature bit:
     /// the dial proof in handshake message 1, ``DialProof/protocolVersion``.)
     static let catalogue: [(feature: Capabilities, version: UInt16, name: String)] = [
         (.text, 1, "text messages"),

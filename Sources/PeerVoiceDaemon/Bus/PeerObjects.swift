@@ -97,7 +97,8 @@ final class PeerObjects {
     private let connection: DBusConnection
     private var manager: ObjectRegistration?
     private var objects: [String: Exported] = [:]
-    /// Other objects this ObjectManager publishes (the rooms: `RoomObjects`), for GetManagedObjects.
+    /// Other objects this ObjectManager publishes (the rooms: `RoomObjects`; the transfers:
+    /// `TransferObjects`), for GetManagedObjects.
     var otherObjects: () -> [(String, ManagedInterfaces)] = { [] }
 
     init(connection: DBusConnection) throws(BusError) {

@@ -1,17 +1,20 @@
 import GIO
+import PeerVoiceBus
 import PeerVoiceCore
 
 /// Desktop notifications (`org.freedesktop.Notifications` on the session bus, Desktop
 /// Notifications Specification 1.2) for what a person should see without watching the bus: an
-/// incoming message, and a pairing request with Accept/Reject buttons that answer it like
-/// `ConfirmPairing`.
+/// incoming message, a pairing request with Accept/Reject buttons that answer it like
+/// `ConfirmPairing`, and files offered with Accept/Decline buttons that answer like the
+/// transfer object's `Accept` and `Decline`.
 ///
 /// Everything is asynchronous: without a notification server (nothing owns the name and nothing
 /// can be activated) a notification is dropped with a debug line and the service carries on.
 /// Closing a pairing notification without choosing leaves the request open (`peervoicectl
 /// confirm` still answers it, and it times out as usual); one still showing when the peer stops
-/// pairing (answered elsewhere, timed out, connected: `PairingSettled`) is withdrawn. While a client
-/// shows prompts itself (`RegisterPromptHandler`), prompts are not notified.
+/// pairing (answered elsewhere, timed out, connected: `PairingSettled`) is withdrawn, and so is an
+/// offer of files that stops waiting. While a client shows prompts itself (`RegisterPromptHandler`),
+/// prompts (pairings and offers) are not notified.
 final class DesktopNotifications {
     static let service = "org.freedesktop.Notifications"
     static let path = "/org/freedesktop/Notifications"
@@ -34,12 +37,18 @@ final class DesktopNotifications {
     private var capabilities: Set<String>?
     /// Notifications waiting for the capabilities; nil when no `GetCapabilities` is in flight.
     private var waitingForCapabilities: [(Set<String>) -> Void]?
-    /// Pairing notifications on screen: notification id → peer.
-    private var pairingNotifications: [UInt32: PeerRef] = [:]
-    /// Peers whose pairing notification is on its way to the server, and those of them whose
-    /// question was settled meanwhile (withdrawn as soon as the server names it).
-    private var pairingNotificationsInFlight: Set<PeerRef> = []
-    private var withdrawWhenShown: Set<PeerRef> = []
+    /// A question on screen: a pairing (by peer) or an offer of files (by transfer number).
+    private enum Prompt: Hashable {
+        case pairing(PeerRef)
+        case transfer(Int)
+    }
+
+    /// Prompts on screen: notification id → prompt.
+    private var prompts: [UInt32: Prompt] = [:]
+    /// Prompts whose notification is on its way to the server, and those of them whose question
+    /// was settled meanwhile (withdrawn as soon as the server names it).
+    private var promptsInFlight: Set<Prompt> = []
+    private var withdrawWhenShown: Set<Prompt> = []
 
     init(connection: DBusConnection, service: PeerVoiceService, promptHandlers: PromptHandlers) {
         self.connection = connection
@@ -52,7 +61,7 @@ final class DesktopNotifications {
             },
             connection.subscribe(sender: Self.service, interface: Self.interface, member: "NotificationClosed", path: Self.path) { [unowned self] signal in
                 guard let id = signal.arguments[0].uint32 else { return }
-                pairingNotifications[id] = nil
+                prompts[id] = nil
             },
         ]
         // A new server knows nothing of the old one's notifications and may differ in capabilities.
@@ -68,9 +77,9 @@ final class DesktopNotifications {
         case .pairingRequested(let peer, let name, let passkey, _) where promptHandlers.isEmpty:
             notifyPairing(with: peer, name: name, passkey: passkey)
         case .peerStateChanged(let peer, let state) where state != .pairing:
-            withdrawPairing(for: peer)
+            withdraw(.pairing(peer))
         case .pairingSettled(let peer, _):
-            withdrawPairing(for: peer)
+            withdraw(.pairing(peer))
         default:
             break
         }
@@ -90,47 +99,75 @@ final class DesktopNotifications {
 
     private func notifyPairing(with peer: PeerRef, name: String, passkey: String) {
         let name = name.isEmpty ? displayName(of: peer) : name
-        // One prompt per peer on screen: a second request (Bluetooth asks twice) replaces the first.
-        let previous = pairingNotifications.first { $0.value == peer }?.key
-        pairingNotificationsInFlight.insert(peer)
-        withdrawWhenShown.remove(peer)
+        let body = passkey.isEmpty ? "\(name) (\(peer)) asks to pair" : "Compare the code \(passkey) with the other screen"
+        ask(.pairing(peer), summary: "Pair with \(name)?", body: body, answer: "peervoicectl confirm \(peer) yes|no",
+            actions: ["accept", "Accept", "reject", "Reject"])
+    }
+
+    /// Files offered, waiting for this person: who offers how many files of what size.
+    func notifyTransferOffer(_ offer: TransferOffer) {
+        guard promptHandlers.isEmpty else { return }
+        let name = offer.peerName.isEmpty ? offer.peer.description : offer.peerName
+        let what = offer.fileCount == 1 && !offer.firstName.isEmpty
+            ? "\(offer.firstName) (\(ByteCount.text(offer.bytes)))"
+            : "\(offer.fileCount) \(offer.fileCount == 1 ? "file" : "files"), \(ByteCount.text(offer.bytes))"
+        ask(.transfer(offer.number), summary: "Receive files from \(name)?", body: what,
+            answer: "peervoicectl transfer accept|decline \(offer.number)", actions: ["accept", "Accept", "decline", "Decline"])
+    }
+
+    /// The offer is no longer waiting: its notification goes.
+    func withdrawTransferOffer(_ number: Int) { withdraw(.transfer(number)) }
+
+    /// Shows a question with buttons (one per prompt on screen: a second replaces the first); a
+    /// server without buttons gets the command that answers instead.
+    private func ask(_ prompt: Prompt, summary: String, body: String, answer: String, actions: [String]) {
+        let previous = prompts.first { $0.value == prompt }?.key
+        promptsInFlight.insert(prompt)
+        withdrawWhenShown.remove(prompt)
         withCapabilities { [unowned self] capabilities in
-            var body = passkey.isEmpty ? "\(name) (\(peer)) asks to pair" : "Compare the code \(passkey) with the other screen"
-            if !capabilities.contains("actions") {
-                body += "\nAnswer with: peervoicectl confirm \(peer) yes|no"
-            }
-            notify(summary: "Pair with \(name)?", body: Self.body(body, capabilities: capabilities),
-                   actions: ["accept", "Accept", "reject", "Reject"],
+            var text = body
+            if !capabilities.contains("actions") { text += "\nAnswer with: \(answer)" }
+            notify(summary: summary, body: Self.body(text, capabilities: capabilities), actions: actions,
                    hints: [("urgency", Variant(parsing: "byte 2")!)], replaces: previous ?? 0) { [weak self] id in
                 guard let self else { return }
-                if let previous { pairingNotifications[previous] = nil }
-                pairingNotifications[id] = peer
-                pairingNotificationsInFlight.remove(peer)
-                if withdrawWhenShown.remove(peer) != nil { withdrawPairing(for: peer) }
+                if let previous { prompts[previous] = nil }
+                prompts[id] = prompt
+                promptsInFlight.remove(prompt)
+                if withdrawWhenShown.remove(prompt) != nil { withdraw(prompt) }
             }
         }
     }
 
-    private func withdrawPairing(for peer: PeerRef) {
-        if pairingNotificationsInFlight.contains(peer) { withdrawWhenShown.insert(peer) }
-        for (id, shown) in pairingNotifications where shown == peer {
-            pairingNotifications[id] = nil
+    private func withdraw(_ prompt: Prompt) {
+        if promptsInFlight.contains(prompt) { withdrawWhenShown.insert(prompt) }
+        for (id, shown) in prompts where shown == prompt {
+            prompts[id] = nil
             connection.callAsync(destination: Self.service, path: Self.path, interface: Self.interface,
                                  method: "CloseNotification", arguments: Variant(tuple: [Variant(id)]), timeout: .seconds(5)) { result in
-                if case .failure(let error) = result { Log.debug("could not withdraw the pairing notification for \(peer): \(error)") }
+                if case .failure(let error) = result { Log.debug("could not withdraw a notification: \(error)") }
             }
         }
     }
 
     private func actionInvoked(id: UInt32, action: String) {
-        guard let peer = pairingNotifications[id], action == "accept" || action == "reject" else { return }
-        pairingNotifications[id] = nil
-        let accept = action == "accept"
-        Log.info("pairing with \(peer) \(accept ? "accepted" : "refused") in its notification")
-        do {
-            try service.confirmPairing(peer, accept: accept)
-        } catch {
-            Log.info("could not answer the pairing with \(peer) from its notification: \(error.message)")
+        guard let prompt = prompts[id] else { return }
+        switch (prompt, action) {
+        case (.pairing(let peer), "accept"), (.pairing(let peer), "reject"):
+            prompts[id] = nil
+            let accept = action == "accept"
+            Log.info("pairing with \(peer) \(accept ? "accepted" : "refused") in its notification")
+            do {
+                try service.confirmPairing(peer, accept: accept)
+            } catch {
+                Log.info("could not answer the pairing with \(peer) from its notification: \(error.message)")
+            }
+        case (.transfer(let number), "accept"), (.transfer(let number), "decline"):
+            prompts[id] = nil
+            service.transfers.perform(action == "accept" ? "Accept" : "Decline", on: number) { result in
+                if case .failure(let error) = result { Log.info("could not answer transfer \(number) from its notification: \(error.message)") }
+            }
+        default:
+            break
         }
     }
 
@@ -182,8 +219,8 @@ final class DesktopNotifications {
         defer { serverOwner = owner }
         guard let previous = serverOwner, previous != owner else { return }
         capabilities = nil
-        pairingNotifications = [:]
-        pairingNotificationsInFlight = []
+        prompts = [:]
+        promptsInFlight = []
         withdrawWhenShown = []
     }
 

@@ -344,13 +344,13 @@ final class PeerConnections {
         waiters.forEach { $0(.failure(error)) }
     }
 
-    /// Dials `peer` again later if it has messages waiting, or still holds an older presence
-    /// secret of ours, and may be dialled.
+    /// Dials `peer` again later if it has messages waiting, still holds an older presence secret
+    /// of ours, or a link component (file transfers) waits for it, and may be dialled.
     func scheduleRedial(_ peer: Peer, immediately: Bool = false) {
         var redial = redials[peer.id] ?? Redial()
         guard !asleep, peer.paired, !peer.routes.isEmpty, !peer.stayDisconnected, !links.isConnected(peer.id), dials[peer.id] == nil,
               redial.timer == nil, !hasPendingLink(peer),
-              delivery.hasPending(for: peer.id) || lan.awaitsPresenceSecret(peer.id) else { return }
+              delivery.hasPending(for: peer.id) || lan.awaitsPresenceSecret(peer.id) || links.isWanted(peer.id) else { return }
         redial.backoff = immediately ? .zero : min(Self.maxRedial, max(Self.firstRedial, redial.backoff * 2))
         redial.timer = Timer.after(redial.backoff) { [unowned self, weak peer] in
             guard let peer, registry.isCurrent(peer) else { return }

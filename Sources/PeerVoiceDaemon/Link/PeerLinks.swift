@@ -23,6 +23,9 @@ protocol LinkComponent: AnyObject {
     /// Every frame of one read from the link has been handed over: the moment to answer them
     /// together (one ACK per read).
     func inputDrained(on link: PeerLink, from peer: Peer)
+    /// Whether it has work waiting for a link to `peer` (a file transfer): the service then
+    /// dials the peer again until one opens, as it does for queued messages.
+    func needsLink(to peer: PeerID) -> Bool
 }
 
 extension LinkComponent {
@@ -31,6 +34,7 @@ extension LinkComponent {
     func received(_ frame: Frame, on link: PeerLink, from peer: Peer) {}
     func received(body: ArraySlice<UInt8>, on link: PeerLink, from peer: Peer) throws {}
     func inputDrained(on link: PeerLink, from peer: Peer) {}
+    func needsLink(to peer: PeerID) -> Bool { false }
 }
 
 /// The one owner of "which link a peer has now", and the registry of the components that run
@@ -96,6 +100,11 @@ final class PeerLinks {
     /// What our HELLO announces: every component's features.
     var offeredCapabilities: Capabilities {
         components.reduce(into: []) { $0.formUnion($1.component?.offeredCapabilities ?? []) }
+    }
+
+    /// Whether a component has work waiting for a link to `peer`.
+    func isWanted(_ peer: PeerID) -> Bool {
+        components.contains { $0.component?.needsLink(to: peer) == true }
     }
 
     // MARK: Which link a peer has
