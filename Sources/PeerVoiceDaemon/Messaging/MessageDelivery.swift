@@ -75,6 +75,8 @@ final class MessageDelivery: LinkComponent {
 
     // MARK: Links
 
+    var offeredCapabilities: Capabilities { .text }
+
     /// A new link to `peer` opened: a new run starts, with everything still queued (unless the
     /// link does not carry text).
     func linkOpened(_ link: PeerLink, to peer: Peer) {
