@@ -209,7 +209,11 @@ final class VersionTests: XCTestCase {
         guard case .failure(let error)? = connect.result else { return XCTFail("Connect succeeded: \(String(describing: connect.result))") }
         XCTAssertEqual(error.name, Self.notAvailable)
         XCTAssertEqual(error.message, words)
-        XCTAssertTrue(eventually(timeout: 5) { objectChanges.contains { $0.arguments[1].lookup("State")?.string == "disconnected" } })
+        // A PropertiesChanged of carol's first disconnection may still arrive after the
+        // subscription: wait for the one that carries the reason.
+        XCTAssertTrue(eventually(timeout: 5) {
+            objectChanges.contains { $0.arguments[1].lookup("State")?.string == "disconnected" && $0.arguments[1].lookup("StateReason")?.string == words }
+        })
         let changed = objectChanges.last { $0.arguments[1].lookup("State") != nil }
         XCTAssertEqual(changed?.arguments[1].lookup("State")?.string, "disconnected")
         XCTAssertEqual(changed?.arguments[1].lookup("StateReason")?.string, words, "State and StateReason change together")

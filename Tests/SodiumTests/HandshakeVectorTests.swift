@@ -20,7 +20,9 @@ final class HandshakeVectorTests: XCTestCase {
     /// presence secret is 32 bytes 0x42, the epoch 1960644.
     func testPublishedVectorWithADialProof() throws {
         let key = DialProofKey(secret: PresenceSecret(bytes: [UInt8](repeating: 0x42, count: 32))!, epoch: 1_960_644)
-        XCTAssertEqual(try vector(dialProof: .present(key)), Self.expectedWithDialProof)
+        // SECURITY.md §8 publishes the handshake's part of it (the sealed PAIRING examples and the
+        // peer-id hashes after it belong to the first vector).
+        XCTAssertEqual(Array(try vector(dialProof: .present(key)).prefix(Self.expectedWithDialProof.count)), Self.expectedWithDialProof)
     }
 
     private func vector(dialProof: DialProofField) throws -> [String] {
