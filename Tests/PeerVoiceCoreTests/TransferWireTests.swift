@@ -33,6 +33,9 @@ final class TransferWireTests: XCTestCase {
             ("trailing slash", Array("a/".utf8), .emptyName),
             ("NUL inside", Array("evil\0.txt".utf8), .nul),
             ("NUL then a path", Array("ok.txt\0/../../x".utf8), .nul),
+            // U+070F joins the "/" after it into one Character: split as characters, "\u{70F}/.."
+            // would be one name, and the file system would still climb back out of "a\u{70F}".
+            ("up behind a prepended mark", Array("a\u{70F}/..".utf8), .dotName("..")),
             ("newline", Array("two\nlines".utf8), .controlCharacter(0x0A)),
             ("escape", Array("\u{1B}[31mred".utf8), .controlCharacter(0x1B)),
             ("delete", Array("a\u{7F}".utf8), .controlCharacter(0x7F)),

@@ -16,7 +16,9 @@ public struct TransferPath: Hashable, Sendable, Comparable, CustomStringConverti
         guard bytes.count <= TransferWire.maxPathBytes else { throw .pathTooLong(bytes: bytes.count) }
         guard bytes.first != UInt8(ascii: "/") else { throw .absolute }
         guard let text = String(validating: bytes, as: UTF8.self) else { throw .notUTF8 }
-        let names = text.split(separator: "/", omittingEmptySubsequences: false).map(String.init)
+        // Split the bytes, not the characters: a character can hold a `/` (U+070F and other
+        // prepended marks join the next scalar), and a file system splits at every one.
+        let names = text.utf8.split(separator: UInt8(ascii: "/"), omittingEmptySubsequences: false).map { String(Substring($0)) }
         guard names.count <= TransferWire.maxDepth else { throw .tooDeep(components: names.count) }
         for name in names { try Self.check(name: name) }
         components = names
@@ -30,6 +32,7 @@ public struct TransferPath: Hashable, Sendable, Comparable, CustomStringConverti
         guard name != ".", name != ".." else { throw .dotName(name) }
         for scalar in name.unicodeScalars {
             if scalar == "\0" { throw .nul }
+            if scalar == "/" { throw .slash }
             if scalar.properties.generalCategory == .control { throw .controlCharacter(scalar.value) }
             if Self.bidiControls.contains(scalar.value) { throw .bidiControl(scalar.value) }
         }
@@ -80,6 +83,7 @@ public enum TransferPathError: Error, Equatable, Sendable, CustomStringConvertib
     case nameTooLong(bytes: Int)
     case dotName(String)
     case nul
+    case slash
     case controlCharacter(UInt32)
     case bidiControl(UInt32)
 
@@ -94,6 +98,7 @@ public enum TransferPathError: Error, Equatable, Sendable, CustomStringConvertib
         case .nameTooLong(let bytes): "a name of \(bytes) bytes (at most \(TransferWire.maxNameBytes))"
         case .dotName(let name): "the name \"\(name)\""
         case .nul: "a NUL character in a name"
+        case .slash: "a / inside a name"
         case .controlCharacter(let value): "a control character (U+\(Self.hex(value))) in a name"
         case .bidiControl(let value): "a text-direction control (U+\(Self.hex(value))) in a name"
         }

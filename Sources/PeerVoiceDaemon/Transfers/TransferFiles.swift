@@ -111,8 +111,8 @@ enum TransferFolder {
     /// Makes `path` (and missing parents) as folders; one that exists is fine.
     static func make(_ path: String) throws(SystemError) {
         var made = ""
-        for component in path.split(separator: "/", omittingEmptySubsequences: true) {
-            made += "/" + component
+        for component in path.utf8.split(separator: UInt8(ascii: "/"), omittingEmptySubsequences: true) {
+            made += "/" + String(Substring(component))
             if mkdir(made, 0o755) != 0 && errno != EEXIST { throw SystemError(call: "mkdir", code: errno) }
         }
         var info = stat()
