@@ -243,7 +243,7 @@ final class LANPeers: LinkComponent {
 
     /// This epoch's presence advertisement; a timer replaces it when the epoch ends.
     private func presenceService() -> LANServiceInfo {
-        let now = UInt64(clock.nowMs() / 1000)
+        let now = nowSeconds
         let epoch = PresenceTag.epoch(unixSeconds: now)
         if presenceEpoch != epoch {
             presenceEpoch = epoch
@@ -359,7 +359,7 @@ extension LANPeers: LANDiscoveryDelegate {
             return registry[PeerID(key: key, using: crypto)].flatMap { $0.paired ? $0 : nil }
         }
         guard let tag = advertisement.tag else { return nil }
-        let now = UInt64(clock.nowMs() / 1000)
+        let now = nowSeconds
         return registry.all.first { peer in
             peer.paired && peer.presenceSecret.map { PresenceTag.matches(tag, secret: $0, unixSeconds: now, crypto: crypto) } == true
         }
