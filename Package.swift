@@ -82,7 +82,7 @@ let package = Package(
         .testTarget(name: "PipeWireTests", dependencies: ["PipeWire", "PeerVoiceCore", "TestHarness"]),
         .testTarget(name: "ServiceTests", dependencies: ["TestHarness", "GIO"]),
         // PeerObjects in-process (the daemon module's component) against a real private dbus-daemon.
-        .testTarget(name: "PeerObjectsTests", dependencies: ["PeerVoiceDaemon", "PeerVoiceCore", "TestHarness", "GIO"]),
+        .testTarget(name: "DaemonInProcessTests", dependencies: ["PeerVoiceDaemon", "PeerVoiceCore", "TestHarness", "GIO"]),
         .testTarget(name: "GIOTests", dependencies: ["GIO", "TestHarness"]),
         .testTarget(name: "PeerVoiceAppModelTests", dependencies: ["PeerVoiceAppModel"]),
         // The app in Xvfb, driven through AT-SPI against real daemons; needs the peervoice product.
