@@ -141,11 +141,7 @@ final class Campaign {
             let node = Node(name: name, peer: peer, downloads: downloads, streamsIn: streamsIn)
             nodes.append(node)
             // The state directory moves onto a 4 MiB tmpfs (the disk-full fault fills it).
-            guard peer.stop() == 0 else { throw HarnessError("\(name) did not stop: \(peer.log.suffix(2_000))") }
-            let state = node.stateDirectory
-            try shell("set -e; mv '\(state)' '\(state).orig'; mkdir '\(state)'; mount -t tmpfs -o size=4m,mode=0700 chaos '\(state)'; "
-                + "cp -a '\(state).orig/.' '\(state)/'; rm -rf '\(state).orig'")
-            try peer.restart()
+            try peer.moveStateOntoTmpfs(megabytes: 4)
             startListener(node)
         }
         for (dialler, dialled) in [(0, 1), (0, 2), (1, 2)] {
@@ -168,7 +164,7 @@ final class Campaign {
             node.listener?.kill()
             if node.stopped { node.peer.daemon.process.signal(SIGCONT) }
             node.peer.kill()
-            _ = try? shell("umount -l '\(node.stateDirectory)'")
+            node.peer.unmountState()
             node.peer.shutdown(keepDirectory: keeping)
         }
         nodes = []
@@ -179,11 +175,6 @@ final class Campaign {
         for node in nodes {
             say("----- log of \(node.name) (\(node.peer.id)), whole in \(node.peer.directory.path) -----\n\(node.peer.log.suffix(8_000))")
         }
-    }
-
-    private func shell(_ command: String) throws {
-        let process = try ChildProcess("/bin/sh", ["-c", command], logPath: directory.path + "/shell.log")
-        guard process.wait(timeout: 60) == 0 else { throw HarnessError("\(command): \(process.log.suffix(1_000))") }
     }
 
     /// `peervoicectl listen` on the node's bus: each stream into a file, renamed `.ok` when it
@@ -355,7 +346,7 @@ final class Campaign {
     private func injectFault() {
         let index = pick(3)
         let node = nodes[index]
-        switch pick(5) {
+        switch pick(6) {
         case 0:
             // kill -9, restarted at once or after up to 3 s; now and then with its clock stepped.
             guard node.peer.isRunning else { return }
@@ -397,12 +388,19 @@ final class Campaign {
             guard !node.diskFull else { return }
             let seconds = 1 + random.uniform() * 8
             count("disk-full", "\(node.name)'s state directory for \(String(format: "%.1f", seconds)) s")
-            _ = try? shell("cat /dev/zero > '\(node.stateDirectory)/chaos-fill' 2>/dev/null; true")
+            try? node.peer.fillState()
             node.diskFull = true
-            later(seconds, "disk freed \(node.name)") { [unowned self] in
-                _ = try? shell("rm -f '\(node.stateDirectory)/chaos-fill'")
+            later(seconds, "disk freed \(node.name)") {
+                try? node.peer.freeState()
                 node.diskFull = false
             }
+        case 4:
+            let key = [1, 2, 5][pick(3)]
+            guard let relay = relays[key], let (_, target) = relayPorts[key] else { return }
+            let delay = 0.02 + random.uniform() * 0.4, seconds = 1 + random.uniform() * 8
+            count("delay", "\(nodes[key / 3].name) → \(nodes[target].name): \(Int(delay * 1000)) ms a read for \(String(format: "%.1f", seconds)) s")
+            relay.delay(delay)
+            later(seconds, "no delay \(nodes[key / 3].name) → \(nodes[target].name)") { relay.delay(0) }
         default:
             // A burst: the same peer frozen while another's link is cut (combinations are where
             // the defects were).
