@@ -169,7 +169,7 @@ screenshots: deps
 
 # Serial on purpose (no --parallel): each suite starts its own private dbus-daemon.
 # Every suite: unit and service tests (private buses, PipeWire), 200 seeds of the simulation (≈40 s, 34 s of CPU),
-# one 40 s seed of the fault campaign (make chaos, ≈55 s),
+# one 40 s seed of the fault campaign (make chaos, ≈50 s),
 # each fuzz target for FUZZ_SMOKE_SECONDS, the Debian package round (test-package), then PeerVoice
 # over real BlueZ in the two VMs. TEST_FILTER narrows the first part and skips the rest.
 test: deps rooms-venv
@@ -230,7 +230,7 @@ simulate:
 # peervoiced while kill -9, SIGSTOP, link cuts, disk full and clock steps hit them, then up to
 # CHAOS_SETTLE quiet seconds; stops at the first seed that breaks an invariant, printing the seed,
 # the schedule step and what was expected against what was seen. Root (tmpfs mounts). The debug
-# build; `make test` runs one 40 s seed (≈55 s).
+# build; `make test` runs one 40 s seed (47 s wall on the shared 2-core machine).
 CHAOS_SECONDS ?= 60
 CHAOS_SETTLE ?= 90
 .PHONY: chaos
