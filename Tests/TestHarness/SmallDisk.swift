@@ -17,8 +17,8 @@ extension TestPeer {
         try restart()
     }
 
-    /// Fills the tmpfs to the last byte.
-    public func fillState() throws { try runShell("cat /dev/zero > '\(fillPath)' 2>/dev/null; true") }
+    /// Fills the tmpfs to the last byte (again: what was freed since is taken too).
+    public func fillState() throws { try runShell("cat /dev/zero >> '\(fillPath)' 2>/dev/null; true") }
 
     /// Gives the space back.
     public func freeState() throws { try runShell("rm -f '\(fillPath)'") }

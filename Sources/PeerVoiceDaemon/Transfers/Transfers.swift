@@ -591,6 +591,13 @@ final class Transfers: ChannelHandler, LinkComponent {
         if unsaved.insert(id).inserted {
             Log.warning("transfers: cannot save the record of \(id.hex) in the state directory (trying again every 0.5 s): \(error)")
         }
+        // An incoming transfer that ended: until its record can say so, none is better than the
+        // old one (unlinking needs no space), which would bring it back after a kill -9 waiting
+        // for a sender that forgot it (chaos seed 9). A re-offer would then be asked anew.
+        if let transfer = transfers[id], transfer.direction == .incoming, transfer.state.isFinished {
+            let store = store
+            disk.run { store.remove(id.hex) }
+        }
         guard saveRetry == nil else { return }
         saveRetry = Timer.after(Self.saveRetryDelay) { [weak self] in
             guard let self else { return }
