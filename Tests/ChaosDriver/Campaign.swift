@@ -9,7 +9,7 @@ struct ChaosFigures: CustomStringConvertible {
     var faults: [String: Int] = [:]
     var sent = 0, refused = 0, received = 0, delivered = 0, failed = 0
     var transfers = 0, transfersComplete = 0, transfersFailed = 0, transferBytes = 0
-    var streams = 0, streamsWhole = 0, streamsReset = 0, streamsRefused = 0
+    var streams = 0, streamsWhole = 0, streamsReset = 0, streamsRefused = 0, streamsCutByKill = 0
 
     mutating func add(_ other: ChaosFigures) {
         other.faults.forEach { faults[$0.key, default: 0] += $0.value }
@@ -18,7 +18,7 @@ struct ChaosFigures: CustomStringConvertible {
         transfers += other.transfers; transfersComplete += other.transfersComplete
         transfersFailed += other.transfersFailed; transferBytes += other.transferBytes
         streams += other.streams; streamsWhole += other.streamsWhole; streamsReset += other.streamsReset
-        streamsRefused += other.streamsRefused
+        streamsRefused += other.streamsRefused; streamsCutByKill += other.streamsCutByKill
     }
 
     var description: String {
@@ -27,7 +27,7 @@ struct ChaosFigures: CustomStringConvertible {
             + "\(received) received, \(delivered) reported delivered, \(failed) failed; "
             + "transfers: \(transfers) accepted, \(transfersComplete) complete, \(transfersFailed) failed, "
             + "\(transferBytes) bytes landed; streams: \(streams) opened, \(streamsWhole) whole, \(streamsReset) reset, "
-            + "\(streamsRefused) refused"
+            + "\(streamsRefused) refused, \(streamsCutByKill) cut by their receiver's kill -9"
     }
 }
 
@@ -43,6 +43,10 @@ final class Node {
     var stopped = false
     /// Its state directory's tmpfs is filled.
     var diskFull = false
+    /// Which life of the daemon this is (each restart after a kill -9 starts one), and when each
+    /// life that was killed ended.
+    var life = 0
+    var killedAt: [Int: Date] = [:]
     /// The daemon's pid, RSS (KiB) and open fds, sampled once a second during the faults.
     var samples: [(pid: pid_t, rssKiB: Int, fds: Int)] = []
 
@@ -177,11 +181,11 @@ final class Campaign {
         }
     }
 
-    /// `peervoicectl listen` on the node's bus: each stream into a file, renamed `.ok` when it
-    /// ended cleanly, `.reset` when reading it failed.
+    /// `peervoicectl listen` on the node's bus: each stream into a file (`in.LIFE.PID`), renamed
+    /// `.ok` when it ended cleanly (and touched: its time is the end's), `.reset` when reading it failed.
     private func startListener(_ node: Node) {
         node.listener?.kill()
-        let keep = "f=\(node.streamsIn)/in.$$; if cat > $f.part; then mv $f.part $f.ok; else mv $f.part $f.reset; fi"
+        let keep = "f=\(node.streamsIn)/in.\(node.life).$$; if cat > $f.part; then mv $f.part $f.ok; touch $f.ok; else mv $f.part $f.reset; fi"
         node.listener = try? ChildProcess(ctl, ["listen", Self.channel, "--", "/bin/sh", "-c", keep],
                                           environment: ["DBUS_SESSION_BUS_ADDRESS": node.peer.bus.address],
                                           logPath: directory.path + "/\(node.name)-listener.log")
@@ -356,6 +360,8 @@ final class Campaign {
             if clockStep != nil { figures.faults["clock-step", default: 0] += 1 }
             expectedExits.insert(node.peer.daemon.process.pid)
             node.peer.kill()
+            node.killedAt[node.life] = Date()
+            node.life += 1
             node.stopped = false
             node.listener?.kill()
             undo.removeAll { $0.label.hasPrefix("SIGCONT \(node.name)") }
@@ -642,7 +648,18 @@ final class Campaign {
             let files = (try? FileManager.default.contentsOfDirectory(atPath: node.streamsIn)) ?? []
             figures.streamsReset += files.filter { $0.hasSuffix(".reset") }.count
             for file in files where file.hasSuffix(".ok") {
-                guard let data = FileManager.default.contents(atPath: node.streamsIn + "/" + file) else { continue }
+                let path = node.streamsIn + "/" + file
+                guard let data = FileManager.default.contents(atPath: path) else { continue }
+                // The receiver's own daemon killed (-9) in the middle: its end of the app's socket
+                // closes like a clean end, and nobody is left to say otherwise (README, App
+                // channels). Such a stream ended at the kill.
+                let life = Int(file.split(separator: ".")[1]) ?? -1
+                let ended = (try? FileManager.default.attributesOfItem(atPath: path)[.modificationDate]) as? Date
+                if let killed = node.killedAt[life], let ended, ended.timeIntervalSince(killed) > -0.05,
+                   !streams.contains(where: { $0.to == index && $0.data == data }) {
+                    figures.streamsCutByKill += 1
+                    continue
+                }
                 figures.streamsWhole += 1
                 // A stream that ended cleanly holds exactly what one sender wrote to it, whole.
                 let candidates = streams.filter { $0.to == index && $0.data == data }
