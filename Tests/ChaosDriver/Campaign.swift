@@ -256,18 +256,17 @@ final class Campaign {
         let padding = String(repeating: "x", count: random.uniform() < 0.05 ? 20_000 + pick(40_000) : pick(300))
         let text = "chaos \(seed) \(from)>\(to) #\(seq) \(padding)"
         let result = nodes[from].peer.client.callRecordingOrder("Send", [Variant(nodes[to].peer.id), Variant(text)])
+        // Every Send takes its own number, refused or not, so a tag names one call.
+        nextSeq[from * 3 + to] = seq + 1
         switch result.result {
         case .success(let reply):
-            nextSeq[from * 3 + to] = seq + 1
             messages.append(SentMessage(from: from, to: to, seq: seq, step: step, id: reply[0].string ?? "", error: nil))
             figures.sent += 1
         case .failure(let error):
-            // A refusal keeps nothing, so the next accepted message may take this number; an
-            // unanswered call might have been accepted: its number is not reused.
-            if error.name == "harness.NoReply" || error.name.hasSuffix(".NoReply") || error.name.hasSuffix(".Timeout") {
-                nextSeq[from * 3 + to] = seq + 1
-            }
             messages.append(SentMessage(from: from, to: to, seq: seq, step: step, id: "", error: "\(error.name): \(error.message)"))
+            if !error.name.hasSuffix(".Failed") {
+                say("chaos: step \(step): Send \(nodes[from].name) → \(nodes[to].name) answered \(error.name): \(error.message)")
+            }
             figures.refused += 1
         }
     }
@@ -518,8 +517,8 @@ final class Campaign {
 
     private func checkMessages() {
         let received = receivedTags()
-        var accepted: [String: SentMessage] = [:]
-        for message in messages { accepted[message.tag(seed)] = message.error == nil ? message : accepted[message.tag(seed)] ?? message }
+        var byTag: [String: SentMessage] = [:]
+        for message in messages { byTag[message.tag(seed)] = message }
         for (index, node) in nodes.enumerated() {
             let failed = Set(node.peer.client.signals("MessageFailed").map { $0.string(1) })
             let deliveredSignals = node.peer.client.signals("MessageDelivered").map { $0.string(1) }
@@ -535,7 +534,7 @@ final class Campaign {
             var announced: Set<String> = []
             for signal in node.peer.client.signals("MessageReceived") {
                 let tag = signal.string(2).split(separator: " ", maxSplits: 4).prefix(4).joined(separator: " ")
-                guard let message = accepted[tag] else {
+                guard let message = byTag[tag] else {
                     violation("\(node.name) announced a message nobody sent: '\(tag)'")
                     continue
                 }
