@@ -583,7 +583,11 @@ final class Campaign {
                     continue
                 }
                 let stillListed = listed[node]?.contains(transfer.id) ?? false
-                if !Self.finals.contains(view.state) && (stillListed || !(landed || view.finals.contains("complete"))) {
+                // A receiver that lost an offer or a transfer whose sender ended it has nothing
+                // waiting: the sender's end is what the person sees.
+                let senderEnded = sender.map { Self.finals.contains($0.state) && $0.state != "complete" } ?? false
+                let lostButOver = side == "receiver" && senderEnded
+                if !Self.finals.contains(view.state) && (stillListed || !(landed || view.finals.contains("complete") || lostButOver)) {
                     violation("\(label): the \(side) \(stillListed ? "still shows" : "last showed, then lost,") '\(view.state)' after the settle period "
                         + "(sender \(sender?.state ?? "-") \(sender?.finals.sorted() ?? []), receiver \(receiver?.state ?? "-") \(receiver?.finals.sorted() ?? []), "
                         + "landed: \(landed)): expected complete or failed")
