@@ -67,6 +67,8 @@ let package = Package(
         // The deterministic simulation of the core (make simulate, docs/RELIABILITY.md): not shipped.
         .target(name: "PeerVoiceSimulation", dependencies: ["PeerVoiceCore", "SeededRandom"], path: "Tests/Simulation"),
         .executableTarget(name: "simulate", dependencies: ["PeerVoiceSimulation"], path: "Tests/SimulationDriver"),
+        // The seeded fault campaign against real daemons (make chaos, docs/RELIABILITY.md): not shipped.
+        .executableTarget(name: "chaos", dependencies: ["TestHarness", "GIO", "SeededRandom"], path: "Tests/ChaosDriver"),
 
         // Seeded randomness for tests and benchmarks; assertions and handshake runs for the core's tests.
         .target(name: "SeededRandom", path: "Tests/SeededRandom"),
