@@ -444,6 +444,8 @@ final class TransferTests: XCTestCase {
         XCTAssertTrue(watchB.waitForTransferred(incoming, atLeast: 1 << 20), b.log)
         try b.fillState()
         XCTAssertEqual(watchB.waitForState(incoming, Self.finished), "failed", b.log)
+        let error = watchB.property(incoming, "Error")?.string ?? ""
+        XCTAssertTrue(error.contains(b.daemon.stateDirectory), "the error does not name the disk that is full: \(error)")
         return FullDiskRun(a: a, b: b, watchA: watchA, watchB: watchB, outgoing: outgoing, id: id)
     }
 

@@ -159,7 +159,7 @@ final class Transfers: ChannelHandler, LinkComponent {
                 do {
                     try store.save(record)
                 } catch {
-                    throw .failed("cannot record the transfer in the state directory: \(error.localizedDescription)")
+                    throw .failed("\(error)")
                 }
                 return .success(record)
             } catch {
@@ -575,7 +575,7 @@ final class Transfers: ChannelHandler, LinkComponent {
                 try store.save(record)
                 return nil
             } catch {
-                return error.localizedDescription
+                return "\(error)"
             }
         }, then: { [weak self] error in self?.saved(id, error: error) })
     }
@@ -589,7 +589,7 @@ final class Transfers: ChannelHandler, LinkComponent {
             return
         }
         if unsaved.insert(id).inserted {
-            Log.warning("transfers: cannot save the record of \(id.hex) in the state directory (trying again every 0.5 s): \(error)")
+            Log.warning("transfers: the record of \(id.hex) is not saved (trying again every 0.5 s): \(error)")
         }
         // An incoming transfer that ended: until its record can say so, none is better than the
         // old one (unlinking needs no space), which would bring it back after a kill -9 waiting
