@@ -149,7 +149,7 @@ final class Campaign {
             startListener(node)
         }
         for (dialler, dialled) in [(0, 1), (0, 2), (1, 2)] {
-            let relay = try Relay(targetPort: nodes[dialled].peer.port)
+            let relay = try relayOnAFixedPort(to: dialled)
             relays[dialler * 3 + dialled] = relay
             relayPorts[dialler * 3 + dialled] = (relay.port, dialled)
             let pairing = nodes[dialler].peer.pair(with: nodes[dialled].peer, via: relay.address)
@@ -329,6 +329,28 @@ final class Campaign {
 
     // MARK: Faults
 
+    /// A relay to `target` on a port below the kernel's ephemeral range (32768–60999 here): while
+    /// its link is cut, no outgoing connection can take that port and keep the route from coming
+    /// back (it did: "the relay could not listen again", seed 31).
+    private func relayOnAFixedPort(to target: Int) throws -> Relay {
+        for _ in 0..<100 {
+            if let relay = try? Relay(targetPort: nodes[target].peer.port, listenPort: UInt16.random(in: 20_000..<32_000)) {
+                return relay
+            }
+        }
+        throw HarnessError("no free port for a relay between 20000 and 32000")
+    }
+
+    /// The route `key` back on its port; tried again each second (10 times) if the port is busy.
+    private func reopenRelay(_ key: Int, attempt: Int = 1) {
+        let (port, target) = relayPorts[key]!
+        relays[key] = try? Relay(targetPort: nodes[target].peer.port, listenPort: port)
+        guard relays[key] == nil else { return }
+        say("chaos: the relay could not listen on \(port) again (attempt \(attempt))")
+        guard attempt < 10 else { return violation("the harness could not bring the route on port \(port) back") }
+        later(1, "relay \(key) again") { [unowned self] in reopenRelay(key, attempt: attempt + 1) }
+    }
+
     private func later(_ seconds: Double, _ label: String, _ action: @escaping () -> Void) {
         undo.append((Date().addingTimeInterval(seconds), label, action))
     }
@@ -380,15 +402,12 @@ final class Campaign {
             }
         case 2:
             let key = [1, 2, 5][pick(3)]
-            guard let relay = relays[key], let (port, target) = relayPorts[key] else { return }
+            guard let relay = relays[key], let (_, target) = relayPorts[key] else { return }
             let seconds = 0.5 + random.uniform() * 8
             count("link-cut", "\(nodes[key / 3].name) → \(nodes[target].name) for \(String(format: "%.1f", seconds)) s")
             relay.stop()
             relays[key] = nil
-            later(seconds, "link back \(nodes[key / 3].name) → \(nodes[target].name)") { [unowned self] in
-                relays[key] = try? Relay(targetPort: nodes[target].peer.port, listenPort: port)
-                if relays[key] == nil { say("chaos: the relay could not listen on \(port) again") }
-            }
+            later(seconds, "link back \(nodes[key / 3].name) → \(nodes[target].name)") { [unowned self] in reopenRelay(key) }
         case 3:
             guard !node.diskFull else { return }
             let seconds = 1 + random.uniform() * 8
@@ -415,8 +434,7 @@ final class Campaign {
             node.stopped = true
             for key in [1, 2, 5] where relayPorts[key]!.target == index || key / 3 == index {
                 relays[key]?.stop()
-                let (port, target) = relayPorts[key]!
-                relays[key] = try? Relay(targetPort: nodes[target].peer.port, listenPort: port)
+                reopenRelay(key)
             }
             let pid = node.peer.daemon.process.pid
             later(2, "SIGCONT \(node.name) (burst)") {
