@@ -107,6 +107,8 @@ final class Campaign {
     private var relays: [Int: Relay] = [:]
     private var relayPorts: [Int: (port: UInt16, target: Int)] = [:]
     private var undo: [(at: Date, label: String, action: () -> Void)] = []
+    /// Routes that moved to a new address (`moveRelay`).
+    private var moved: Set<Int> = []
     private(set) var figures = ChaosFigures()
     private var step = 0
     private var messages: [SentMessage] = []
@@ -225,6 +227,7 @@ final class Campaign {
         say("chaos: seed \(seed): \(step) steps; healing, then up to \(Int(settle)) s to settle")
         runDueUndo(all: true)
         for node in nodes where !node.peer.isRunning { restart(node, clockStep: nil) }
+        moved.forEach(tellNewAddress)
         let settled = Date().addingTimeInterval(settle)
         while Date() < settled && violations.isEmpty && !quiet() {
             dispatchEvents(for: 0.5)
@@ -344,11 +347,37 @@ final class Campaign {
     /// The route `key` back on its port; tried again each second (10 times) if the port is busy.
     private func reopenRelay(_ key: Int, attempt: Int = 1) {
         let (port, target) = relayPorts[key]!
-        relays[key] = try? Relay(targetPort: nodes[target].peer.port, listenPort: port)
-        guard relays[key] == nil else { return }
-        say("chaos: the relay could not listen on \(port) again (attempt \(attempt))")
+        relays[key]?.stop()  // a burst may have brought it back meanwhile
+        relays[key] = nil
+        do {
+            relays[key] = try Relay(targetPort: nodes[target].peer.port, listenPort: port)
+            return
+        } catch {
+            say("chaos: the relay could not listen on \(port) again (attempt \(attempt)): \(error)")
+        }
         guard attempt < 10 else { return violation("the harness could not bring the route on port \(port) back") }
         later(1, "relay \(key) again") { [unowned self] in reopenRelay(key, attempt: attempt + 1) }
+    }
+
+    /// The dialled peer moved: its route comes back on another port, and the dialler learns the
+    /// address as it would from the LAN (a `Connect` to it; the old route stays, dead). Told
+    /// again after the healing, in case the dialler was down to hear it.
+    private func moveRelay(_ key: Int) {
+        let target = relayPorts[key]!.target
+        relays[key]?.stop()  // a burst may have brought the old one back meanwhile
+        guard let relay = try? relayOnAFixedPort(to: target) else {
+            return violation("the harness found no port for \(nodes[target].name)'s new address")
+        }
+        relays[key] = relay
+        relayPorts[key] = (relay.port, target)
+        moved.insert(key)
+        tellNewAddress(key)
+    }
+
+    private func tellNewAddress(_ key: Int) {
+        let dialler = nodes[key / 3]
+        guard dialler.peer.isRunning, let relay = relays[key] else { return }
+        _ = dialler.peer.client.callAsync("Connect", [Variant(relay.address)])
     }
 
     private func later(_ seconds: Double, _ label: String, _ action: @escaping () -> Void) {
@@ -404,10 +433,16 @@ final class Campaign {
             let key = [1, 2, 5][pick(3)]
             guard let relay = relays[key], let (_, target) = relayPorts[key] else { return }
             let seconds = 0.5 + random.uniform() * 8
-            count("link-cut", "\(nodes[key / 3].name) → \(nodes[target].name) for \(String(format: "%.1f", seconds)) s")
+            let route = "\(nodes[key / 3].name) → \(nodes[target].name)"
             relay.stop()
             relays[key] = nil
-            later(seconds, "link back \(nodes[key / 3].name) → \(nodes[target].name)") { [unowned self] in reopenRelay(key) }
+            if random.uniform() < 0.3 {
+                count("address-change", "\(route): the route dies, a new address after \(String(format: "%.1f", seconds)) s")
+                later(seconds, "new address \(route)") { [unowned self] in moveRelay(key) }
+            } else {
+                count("link-cut", "\(route) for \(String(format: "%.1f", seconds)) s")
+                later(seconds, "link back \(route)") { [unowned self] in reopenRelay(key) }
+            }
         case 3:
             guard !node.diskFull else { return }
             let seconds = 1 + random.uniform() * 8
