@@ -46,52 +46,49 @@ public struct OCB2 {
     /// 16-byte tag. A second-to-last block open to the XEX* attack has its first bit flipped
     /// (digital silence produces such blocks; the flip is inaudible).
     public func seal(_ plain: [UInt8], nonce: [UInt8]) -> (ciphertext: [UInt8], tag: [UInt8]) {
-        precondition(nonce.count == Self.blockSize)
-        var delta = cipher.encrypt(nonce)
-        var checksum = [UInt8](repeating: 0, count: Self.blockSize)
-        var out = [UInt8]()
-        out.reserveCapacity(plain.count)
-        var offset = 0
-        while plain.count - offset > Self.blockSize {
-            var block = Array(plain[offset..<offset + Self.blockSize])
-            if plain.count - offset - Self.blockSize <= Self.blockSize, block[0..<15].allSatisfy({ $0 == 0 }) {
-                block[0] ^= 1
-            }
-            delta = Self.double(delta)
-            out += Self.xor(delta, cipher.encrypt(Self.xor(delta, block)))
-            checksum = Self.xor(checksum, block)
-            offset += Self.blockSize
-        }
-        let (last, lastDelta) = finalBlock(Array(plain[offset...]), delta: delta, ciphertext: false)
-        out += last.output
-        checksum = Self.xor(checksum, last.padded)
-        let tag = cipher.encrypt(Self.xor(Self.xor(lastDelta, Self.double(lastDelta)), checksum))
-        return (out, tag)
+        let result = run(plain, nonce: nonce, sealing: true)
+        return (result.output, result.tag)
     }
 
     /// Decrypts `ciphertext` under `nonce`; returns the plaintext and the tag the caller compares
     /// with the one received, or nil when the last block is the XEX* attack's forgery.
     public func open(_ ciphertext: [UInt8], nonce: [UInt8]) -> (plain: [UInt8], tag: [UInt8])? {
+        let result = run(ciphertext, nonce: nonce, sealing: false)
+        return result.forgery ? nil : (result.output, result.tag)
+    }
+
+    /// One pass of OCB2 either way: the full blocks, then the last one, then the tag.
+    private func run(_ input: [UInt8], nonce: [UInt8], sealing: Bool)
+        -> (output: [UInt8], tag: [UInt8], forgery: Bool) {
         precondition(nonce.count == Self.blockSize)
         var delta = cipher.encrypt(nonce)
         var checksum = [UInt8](repeating: 0, count: Self.blockSize)
         var out = [UInt8]()
-        out.reserveCapacity(ciphertext.count)
+        out.reserveCapacity(input.count)
         var offset = 0
-        while ciphertext.count - offset > Self.blockSize {
-            let block = Array(ciphertext[offset..<offset + Self.blockSize])
+        while input.count - offset > Self.blockSize {
+            var block = Array(input[offset..<offset + Self.blockSize])
             delta = Self.double(delta)
-            let plain = Self.xor(delta, cipher.decrypt(Self.xor(delta, block)))
-            out += plain
+            let plain: [UInt8]
+            if sealing {
+                if input.count - offset - Self.blockSize <= Self.blockSize, block[0..<15].allSatisfy({ $0 == 0 }) {
+                    block[0] ^= 1
+                }
+                plain = block
+                out += Self.xor(delta, cipher.encrypt(Self.xor(delta, block)))
+            } else {
+                plain = Self.xor(delta, cipher.decrypt(Self.xor(delta, block)))
+                out += plain
+            }
             checksum = Self.xor(checksum, plain)
             offset += Self.blockSize
         }
-        let (last, lastDelta) = finalBlock(Array(ciphertext[offset...]), delta: delta, ciphertext: true)
+        let (last, lastDelta) = finalBlock(Array(input[offset...]), delta: delta, ciphertext: !sealing)
         out += last.output
         checksum = Self.xor(checksum, last.padded)
-        if last.padded[0..<15] == lastDelta[0..<15] { return nil }
+        let forgery = !sealing && last.padded[0..<15] == lastDelta[0..<15]
         let tag = cipher.encrypt(Self.xor(Self.xor(lastDelta, Self.double(lastDelta)), checksum))
-        return (out, tag)
+        return (out, tag, forgery)
     }
 
     /// The last (possibly short or empty) block: XORed with the pad E(δ·2 ⊕ len). `padded` is
