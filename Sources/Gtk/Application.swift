@@ -55,7 +55,7 @@ public final class Window: Widget {
         super.init(adopting: UnsafeMutableRawPointer(adw_application_window_new(application.raw.assumingMemoryBound(to: GtkApplication.self))))
     }
 
-    private var window: UnsafeMutablePointer<GtkWindow> { ptr() }
+    var window: UnsafeMutablePointer<GtkWindow> { ptr() }
 
     public var title: String {
         get { gtk_window_get_title(window).map { String(cString: $0) } ?? "" }
@@ -123,7 +123,8 @@ public struct Key: Equatable, Sendable {
 
 /// `GtkMenuButton` showing a menu of actions (`app.NAME`), with an icon: the primary menu.
 public final class MenuButton: Widget {
-    public init(icon: String, name: String, items: [(label: String, action: String)]) {
+    /// `primary`: F10 opens it (the window's main menu; one per window).
+    public init(icon: String, name: String, items: [(label: String, action: String)], primary: Bool = true) {
         super.init(adopting: UnsafeMutableRawPointer(gtk_menu_button_new()))
         let menu = g_menu_new()!
         for item in items { g_menu_append(menu, item.label, item.action) }
@@ -131,7 +132,7 @@ public final class MenuButton: Widget {
         g_object_unref(UnsafeMutableRawPointer(menu))
         gtk_menu_button_set_icon_name(ptr(), icon)
         // F10 opens it, as GNOME's primary menus do.
-        gtk_menu_button_set_primary(ptr(), 1)
+        gtk_menu_button_set_primary(ptr(), primary ? 1 : 0)
         setAccessibleName(name)
         setTooltip(name)
     }

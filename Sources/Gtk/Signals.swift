@@ -75,3 +75,13 @@ let releaseBox: GDestroyNotify = { pointer in
     guard let pointer else { return }
     Unmanaged<AnyObject>.fromOpaque(pointer).release()
 }
+
+/// `(instance, gint, user_data)`: response of a `GtkNativeDialog`.
+let intTrampoline: @convention(c) (gpointer?, gint, gpointer?) -> Void = { _, value, data in
+    HandlerBox<(Int32) -> Void>.from(data)(value)
+}
+
+/// `(GtkDropTarget*, const GValue*, x, y, user_data) -> gboolean`: drop.
+let dropTrampoline: @convention(c) (gpointer?, UnsafeRawPointer?, gdouble, gdouble, gpointer?) -> gboolean = { _, value, _, _, data in
+    HandlerBox<(UnsafeRawPointer?) -> Bool>.from(data)(value) ? 1 : 0
+}

@@ -37,6 +37,8 @@ public final class AppModel {
     /// Failed messages a person sent again: the new one stands in for them (`History` still
     /// lists them, failed).
     private var resent: Set<String> = []
+    /// Each transfer's bytes as reported, with when, over the last `rateWindowMs` (its rate).
+    private var transferSamples: [String: [(ms: UInt64, bytes: UInt64)]] = [:]
     /// Addresses `PeerIdentified` named a peer for, while a listing still shows their found
     /// objects: the service replaces those in the same turn as the signal, but a listing read
     /// before that arrives lags behind it (seen under load: the selection was lost mid-pairing).
@@ -142,8 +144,24 @@ public final class AppModel {
     /// `InterfacesRemoved` and `PropertiesChanged`), decoded by interface. Peer rows follow the
     /// peer objects; rows only found on the LAN (`PeerFound`) stay until an object stands for
     /// them or `PeerLost`.
-    public func objectsListed(_ listed: [String: ServiceObject]) {
-        objects = listed
+    public func objectsListed(_ listed: [String: ServiceObject], nowMs: UInt64 = 0) {
+        let before = transfers
+        objects = listed.mapValues { object in
+            guard case .transfer(var row) = object else { return object }
+            row.timeMs = before[row.path]?.timeMs ?? nowMs
+            return .transfer(row)
+        }
+        // `transfers` is derived from `objects` afresh on each read: read it once here.
+        let after = transfers
+        for (path, row) in after where row.transferred != before[path]?.transferred || row.state != before[path]?.state {
+            transferSamples[path, default: []].append((nowMs, row.transferred))
+            transferSamples[path]?.removeAll { $0.ms + Self.rateWindowMs < nowMs }
+        }
+        transferSamples = transferSamples.filter { after[$0.key] != nil }
+        for peer in Set(after.values.map(\.peer) + before.values.map(\.peer))
+        where after.values.filter({ $0.peer == peer }) != before.values.filter({ $0.peer == peer }) {
+            changed(.chat(peer: peer))
+        }
         let listedRows = listed.keys.sorted().compactMap { path -> PeerRow? in
             guard case .peer(let row) = listed[path] else { return nil }
             return row
@@ -362,11 +380,46 @@ public final class AppModel {
 
     public func messageFailed(to peer: String, id: String, reason: String) { update(id, of: peer, to: .failed(reason)) }
 
-    /// `peer`'s conversation, oldest first: what it shows (messages today; a transfer or a room's
-    /// messages plug in as further kinds of `ConversationItem`).
+    /// `peer`'s conversation, oldest first: its messages and its transfers, by time (a transfer
+    /// by when the app first saw it; one seen at the same time as a message comes after it).
     public func conversation(with peer: String) -> [ConversationItem] {
-        messages(with: peer).filter { !$0.text.isEmpty }.map(ConversationItem.message)
+        let messages = messages(with: peer).filter { !$0.text.isEmpty }
+        let files = transfers.values.filter { $0.peer == peer }.sorted { ($0.timeMs, $0.path.count, $0.path) < ($1.timeMs, $1.path.count, $1.path) }
+        var items: [ConversationItem] = []
+        var next = files.startIndex
+        for message in messages {
+            while next < files.endIndex, files[next].timeMs < message.timeMs {
+                items.append(.transfer(files[next]))
+                next += 1
+            }
+            items.append(.message(message))
+        }
+        return items + files[next...].map(ConversationItem.transfer)
     }
+
+    // MARK: Transfers
+
+    /// The transfer objects, by path.
+    public var transfers: [String: TransferRow] {
+        objects.compactMapValues { object in
+            guard case .transfer(let row) = object else { return nil }
+            return row
+        }
+    }
+
+    /// How fast the transfer at `path` moved over the last seconds, and the time left at that
+    /// rate; nil until two reports of its bytes are apart in time, and once it is not active.
+    public func rate(of path: String) -> TransferRate? {
+        guard let row = transfers[path], row.state == .active, let samples = transferSamples[path],
+              let first = samples.first, let last = samples.last, last.ms > first.ms, last.bytes >= first.bytes else { return nil }
+        let bytesPerSecond = Double(last.bytes - first.bytes) * 1000 / Double(last.ms - first.ms)
+        let left = row.size > row.transferred ? Double(row.size - row.transferred) : 0
+        return TransferRate(bytesPerSecond: bytesPerSecond, secondsLeft: bytesPerSecond > 0 ? left / bytesPerSecond : nil)
+    }
+
+    /// Over how long the rate is measured: long enough to smooth the service's four reports a
+    /// second, short enough to follow a link that slows.
+    static let rateWindowMs: UInt64 = 5_000
 
     public func messages(with peer: String) -> [ChatMessage] { chats[peer] ?? [] }
 

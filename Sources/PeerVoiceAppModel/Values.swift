@@ -201,11 +201,89 @@ public struct PeerPlayback: Equatable, Sendable {
 public enum ServiceObject: Equatable, Sendable {
     /// A known peer (`peers/<ID>`) or a device found but not keyed yet (`found/<ADDRESS>`).
     case peer(PeerRow)
+    /// A file transfer (`transfers/<n>`).
+    case transfer(TransferRow)
 }
 
 /// One entry of a conversation, oldest first.
 public enum ConversationItem: Equatable, Sendable {
     case message(ChatMessage)
+    case transfer(TransferRow)
+}
+
+/// A transfer object's state (`org.example.PeerVoice.Transfer`'s `State`).
+public enum TransferState: String, Equatable, Sendable {
+    case waiting, active, paused, complete, failed, cancelled, declined
+
+    /// Unknown names (a newer service's) read as waiting: nothing is offered that could be wrong
+    /// but Cancel.
+    public init(service name: String) { self = TransferState(rawValue: name) ?? .waiting }
+
+    /// It will not change any more.
+    public var isFinal: Bool { [.complete, .failed, .cancelled, .declined].contains(self) }
+}
+
+/// A file transfer as its row in the peer's conversation shows it (the transfer object's
+/// properties, and when the app first saw it, which places it among the bubbles).
+public struct TransferRow: Equatable, Sendable {
+    /// Its object's path.
+    public var path: String
+    public var peer: String
+    public var incoming: Bool
+    public var state: TransferState
+    /// Each file's name relative to the transfer ("Photos/beach.jpg") and size in bytes.
+    public var files: [(name: String, size: UInt64)]
+    public var size: UInt64
+    public var transferred: UInt64
+    /// Why it failed, was declined or cancelled, in the service's words.
+    public var error: String
+    /// Unix time in milliseconds the app first saw it (the object carries no time).
+    public var timeMs: UInt64 = 0
+
+    public init(path: String, peer: String, incoming: Bool, state: TransferState, files: [(name: String, size: UInt64)],
+                size: UInt64, transferred: UInt64, error: String) {
+        self.path = path
+        self.peer = peer
+        self.incoming = incoming
+        self.state = state
+        self.files = files
+        self.size = size
+        self.transferred = transferred
+        self.error = error
+    }
+
+    /// The items sent, as a person chose them: the top-level names of the files' paths, in order.
+    public var items: [String] {
+        var seen: [String] = []
+        for file in files {
+            let item = String(file.name.split(separator: "/", maxSplits: 1, omittingEmptySubsequences: false).first ?? "")
+            if !seen.contains(item) { seen.append(item) }
+        }
+        return seen
+    }
+
+    /// 0…1 of the bytes, for the progress bar (a transfer of nothing is done when complete).
+    public var fraction: Double {
+        size == 0 ? (state == .complete ? 1 : 0) : min(1, Double(transferred) / Double(size))
+    }
+
+    public static func == (lhs: TransferRow, rhs: TransferRow) -> Bool {
+        lhs.path == rhs.path && lhs.peer == rhs.peer && lhs.incoming == rhs.incoming && lhs.state == rhs.state
+            && lhs.files.elementsEqual(rhs.files) { $0.name == $1.name && $0.size == $1.size }
+            && lhs.size == rhs.size && lhs.transferred == rhs.transferred && lhs.error == rhs.error && lhs.timeMs == rhs.timeMs
+    }
+}
+
+/// How fast a transfer moves, from the bytes the service reported over the last seconds.
+public struct TransferRate: Equatable, Sendable {
+    public var bytesPerSecond: Double
+    /// Seconds left at that rate; nil when it cannot be told (nothing moves).
+    public var secondsLeft: Double?
+
+    public init(bytesPerSecond: Double, secondsLeft: Double?) {
+        self.bytesPerSecond = bytesPerSecond
+        self.secondsLeft = secondsLeft
+    }
 }
 
 /// What the peer list shows when it has no rows to show, or `.peers`.

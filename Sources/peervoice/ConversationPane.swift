@@ -13,6 +13,9 @@ final class ConversationPane {
     private let title = WindowTitle()
     let connectButton = Button(tr("Connect"))
     let disconnectButton = Button(tr("Disconnect"))
+    /// Files or a folder to the selected peer, through the desktop's file chooser.
+    let sendFilesButton = MenuButton(icon: "mail-attachment-symbolic", name: tr("Send files…"),
+                                     items: [(tr("Files…"), "app.send-files"), (tr("A folder…"), "app.send-folder")], primary: false)
 
     private let emptyPage = StatusPage(icon: "user-available-symbolic", title: tr("No conversation selected"),
                                        description: tr("Choose a peer to chat with."))
@@ -21,6 +24,9 @@ final class ConversationPane {
     private let scroller: ScrolledWindow
     /// The peer whose conversation is on screen.
     private var shownPeer: String?
+    /// What the conversation shows now, and its transfers' rows by path.
+    private var shownItems: [ConversationItem] = []
+    private var transferViews: [String: TransferRowView] = [:]
 
     /// The microphone's mute, here while the window is folded (the list's header has it otherwise).
     let muteButton = ToggleButton(icon: "audio-input-microphone-symbolic", name: tr("Mute"))
@@ -35,6 +41,11 @@ final class ConversationPane {
 
     /// A person asked to send a failed message again.
     var onRetry: (ChatMessage) -> Void = { _ in }
+    /// What a person does with a transfer's row.
+    var transferActions = TransferRowView.Actions(accept: { _ in }, decline: { _ in }, cancel: { _ in },
+                                                  retry: { _ in }, canRetry: { _ in false })
+    /// Files dropped on the conversation, to send to the selected peer.
+    var onFilesDropped: ([String]) -> Void = { _ in }
 
     init() {
         scroller = ScrolledWindow(Clamp(conversation, maximumWidth: 720))
@@ -44,6 +55,7 @@ final class ConversationPane {
         connectButton.addStyleClass("suggested-action")
         header.packEnd(connectButton)
         header.packEnd(disconnectButton)
+        header.packEnd(sendFilesButton)
         root.append(header)
 
         emptyPage.expandsVertically = true
@@ -62,6 +74,7 @@ final class ConversationPane {
         chatPage.append(voiceBar())
         chatPage.append(composeBar())
         chatPage.expandsVertically = true
+        chatPage.onFilesDropped { [unowned self] paths in onFilesDropped(paths) }
         root.append(chatPage)
         root.expandsHorizontally = true
         // A phone's width: the leaflet folds to this pane alone below it plus the list's.
@@ -143,6 +156,8 @@ final class ConversationPane {
             voiceButton.removeStyleClass("destructive-action")
         }
         sendButton.isSensitive = actions.send
+        // Files wait for a peer that is away, as messages do: any known peer can be sent them.
+        sendFilesButton.isSensitive = model.selectedRow?.isPaired == true && model.service == .running
         messageEntry.isSensitive = actions.send
         holdButton.isSensitive = model.service == .running
         muteButton.isSensitive = model.service == .running
@@ -169,12 +184,31 @@ final class ConversationPane {
     /// The conversation's bubbles, oldest first; the view stays at the newest unless a person
     /// scrolled up to read older ones.
     func renderConversation(_ model: AppModel) {
+        let items = model.selectedPeer.map(model.conversation(with:)) ?? []
+        // Only bytes moved (a transfer reports them four times a second): its rows follow in place.
+        if items.count == shownItems.count, zip(items, shownItems).allSatisfy({ item, shown in
+            switch (item, shown) {
+            case (.message(let message), .message(let old)): return message == old
+            case (.transfer(let transfer), .transfer(let old)):
+                return transfer.path == old.path && transferViews[transfer.path]?.update(transfer, rate: model.rate(of: transfer.path)) == true
+            default: return false
+            }
+        }) {
+            shownItems = items
+            return
+        }
         conversation.removeAll()
+        transferViews = [:]
+        shownItems = items
         guard let peer = model.selectedPeer else { return }
         let name = model.selectedRow?.displayName ?? peer
-        for item in model.conversation(with: peer) {
+        for item in items {
             switch item {
             case .message(let message): conversation.append(bubble(message, from: name))
+            case .transfer(let transfer):
+                let view = TransferRowView(transfer, rate: model.rate(of: transfer.path), from: name, actions: transferActions)
+                transferViews[transfer.path] = view
+                conversation.append(view.row)
             }
         }
     }

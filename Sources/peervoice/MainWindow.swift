@@ -135,12 +135,34 @@ final class MainWindow {
         leaflet.onFoldedChanged { [unowned self] _ in layOutPanes() }
         leaflet.onVisibleChildChanged { [unowned self] in layOutPanes() }
 
+        wireTransfers(application)
         application.addAction("preferences", accelerators: ["<Control>comma"]) { [unowned self] in showPreferences() }
         application.addAction("about") { [unowned self] in
             AboutWindow.present(parent: window, name: tr("PeerVoice"), icon: "org.example.PeerVoice.App",
                                 developer: tr("The PeerVoice developers"),
                                 comments: tr("Talk and chat with computers nearby, over Bluetooth or the local network."))
         }
+    }
+
+    /// Files to the selected peer (the header's Send files…, or dropped on the conversation),
+    /// and what its transfers' rows offer.
+    private func wireTransfers(_ application: Application) {
+        let send = { [unowned self] (paths: [String]) in
+            if let peer = model.selectedPeer, !paths.isEmpty { client.sendFiles(paths, to: peer) }
+        }
+        application.addAction("send-files") { [unowned self] in
+            FileChooser.choose(.files, title: tr("Send files"), acceptLabel: tr("Send"), parent: window, chosen: send)
+        }
+        application.addAction("send-folder") { [unowned self] in
+            FileChooser.choose(.folder, title: tr("Send a folder"), acceptLabel: tr("Send"), parent: window, chosen: send)
+        }
+        conversation.onFilesDropped = send
+        conversation.transferActions = TransferRowView.Actions(
+            accept: { [unowned self] in client.transfer($0, "Accept") },
+            decline: { [unowned self] in client.transfer($0, "Decline") },
+            cancel: { [unowned self] in client.transfer($0, "Cancel") },
+            retry: { [unowned self] in client.retry($0) },
+            canRetry: { [unowned self] in client.canRetry($0) })
     }
 
     private func goBack() {

@@ -26,6 +26,8 @@ final class ServiceClient {
     /// Set once the service has sent a `PairingPrompt`: it then also sends `PairingRequested`
     /// for every prompt, which carries less and is ignored.
     private var serviceSendsPrompts = false
+    /// The paths each transfer this app started sent, by its object path (for Retry).
+    private var sentFiles: [String: [String]] = [:]
 
     init(connection: DBusConnection, model: AppModel) {
         self.connection = connection
@@ -93,20 +95,27 @@ final class ServiceClient {
     private func showObjects() {
         guard objectManager.isReady else { return }
         var listed: [String: ServiceObject] = [:]
-        for interface in [Self.peerInterface] {
+        for interface in [Self.peerInterface, PeerVoiceBus.transferInterface] {
             for path in objectManager.paths(implementing: interface) {
                 guard let properties = objectManager.properties(of: path, interface: interface),
-                      let object = Self.decode(interface, properties) else { continue }
+                      let object = Self.decode(interface, path, properties) else { continue }
                 listed[path] = object
             }
         }
-        model.objectsListed(listed)
+        model.objectsListed(listed, nowMs: Self.nowMs())
     }
 
     /// An object's properties as the model's value for `interface` (a transfer's or a room's
     /// interface gets its case here); nil when they do not make one.
-    private static func decode(_ interface: String, _ properties: ObjectManagerClient.Properties) -> ServiceObject? {
+    private static func decode(_ interface: String, _ path: String, _ properties: ObjectManagerClient.Properties) -> ServiceObject? {
         switch interface {
+        case PeerVoiceBus.transferInterface:
+            guard let peer = properties["Peer"]?.string, !peer.isEmpty else { return nil }
+            return .transfer(TransferRow(path: path, peer: peer, incoming: properties["Direction"]?.string == "incoming",
+                                         state: TransferState(service: properties["State"]?.string ?? ""),
+                                         files: properties["Files"]?.children.map { ($0[0].string ?? "", $0[1].uint64 ?? 0) } ?? [],
+                                         size: properties["Size"]?.uint64 ?? 0, transferred: properties["Transferred"]?.uint64 ?? 0,
+                                         error: properties["Error"]?.string ?? ""))
         case peerInterface:
             // A peer by its id; a device not keyed yet by its address.
             let id = properties["Id"]?.string ?? ""
@@ -176,6 +185,29 @@ final class ServiceClient {
         }
     }
 
+    /// `SendFiles`: the transfer object it makes shows in the conversation (InterfacesAdded);
+    /// what was sent is kept for Retry.
+    func sendFiles(_ paths: [String], to peer: String) {
+        call("SendFiles", [Variant(peer), Variant(array: paths.map { Variant($0) }, elementType: "s"), Variant(dictionary: [])],
+             action: "Send files", peer: peer) { [unowned self] reply in
+            if let transfer = reply[0].string { sentFiles[transfer] = paths }
+        }
+    }
+
+    /// Sends again what a failed transfer of ours sent (a new transfer; the failed row stays).
+    /// Only transfers this app started know their files' paths.
+    func canRetry(_ transfer: TransferRow) -> Bool { sentFiles[transfer.path] != nil }
+
+    func retry(_ transfer: TransferRow) {
+        if let paths = sentFiles[transfer.path] { sendFiles(paths, to: transfer.peer) }
+    }
+
+    /// `Accept`, `Decline` or `Cancel` on a transfer object; a refusal (no room on the disk) is a
+    /// notice in the service's words.
+    func transfer(_ transfer: TransferRow, _ method: String) {
+        call(method, interface: PeerVoiceBus.transferInterface, path: transfer.path, action: method, peer: transfer.peer)
+    }
+
     func setMuted(_ muted: Bool) { call("Mute", [Variant(muted)], action: "Mute") }
 
     func setVoice(_ on: Bool, with peer: String) {
@@ -208,10 +240,10 @@ final class ServiceClient {
 
     /// Calls a PeerVoice method; a failure becomes the model's notice (when `action` names what the
     /// person did) or a line on stderr.
-    private func call(_ method: String, interface: String = ServiceClient.interface, _ arguments: [Variant] = [],
-                      timeout: Duration = .seconds(25), action: String?, peer: String? = nil,
+    private func call(_ method: String, interface: String = ServiceClient.interface, path: String = ServiceClient.path,
+                      _ arguments: [Variant] = [], timeout: Duration = .seconds(25), action: String?, peer: String? = nil,
                       then: @escaping (Variant) -> Void = { _ in }, otherwise: @escaping () -> Void = {}) {
-        connection.callAsync(destination: Self.name, path: Self.path, interface: interface, method: method,
+        connection.callAsync(destination: Self.name, path: path, interface: interface, method: method,
                              arguments: Variant(tuple: arguments), timeout: timeout) { [unowned self] result in
             switch result {
             case .success(let reply): then(reply)

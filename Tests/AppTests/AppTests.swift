@@ -23,8 +23,9 @@ final class AppTests: XCTestCase {
         notifications = nil
     }
 
-    /// A peervoiced named `name`; with its own PipeWire (and no voice until StartVoice) when `withVoice`.
-    private func peer(_ name: String, withVoice: Bool = false) throws -> TestPeer {
+    /// A peervoiced named `name`; with its own PipeWire (and no voice until StartVoice) when
+    /// `withVoice`; `arguments` added to its command line.
+    func peer(_ name: String, withVoice: Bool = false, arguments: [String] = []) throws -> TestPeer {
         var environment: [String: String] = [:]
         if withVoice {
             let pipeWire = try PipeWireSession()
@@ -33,13 +34,13 @@ final class AppTests: XCTestCase {
             // The PipeWire session's bus is WirePlumber's; peervoiced gets the peer's own.
             environment["DBUS_SESSION_BUS_ADDRESS"] = nil
         }
-        let peer = try TestPeer(name: name, arguments: ["--verbose"] + (withVoice ? ["--no-cue", "--no-auto-voice"] : []),
+        let peer = try TestPeer(name: name, arguments: ["--verbose"] + (withVoice ? ["--no-cue", "--no-auto-voice"] : []) + arguments,
                                 environment: environment)
         peers.append(peer)
         return peer
     }
 
-    private func session(on peer: TestPeer, environment: [String: String] = [:]) throws -> AppSession {
+    func session(on peer: TestPeer, environment: [String: String] = [:]) throws -> AppSession {
         let session = try AppSession(bus: peer.bus, client: peer.client, in: peer.directory, environment: environment)
         sessions.append(session)
         return session
@@ -55,7 +56,7 @@ final class AppTests: XCTestCase {
 
     /// Saves the screen as NAME.png in the peer's directory, and in $PEERVOICE_SCREENSHOT_DIR
     /// when set (`make screenshots` points it at docs/).
-    private func screenshot(_ app: AppSession, _ name: String, in peer: TestPeer, file: StaticString = #filePath, line: UInt = #line) {
+    func screenshot(_ app: AppSession, _ name: String, in peer: TestPeer, file: StaticString = #filePath, line: UInt = #line) {
         usleep(300_000)  // the frame after the last change
         let directories = [peer.directory.path] + (ProcessInfo.processInfo.environment["PEERVOICE_SCREENSHOT_DIR"].map { [$0] } ?? [])
         for directory in directories {
@@ -529,7 +530,7 @@ extension AppTests {
 
         let order = ["push button Mute", "push button Find a peer", "push button Main menu", "list Peers",
                      "push button Search nearby", "text Address", "push button Connect to address",
-                     "push button Disconnect", "scroll pane Conversation", "push button Start voice", "push button Hold to mute",
+                     "push button Send files…", "push button Disconnect", "scroll pane Conversation", "push button Start voice", "push button Hold to mute",
                      "slider Volume", "push button Mute this peer", "text Message", "push button Send"]
         let walk = try XCTUnwrap(app.ui("tab-walk")).split(separator: "\n").map(String.init)
         // The walk ends where it began: the same round, started there.

@@ -171,7 +171,9 @@ public struct TransferStore: Sendable {
             try handle.synchronize()
             try handle.close()
         } catch {
+            // A full disk: what was written of the temporary file gives its space back.
             try? handle.close()
+            _ = unlink(temporary)
             throw error
         }
         guard rename(temporary, path) == 0 else { throw CocoaError(.fileWriteUnknown, userInfo: [NSFilePathErrorKey: path]) }
