@@ -54,7 +54,8 @@ let package = Package(
         // The service: bus API, peer links, transports.
         .target(
             name: "PeerVoiceDaemon",
-            dependencies: ["PeerVoiceCore", "PeerVoiceBus", "GIO", "Sodium", "Opus", "PipeWire", "AudioProcessing"],
+            dependencies: ["PeerVoiceCore", "PeerVoiceBus", "GIO", "Sodium", "Opus", "PipeWire", "AudioProcessing",
+                           "OpenSSLCrypto"],
             resources: [.embedInCode("org.example.PeerVoice.xml"), .embedInCode("org.example.PeerVoice.Peer.xml"),
                         .embedInCode("org.example.PeerVoice.Room.xml"), .embedInCode("org.example.PeerVoice.Transfer.xml")]
         ),

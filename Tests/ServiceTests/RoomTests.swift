@@ -257,27 +257,58 @@ final class RoomTests: XCTestCase {
         return (transfer, windows)
     }
 
-    /// Two PeerVoices in one channel hear each other through the server (the TCP tunnel), judged
-    /// as VoiceTests judge a peer call (`make bench-rooms` compares the latency with a direct call).
-    func testTwoPeerVoicesHearEachOtherThroughTheServer() throws {
+    /// Two PeerVoices in one channel hear each other through the server, judged as VoiceTests judge
+    /// a peer call: over UDP once murmurd echoes their pings (`VoicePath` "udp", and the voice is in
+    /// the datagrams a relay in front of murmurd passes); through the TLS tunnel when UDP stops (the
+    /// relay drops every datagram: "tcp" within 3.5-4.5 s, and only pings are lost); over UDP
+    /// again when it works again. (`make bench-rooms` compares the latencies with a direct call.)
+    func testTwoPeerVoicesHearEachOtherOverUDPAndThroughTheTunnelWhenUDPStops() throws {
         _ = try serverWithGames()
         clients = []  // bob would only add his silence
+        let relay = try MumbleRelay(serverPort: server.port)
+        defer { relay.stop() }
         let pwAna = try PipeWireSession(), pwBen = try PipeWireSession()
         defer { pwAna.stop(); pwBen.stop() }
         let ana = try started.make("ana", listens: false, arguments: ["--verbose", "--no-cue"], environment: pwAna.environment)
         let ben = try started.make("ben", listens: false, arguments: ["--verbose", "--no-cue"], environment: pwBen.environment)
-        _ = try join(ana, url("ana"))
-        _ = try join(ben, url("ben"))
+        let viaRelay = { (user: String) in "mumble://\(user)@127.0.0.1:\(relay.port)/Games" }
+        let roomAna = try join(ana, viaRelay("ana")), roomBen = try join(ben, viaRelay("ben"))
         XCTAssertTrue(eventually(timeout: 10) { ana.log.contains("voice: room 1 joined the call") && ben.log.contains("voice: room 1 joined the call") })
+        let paths = { [self] in [voicePath(ana, roomAna), voicePath(ben, roomBen)] }
+        XCTAssertTrue(eventually(timeout: 5) { paths() == ["udp", "udp"] }, "voice never took UDP: \(paths())")
         dispatchEvents(for: 0.5)
-        for (label, talker, listener) in [("ana→ben via murmurd", pwAna, pwBen), ("ben→ana via murmurd", pwBen, pwAna)] {
+
+        func judge(_ label: String, from talker: PipeWireSession, to listener: PipeWireSession) throws -> (forwarded: Int, dropped: Int) {
+            let before = relay.datagrams
             let (transfer, windows) = try speech(from: talker, to: listener, label)
             XCTAssertGreaterThanOrEqual(windows.count, 3, "\(label): too little speech to judge")
             XCTAssertGreaterThanOrEqual(VoiceAnalysis.medianCorrelation(windows), 0.5, "\(label): the speech did not come out of the speaker")
             XCTAssertGreaterThan(transfer.latencyMs, 0, label)
             XCTAssertLessThanOrEqual(transfer.latencyMs, 150, "\(label): mouth-to-ear latency")
+            let after = relay.datagrams
+            print("RoomTests: \(label): the relay passed \(after.forwarded - before.forwarded) datagrams, dropped \(after.dropped - before.dropped)")
+            return (after.forwarded - before.forwarded, after.dropped - before.dropped)
         }
+        for (label, talker, listener) in [("ana→ben over UDP", pwAna, pwBen), ("ben→ana over UDP", pwBen, pwAna)] {
+            // 3.5 s of 20 ms packets to the server and from it: about 350 datagrams, pings 14.
+            let datagrams = try judge(label, from: talker, to: listener)
+            XCTAssertGreaterThan(datagrams.forwarded, 200, "\(label): the voice did not go over UDP")
+        }
+
+        relay.udpBlocked = true
+        let blocked = VoiceRig.monotonicSeconds()
+        XCTAssertTrue(eventually(timeout: 8) { paths() == ["tcp", "tcp"] }, "no fallback to the tunnel: \(paths())")
+        print("RoomTests: both rooms back in the TCP tunnel \(String(format: "%.1f", VoiceRig.monotonicSeconds() - blocked)) s after UDP stopped")
+        let tunnelled = try judge("ana→ben through the tunnel, UDP blocked", from: pwAna, to: pwBen)
+        XCTAssertLessThan(tunnelled.dropped, 30, "voice was still sent over UDP (only pings should be)")
+
+        relay.udpBlocked = false
+        let unblocked = VoiceRig.monotonicSeconds()
+        XCTAssertTrue(eventually(timeout: 4) { paths() == ["udp", "udp"] }, "voice did not return to UDP: \(paths())")
+        print("RoomTests: both rooms over UDP again \(String(format: "%.1f", VoiceRig.monotonicSeconds() - unblocked)) s after UDP came back")
     }
+
+    private func voicePath(_ peer: TestPeer, _ room: String) -> String { (try? property(peer, room, "VoicePath").string) ?? "" }
 
     /// The median level (dBFS) of Bob's 1 s tone out of the speaker, or nil when it never came out.
     private func toneLevel(_ bob: PyMumbleClient, _ pipewire: PipeWireSession) throws -> Double? {
