@@ -1,5 +1,6 @@
 // libFuzzer target: what arrives on a room's UDP socket (Sources/PeerVoiceCore/Rooms/): Mumble's
-// OCB2 packet decryption with its nonce window, then the legacy voice decoder on what opens.
+// OCB2 packet decryption with its nonce window, then the legacy UDP decoder (ping or voice) on
+// what opens.
 //
 // The block cipher is a stand-in (a keyed byte permutation, invertible like AES; this target
 // links no C): it exercises the mode, the window and the decoder, not AES.
@@ -13,7 +14,7 @@
 //     flipped bit when its second-to-last block starts with 15 zero bytes), and never opens twice;
 //   - refused packets leave the state as it was (the sender's next packet in order opens),
 //     unless a raw packet opened (the stand-in is no real cipher: the fuzzer may forge);
-//   - every decoded voice packet re-encodes to bytes that decode to the same packet.
+//   - every decoded voice packet or ping re-encodes to bytes that decode to the same one.
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -54,9 +55,15 @@ public func fuzz(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
         } else {
             forged = true
         }
-        if let voice = try? MumbleVoicePacket.fromServer(plain[...]) {
-            let again = try? MumbleVoicePacket.fromServer(voice.fromServer[...])
-            check(again == voice, "voice packet re-encodes to \(String(describing: again)), not \(voice)")
+        switch try? MumbleUDPMessage(fromServer: plain[...]) {
+        case .voice(let voice)?:
+            let again = try? MumbleUDPMessage(fromServer: voice.fromServer[...])
+            check(again == .voice(voice), "voice packet re-encodes to \(String(describing: again)), not \(voice)")
+        case .ping(let timestamp)?:
+            let again = try? MumbleUDPMessage(fromServer: MumbleUDPMessage.ping(timestamp: timestamp)[...])
+            check(again == .ping(timestamp: timestamp), "ping re-encodes to \(String(describing: again)), not \(timestamp)")
+        case .ignored?, nil:
+            break
         }
     }
     // After anything refused, the sender's next packet in order still opens.
