@@ -259,50 +259,59 @@ final class RoomTests: XCTestCase {
 
     /// Two PeerVoices in one channel hear each other through the server, judged as VoiceTests judge
     /// a peer call: over UDP once murmurd echoes their pings (`VoicePath` "udp", and the voice is in
-    /// the datagrams a relay in front of murmurd passes); through the TLS tunnel when UDP stops (the
-    /// relay drops every datagram: "tcp" within 3.5-4.5 s, and only pings are lost); over UDP
+    /// the datagrams each one's `VoiceRelay` in front of murmurd passes); through the TLS tunnel
+    /// when UDP stops (the relays drop every datagram towards murmurd: "tcp" within 3.5-4.5 s,
+    /// after which only pings go over UDP and murmurd tunnels the listener's voice too); over UDP
     /// again when it works again. (`make bench-rooms` compares the latencies with a direct call.)
     func testTwoPeerVoicesHearEachOtherOverUDPAndThroughTheTunnelWhenUDPStops() throws {
         _ = try serverWithGames()
         clients = []  // bob would only add his silence
-        let relay = try MumbleRelay(serverPort: server.port)
-        defer { relay.stop() }
+        // One relay each: murmurd tells users apart by their UDP source address.
+        let relayAna = try VoiceRelay(targetPort: server.port), relayBen = try VoiceRelay(targetPort: server.port)
+        defer { relayAna.stop(); relayBen.stop() }
         let pwAna = try PipeWireSession(), pwBen = try PipeWireSession()
         defer { pwAna.stop(); pwBen.stop() }
         let ana = try started.make("ana", listens: false, arguments: ["--verbose", "--no-cue"], environment: pwAna.environment)
         let ben = try started.make("ben", listens: false, arguments: ["--verbose", "--no-cue"], environment: pwBen.environment)
-        let viaRelay = { (user: String) in "mumble://\(user)@127.0.0.1:\(relay.port)/Games" }
-        let roomAna = try join(ana, viaRelay("ana")), roomBen = try join(ben, viaRelay("ben"))
+        let roomAna = try join(ana, "mumble://ana@127.0.0.1:\(relayAna.port)/Games")
+        let roomBen = try join(ben, "mumble://ben@127.0.0.1:\(relayBen.port)/Games")
         XCTAssertTrue(eventually(timeout: 10) { ana.log.contains("voice: room 1 joined the call") && ben.log.contains("voice: room 1 joined the call") })
         let paths = { [self] in [voicePath(ana, roomAna), voicePath(ben, roomBen)] }
         XCTAssertTrue(eventually(timeout: 5) { paths() == ["udp", "udp"] }, "voice never took UDP: \(paths())")
         dispatchEvents(for: 0.5)
 
-        func judge(_ label: String, from talker: PipeWireSession, to listener: PipeWireSession) throws -> (forwarded: Int, dropped: Int) {
-            let before = relay.datagrams
-            let (transfer, windows) = try speech(from: talker, to: listener, label)
+        /// Judges the speech; returns the datagrams the talker's relay took in (passed or dropped)
+        /// and those the listener's relay brought back from murmurd meanwhile.
+        func judge(_ label: String, from talker: (PipeWireSession, VoiceRelay), to listener: (PipeWireSession, VoiceRelay)) throws -> (up: Int, down: Int) {
+            let (upBefore, downBefore) = (talker.1.statistics.received, listener.1.statistics.returned)
+            let (transfer, windows) = try speech(from: talker.0, to: listener.0, label)
             XCTAssertGreaterThanOrEqual(windows.count, 3, "\(label): too little speech to judge")
             XCTAssertGreaterThanOrEqual(VoiceAnalysis.medianCorrelation(windows), 0.5, "\(label): the speech did not come out of the speaker")
             XCTAssertGreaterThan(transfer.latencyMs, 0, label)
             XCTAssertLessThanOrEqual(transfer.latencyMs, 150, "\(label): mouth-to-ear latency")
-            let after = relay.datagrams
-            print("RoomTests: \(label): the relay passed \(after.forwarded - before.forwarded) datagrams, dropped \(after.dropped - before.dropped)")
-            return (after.forwarded - before.forwarded, after.dropped - before.dropped)
+            let datagrams = (up: talker.1.statistics.received - upBefore, down: listener.1.statistics.returned - downBefore)
+            print("RoomTests: \(label): UDP datagrams from the talker \(datagrams.up), to the listener \(datagrams.down)")
+            return datagrams
         }
-        for (label, talker, listener) in [("ana→ben over UDP", pwAna, pwBen), ("ben→ana over UDP", pwBen, pwAna)] {
-            // 3.5 s of 20 ms packets to the server and from it: about 350 datagrams, pings 14.
+        // 3.5 s of 20 ms packets: about 175 datagrams each way, and 4 pings.
+        for (label, talker, listener) in [("ana→ben over UDP", (pwAna, relayAna), (pwBen, relayBen)),
+                                          ("ben→ana over UDP", (pwBen, relayBen), (pwAna, relayAna))] {
             let datagrams = try judge(label, from: talker, to: listener)
-            XCTAssertGreaterThan(datagrams.forwarded, 200, "\(label): the voice did not go over UDP")
+            XCTAssertGreaterThan(datagrams.up, 100, "\(label): the talker's voice did not go over UDP")
+            XCTAssertGreaterThan(datagrams.down, 100, "\(label): murmurd did not send the voice over UDP")
         }
 
-        relay.udpBlocked = true
+        relayAna.setLoss(100)
+        relayBen.setLoss(100)
         let blocked = VoiceRig.monotonicSeconds()
         XCTAssertTrue(eventually(timeout: 8) { paths() == ["tcp", "tcp"] }, "no fallback to the tunnel: \(paths())")
         print("RoomTests: both rooms back in the TCP tunnel \(String(format: "%.1f", VoiceRig.monotonicSeconds() - blocked)) s after UDP stopped")
-        let tunnelled = try judge("ana→ben through the tunnel, UDP blocked", from: pwAna, to: pwBen)
-        XCTAssertLessThan(tunnelled.dropped, 30, "voice was still sent over UDP (only pings should be)")
+        let tunnelled = try judge("ana→ben through the tunnel, UDP blocked", from: (pwAna, relayAna), to: (pwBen, relayBen))
+        XCTAssertLessThan(tunnelled.up, 20, "ana's voice still went over UDP (only pings should)")
+        XCTAssertLessThan(tunnelled.down, 20, "murmurd still sent ben the voice over UDP (the tunnelled ping should have stopped it)")
 
-        relay.udpBlocked = false
+        relayAna.setLoss(0)
+        relayBen.setLoss(0)
         let unblocked = VoiceRig.monotonicSeconds()
         XCTAssertTrue(eventually(timeout: 4) { paths() == ["udp", "udp"] }, "voice did not return to UDP: \(paths())")
         print("RoomTests: both rooms over UDP again \(String(format: "%.1f", VoiceRig.monotonicSeconds() - unblocked)) s after UDP came back")

@@ -310,8 +310,11 @@ final class MumbleRoom {
     /// over UDP (afresh); its nonce alone resyncs our decryption; nothing asks for our nonce.
     private func cryptSetup(key: [UInt8]?, clientNonce: [UInt8]?, serverNonce: [UInt8]?) {
         if let key, let clientNonce, let serverNonce {
+            // A new key: voice is in the tunnel again until the new socket's first echo.
+            let wasUDP = voicePath == .udp
             udp?.stop()
             udp = nil
+            if wasUDP { changed() }
             guard !forceTCP, let address = connection?.peerAddress else { return }
             let endpoint = IPEndpoint(host: address.host, port: address.port)
             do throws(SystemError) {
