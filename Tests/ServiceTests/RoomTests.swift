@@ -129,6 +129,7 @@ final class RoomTests: XCTestCase {
         XCTAssertEqual(ana.client.errorName("JoinRoom", [Variant("http://x"), Variant(dictionary: [])]), Self.invalidArgument)
         XCTAssertEqual(ana.client.errorName("JoinRoom", [Variant(url("ana2", "/Nowhere")), Variant(dictionary: [])]), Self.invalidArgument)
         XCTAssertEqual(ana.client.errorName("JoinRoom", [Variant(url("ana3")), Variant(dictionary: [("colour", Variant("red"))])]), Self.invalidArgument)
+        XCTAssertEqual(ana.client.errorName("JoinRoom", [Variant(url("ana4")), Variant(dictionary: [("force-tcp", Variant("yes"))])]), Self.invalidArgument)
         XCTAssertThrowsError(try callRoom(ana, room, "Send", [Variant("")]))
         XCTAssertThrowsError(try callRoom(ana, room, "SendTo", [Variant("nobody-here"), Variant("hi")]))
         XCTAssertEqual(try roomPaths(ana), [room], "failed joins leave no room behind")
@@ -197,8 +198,9 @@ final class RoomTests: XCTestCase {
     }
 
     /// One call: Ana talks with peer Ben (a PeerVoice link, UDP voice) and sits in a Mumble room
-    /// with pymumble's Bob. Her microphone, captured once, reaches both; Bob's tone comes out of
-    /// her speaker mixed with the call, and leaving the room leaves the peer call running.
+    /// with pymumble's Bob, joined with `force-tcp` (voice only in the TLS tunnel). Her microphone,
+    /// captured once, reaches both; Bob's tone comes out of her speaker mixed with the call, and
+    /// leaving the room leaves the peer call running.
     func testARoomAndAPeerShareOneCall() throws {
         let bob = try serverWithGames()
         let pwAna = try PipeWireSession(), pwBen = try PipeWireSession()
@@ -208,7 +210,7 @@ final class RoomTests: XCTestCase {
         let markAna = ana.mark
         let link = try VoicePairing.connect(ana, to: ben)
         XCTAssertNotNil(ana.waitForVoiceState("active", of: link.bOnA, after: markAna, timeout: 15), ana.log)
-        let room = try join(ana, url("ana"))
+        let room = try join(ana, url("ana"), [("force-tcp", Variant(true))])
         XCTAssertTrue(eventually(timeout: 10) { ana.log.contains("voice: room 1 joined the call (1 peers, 1 rooms)") }, ana.log)
 
         // Ana speaks once: Ben's speaker plays it and pymumble decodes it.
@@ -224,6 +226,8 @@ final class RoomTests: XCTestCase {
 
         // Bob's tone comes out of Ana's speaker while the peer call runs.
         XCTAssertNotNil(try toneLevel(bob, pwAna), "Bob's tone did not come out of Ana's speaker")
+        XCTAssertEqual(voicePath(ana, room), "tcp", "force-tcp: voice never over UDP")
+        XCTAssertFalse(ana.log.contains("voice over UDP"), "force-tcp: voice never over UDP")
 
         // Leaving the room leaves the call with Ben as it was.
         _ = try callRoom(ana, room, "Leave", [])
@@ -260,9 +264,10 @@ final class RoomTests: XCTestCase {
     /// Two PeerVoices in one channel hear each other through the server, judged as VoiceTests judge
     /// a peer call: over UDP once murmurd echoes their pings (`VoicePath` "udp", and the voice is in
     /// the datagrams each one's `VoiceRelay` in front of murmurd passes); through the TLS tunnel
-    /// when UDP stops (the relays drop every datagram towards murmurd: "tcp" within 3.5-4.5 s,
-    /// after which only pings go over UDP and murmurd tunnels the listener's voice too); over UDP
-    /// again when it works again. (`make bench-rooms` compares the latencies with a direct call.)
+    /// when UDP stops (the relays drop every datagram towards murmurd: "tcp" 2.5-4.5 s later, as the
+    /// last echo came up to 1 s before; then only pings go over UDP and murmurd tunnels the
+    /// listener's voice too); over UDP again when it works again. (`make bench-rooms` compares the
+    /// latencies with a direct call.)
     func testTwoPeerVoicesHearEachOtherOverUDPAndThroughTheTunnelWhenUDPStops() throws {
         _ = try serverWithGames()
         clients = []  // bob would only add his silence
@@ -278,6 +283,7 @@ final class RoomTests: XCTestCase {
         XCTAssertTrue(eventually(timeout: 10) { ana.log.contains("voice: room 1 joined the call") && ben.log.contains("voice: room 1 joined the call") })
         let paths = { [self] in [voicePath(ana, roomAna), voicePath(ben, roomBen)] }
         XCTAssertTrue(eventually(timeout: 5) { paths() == ["udp", "udp"] }, "voice never took UDP: \(paths())")
+        XCTAssertTrue(ana.log.contains("room 1: voice over UDP to 127.0.0.1:\(relayAna.port)"), ana.log)
         dispatchEvents(for: 0.5)
 
         /// Judges the speech; returns the datagrams the talker's relay took in (passed or dropped)
