@@ -307,20 +307,20 @@ final class RoomTests: XCTestCase {
             XCTAssertGreaterThan(datagrams.down, 100, "\(label): murmurd did not send the voice over UDP")
         }
 
-        relayAna.setLoss(100)
-        relayBen.setLoss(100)
-        let blocked = VoiceRig.monotonicSeconds()
-        XCTAssertTrue(eventually(timeout: 8) { paths() == ["tcp", "tcp"] }, "no fallback to the tunnel: \(paths())")
-        print("RoomTests: both rooms back in the TCP tunnel \(String(format: "%.1f", VoiceRig.monotonicSeconds() - blocked)) s after UDP stopped")
+        /// Drops (100) or passes (0) every datagram towards murmurd at both relays, then waits for
+        /// both rooms to show `path`.
+        func setUDPLoss(_ loss: Double, thenExpect path: String, within timeout: Double) {
+            relayAna.setLoss(loss)
+            relayBen.setLoss(loss)
+            let since = VoiceRig.monotonicSeconds()
+            XCTAssertTrue(eventually(timeout: timeout) { paths() == [path, path] }, "UDP loss \(loss) %: not \(path) but \(paths())")
+            print("RoomTests: both rooms \(path) \(String(format: "%.1f", VoiceRig.monotonicSeconds() - since)) s after UDP loss became \(loss) %")
+        }
+        setUDPLoss(100, thenExpect: "tcp", within: 8)
         let tunnelled = try judge("ana→ben through the tunnel, UDP blocked", from: (pwAna, relayAna), to: (pwBen, relayBen))
         XCTAssertLessThan(tunnelled.up, 20, "ana's voice still went over UDP (only pings should)")
         XCTAssertLessThan(tunnelled.down, 20, "murmurd still sent ben the voice over UDP (the tunnelled ping should have stopped it)")
-
-        relayAna.setLoss(0)
-        relayBen.setLoss(0)
-        let unblocked = VoiceRig.monotonicSeconds()
-        XCTAssertTrue(eventually(timeout: 4) { paths() == ["udp", "udp"] }, "voice did not return to UDP: \(paths())")
-        print("RoomTests: both rooms over UDP again \(String(format: "%.1f", VoiceRig.monotonicSeconds() - unblocked)) s after UDP came back")
+        setUDPLoss(0, thenExpect: "udp", within: 4)
     }
 
     private func voicePath(_ peer: TestPeer, _ room: String) -> String { (try? property(peer, room, "VoicePath").string) ?? "" }
