@@ -45,6 +45,7 @@ PACKAGES := \
 	pkg-config \
 	dbus-daemon \
 	libsodium-dev \
+	libssl-dev \
 	libopus-dev \
 	libpipewire-0.3-dev \
 	libgtk-4-dev \

@@ -16,6 +16,7 @@ let package = Package(
         .systemLibrary(name: "COpus", pkgConfig: "opus", providers: [.apt(["libopus-dev"])]),
         .systemLibrary(name: "CGtk", pkgConfig: "gtk4", providers: [.apt(["libgtk-4-dev"])]),
         .systemLibrary(name: "CAdw", pkgConfig: "libadwaita-1", providers: [.apt(["libadwaita-1-dev"])]),
+        .systemLibrary(name: "COpenSSL", pkgConfig: "libcrypto", providers: [.apt(["libssl-dev"])]),
         .systemLibrary(name: "CPipeWire", pkgConfig: "libpipewire-0.3", providers: [.apt(["libpipewire-0.3-dev"])]),
         // webrtc-audio-processing 0.3 is C++: a tiny shim gives it a C API (Debian
         // libwebrtc-audio-processing-dev; the flags are its pkg-config --cflags).
@@ -34,6 +35,9 @@ let package = Package(
         .target(name: "Sodium", dependencies: ["CSodium", "PeerVoiceCore"]),
         // libopus behind PeerVoiceCore's codec protocol. The only importer of COpus.
         .target(name: "Opus", dependencies: ["COpus", "PeerVoiceCore"]),
+        // AES-128 from OpenSSL's libcrypto behind PeerVoiceCore's BlockCipher (Mumble's UDP voice
+        // crypto). The only importer of COpenSSL.
+        .target(name: "OpenSSLCrypto", dependencies: ["COpenSSL", "PeerVoiceCore"]),
         // PipeWire capture and playback streams. The only importer of CPipeWire.
         .target(name: "PipeWire", dependencies: ["CPipeWire", "PeerVoiceCore"]),
         // Echo cancellation, noise suppression, voice activity behind PeerVoiceCore's
@@ -50,7 +54,8 @@ let package = Package(
         // The service: bus API, peer links, transports.
         .target(
             name: "PeerVoiceDaemon",
-            dependencies: ["PeerVoiceCore", "PeerVoiceBus", "GIO", "Sodium", "Opus", "PipeWire", "AudioProcessing"],
+            dependencies: ["PeerVoiceCore", "PeerVoiceBus", "GIO", "Sodium", "Opus", "PipeWire", "AudioProcessing",
+                           "OpenSSLCrypto"],
             resources: [.embedInCode("org.example.PeerVoice.xml"), .embedInCode("org.example.PeerVoice.Peer.xml"),
                         .embedInCode("org.example.PeerVoice.Room.xml"), .embedInCode("org.example.PeerVoice.Transfer.xml")]
         ),
@@ -78,6 +83,7 @@ let package = Package(
         .testTarget(name: "PeerVoiceCoreTests", dependencies: ["PeerVoiceCore", "SeededRandom", "CoreTestSupport"]),
         .testTarget(name: "SimulationTests", dependencies: ["PeerVoiceSimulation", "PeerVoiceCore", "SeededRandom"]),
         .testTarget(name: "SodiumTests", dependencies: ["Sodium", "PeerVoiceCore", "CoreTestSupport"]),
+        .testTarget(name: "OpenSSLCryptoTests", dependencies: ["OpenSSLCrypto", "PeerVoiceCore"]),
         .testTarget(name: "OpusTests", dependencies: ["Opus", "PeerVoiceCore"]),
         // The processor offline, and the daemon's capture path around it (no PipeWire).
         .testTarget(name: "AudioProcessingTests", dependencies: ["AudioProcessing", "PeerVoiceCore", "PeerVoiceDaemon"]),

@@ -23,7 +23,7 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 
-TARGETS=(frame-decoder handshake jitter-buffer lan-advertisement call-frames channel-frames dial-proof mumble-control transfer-messages)
+TARGETS=(frame-decoder handshake jitter-buffer lan-advertisement call-frames channel-frames dial-proof mumble-control transfer-messages mumble-udp)
 SWIFTC=${SWIFTC:-swiftc}
 FUZZ_DIR=${FUZZ_DIR:-.build/fuzz}
 FUZZ_OPT=${FUZZ_OPT:--O}
@@ -174,6 +174,7 @@ sources_of() {
         dial-proof) ls Sources/PeerVoiceCore/Security/{DialProof,DialGate,Handshake,HandshakeError}.swift ;;
         mumble-control) ls Sources/PeerVoiceCore/Rooms/*.swift ;;
         transfer-messages) ls Sources/PeerVoiceCore/Transfers/*.swift ;;
+        mumble-udp) ls Sources/PeerVoiceCore/Rooms/{MumbleCrypt,MumbleVoicePacket}.swift ;;
     esac
 }
 

@@ -24,6 +24,9 @@ public final class TLSClientConnection {
     /// SHA-256 of the server's certificate (DER), as `openssl x509 -fingerprint -sha256` prints
     /// it: upper-case hex pairs joined by colons.
     public private(set) var peerCertificateFingerprint = ""
+    /// The numeric address and port the TCP connection reached (after name resolution): where
+    /// a protocol with a UDP side, such as Mumble's voice, sends its datagrams.
+    public private(set) var peerAddress: (host: String, port: UInt16)?
 
     private let cancellable: UnsafeMutablePointer<GCancellable>
     private var stream: UnsafeMutablePointer<GIOStream>?
@@ -104,6 +107,17 @@ public final class TLSClientConnection {
         // Small writes (20 ms voice packets) go at once, not held by Nagle's algorithm for an ACK
         // (Mumble's own client asks for the same).
         _ = g_socket_set_option(g_socket_connection_get_socket(socket), gint(IPPROTO_TCP), gint(TCP_NODELAY), 1, nil)
+        if let remote = g_socket_connection_get_remote_address(socket, nil) {
+            if g_type_check_instance_is_a(UnsafeMutableRawPointer(remote).assumingMemoryBound(to: GTypeInstance.self),
+                                          g_inet_socket_address_get_type()) != 0 {
+                let inet = UnsafeMutableRawPointer(remote).assumingMemoryBound(to: GInetSocketAddress.self)
+                if let text = g_inet_address_to_string(g_inet_socket_address_get_address(inet)) {
+                    peerAddress = (String(cString: text), g_inet_socket_address_get_port(inet))
+                    g_free(text)
+                }
+            }
+            g_object_unref(remote)
+        }
         guard let tls = g_tls_client_connection_new(socket.withMemoryRebound(to: GIOStream.self, capacity: 1) { $0 }, nil, &error) else {
             return finishConnecting(.failure(Failure(consuming: error)))
         }

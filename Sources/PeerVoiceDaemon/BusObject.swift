@@ -136,9 +136,12 @@ final class BusObject {
                 }
             case "JoinRoom":
                 let options = arguments[1]
-                try Self.refuseUnknownOptions(options, known: ["password", "accept-certificate"])
+                try Self.refuseUnknownOptions(options, known: ["password", "accept-certificate", "force-tcp"])
+                let forceTCP = options.lookup("force-tcp")
+                if let forceTCP, forceTCP.bool == nil { throw .invalidArgument("force-tcp must be a boolean (b)") }
                 service.rooms.join(url: arguments[0].string!, password: options.lookup("password")?.string,
-                                   acceptCertificate: options.lookup("accept-certificate")?.string) { result in
+                                   acceptCertificate: options.lookup("accept-certificate")?.string,
+                                   forceTCP: forceTCP?.bool ?? false) { result in
                     Self.reply(call, result.map { Variant(tuple: [Variant(objectPath: RoomObjects.path(of: $0))]) })
                 }
             case "SendFiles":

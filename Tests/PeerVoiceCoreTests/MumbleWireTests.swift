@@ -75,6 +75,19 @@ final class MumbleWireTests: XCTestCase {
                        [0x00, 0x00, 0x00, 0x00, 0x00, 0x0D, 0x08, 0x84, 0x86, 0x04])
     }
 
+    func testCryptSetupCarriesAKeyAResyncOrARequest() throws {
+        let key = [UInt8](0..<16), client = [UInt8](16..<32), server = [UInt8](32..<48)
+        var body: [UInt8] = []
+        for (field, value) in [(UInt8(1), key), (2, client), (3, server)] { body += [field << 3 | 2, 16] + value }
+        XCTAssertEqual(try MumbleServerMessage(type: 15, body: body), .cryptSetup(key: key, clientNonce: client, serverNonce: server))
+        // The server's resync: only its nonce; its request for ours: nothing at all.
+        XCTAssertEqual(try MumbleServerMessage(type: 15, body: [0x1A, 16] + server), .cryptSetup(key: nil, clientNonce: nil, serverNonce: server))
+        XCTAssertEqual(try MumbleServerMessage(type: 15, body: []), .cryptSetup(key: nil, clientNonce: nil, serverNonce: nil))
+        // Our answer carries our encrypt nonce as client_nonce (field 2); our request is empty.
+        XCTAssertEqual(MumbleClientMessage.cryptSetup(clientNonce: client).frame, [0x00, 0x0F, 0x00, 0x00, 0x00, 0x12, 0x12, 0x10] + client)
+        XCTAssertEqual(MumbleClientMessage.cryptSetup(clientNonce: nil).frame, [0x00, 0x0F, 0x00, 0x00, 0x00, 0x00])
+    }
+
     func testAVoicePacketFromTheServerNamesTalkerSequenceAndEnd() throws {
         // Opus, target 0, session 3, sequence 300 (two-byte varint), length 2 with the end bit (0x2002).
         let bytes: [UInt8] = [0x80, 0x03, 0x81, 0x2C, 0xA0, 0x02, 0xAA, 0xBB, 0x01, 0x02]

@@ -129,6 +129,7 @@ final class RoomTests: XCTestCase {
         XCTAssertEqual(ana.client.errorName("JoinRoom", [Variant("http://x"), Variant(dictionary: [])]), Self.invalidArgument)
         XCTAssertEqual(ana.client.errorName("JoinRoom", [Variant(url("ana2", "/Nowhere")), Variant(dictionary: [])]), Self.invalidArgument)
         XCTAssertEqual(ana.client.errorName("JoinRoom", [Variant(url("ana3")), Variant(dictionary: [("colour", Variant("red"))])]), Self.invalidArgument)
+        XCTAssertEqual(ana.client.errorName("JoinRoom", [Variant(url("ana4")), Variant(dictionary: [("force-tcp", Variant("yes"))])]), Self.invalidArgument)
         XCTAssertThrowsError(try callRoom(ana, room, "Send", [Variant("")]))
         XCTAssertThrowsError(try callRoom(ana, room, "SendTo", [Variant("nobody-here"), Variant("hi")]))
         XCTAssertEqual(try roomPaths(ana), [room], "failed joins leave no room behind")
@@ -197,8 +198,9 @@ final class RoomTests: XCTestCase {
     }
 
     /// One call: Ana talks with peer Ben (a PeerVoice link, UDP voice) and sits in a Mumble room
-    /// with pymumble's Bob. Her microphone, captured once, reaches both; Bob's tone comes out of
-    /// her speaker mixed with the call, and leaving the room leaves the peer call running.
+    /// with pymumble's Bob, joined with `force-tcp` (voice only in the TLS tunnel). Her microphone,
+    /// captured once, reaches both; Bob's tone comes out of her speaker mixed with the call, and
+    /// leaving the room leaves the peer call running.
     func testARoomAndAPeerShareOneCall() throws {
         let bob = try serverWithGames()
         let pwAna = try PipeWireSession(), pwBen = try PipeWireSession()
@@ -208,7 +210,7 @@ final class RoomTests: XCTestCase {
         let markAna = ana.mark
         let link = try VoicePairing.connect(ana, to: ben)
         XCTAssertNotNil(ana.waitForVoiceState("active", of: link.bOnA, after: markAna, timeout: 15), ana.log)
-        let room = try join(ana, url("ana"))
+        let room = try join(ana, url("ana"), [("force-tcp", Variant(true))])
         XCTAssertTrue(eventually(timeout: 10) { ana.log.contains("voice: room 1 joined the call (1 peers, 1 rooms)") }, ana.log)
 
         // Ana speaks once: Ben's speaker plays it and pymumble decodes it.
@@ -224,6 +226,8 @@ final class RoomTests: XCTestCase {
 
         // Bob's tone comes out of Ana's speaker while the peer call runs.
         XCTAssertNotNil(try toneLevel(bob, pwAna), "Bob's tone did not come out of Ana's speaker")
+        XCTAssertEqual(voicePath(ana, room), "tcp", "force-tcp: voice never over UDP")
+        XCTAssertFalse(ana.log.contains("voice over UDP"), "force-tcp: voice never over UDP")
 
         // Leaving the room leaves the call with Ben as it was.
         _ = try callRoom(ana, room, "Leave", [])
@@ -257,27 +261,69 @@ final class RoomTests: XCTestCase {
         return (transfer, windows)
     }
 
-    /// Two PeerVoices in one channel hear each other through the server (the TCP tunnel), judged
-    /// as VoiceTests judge a peer call (`make bench-rooms` compares the latency with a direct call).
-    func testTwoPeerVoicesHearEachOtherThroughTheServer() throws {
+    /// Two PeerVoices in one channel hear each other through the server, judged as VoiceTests judge
+    /// a peer call: over UDP once murmurd echoes their pings (`VoicePath` "udp", and the voice is in
+    /// the datagrams each one's `VoiceRelay` in front of murmurd passes); through the TLS tunnel
+    /// when UDP stops (the relays drop every datagram towards murmurd: "tcp" 2.5-4.5 s later, as the
+    /// last echo came up to 1 s before; then only pings go over UDP and murmurd tunnels the
+    /// listener's voice too); over UDP again when it works again. (`make bench-rooms` compares the
+    /// latencies with a direct call.)
+    func testTwoPeerVoicesHearEachOtherOverUDPAndThroughTheTunnelWhenUDPStops() throws {
         _ = try serverWithGames()
         clients = []  // bob would only add his silence
+        // One relay each: murmurd tells users apart by their UDP source address.
+        let relayAna = try VoiceRelay(targetPort: server.port), relayBen = try VoiceRelay(targetPort: server.port)
+        defer { relayAna.stop(); relayBen.stop() }
         let pwAna = try PipeWireSession(), pwBen = try PipeWireSession()
         defer { pwAna.stop(); pwBen.stop() }
         let ana = try started.make("ana", listens: false, arguments: ["--verbose", "--no-cue"], environment: pwAna.environment)
         let ben = try started.make("ben", listens: false, arguments: ["--verbose", "--no-cue"], environment: pwBen.environment)
-        _ = try join(ana, url("ana"))
-        _ = try join(ben, url("ben"))
+        let roomAna = try join(ana, "mumble://ana@127.0.0.1:\(relayAna.port)/Games")
+        let roomBen = try join(ben, "mumble://ben@127.0.0.1:\(relayBen.port)/Games")
         XCTAssertTrue(eventually(timeout: 10) { ana.log.contains("voice: room 1 joined the call") && ben.log.contains("voice: room 1 joined the call") })
+        let paths = { [self] in [voicePath(ana, roomAna), voicePath(ben, roomBen)] }
+        XCTAssertTrue(eventually(timeout: 5) { paths() == ["udp", "udp"] }, "voice never took UDP: \(paths())")
+        XCTAssertTrue(ana.log.contains("room 1: voice over UDP to 127.0.0.1:\(relayAna.port)"), ana.log)
         dispatchEvents(for: 0.5)
-        for (label, talker, listener) in [("ana→ben via murmurd", pwAna, pwBen), ("ben→ana via murmurd", pwBen, pwAna)] {
-            let (transfer, windows) = try speech(from: talker, to: listener, label)
+
+        /// Judges the speech; returns the datagrams the talker's relay took in (passed or dropped)
+        /// and those the listener's relay brought back from murmurd meanwhile.
+        func judge(_ label: String, from talker: (PipeWireSession, VoiceRelay), to listener: (PipeWireSession, VoiceRelay)) throws -> (up: Int, down: Int) {
+            let (upBefore, downBefore) = (talker.1.statistics.received, listener.1.statistics.returned)
+            let (transfer, windows) = try speech(from: talker.0, to: listener.0, label)
             XCTAssertGreaterThanOrEqual(windows.count, 3, "\(label): too little speech to judge")
             XCTAssertGreaterThanOrEqual(VoiceAnalysis.medianCorrelation(windows), 0.5, "\(label): the speech did not come out of the speaker")
             XCTAssertGreaterThan(transfer.latencyMs, 0, label)
             XCTAssertLessThanOrEqual(transfer.latencyMs, 150, "\(label): mouth-to-ear latency")
+            let datagrams = (up: talker.1.statistics.received - upBefore, down: listener.1.statistics.returned - downBefore)
+            print("RoomTests: \(label): UDP datagrams from the talker \(datagrams.up), to the listener \(datagrams.down)")
+            return datagrams
         }
+        // 3.5 s of 20 ms packets: about 175 datagrams each way, and 4 pings.
+        for (label, talker, listener) in [("ana→ben over UDP", (pwAna, relayAna), (pwBen, relayBen)),
+                                          ("ben→ana over UDP", (pwBen, relayBen), (pwAna, relayAna))] {
+            let datagrams = try judge(label, from: talker, to: listener)
+            XCTAssertGreaterThan(datagrams.up, 100, "\(label): the talker's voice did not go over UDP")
+            XCTAssertGreaterThan(datagrams.down, 100, "\(label): murmurd did not send the voice over UDP")
+        }
+
+        /// Drops (100) or passes (0) every datagram towards murmurd at both relays, then waits for
+        /// both rooms to show `path`.
+        func setUDPLoss(_ loss: Double, thenExpect path: String, within timeout: Double) {
+            relayAna.setLoss(loss)
+            relayBen.setLoss(loss)
+            let since = VoiceRig.monotonicSeconds()
+            XCTAssertTrue(eventually(timeout: timeout) { paths() == [path, path] }, "UDP loss \(loss) %: not \(path) but \(paths())")
+            print("RoomTests: both rooms \(path) \(String(format: "%.1f", VoiceRig.monotonicSeconds() - since)) s after UDP loss became \(loss) %")
+        }
+        setUDPLoss(100, thenExpect: "tcp", within: 8)
+        let tunnelled = try judge("ana→ben through the tunnel, UDP blocked", from: (pwAna, relayAna), to: (pwBen, relayBen))
+        XCTAssertLessThan(tunnelled.up, 20, "ana's voice still went over UDP (only pings should)")
+        XCTAssertLessThan(tunnelled.down, 20, "murmurd still sent ben the voice over UDP (the tunnelled ping should have stopped it)")
+        setUDPLoss(0, thenExpect: "udp", within: 4)
     }
+
+    private func voicePath(_ peer: TestPeer, _ room: String) -> String { (try? property(peer, room, "VoicePath").string) ?? "" }
 
     /// The median level (dBFS) of Bob's 1 s tone out of the speaker, or nil when it never came out.
     private func toneLevel(_ bob: PyMumbleClient, _ pipewire: PipeWireSession) throws -> Double? {

@@ -4,10 +4,11 @@
 Part 1, mouth-to-ear: two release peervoiced (A, B) in ONE private headless PipeWire (bench/voice's
 harness: quantum 256), each on its own bus. Per start (--runs, fresh daemons, server and state):
 a fresh murmurd 1.3.4 on 127.0.0.1 (an ordinary process, as nobody when root); A and B JoinRoom
-its root channel; A says Tests/Fixtures/speech.wav; ONE tap records A's microphone and B's speaker:
-latency by cross-correlation, correlation. Then, in the same start, A and B leave the room, pair
-and talk directly (UDP): the same measurement. Voice through the server goes in the TCP tunnel
-(UDP is not implemented yet).
+its root channel twice, once with JoinRoom's force-tcp (voice in the TCP tunnel) and once without
+(voice over UDP once the server echoes a ping: the Room's VoicePath says "udp"), in alternating
+order from start to start; each time A says Tests/Fixtures/speech.wav and ONE tap records A's
+microphone and B's speaker: latency by cross-correlation, correlation. Then, in the same start, A
+and B leave the room, pair and talk directly (UDP): the same measurement, the baseline.
 
 Part 2, CPU: A alone in a channel of N = 2, 10, 30 users, the others pymumble 1.6.1 clients
 (tests/rooms/mumble_client.py in the venv `make rooms-venv` makes), 1 or 3 of them playing a
@@ -80,14 +81,30 @@ class Murmur:
         CHILDREN.stop(self.process)
 
 
-def join(daemon, url):
-    daemon.call("JoinRoom", url, "{}")
-    voice.wait_for(f"{daemon.label} in the call", lambda: "joined the call" in open(daemon.log_path, errors="replace").read(), 10)
+def join(daemon, url, options="{}"):
+    """JoinRoom; returns the room's object path once the daemon's voice thread has it in the call."""
+    since = os.path.getsize(daemon.log_path)
+
+    def joined():
+        with open(daemon.log_path, errors="replace") as f:
+            f.seek(since)
+            return "joined the call" in f.read()
+    reply = daemon.call("JoinRoom", url, options)
+    voice.wait_for(f"{daemon.label} in the call", joined, 10)
+    return reply.split("'")[1]
 
 
-def leave(daemon):
-    subprocess.run(["gdbus", "call", "--session", "-d", voice.BUS[0], "-o", voice.BUS[1] + "/rooms/1", "-m",
-                    "org.example.PeerVoice.Room.Leave"], env=daemon.env, capture_output=True, timeout=10)
+def room_call(daemon, room, *args):
+    return subprocess.run(["gdbus", "call", "--session", "-d", voice.BUS[0], "-o", room, "-m", *args],
+                          env=daemon.env, capture_output=True, text=True, timeout=10).stdout
+
+
+def leave(daemon, room):
+    room_call(daemon, room, "org.example.PeerVoice.Room.Leave")
+
+
+def voice_path(daemon, room):
+    return room_call(daemon, room, "org.freedesktop.DBus.Properties.Get", "org.example.PeerVoice.Room", "VoicePath")
 
 
 class Pids:
@@ -105,12 +122,17 @@ def latency_start(binary, workdir, index):
         b = voice.PeerDaemon(pw, binary, workdir, f"b{index}", "bench-b", voice.MIC_B, voice.SPEAKER, [])
         daemons = [a, b]
         ports = {d.label: d.listen_port() for d in daemons}
-        for d in daemons:
-            join(d, f"mumble://{d.label}@127.0.0.1:{murmur.port}")
-        time.sleep(1)
-        result = {"server": voice.measure(pw, Pids({"sender": a.pid, "receiver": b.pid}), os.path.join(workdir, f"server-{index}.wav"))}
-        for d in daemons:
-            leave(d)
+        result = {}
+        # Alternating which goes first, so neither path always meets a warmer daemon.
+        for path in ("tunnel", "udp") if index % 2 == 0 else ("udp", "tunnel"):
+            options = "{'force-tcp': <true>}" if path == "tunnel" else "{}"
+            rooms = [join(d, f"mumble://{d.label}@127.0.0.1:{murmur.port}", options) for d in daemons]
+            wanted = "udp" if path == "udp" else "tcp"
+            voice.wait_for(f"VoicePath {wanted}", lambda: all(f"'{wanted}'" in voice_path(d, r) for d, r in zip(daemons, rooms)), 10)
+            time.sleep(1)
+            result[path] = voice.measure(pw, Pids({"sender": a.pid, "receiver": b.pid}), os.path.join(workdir, f"{path}-{index}.wav"))
+            for d, r in zip(daemons, rooms):
+                leave(d, r)
         b_on_a, a_on_b, since = voice.pair(a, b, f"ip:127.0.0.1:{ports[b.label]}")
         voice.wait_for("direct voice", lambda: voice.voice_active(a, b_on_a, since[0]) and voice.voice_active(b, a_on_b, since[1]), 20)
         time.sleep(1)
@@ -203,16 +225,17 @@ def main():
     print(f"\nbench-rooms: medians of {args.runs} fresh starts ({os.cpu_count()} CPUs, machine shared: see README)")
     if results["latency"]:
         print(f"{'path':<28}{'latency ms':>12}{'correlation':>13}{'PESQ-WB':>9}{'A CPU %':>9}{'B CPU %':>9}")
-        for path, label in (("server", "A -> murmurd -> B (tunnel)"), ("direct", "A -> B direct (UDP)")):
+        for path, label in (("tunnel", "A -> murmurd -> B (tunnel)"), ("udp", "A -> murmurd -> B (UDP)"),
+                            ("direct", "A -> B direct (UDP)")):
             rows = [r[path] for r in results["latency"]]
             print(f"{label:<28}{med([r.get('latency_ms') for r in rows]) or '-':>12}"
                   f"{med([r.get('xcorr') for r in rows]) or '-':>13}{med([r.get('pesq_wb') for r in rows]) or '-':>9}"
                   f"{med([r.get('cpu_pct', {}).get('sender') for r in rows]) or '-':>9}"
                   f"{med([r.get('cpu_pct', {}).get('receiver') for r in rows]) or '-':>9}")
-        server = med([r["server"].get("latency_ms") for r in results["latency"]])
-        direct = med([r["direct"].get("latency_ms") for r in results["latency"]])
-        if server is not None and direct is not None:
-            print(f"target (UDP, not implemented): through the server <= direct + 10 ms; the tunnel: {server - direct:+.1f} ms")
+        tunnel, udp, direct = (med([r[path].get("latency_ms") for r in results["latency"]]) for path in ("tunnel", "udp", "direct"))
+        if udp is not None and direct is not None:
+            print(f"target: through the server over UDP <= direct + 10 ms: {udp - direct:+.1f} ms"
+                  + (f" (the tunnel: {tunnel - direct:+.1f} ms)" if tunnel is not None else ""))
     if results["cpu"]:
         print(f"\n{'users':>6}{'talkers':>9}{'A CPU % (median)':>18}   runs")
         for key, values in results["cpu"].items():

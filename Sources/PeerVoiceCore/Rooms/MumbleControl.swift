@@ -158,6 +158,10 @@ public enum MumbleServerMessage: Sendable, Equatable {
     case textMessage(MumbleTextMessage)
     case permissionDenied(reason: String?)
     case codecVersion(opus: Bool)
+    /// The UDP crypto's key and nonces (all three: a new key), only `serverNonce` (the server's
+    /// resync of our decrypt nonce), or none (the server asks for our encrypt nonce). Lengths
+    /// are checked where they are used (``MumbleCryptState``).
+    case cryptSetup(key: [UInt8]?, clientNonce: [UInt8]?, serverNonce: [UInt8]?)
     case ignored(UInt16)
 
     public init(type: UInt16, body: [UInt8]) throws(MumbleProtocolError) {
@@ -227,7 +231,10 @@ public enum MumbleServerMessage: Sendable, Equatable {
             self = .permissionDenied(reason: last(4)?.string)
         case .codecVersion:
             self = .codecVersion(opus: last(4)?.bool ?? false)
-        case .udpTunnel, .authenticate, .cryptSetup:
+        case .cryptSetup:
+            self = .cryptSetup(key: last(1)?.bytes.map(Array.init), clientNonce: last(2)?.bytes.map(Array.init),
+                               serverNonce: last(3)?.bytes.map(Array.init))
+        case .udpTunnel, .authenticate:
             self = .ignored(type)
         }
     }
@@ -243,6 +250,8 @@ public enum MumbleClientMessage: Sendable {
     case selfMute(session: UInt32, muted: Bool)
     case joinChannel(session: UInt32, channel: UInt32)
     case textMessage(sessions: [UInt32], channels: [UInt32], text: String)
+    /// Our encrypt nonce, when the server asked for it; nil: asks the server for its (a resync).
+    case cryptSetup(clientNonce: [UInt8]?)
 
     public var frame: [UInt8] {
         var body = ProtobufWriter()
@@ -276,6 +285,9 @@ public enum MumbleClientMessage: Sendable {
             for channel in channels { body.uint(3, UInt64(channel)) }
             body.string(5, text)
             return MumbleFrameDecoder.frame(.textMessage, body: body.bytes)
+        case .cryptSetup(let clientNonce):
+            if let clientNonce { body.bytes(2, clientNonce) }
+            return MumbleFrameDecoder.frame(.cryptSetup, body: body.bytes)
         }
     }
 }

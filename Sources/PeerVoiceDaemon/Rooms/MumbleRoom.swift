@@ -40,6 +40,10 @@ final class MumbleRoom {
     var messageReceived: (String, String) -> Void = { _, _ in }
 
     private var connection: TLSClientConnection?
+    /// Voice over UDP, from the server's `CryptSetup` until the connection ends (nil with `force-tcp`).
+    private var udp: RoomUDP?
+    /// `JoinRoom`'s `force-tcp`: voice only through the tunnel, as Mumble's "Force TCP mode".
+    private let forceTCP: Bool
     private var decoder = MumbleFrameDecoder()
     private var channel: UInt32?
     private var pingTimer: EventSource?
@@ -67,8 +71,9 @@ final class MumbleRoom {
     static let speakingHold: Duration = .milliseconds(300)
     static let maxBackoff: Duration = .seconds(30)
 
-    init(number: Int, url: MumbleURL, username: String, password: String?, acceptedFingerprint: String?,
+    init(number: Int, url: MumbleURL, username: String, password: String?, acceptedFingerprint: String?, forceTCP: Bool,
          pins: RoomPins, identity: RoomIdentity, muted: Bool, voice: @escaping () -> VoiceEngine?) {
+        self.forceTCP = forceTCP
         self.identity = identity
         self.voice = voice
         self.number = number
@@ -79,6 +84,9 @@ final class MumbleRoom {
         self.pins = pins
         self.muted = muted
     }
+
+    /// Which way our voice goes now (PROTOCOL.md §14.7).
+    var voicePath: MumbleVoiceRoute.Path { udp?.route.path ?? .tcp }
 
     var server: String { url.host.contains(":") ? "[\(url.host)]:\(url.port)" : "\(url.host):\(url.port)" }
 
@@ -135,10 +143,13 @@ final class MumbleRoom {
         return "room\(number)-\(nextMessageID)"
     }
 
-    /// Our voice packet for the room (from the voice thread): through the TCP tunnel while
-    /// connected; dropped rather than queued behind a backlog (late voice is useless).
+    /// Our voice packet for the room (from the voice thread) while connected: over UDP when that
+    /// path works, else through the TCP tunnel, dropped there rather than queued behind a backlog
+    /// (late voice is useless).
     func sendVoice(_ packet: [UInt8]) {
-        guard state == .connected, let connection, connection.queuedWrites < Self.maxQueuedVoice else { return }
+        guard state == .connected else { return }
+        if udp?.send(voice: packet) == true { return }
+        guard let connection, connection.queuedWrites < Self.maxQueuedVoice else { return }
         connection.send(MumbleClientMessage.voice(packet).frame)
     }
 
@@ -265,10 +276,9 @@ final class MumbleRoom {
             let sender = text.actor.flatMap { model.users[$0]?.name } ?? "server"
             messageReceived(sender, text.text)
         case .voice(let bytes):
-            if let packet = try? MumbleVoicePacket.fromServer(bytes[...]), let session = packet.session {
-                talking(session, stopped: packet.isLast)
-                if inCall { voice()?.roomVoice(number, packet) }
-            }
+            if let packet = try? MumbleVoicePacket.fromServer(bytes[...]) { voiceArrived(packet) }
+        case .cryptSetup(let key, let clientNonce, let serverNonce):
+            cryptSetup(key: key, clientNonce: clientNonce, serverNonce: serverNonce)
         default:
             break
         }
@@ -286,6 +296,47 @@ final class MumbleRoom {
             changed()
         } else if change != .none && state == .connected {
             changed()
+        }
+    }
+
+    /// A talker's packet, through the tunnel or over UDP.
+    private func voiceArrived(_ packet: MumbleVoicePacket) {
+        guard let session = packet.session else { return }
+        talking(session, stopped: packet.isLast)
+        if inCall { voice()?.roomVoice(number, packet) }
+    }
+
+    /// The server's `CryptSetup`, as Mumble's clients take it: a key and both nonces start voice
+    /// over UDP (afresh); its nonce alone resyncs our decryption; nothing asks for our nonce.
+    private func cryptSetup(key: [UInt8]?, clientNonce: [UInt8]?, serverNonce: [UInt8]?) {
+        if let key, let clientNonce, let serverNonce {
+            // A new key: voice is in the tunnel again until the new socket's first echo.
+            let wasUDP = voicePath == .udp
+            udp?.stop()
+            udp = nil
+            if wasUDP { changed() }
+            guard !forceTCP, let address = connection?.peerAddress else { return }
+            let endpoint = IPEndpoint(host: address.host, port: address.port)
+            do throws(SystemError) {
+                udp = try RoomUDP(server: endpoint, key: key, clientNonce: clientNonce, serverNonce: serverNonce)
+            } catch {
+                Log.warning("room \(number): no UDP socket for voice (\(error)); voice stays in the TCP tunnel")
+            }
+            guard let udp else { return Log.warning("room \(number): \(server) sent a CryptSetup of the wrong sizes; voice stays in the TCP tunnel") }
+            udp.voiceReceived = { [unowned self] packet in voiceArrived(packet) }
+            udp.sendControl = { [unowned self] message in send(message) }
+            udp.pathChanged = { [unowned self, unowned udp] in
+                if udp.route.path == .udp {
+                    Log.info("room \(number): voice over UDP to \(udp.server) (round trip \((udp.route.roundTripNs ?? 0) / 1_000) µs)")
+                } else {
+                    Log.info("room \(number): no UDP echo from \(udp.server) for \(MumbleVoiceRoute.fallbackAfterNs / 1_000_000) ms; voice through the TCP tunnel")
+                }
+                changed()
+            }
+        } else if let serverNonce {
+            udp?.resync(serverNonce: serverNonce)
+        } else if let udp {
+            send(.cryptSetup(clientNonce: udp.encryptNonce))
         }
     }
 
@@ -338,6 +389,8 @@ final class MumbleRoom {
         }
         pingTimer = nil
         retryTimer = nil
+        udp?.stop()
+        udp = nil
         speakingTimers = [:]
         speaking = []
         connection?.close()

@@ -10,6 +10,7 @@ enum RoomProperty: String, CaseIterable {
     case channel = "Channel"
     case users = "Users"
     case serverFingerprint = "ServerFingerprint"
+    case voicePath = "VoicePath"
 }
 
 extension MumbleRoom {
@@ -24,6 +25,7 @@ extension MumbleRoom {
                 Variant(tuple: [Variant(String($0.session)), Variant($0.name), Variant(speaking.contains($0.session)), Variant($0.muted)])
             }, elementType: "(ssbb)")
         case .serverFingerprint: Variant(serverFingerprint)
+        case .voicePath: Variant(voicePath.rawValue)
         }
     }
 }

@@ -28,9 +28,10 @@ final class Rooms {
         self.voice = voice
     }
 
-    /// `JoinRoom(url, options)`: options `password` (s) and `accept-certificate` (s, a fingerprint).
+    /// `JoinRoom(url, options)`: options `password` (s), `accept-certificate` (s, a fingerprint)
+    /// and `force-tcp` (b: voice only through the TLS tunnel, never UDP).
     /// Completes once in the channel, or with why not; the room then stays until `leave`.
-    func join(url text: String, password: String?, acceptCertificate: String?,
+    func join(url text: String, password: String?, acceptCertificate: String?, forceTCP: Bool,
               completion: @escaping (Result<MumbleRoom, ServiceError>) -> Void) {
         let url: MumbleURL
         do throws(MumbleURL.ParseError) {
@@ -39,7 +40,7 @@ final class Rooms {
             return completion(.failure(.invalidArgument("\(text): \(error)")))
         }
         let room = MumbleRoom(number: nextNumber, url: url, username: url.user ?? MumbleURL.username(from: displayName()),
-                              password: password, acceptedFingerprint: acceptCertificate, pins: pins, identity: identity, muted: muted,
+                              password: password, acceptedFingerprint: acceptCertificate, forceTCP: forceTCP, pins: pins, identity: identity, muted: muted,
                               voice: voice)
         nextNumber += 1
         rooms[room.number] = room
