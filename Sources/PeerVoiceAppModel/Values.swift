@@ -203,6 +203,78 @@ public enum ServiceObject: Equatable, Sendable {
     case peer(PeerRow)
     /// A file transfer (`transfers/<n>`).
     case transfer(TransferRow)
+    /// A Mumble room (`rooms/<n>`).
+    case room(RoomRow)
+}
+
+/// A Mumble room as the sidebar and its page show it (the room object's properties).
+public struct RoomRow: Equatable, Sendable {
+    public struct User: Equatable, Sendable {
+        public var session: String
+        public var name: String
+        public var speaking: Bool
+        public var muted: Bool
+
+        public init(session: String, name: String, speaking: Bool, muted: Bool) {
+            self.session = session
+            self.name = name
+            self.speaking = speaking
+            self.muted = muted
+        }
+    }
+
+    /// Its object's path.
+    public var path: String
+    /// mumble://user@host:port/channel, as the service normalised it.
+    public var url: String
+    /// connecting, connected, reconnecting or failed.
+    public var state: String
+    public var error: String
+    /// "/Games"; "" while not connected.
+    public var channel: String
+    /// The others in our channel, by name.
+    public var users: [User]
+
+    public init(path: String, url: String, state: String, error: String, channel: String, users: [User]) {
+        self.path = path
+        self.url = url
+        self.state = state
+        self.error = error
+        self.channel = channel
+        self.users = users.sorted { ($0.name.lowercased(), $0.session) < ($1.name.lowercased(), $1.session) }
+    }
+
+    /// "host/Games": the server and channel, without the scheme, user and default port.
+    public var title: String {
+        var rest = url.hasPrefix("mumble://") ? String(url.dropFirst("mumble://".count)) : url
+        if let at = rest.firstIndex(of: "@"), rest[..<at].firstIndex(of: "/") == nil { rest = String(rest[rest.index(after: at)...]) }
+        rest = rest.replacing(":64738", with: "")
+        return rest.hasSuffix("/") ? String(rest.dropLast()) : rest
+    }
+}
+
+/// A line of a room's conversation: who said it (nil: we did) and what.
+public struct RoomMessage: Equatable, Sendable {
+    public var user: String?
+    public var text: String
+    public var timeMs: UInt64
+
+    public init(user: String?, text: String, timeMs: UInt64) {
+        self.user = user
+        self.text = text
+        self.timeMs = timeMs
+    }
+}
+
+/// What a refused `JoinRoom` says when the server's certificate is not the one pinned: the new
+/// fingerprint, for the person to compare and accept (`accept-certificate`).
+public enum ChangedCertificate {
+    /// The fingerprint after "it is now " in the service's message, or nil when it is not that refusal.
+    public static func fingerprint(in message: String) -> String? {
+        guard let range = message.firstRange(of: "it is now ") else { return nil }
+        let fingerprint = message[range.upperBound...].prefix { $0.isHexDigit || $0 == ":" }
+        return fingerprint.count >= 95 ? String(fingerprint) : nil
+    }
 }
 
 /// One entry of a conversation, oldest first.
@@ -312,4 +384,26 @@ public enum AudioProcessingStage: String, CaseIterable, Sendable {
     case noiseSuppression = "noise-suppression"
     case highPass = "high-pass"
     case gainControl = "gain-control"
+}
+
+/// Mumble's text (HTML, as its clients send it) as plain text for a bubble: line breaks kept,
+/// tags dropped, the entities Mumble's clients write turned back into their characters.
+public enum MumbleText {
+    public static func plain(_ html: String) -> String {
+        var text = ""
+        var rest = Substring(html)
+        while let open = rest.firstIndex(of: "<") {
+            text += rest[..<open]
+            guard let close = rest[open...].firstIndex(of: ">") else { rest = rest[open...]; break }
+            let tag = rest[rest.index(after: open)..<close].lowercased()
+            if tag.hasPrefix("br") || tag == "/p" || tag == "p" && !text.isEmpty { text += "\n" }
+            rest = rest[rest.index(after: close)...]
+        }
+        text += rest
+        for (entity, character) in [("&lt;", "<"), ("&gt;", ">"), ("&quot;", "\""), ("&#39;", "'"), ("&nbsp;", "\u{A0}"), ("&amp;", "&")] {
+            text = text.replacing(entity, with: character)
+        }
+        while text.hasSuffix("\n") { text.removeLast() }
+        return text
+    }
 }

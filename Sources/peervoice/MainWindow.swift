@@ -20,6 +20,10 @@ final class MainWindow {
     private let preferencesFile: PreferencesFile
     private let peerList = PeerListPane()
     private let conversation = ConversationPane()
+    private let roomPane = RoomPane()
+    /// The right pane: the selected peer's conversation or the selected room's page.
+    private let rightPane = Box(.vertical, spacing: 0)
+    private var joinRoomDialog: JoinRoomDialog?
     private let leaflet = Leaflet()
     private let toasts: ToastOverlay
     private var pairingDialog: PairingDialog?
@@ -38,12 +42,15 @@ final class MainWindow {
         peerList.root.addStyleClass("sidebar-pane")
         leaflet.append(peerList.root)
         leaflet.append(Separator(.vertical), navigatable: false)
-        leaflet.append(conversation.root)
+        rightPane.append(conversation.root)
+        rightPane.append(roomPane.root)
+        rightPane.expandsHorizontally = true
+        leaflet.append(rightPane)
         toasts = ToastOverlay(leaflet)
         window.setContent(toasts)
         wire(application)
         model.onChange = { [unowned self] in render($0) }
-        [.peers, .selection, .mute, .discovering, .service, .notice, .hold, .question, .settings, .speaking, .style].forEach(render)
+        [.peers, .selection, .rooms, .mute, .discovering, .service, .notice, .hold, .question, .settings, .speaking, .style].forEach(render)
         layOutPanes()
     }
 
@@ -58,7 +65,7 @@ final class MainWindow {
             // Folded, the conversation takes the list's place and the focus goes to its message
             // field; side by side, the focus stays in the list (as in GNOME Settings' sidebar).
             guard activated, leaflet.isFolded else { return }
-            leaflet.visibleChild = conversation.root
+            leaflet.visibleChild = rightPane
             conversation.messageEntry.grabFocus()
         }
         peerList.onSearchNearby = { [unowned self] on in client.setDiscovery(on) }
@@ -128,7 +135,7 @@ final class MainWindow {
         // Escape goes back from a conversation on a folded window (a search field, a dialog use
         // it first).
         window.addShortcut("Escape") { [unowned self] in
-            guard leaflet.isFolded, leaflet.visibleChild === conversation.root else { return false }
+            guard leaflet.isFolded, leaflet.visibleChild === rightPane else { return false }
             goBack()
             return true
         }
@@ -136,6 +143,7 @@ final class MainWindow {
         leaflet.onVisibleChildChanged { [unowned self] in layOutPanes() }
 
         wireTransfers(application)
+        wireRooms()
         application.addAction("preferences", accelerators: ["<Control>comma"]) { [unowned self] in showPreferences() }
         application.addAction("about") { [unowned self] in
             AboutWindow.present(parent: window, name: tr("PeerVoice"), icon: "org.example.PeerVoice.App",
@@ -163,6 +171,41 @@ final class MainWindow {
             cancel: { [unowned self] in client.transfer($0, "Cancel") },
             retry: { [unowned self] in client.retry($0) },
             canRetry: { [unowned self] in client.canRetry($0) })
+    }
+
+    /// Join a room…, a room's page, and Leave.
+    private func wireRooms() {
+        peerList.onOpenRoom = { [unowned self] room, activated in
+            model.select(room: room)
+            guard activated, leaflet.isFolded else { return }
+            leaflet.visibleChild = rightPane
+            _ = roomPane.messageEntry.grabFocus()
+        }
+        peerList.joinRoomButton.onClicked { [unowned self] in
+            let dialog = JoinRoomDialog(parent: window) { [unowned self] url, password in join(url, password: password) }
+            joinRoomDialog = dialog
+            dialog.present()
+        }
+        roomPane.backButton.onClicked { [unowned self] in goBack() }
+        roomPane.leaveButton.onClicked { [unowned self] in
+            if let room = model.selectedRoom { client.leaveRoom(room) }
+        }
+        let send = { [unowned self] in
+            let text = roomPane.messageEntry.text
+            guard !text.isEmpty, let room = model.selectedRoom else { return }
+            roomPane.messageEntry.text = ""
+            client.send(text, toRoom: room)
+        }
+        roomPane.sendButton.onClicked(send)
+        roomPane.messageEntry.onActivate(send)
+    }
+
+    private func join(_ url: String, password: String, acceptCertificate: String? = nil) {
+        client.joinRoom(url, password: password, acceptCertificate: acceptCertificate) { [unowned self] fingerprint in
+            JoinRoomDialog.askToTrust(parent: window, url: url, fingerprint: fingerprint) { [unowned self] in
+                join(url, password: password, acceptCertificate: fingerprint)
+            }
+        }
     }
 
     private func goBack() {
@@ -193,14 +236,16 @@ final class MainWindow {
     /// readers; unfolded, they share the buttons, side by side.
     private func layOutPanes() {
         let folded = leaflet.isFolded
-        let showsConversation = leaflet.visibleChild === conversation.root
+        let showsConversation = leaflet.visibleChild === rightPane
         peerList.header.showWindowButtons(start: true, end: folded)
         conversation.header.showWindowButtons(start: folded, end: true)
         conversation.backButton.isVisible = folded
         // One Mute on screen: the list's header has it, unless only the conversation shows.
         conversation.muteButton.isVisible = folded
         peerList.root.setAccessibleHidden(folded && showsConversation)
-        conversation.root.setAccessibleHidden(folded && !showsConversation)
+        rightPane.setAccessibleHidden(folded && !showsConversation)
+        roomPane.header.showWindowButtons(start: folded, end: true)
+        roomPane.backButton.isVisible = folded
         model.conversationShown(!folded || showsConversation)
     }
 
@@ -219,7 +264,9 @@ final class MainWindow {
                 pairingDialog?.update(name: row.displayName)
             }
         case .selection:
+            renderRightPane()
             peerList.renderSelection(model)
+            peerList.renderRooms(model)
             conversation.renderSelection(model)
             conversation.renderActions(model)
             conversation.renderPlayback(model)
@@ -251,7 +298,22 @@ final class MainWindow {
             conversation.renderPlayback(model)
         case .style:
             StyleManager.set(model.style.scheme)
+        case .rooms:
+            peerList.renderRooms(model)
+            roomPane.render(model)
+        case .roomChat(let room):
+            if room == model.selectedRoom { roomPane.renderConversation(model) }
         }
+    }
+
+    /// The selected room's page in place of a conversation, or the conversation (or its empty page).
+    private func renderRightPane() {
+        let inRoom = model.selectedRoom != nil
+        conversation.root.isVisible = !inRoom
+        conversation.root.setAccessibleHidden(inRoom)
+        roomPane.root.isVisible = inRoom
+        roomPane.root.setAccessibleHidden(!inRoom)
+        roomPane.render(model)
     }
 
     private func renderMute() {
