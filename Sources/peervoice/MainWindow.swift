@@ -278,6 +278,7 @@ final class MainWindow {
             renderMute()
         case .discovering, .service:
             peerList.renderState(model)
+            peerList.renderRooms(model)
             conversation.renderActions(model)
             conversation.renderPlayback(model)
             preferences?.render()
