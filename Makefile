@@ -7,6 +7,7 @@
 #   make test-old-release  this build against the previous release's peervoiced (make old-release)
 #   make check-warnings a fresh build that fails on any compiler warning
 #   make soak           a SOAK_SECONDS (600) call at 5 % loss: latency, memory, underruns
+#   make chaos          SEEDS (1) seeds of the fault campaign against three real daemons, CHAOS_SECONDS (60) each
 #   make fuzz           each fuzz target FUZZ_SECONDS (600)
 #   make fuzz-long      each fuzz target to 10 million executions (3 h at most), its new coverage kept in fuzz/corpus/
 #   make test-bluetooth-vm  real BlueZ in two QEMU VMs: discover, pair, restart bluetoothd
@@ -168,6 +169,7 @@ screenshots: deps
 
 # Serial on purpose (no --parallel): each suite starts its own private dbus-daemon.
 # Every suite: unit and service tests (private buses, PipeWire), 200 seeds of the simulation (≈40 s, 34 s of CPU),
+# one 40 s seed of the fault campaign (make chaos, ≈50 s),
 # each fuzz target for FUZZ_SMOKE_SECONDS, the Debian package round (test-package), then PeerVoice
 # over real BlueZ in the two VMs. TEST_FILTER narrows the first part and skips the rest.
 test: deps rooms-venv
@@ -175,6 +177,7 @@ test: deps rooms-venv
 	$(SWIFT) build --build-tests $(SWIFT_FLAGS) 2>&1 | scripts/no-warnings.sh
 	$(SWIFT) test $(SWIFT_FLAGS) $(if $(TEST_FILTER),--filter '$(TEST_FILTER)') 2>&1 | scripts/failures-last.sh
 	$(if $(TEST_FILTER),,$(MAKE) --no-print-directory simulate SIMULATION_CONFIGURATION=debug SEEDS=200 FIRST=1)
+	$(if $(TEST_FILTER),,$(MAKE) --no-print-directory chaos SEEDS=1 FIRST=1 CHAOS_SECONDS=40)
 	$(if $(TEST_FILTER),,$(MAKE) --no-print-directory fuzz-smoke)
 	$(if $(TEST_FILTER),,$(MAKE) --no-print-directory test-package)
 	$(if $(TEST_FILTER),,$(MAKE) --no-print-directory test-bluetooth)
@@ -221,6 +224,22 @@ simulate:
 	$(SWIFT) build -c $(SIMULATION_CONFIGURATION) --product simulate $(SWIFT_FLAGS) 2>&1 | scripts/no-warnings.sh >/dev/null
 	"$$($(SWIFT) build -c $(SIMULATION_CONFIGURATION) $(SWIFT_FLAGS) --show-bin-path)/simulate" \
 		$(if $(SEED),--seed $(SEED) $(if $(KEEP),--keep $(KEEP)),--first $(or $(FIRST),1) $(if $(SIMULATE_SECONDS),--seconds $(SIMULATE_SECONDS),--seeds $(or $(SEEDS),300)))
+
+# The seeded fault campaign against real daemons (Tests/ChaosDriver, docs/RELIABILITY.md): SEEDS
+# seeds from FIRST, each CHAOS_SECONDS of texts, file transfers and app streams among three
+# peervoiced while kill -9, SIGSTOP, link cuts, disk full and clock steps hit them, then up to
+# CHAOS_SETTLE quiet seconds; stops at the first seed that breaks an invariant, printing the seed,
+# the schedule step and what was expected against what was seen. Root (tmpfs mounts). The debug
+# build; `make test` runs one 40 s seed (47 s wall on the shared 2-core machine).
+CHAOS_SECONDS ?= 60
+CHAOS_SETTLE ?= 90
+.PHONY: chaos
+chaos: deps
+	$(SWIFT) build $(SWIFT_FLAGS) --product peervoiced 2>&1 | scripts/no-warnings.sh >/dev/null
+	$(SWIFT) build $(SWIFT_FLAGS) --product peervoicectl 2>&1 | scripts/no-warnings.sh >/dev/null
+	$(SWIFT) build $(SWIFT_FLAGS) --product chaos 2>&1 | scripts/no-warnings.sh >/dev/null
+	"$$($(SWIFT) build $(SWIFT_FLAGS) --show-bin-path)/chaos" --first $(or $(FIRST),1) --seeds $(or $(SEEDS),1) \
+		--seconds $(CHAOS_SECONDS) --settle $(CHAOS_SETTLE)
 
 # The long version of VoiceTests.testACallWithFivePercentLossStaysBoundedOverTime (40 s in `make test`).
 SOAK_SECONDS ?= 600
@@ -508,9 +527,11 @@ bench-fec: bench-venv
 # Fuzzing (fuzz/README.md): libFuzzer + AddressSanitizer builds, with plain swiftc into .build/fuzz/,
 # of the wire decoder, the handshake and record layer (real libsodium) and the jitter buffer.
 # `make fuzz` runs each target FUZZ_SECONDS (crashes, leaks and timeouts fail it; reproducers go to
-# .build/fuzz/artifacts-TARGET/); `make fuzz-smoke` is the short bounded run of every target.
+# .build/fuzz/artifacts-TARGET/); `make fuzz-smoke` is the short bounded run of every target: 10 s
+# each in `make test` (it starts from the kept corpus, so it replays what the long runs found; the
+# finding is `make fuzz-long`'s job), which keeps CI under its 25 minutes with the fault campaign.
 FUZZ_SECONDS ?= 600
-FUZZ_SMOKE_SECONDS ?= 20
+FUZZ_SMOKE_SECONDS ?= 10
 SWIFTC ?= swiftc
 .PHONY: fuzz fuzz-smoke
 fuzz: deps

@@ -67,6 +67,8 @@ let package = Package(
         // The deterministic simulation of the core (make simulate, docs/RELIABILITY.md): not shipped.
         .target(name: "PeerVoiceSimulation", dependencies: ["PeerVoiceCore", "SeededRandom"], path: "Tests/Simulation"),
         .executableTarget(name: "simulate", dependencies: ["PeerVoiceSimulation"], path: "Tests/SimulationDriver"),
+        // The seeded fault campaign against real daemons (make chaos, docs/RELIABILITY.md): not shipped.
+        .executableTarget(name: "chaos", dependencies: ["TestHarness", "GIO", "SeededRandom"], path: "Tests/ChaosDriver"),
 
         // Seeded randomness for tests and benchmarks; assertions and handshake runs for the core's tests.
         .target(name: "SeededRandom", path: "Tests/SeededRandom"),
@@ -82,7 +84,7 @@ let package = Package(
         .testTarget(name: "PipeWireTests", dependencies: ["PipeWire", "PeerVoiceCore", "TestHarness"]),
         .testTarget(name: "ServiceTests", dependencies: ["TestHarness", "GIO"]),
         // PeerObjects in-process (the daemon module's component) against a real private dbus-daemon.
-        .testTarget(name: "PeerObjectsTests", dependencies: ["PeerVoiceDaemon", "PeerVoiceCore", "TestHarness", "GIO"]),
+        .testTarget(name: "DaemonInProcessTests", dependencies: ["PeerVoiceDaemon", "PeerVoiceCore", "TestHarness", "GIO"]),
         .testTarget(name: "GIOTests", dependencies: ["GIO", "TestHarness"]),
         .testTarget(name: "PeerVoiceAppModelTests", dependencies: ["PeerVoiceAppModel"]),
         // The app in Xvfb, driven through AT-SPI against real daemons; needs the peervoice product.

@@ -161,11 +161,13 @@ public final class AppModel {
             row.timeMs = before[row.path]?.timeMs ?? nowMs
             return .transfer(row)
         }
-        for (path, row) in transfers where row.transferred != before[path]?.transferred || row.state != before[path]?.state {
+        // `transfers` is derived from `objects` afresh on each read: read it once here.
+        let after = transfers
+        for (path, row) in after where row.transferred != before[path]?.transferred || row.state != before[path]?.state {
             transferSamples[path, default: []].append((nowMs, row.transferred))
             transferSamples[path]?.removeAll { $0.ms + Self.rateWindowMs < nowMs }
         }
-        transferSamples = transferSamples.filter { transfers[$0.key] != nil }
+        transferSamples = transferSamples.filter { after[$0.key] != nil }
         let roomsBefore = rooms
         rooms = objects.values.compactMap { object -> RoomRow? in
             guard case .room(let room) = object else { return nil }
@@ -177,8 +179,8 @@ public final class AppModel {
             changed(.selection)
         }
         roomMessages = roomMessages.filter { path, _ in rooms.contains { $0.path == path } }
-        for peer in Set(transfers.values.map(\.peer) + before.values.map(\.peer))
-        where transfers.values.filter({ $0.peer == peer }) != before.values.filter({ $0.peer == peer }) {
+        for peer in Set(after.values.map(\.peer) + before.values.map(\.peer))
+        where after.values.filter({ $0.peer == peer }) != before.values.filter({ $0.peer == peer }) {
             changed(.chat(peer: peer))
         }
         let listedRows = listed.keys.sorted().compactMap { path -> PeerRow? in

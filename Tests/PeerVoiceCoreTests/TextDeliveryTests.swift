@@ -162,12 +162,49 @@ final class TextDeliveryTests: XCTestCase {
         XCTAssertEqual(events, [.messageDelivered(peer, messageID: String(format: "%032x", 1))])
         XCTAssertEqual(try MessageStore(directory: directory).pending(peer: peer.description).map(\.text), [])
     }
+
+    /// Chaos seed 31: `Send` to one peer while another peer's journal waited for a rewrite the
+    /// full disk refused (an ACK it could not record) was accepted, but its reply waited for that
+    /// rewrite: over 15 s, until space returned; the message was then delivered, after a caller
+    /// that gave up could have sent it again. Now it is refused at once, keeping nothing.
+    func testSeed31_ASendWhileAnotherJournalAwaitsARewriteTheDiskRefusesIsRefusedAtOnce() throws {
+        let other = PeerID("pv:cccccccccccccccccccccccccc")!
+        let disk = FullDisk()
+        let store = try MessageStore(directory: directory, storage: disk, syncMode: .batched)
+        let delivery = makeDelivery(store)
+        delivery.linkOpened(Link(), to: peer)
+        try delivery.enqueue("m", id: String(format: "%032x", 1), for: peer, nowMs: 1)
+        try delivery.enqueue("earlier", id: String(format: "%032x", 2), for: other, nowMs: 1)
+        sync(store, delivery)
+
+        disk.full = true
+        delivery.acknowledged(upTo: 1, from: peer)  // unrecorded: the journal awaits a rewrite
+        // Then room for an append into a journal's last block, none for a new file (the rewrite).
+        disk.full = false
+        disk.refusesNewFiles = true
+        var accepted = false
+        XCTAssertThrowsError(try delivery.enqueue("n", id: String(format: "%032x", 3), for: other, nowMs: 2)) {
+            XCTAssertTrue("\($0)".contains("the disk holding"), "not the words a person can act on: \($0)")
+        }
+        XCTAssertEqual(try MessageStore(directory: directory).pending(peer: other.description).map(\.text), ["earlier"],
+                       "the refused message was kept")
+
+        disk.refusesNewFiles = false
+        try delivery.enqueue("n", id: String(format: "%032x", 3), for: other, nowMs: 3)
+        delivery.whenDurable { accepted = true }
+        sync(store, delivery)
+        XCTAssertTrue(accepted, "Send unanswered once the disk had room")
+        XCTAssertEqual(events, [.messageDelivered(peer, messageID: String(format: "%032x", 1))])
+    }
 }
 
-/// The real file system, except that appends fail with "No space left on device" while `full`.
+/// The real file system, except that appends fail with "No space left on device" while `full`,
+/// and creating files while `refusesNewFiles`.
 private final class FullDisk: Storage {
     private let real = FileStorage()
     var full = false
+    /// Creating a file fails with "No space left on device" (appends still fit).
+    var refusesNewFiles = false
 
     func read(_ path: String) throws(StorageError) -> [UInt8]? { try real.read(path) }
     func exists(_ path: String) -> Bool { real.exists(path) }
@@ -175,7 +212,10 @@ private final class FullDisk: Storage {
     func list(_ directory: String) throws(StorageError) -> [String] { try real.list(directory) }
     func makeDirectory(_ path: String) throws(StorageError) { try real.makeDirectory(path) }
     func restrictToOwner(_ path: String) throws(StorageError) { try real.restrictToOwner(path) }
-    func create(_ path: String) throws(StorageError) -> any StorageFile { File(try real.create(path), disk: self, path: path) }
+    func create(_ path: String) throws(StorageError) -> any StorageFile {
+        if refusesNewFiles { throw StorageError(.noSpace, operation: "create", path: path, reason: "No space left on device") }
+        return File(try real.create(path), disk: self, path: path)
+    }
     func openForAppending(_ path: String) throws(StorageError) -> any StorageFile {
         File(try real.openForAppending(path), disk: self, path: path)
     }

@@ -52,6 +52,9 @@ final class TransferWireTests: XCTestCase {
             XCTAssertThrowsError(try TransferPath(utf8: bytes), label) { XCTAssertEqual($0 as? TransferPathError, expected, label) }
         }
         XCTAssertNoThrow(try TransferPath(utf8: [UInt8](repeating: 0x61, count: 255)), "255 bytes is the limit")
+        XCTAssertThrowsError(try TransferPath.check(name: "a\u{70F}/b"), "one name as a file system takes it holds no /") {
+            XCTAssertEqual($0 as? TransferPathError, .slash)
+        }
     }
 
     // MARK: Manifest

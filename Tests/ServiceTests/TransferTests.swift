@@ -397,6 +397,71 @@ final class TransferTests: XCTestCase {
         }
     }
 
+    /// Chaos seed 3 (`make chaos FIRST=3`): the receiver's state directory filled up while a
+    /// transfer ran, so the transfer failed at both ends but the receiver could not record that;
+    /// the space came back, then a `kill -9`, and the old record brought the transfer back
+    /// `paused`, waiting forever for a sender that had forgotten it. A refused record is written
+    /// again once the disk takes it: after the restart it is still failed (or not listed).
+    func testSeed3_AFailureTheFullDiskRefusedIsRecordedOnceSpaceReturns() throws {
+        let run = try failATransferByFillingTheReceiversStateDirectory()
+        defer { run.b.unmountState() }
+        XCTAssertEqual(run.watchA.waitForState(run.outgoing, Self.finished), "failed", run.a.log)
+        try run.b.freeState()
+        dispatchEvents(for: 1.5)
+        run.b.kill()
+        try run.b.restart()
+        try assertNotBack(run)
+    }
+
+    /// Chaos seed 9: as seed 3, but the `kill -9` came while the state directory was still full,
+    /// so the failure could never be written: the record that said "accepted" must not bring the
+    /// transfer back (it goes: unlinking needs no space).
+    func testSeed9_AFailureTheFullDiskRefusedDoesNotComeBackAfterAKillWhileStillFull() throws {
+        let run = try failATransferByFillingTheReceiversStateDirectory()
+        defer { run.b.unmountState() }
+        // What the ended transfer's progress file gave back is taken too, before the record's
+        // next try (0.5 s): the failure is never written.
+        try run.b.fillState()
+        run.b.kill()
+        XCTAssertEqual(run.watchA.waitForState(run.outgoing, Self.finished), "failed", run.a.log)
+        try run.b.freeState()
+        try run.b.restart()
+        try assertNotBack(run)
+    }
+
+    /// A 200 MiB transfer from A to B (B's state directory on a 4 MiB tmpfs), accepted, under
+    /// way, then failed at B by filling B's state directory. The caller unmounts it.
+    private func failATransferByFillingTheReceiversStateDirectory() throws -> FullDiskRun {
+        let (a, b) = try connectedPair()
+        // B restarts on its tmpfs; SendFiles brings the link up again.
+        try b.moveStateOntoTmpfs(megabytes: 4)
+        let watchA = TransferWatch(a.client), watchB = TransferWatch(b.client)
+        try run("head -c \(200 << 20) /dev/urandom > '\(path("big.bin"))'")
+        let outgoing = try watchA.send([path("big.bin")], to: b.id)
+        let incoming = try XCTUnwrap(watchB.waitForIncoming(), b.log)
+        let id = try XCTUnwrap(watchB.property(incoming, "Id")?.string)
+        try watchB.call("Accept", on: incoming)
+        XCTAssertTrue(watchB.waitForTransferred(incoming, atLeast: 1 << 20), b.log)
+        try b.fillState()
+        XCTAssertEqual(watchB.waitForState(incoming, Self.finished), "failed", b.log)
+        let error = watchB.property(incoming, "Error")?.string ?? ""
+        XCTAssertTrue(error.contains(b.daemon.stateDirectory), "the error does not name the disk that is full: \(error)")
+        return FullDiskRun(a: a, b: b, watchA: watchA, watchB: watchB, outgoing: outgoing, id: id)
+    }
+
+    private struct FullDiskRun {
+        let a: TestPeer, b: TestPeer
+        let watchA: TransferWatch, watchB: TransferWatch
+        let outgoing: String
+        let id: String
+    }
+
+    /// After B's restart, the failed transfer is failed or gone, not back under way.
+    private func assertNotBack(_ run: FullDiskRun) throws {
+        let states = try run.watchB.objects().values.filter { $0.lookup("Id")?.string == run.id }.compactMap { $0.lookup("State")?.string }
+        XCTAssertTrue(states.allSatisfy { Self.finished.contains($0) }, "the failed transfer came back as \(states): \(run.b.log.suffix(3_000))")
+    }
+
     /// Compares two files by their data extents (`SEEK_DATA`/`SEEK_HOLE`): what lies outside both
     /// files' data reads as zeros in both, so only the data is read (hashing 4 GiB of holes twice
     /// took a minute here).

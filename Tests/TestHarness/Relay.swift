@@ -105,6 +105,7 @@ public final class Relay: @unchecked Sendable {
     private var serverCode: String?
     private var forwardedFrames: [(direction: Direction, frame: Frame)] = []
     private var connectionCount = 0
+    private var delaySeconds = 0.0
 
     /// A byte relay applying `rules` (none: a plain pass-through), and putting `preambles` in
     /// place of the preamble each direction sends (the versions it announces are in the clear).
@@ -151,6 +152,10 @@ public final class Relay: @unchecked Sendable {
     public var codes: (client: String?, server: String?) { lock.withLock { (clientCode, serverCode) } }
     /// Frames the man in the middle forwarded (KEEPALIVEs are not forwarded: each link has its own).
     public var forwarded: [(direction: Direction, frame: Frame)] { lock.withLock { forwardedFrames } }
+
+    /// Holds every chunk read for `seconds` before forwarding it, each direction in turn (0: none):
+    /// a slow path, its latency added per read (a bulk flow slows down too). Netem does not exist here.
+    public func delay(_ seconds: Double) { lock.withLock { delaySeconds = seconds } }
 
     private func note(_ event: String) { lock.withLock { eventList.append(event) } }
     private var isStopping: Bool { lock.withLock { stopping } }
@@ -271,6 +276,8 @@ public final class Relay: @unchecked Sendable {
                     case .record(let body): out += apply(to: body, direction)
                     }
                 }
+                let delay = lock.withLock { delaySeconds }
+                if delay > 0 { usleep(UInt32(delay * 1_000_000)) }
                 do {
                     try destination.send(out)
                 } catch {

@@ -202,6 +202,11 @@ public final class MessageStore {
         if textBytes > limits.maxQueuedBytesPerPeer - queuedBytes {
             throw MessageStoreError.outboxFull(peer: peer, limit: "\(limits.maxQueuedBytesPerPeer) bytes of text")
         }
+        // A journal whose rewrite the disk refuses holds every later write back from
+        // `writesDurable`: a message accepted now would leave `Send` unanswered until space
+        // returned, and be delivered after the caller gave up (chaos seed 31). Try that rewrite
+        // again first; while the disk refuses it, it refuses this message too.
+        if let refused = rewriteUnsaved() { throw refused }
         let state = try stateCreatingJournal(peer: peer)
         let seq = state.lastSeq + 1
         try persistBeforeChange(
@@ -525,7 +530,7 @@ public final class MessageStore {
             for peer in batch.peers { peers[peer]?.unsaved = true }
         }
         pendingThrough = max(pendingThrough, batch.through)
-        if rewriteUnsaved() { writesDurable = max(writesDurable, pendingThrough) }
+        if rewriteUnsaved() == nil { writesDurable = max(writesDurable, pendingThrough) }
     }
 
     /// Whether a batch is being synced.
@@ -540,21 +545,21 @@ public final class MessageStore {
     /// than by a busy loop of empty batches.
     public func retryFailedRewrites() { rewritesFailing = false }
 
-    /// Rewrites the journals whose disk contents cannot be trusted; true if none is left.
-    private func rewriteUnsaved() -> Bool {
-        var clean = true
-        defer { rewritesFailing = !clean }
-        for peer in peers.keys.sorted() where peers[peer]!.unsaved {
-            let state = peers[peer]!
+    /// Rewrites the journals whose disk contents cannot be trusted; nil if none is left, else
+    /// the first refusal.
+    private func rewriteUnsaved() -> (any Error)? {
+        var refused: (any Error)?
+        defer { rewritesFailing = refused != nil }
+        for state in peers.values.filter(\.unsaved).sorted(by: { $0.peer < $1.peer }) {
             do {
                 try state.journal.rewrite(records: state.snapshot(historyLimit: limits.historyPerPeer))
                 state.unsaved = false
             } catch {
                 warn("cannot rewrite the journal of \(state.peer): \(error); will retry")
-                clean = false
+                refused = refused ?? error
             }
         }
-        return clean
+        return refused
     }
 
     /// Compaction is amortised: a journal is rewritten only after it has doubled (plus slack)

@@ -129,10 +129,8 @@ public struct TransferStore: Sendable {
         return (records, warnings)
     }
 
-    public func save(_ record: TransferRecord) throws {
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = [.sortedKeys]
-        try writeDurably(try encoder.encode(record), to: recordPath(record.idHex))
+    public func save(_ record: TransferRecord) throws(TransferStoreError) {
+        try writeDurably(record, to: recordPath(record.idHex))
     }
 
     public func remove(_ idHex: String) {
@@ -146,10 +144,8 @@ public struct TransferStore: Sendable {
     }
 
     /// Records how far an incoming transfer has come (the data it counts was flushed before).
-    public func saveProgress(_ progress: TransferProgress, of idHex: String) throws {
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = [.sortedKeys]
-        try writeDurably(try encoder.encode(progress), to: progressPath(idHex))
+    public func saveProgress(_ progress: TransferProgress, of idHex: String) throws(TransferStoreError) {
+        try writeDurably(progress, to: progressPath(idHex))
     }
 
     /// The progress last saved; nil when none was (or it does not read back).
@@ -160,22 +156,39 @@ public struct TransferStore: Sendable {
         return progress
     }
 
-    private func writeDurably(_ data: Data, to path: String) throws {
+    private func writeDurably(_ value: some Encodable, to path: String) throws(TransferStoreError) {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys]
+        let data: Data
+        do { data = try encoder.encode(value) } catch { throw TransferStoreError(directory: directory, reason: "\(error)") }
         let temporary = path + ".tmp"
         guard FileManager.default.createFile(atPath: temporary, contents: nil, attributes: [.posixPermissions: 0o600]),
               let handle = FileHandle(forWritingAtPath: temporary) else {
-            throw CocoaError(.fileWriteUnknown, userInfo: [NSFilePathErrorKey: temporary])
+            throw TransferStoreError(directory: directory, reason: String(cString: strerror(errno)))
         }
         do {
             try handle.write(contentsOf: data)
             try handle.synchronize()
             try handle.close()
         } catch {
+            // A full disk: what was written of the temporary file gives its space back.
             try? handle.close()
-            throw error
+            _ = unlink(temporary)
+            throw TransferStoreError(directory: directory, reason: error.localizedDescription)
         }
-        guard rename(temporary, path) == 0 else { throw CocoaError(.fileWriteUnknown, userInfo: [NSFilePathErrorKey: path]) }
+        guard rename(temporary, path) == 0 else {
+            throw TransferStoreError(directory: directory, reason: String(cString: strerror(errno)))
+        }
     }
+}
+
+/// The state directory refused a transfer's record or progress (full, read-only): says so, so
+/// that a failure names that disk rather than the download folder the data goes to.
+public struct TransferStoreError: Error, CustomStringConvertible {
+    public let directory: String
+    public let reason: String
+
+    public var description: String { "cannot record the transfer in the state directory \(directory): \(reason)" }
 }
 
 extension TransferRecord {

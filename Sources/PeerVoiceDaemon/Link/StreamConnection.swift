@@ -94,18 +94,58 @@ final class StreamConnection {
         onClose(reason)
     }
 
-    /// Tries to write whatever is waiting, then closes without reporting: for a goodbye.
+    /// How long a goodbye may take to leave and the peer to close its side.
+    static let linger: Duration = .seconds(2)
+    private var lingerTimer: EventSource?
+
+    /// Ends the stream after a goodbye, without reporting: to its owner it is closed at once. A
+    /// socket closed with unread input sends RST, and a peer that gets RST may lose what it had
+    /// not yet read, the goodbye included; so this object keeps itself alive (through its watches)
+    /// until the waiting output is written, sends FIN, and drops what the peer still sends until
+    /// it closes too or `linger` passes.
     func closeAfterFlushing() {
         guard !isClosed else { return }
-        if !pendingOutput.isEmpty { _ = flushPendingOutput() }
         isClosed = true
-        readWatch?.cancel()
-        writeWatch?.cancel()
+        onBytes = { _ in }
+        onClose = { _ in }
+        onDrained = {}
+        readWatch = nil
+        writeWatch = nil
+        lingerTimer = Timer.after(Self.linger) { [self] in endLinger() }
+        flushThenShutdown()
+    }
+
+    private func flushThenShutdown() {
+        let (written, failure) = writeNow(pendingOutput[pendingOffset...])
+        pendingOffset += written
+        if failure != nil { return endLinger() }
+        if hasPendingOutput {
+            writeWatch = FDWatch.add(fd: socket.fd, events: .writable) { [self] _ in
+                flushThenShutdown()
+                return false
+            }
+            return
+        }
+        writeWatch = nil
+        guard shutdown(socket.fd, Int32(SHUT_WR)) == 0 else { return endLinger() }
+        readWatch = FDWatch.add(fd: socket.fd, events: .readable) { [self] _ in
+            let count = readBuffer.withUnsafeMutableBytes { Glibc.read(socket.fd, $0.baseAddress, $0.count) }
+            if count > 0 || (count == -1 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) { return true }
+            endLinger()
+            return false
+        }
+    }
+
+    private func endLinger() {
+        readWatch = nil
+        writeWatch = nil
+        lingerTimer = nil
         socket.close()
     }
 
-    /// Writes as much of `bytes` as the kernel takes now; returns how many.
-    private func write(_ bytes: ArraySlice<UInt8>) -> Int {
+    /// Writes as much of `bytes` as the kernel takes now: how many, and the errno that stopped
+    /// it (nil when all was taken or the kernel is full for now).
+    private func writeNow(_ bytes: ArraySlice<UInt8>) -> (count: Int, failure: Int32?) {
         var offset = bytes.startIndex
         while offset < bytes.endIndex {
             let result = bytes[offset...].withUnsafeBytes { Glibc.send(socket.fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
@@ -116,11 +156,17 @@ final class StreamConnection {
             } else if result == -1 && (errno == EAGAIN || errno == EWOULDBLOCK) {
                 break
             } else {
-                close(reason: "write failed: \(String(cString: strerror(errno)))")
-                break
+                return (offset - bytes.startIndex, errno)
             }
         }
-        return offset - bytes.startIndex
+        return (offset - bytes.startIndex, nil)
+    }
+
+    /// `writeNow`, closing the connection when the kernel refuses.
+    private func write(_ bytes: ArraySlice<UInt8>) -> Int {
+        let (written, failure) = writeNow(bytes)
+        if let failure { close(reason: "write failed: \(String(cString: strerror(failure)))") }
+        return written
     }
 
     private func flushPendingOutput() -> Bool {

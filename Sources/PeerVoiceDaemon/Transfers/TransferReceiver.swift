@@ -102,8 +102,14 @@ final class TransferReceiver: TransferStreamSide {
                 report(.aborted(code, reason: reason))
             }
         } catch {
-            fail("cannot save into \(plan?.folder ?? "the download folder"): \(error)")
+            fail(Self.savingFailure(error, folder: plan?.folder ?? "the download folder"))
         }
+    }
+
+    /// Why saving failed, naming the disk that refused: the state directory (the record of how
+    /// far the transfer came) or the download folder.
+    private static func savingFailure(_ error: any Error, folder: String) -> String {
+        (error as? TransferStoreError)?.description ?? "cannot save into \(folder): \(error)"
     }
 
     private func fail(_ reason: String) {
@@ -141,7 +147,7 @@ final class TransferReceiver: TransferStreamSide {
             try plan.store.saveProgress(progress, of: plan.idHex)
             if session.hasEverything { complete() }
         } catch {
-            fail("cannot save into \(plan.folder): \(error)")
+            fail(Self.savingFailure(error, folder: plan.folder))
         }
     }
 

@@ -19,6 +19,8 @@ final class Transfers: ChannelHandler, LinkComponent {
     static let progressInterval: Duration = .milliseconds(250)
     /// How long an outgoing transfer waits before opening a stream again on a link that stayed up.
     static let retryDelay: Duration = .seconds(5)
+    /// How often a record the disk refused is written again.
+    static let saveRetryDelay: Duration = .milliseconds(500)
     /// Offers one peer may have waiting for an answer here; more are refused.
     static let maxWaitingOffersPerPeer = 16
     /// Transfer streams one peer may run to us at once (each has a thread).
@@ -54,6 +56,10 @@ final class Transfers: ChannelHandler, LinkComponent {
     /// The terms of each open link (whether it carries transfers).
     private var links: [PeerID: LinkProtocol] = [:]
     private var progressTimer: EventSource?
+    /// Transfers whose last record the disk refused (full, read-only), and the timer that writes
+    /// them again.
+    private var unsaved: Set<TransferID> = []
+    private var saveRetry: EventSource?
 
     /// Shows a transfer's object (exports it, or signals what changed).
     var show: (TransferObjectSnapshot) -> Void = { _ in }
@@ -118,6 +124,7 @@ final class Transfers: ChannelHandler, LinkComponent {
     /// Ends every stream (the receivers record how far they came) and the disk thread.
     func shutdown() {
         progressTimer = nil
+        saveRetry = nil
         for entry in streams.values { entry.handle.post(.abandon) }
         for thread in threads.values { thread.join() }
         threads = [:]
@@ -152,7 +159,7 @@ final class Transfers: ChannelHandler, LinkComponent {
                 do {
                     try store.save(record)
                 } catch {
-                    throw .failed("cannot record the transfer in the state directory: \(error.localizedDescription)")
+                    throw .failed("\(error)")
                 }
                 return .success(record)
             } catch {
@@ -557,17 +564,46 @@ final class Transfers: ChannelHandler, LinkComponent {
 
     /// Writes the record on the disk thread (an outgoing one that owes nothing more goes).
     private func save(_ transfer: Transfer) {
-        let (store, record) = (store, transfer.record)
+        let (store, record, id) = (store, transfer.record, transfer.id)
         let forget = transfer.direction == .outgoing && transfer.state.isFinished && !transfer.lifecycle.owesPeerAbort
-        disk.run {
+        onDisk({ () -> String? in
             if forget {
                 store.remove(record.idHex)
-                return
+                return nil
             }
             do {
                 try store.save(record)
+                return nil
             } catch {
-                Log.warning("transfers: cannot save the record of \(record.idHex) in the state directory: \(error.localizedDescription)")
+                return "\(error)"
+            }
+        }, then: { [weak self] error in self?.saved(id, error: error) })
+    }
+
+    /// A record the disk refused is written again every 500 ms until it is: else a restart
+    /// brings back what the old record said (an incoming transfer that failed came back paused,
+    /// waiting forever for a sender that had forgotten it: chaos seed 3).
+    private func saved(_ id: TransferID, error: String?) {
+        guard let error else {
+            unsaved.remove(id)
+            return
+        }
+        if unsaved.insert(id).inserted {
+            Log.warning("transfers: the record of \(id.hex) is not saved (trying again every 0.5 s): \(error)")
+        }
+        // An incoming transfer that ended: until its record can say so, none is better than the
+        // old one (unlinking needs no space), which would bring it back after a kill -9 waiting
+        // for a sender that forgot it (chaos seed 9). A re-offer would then be asked anew.
+        if let transfer = transfers[id], transfer.direction == .incoming, transfer.state.isFinished {
+            let store = store
+            disk.run { store.remove(id.hex) }
+        }
+        guard saveRetry == nil else { return }
+        saveRetry = Timer.after(Self.saveRetryDelay) { [weak self] in
+            guard let self else { return }
+            saveRetry = nil
+            for id in unsaved {
+                if let transfer = transfers[id] { save(transfer) } else { unsaved.remove(id) }
             }
         }
     }
