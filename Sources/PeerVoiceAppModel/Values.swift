@@ -266,17 +266,6 @@ public struct RoomMessage: Equatable, Sendable {
     }
 }
 
-/// What a refused `JoinRoom` says when the server's certificate is not the one pinned: the new
-/// fingerprint, for the person to compare and accept (`accept-certificate`).
-public enum ChangedCertificate {
-    /// The fingerprint after "it is now " in the service's message, or nil when it is not that refusal.
-    public static func fingerprint(in message: String) -> String? {
-        guard let range = message.firstRange(of: "it is now ") else { return nil }
-        let fingerprint = message[range.upperBound...].prefix { $0.isHexDigit || $0 == ":" }
-        return fingerprint.count >= 95 ? String(fingerprint) : nil
-    }
-}
-
 /// One entry of a conversation, oldest first.
 public enum ConversationItem: Equatable, Sendable {
     case message(ChatMessage)
@@ -311,9 +300,13 @@ public struct TransferRow: Equatable, Sendable {
     public var error: String
     /// Unix time in milliseconds the app first saw it (the object carries no time).
     public var timeMs: UInt64 = 0
+    /// Incoming: the file or folder it is saved as (one item), or the folder holding the items
+    /// (several); "" for one of ours.
+    public var destination: String
 
     public init(path: String, peer: String, incoming: Bool, state: TransferState, files: [(name: String, size: UInt64)],
-                size: UInt64, transferred: UInt64, error: String) {
+                size: UInt64, transferred: UInt64, error: String, destination: String = "") {
+        self.destination = destination
         self.path = path
         self.peer = peer
         self.incoming = incoming
@@ -328,7 +321,10 @@ public struct TransferRow: Equatable, Sendable {
     public var items: [String] {
         var seen: [String] = []
         for file in files {
-            let item = String(file.name.split(separator: "/", maxSplits: 1, omittingEmptySubsequences: false).first ?? "")
+            // Split at the byte, as a file system (and the service) does: a character can hold a
+            // `/` (one followed by a combining mark is one Character).
+            let item = file.name.utf8.split(separator: UInt8(ascii: "/"), maxSplits: 1, omittingEmptySubsequences: false)
+                .first.map { String(Substring($0)) } ?? ""
             if !seen.contains(item) { seen.append(item) }
         }
         return seen
@@ -343,6 +339,7 @@ public struct TransferRow: Equatable, Sendable {
         lhs.path == rhs.path && lhs.peer == rhs.peer && lhs.incoming == rhs.incoming && lhs.state == rhs.state
             && lhs.files.elementsEqual(rhs.files) { $0.name == $1.name && $0.size == $1.size }
             && lhs.size == rhs.size && lhs.transferred == rhs.transferred && lhs.error == rhs.error && lhs.timeMs == rhs.timeMs
+            && lhs.destination == rhs.destination
     }
 }
 

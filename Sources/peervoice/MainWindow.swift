@@ -17,6 +17,7 @@ final class MainWindow {
     let window: Window
     private let model: AppModel
     private let client: ServiceClient
+    private let receivedFiles: ReceivedFiles
     private let preferencesFile: PreferencesFile
     private let peerList = PeerListPane()
     private let conversation = ConversationPane()
@@ -31,9 +32,11 @@ final class MainWindow {
     /// Where the notice on screen is shown (the window's toasts or the preferences').
     private var shownToasts: ToastOverlay?
 
-    init(application: Application, model: AppModel, client: ServiceClient, preferencesFile: PreferencesFile) {
+    init(application: Application, model: AppModel, client: ServiceClient, receivedFiles: ReceivedFiles,
+         preferencesFile: PreferencesFile) {
         self.model = model
         self.client = client
+        self.receivedFiles = receivedFiles
         self.preferencesFile = preferencesFile
         window = Window(application: application)
         window.title = tr("PeerVoice")
@@ -170,7 +173,10 @@ final class MainWindow {
             decline: { [unowned self] in client.transfer($0, "Decline") },
             cancel: { [unowned self] in client.transfer($0, "Cancel") },
             retry: { [unowned self] in client.retry($0) },
-            canRetry: { [unowned self] in client.canRetry($0) })
+            canRetry: { [unowned self] in client.canRetry($0) },
+            open: { [unowned self] in receivedFiles.open($0.destination) },
+            showInFolder: { [unowned self] in receivedFiles.showInFolder($0.destination) })
+        receivedFiles.failed = { [unowned self] reason in model.callFailed("Open", peer: nil, errorName: "", message: reason) }
     }
 
     /// Join a room…, a room's page, and Leave.

@@ -127,7 +127,7 @@ final class ServiceClient {
                                          state: TransferState(service: properties["State"]?.string ?? ""),
                                          files: properties["Files"]?.children.map { ($0[0].string ?? "", $0[1].uint64 ?? 0) } ?? [],
                                          size: properties["Size"]?.uint64 ?? 0, transferred: properties["Transferred"]?.uint64 ?? 0,
-                                         error: properties["Error"]?.string ?? ""))
+                                         error: properties["Error"]?.string ?? "", destination: properties["Destination"]?.string ?? ""))
         case peerInterface:
             // A peer by its id; a device not keyed yet by its address.
             let id = properties["Id"]?.string ?? ""
@@ -221,24 +221,39 @@ final class ServiceClient {
     }
 
     /// `JoinRoom`: the room's object appears at once (InterfacesAdded) and the reply comes once
-    /// it is in the channel; a server whose certificate changed is asked about (`changedCertificate`).
+    /// it is in the channel. A server whose certificate changed is asked about
+    /// (`changedCertificate`): its room object stays, failed, with the certificate it presented
+    /// in `ServerFingerprint` (sent before the reply); it is left once read.
     func joinRoom(_ url: String, password: String, acceptCertificate: String? = nil,
                   changedCertificate: @escaping (_ fingerprint: String) -> Void) {
         let options = (password.isEmpty ? [] : [("password", Variant(password))])
             + (acceptCertificate.map { [("accept-certificate", Variant($0))] } ?? [])
+        let roomsBefore = Set(objectManager.paths(implementing: PeerVoiceBus.roomInterface))
         connection.callAsync(destination: Self.name, path: Self.path, interface: Self.interface, method: "JoinRoom",
                              arguments: Variant(tuple: [Variant(url), Variant(dictionary: options)]), timeout: .seconds(40)) { [unowned self] result in
             switch result {
             case .success(let reply): if let room = reply[0].string { model.select(room: room) }
             case .failure(let error):
                 if error.name == PeerVoiceBus.errorPrefix + "Rejected", acceptCertificate == nil,
-                   let fingerprint = ChangedCertificate.fingerprint(in: error.message) {
+                   let (room, fingerprint) = refusedCertificate(notAmong: roomsBefore) {
+                    leaveRoom(room)
                     changedCertificate(fingerprint)
                 } else {
                     model.callFailed("Join a room", peer: nil, errorName: error.name, message: error.message)
                 }
             }
         }
+    }
+
+    /// A room object that appeared since `before` and failed on the certificate its server presented.
+    private func refusedCertificate(notAmong before: Set<String>) -> (room: String, fingerprint: String)? {
+        for path in objectManager.paths(implementing: PeerVoiceBus.roomInterface) where !before.contains(path) {
+            guard let properties = objectManager.properties(of: path, interface: PeerVoiceBus.roomInterface),
+                  properties["State"]?.string == "failed", let fingerprint = properties["ServerFingerprint"]?.string,
+                  !fingerprint.isEmpty else { continue }
+            return (path, fingerprint)
+        }
+        return nil
     }
 
     func leaveRoom(_ room: String) {

@@ -204,3 +204,38 @@ final class NotificationServer {
         if process.wait(timeout: 5) == nil { process.kill() }
     }
 }
+
+/// A stand-in file manager on a private bus: python-dbusmock owning org.freedesktop.FileManager1
+/// with the real interface's ShowItems(as uris, s startup_id), which records what it was asked
+/// to show (no file manager can run without a desktop session here).
+final class FileManagerStandIn {
+    private static let name = "org.freedesktop.FileManager1"
+    private static let path = "/org/freedesktop/FileManager1"
+    private let process: ChildProcess
+    private let client: APIClient
+
+    init(bus: PrivateBus, client: APIClient, in directory: TemporaryDirectory) throws {
+        self.client = client
+        process = try ChildProcess("/usr/bin/python3", ["-m", "dbusmock", Self.name, Self.path, Self.name],
+                                   environment: ["DBUS_SESSION_BUS_ADDRESS": bus.address], logPath: directory.path + "/file-manager.log")
+        guard eventually(timeout: 15, { !process.isRunning || client.nameHasOwner(Self.name) }), process.isRunning else {
+            throw HarnessError("the file manager stand-in did not start: \(process.log)")
+        }
+        _ = try client.connection.call(destination: Self.name, path: Self.path, interface: "org.freedesktop.DBus.Mock", method: "AddMethod",
+                                       arguments: Variant(tuple: [Variant(Self.name), Variant("ShowItems"), Variant("ass"), Variant(""), Variant("")]),
+                                       timeout: .seconds(5))
+    }
+
+    /// The URIs of each ShowItems call so far.
+    var shownItems: [[String]] {
+        guard let reply = try? client.connection.call(
+            destination: Self.name, path: Self.path, interface: "org.freedesktop.DBus.Mock", method: "GetMethodCalls",
+            arguments: Variant(tuple: [Variant("ShowItems")]), timeout: .seconds(5)) else { return [] }
+        return reply[0].children.map { call in (call[1].children[0].unboxed?.children ?? []).compactMap(\.string) }
+    }
+
+    func stop() {
+        process.signal(SIGTERM)
+        if process.wait(timeout: 5) == nil { process.kill() }
+    }
+}

@@ -23,7 +23,18 @@ extension AppTests {
         try bravo.client.call("SendFiles", [Variant(alpha.id), Variant(array: [Variant(files.path + "/holiday.bin")], elementType: "s"),
                                             Variant(dictionary: [])])
 
-        let app = try session(on: alpha)
+        // The desktop's default application for what alpha receives: a handler of our own under
+        // XDG_DATA_HOME, which notes what it was given.
+        let opened = files.path + "/opened"
+        let handler = files.path + "/data/applications"
+        try FileManager.default.createDirectory(atPath: handler, withIntermediateDirectories: true)
+        try "#!/bin/sh\nprintf '%s\\n' \"$@\" >> \(opened)\n".write(toFile: files.path + "/record-open", atomically: true, encoding: .utf8)
+        chmod(files.path + "/record-open", 0o755)
+        try "[Desktop Entry]\nType=Application\nName=Record\nExec=\(files.path)/record-open %f\nMimeType=application/octet-stream;inode/directory;\n"
+            .write(toFile: handler + "/peervoice-test-record.desktop", atomically: true, encoding: .utf8)
+        try "[Default Applications]\napplication/octet-stream=peervoice-test-record.desktop\ninode/directory=peervoice-test-record.desktop\n"
+            .write(toFile: handler + "/mimeapps.list", atomically: true, encoding: .utf8)
+        let app = try session(on: alpha, environment: ["XDG_DATA_HOME": files.path + "/data"])
         app.ui("select-row", "bravo")
         app.ui("wait", "Accept holiday.bin")
         XCTAssertEqual(app.ui("conversation"), "bravo: a file for you\nbravo: holiday.bin", "the offer after the message sent before it")
@@ -35,8 +46,22 @@ extension AppTests {
         app.ui("wait-label", "Received", timeout: 60)
         XCTAssertEqual(app.ui("row-description", "bravo: holiday.bin"), "3.0\u{A0}MB, Received")
         app.ui("wait-gone", "Cancel holiday.bin")
-        XCTAssertEqual(try Data(contentsOf: URL(fileURLWithPath: files.path + "/alpha-downloads/holiday.bin")), offered,
-                       "the file on disk is not the one sent")
+        let received = files.path + "/alpha-downloads/holiday.bin"
+        XCTAssertEqual(try Data(contentsOf: URL(fileURLWithPath: received)), offered, "the file on disk is not the one sent")
+
+        // What was received: Open starts the default application with it; Show in folder asks the
+        // file manager to show it, and without one on the bus opens its folder.
+        func openedPaths() -> [String] { ((try? String(contentsOfFile: opened, encoding: .utf8)) ?? "").split(separator: "\n").map(String.init) }
+        app.ui("click", "Open holiday.bin")
+        XCTAssertTrue(eventually(timeout: 10) { openedPaths() == [received] }, "opened: \(openedPaths()) \(app.log)")
+        app.ui("click", "Show holiday.bin in its folder")
+        XCTAssertTrue(eventually(timeout: 10) { openedPaths() == [received, files.path + "/alpha-downloads"] },
+                      "with no file manager the folder opens: \(openedPaths()) \(app.log)")
+        let fileManager = try FileManagerStandIn(bus: alpha.bus, client: alpha.client, in: files)
+        defer { fileManager.stop() }
+        app.ui("click", "Show holiday.bin in its folder")
+        XCTAssertTrue(eventually(timeout: 10) { fileManager.shownItems == [["file://" + received]] }, "\(fileManager.shownItems)")
+        XCTAssertEqual(openedPaths().count, 2, "nothing else opened")
 
         let reply = Data("an answer, as a file".utf8)
         try reply.write(to: URL(fileURLWithPath: files.path + "/answer.txt"))

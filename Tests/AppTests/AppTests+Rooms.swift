@@ -8,7 +8,9 @@ import XCTest
 extension AppTests {
     /// Join a room… with a mumble:// address: the room is listed under Rooms, its page shows
     /// the user already in the channel, their text arrives as a bubble with their name, and
-    /// what is typed here reaches them; Leave takes the room away.
+    /// what is typed here reaches them; Leave takes the room away. The server comes back with
+    /// another certificate: joining again asks whether to trust it, showing the fingerprint the
+    /// server presented (the room object's `ServerFingerprint`), and Trust and join joins.
     func testARoomJoinedInTheWindowShowsItsUsersAndTextGoesBothWays() throws {
         let directory = try TemporaryDirectory("peervoice-app-room")
         defer { directory.remove() }
@@ -41,5 +43,22 @@ extension AppTests {
         app.ui("click", "Leave")
         app.ui("wait-gone", "Users in the room")
         XCTAssertTrue(eventually(timeout: 10) { bob.usersInChannel(timeout: 1) == [:] }, "ana is still in the channel for bob")
+
+        let first = server.fingerprint
+        server.stop()
+        try server.start(freshCertificate: true)
+        XCTAssertNotEqual(server.fingerprint, first)
+        app.ui("click", "Join a room…")
+        app.ui("set-text", "Room address", "mumble://ana@127.0.0.1:\(server.port)")
+        app.ui("click", "Join")
+        app.ui("wait-label", "The server's certificate changed", timeout: 30)
+        XCTAssertEqual(app.ui("text", "Server fingerprint"), server.fingerprint)
+        app.assertEveryControlNamed("asking about a changed certificate")
+        // The refused room is not left behind.
+        let root = "127.0.0.1:\(server.port)"
+        app.ui("wait-gone", root)
+        app.ui("click", "Trust and join")
+        app.ui("wait-row-in", "Rooms", root, timeout: 30)
+        XCTAssertEqual(app.ui("row-description", root), "connected · / · 0 other users")
     }
 }
