@@ -126,6 +126,30 @@ final class AppSession {
         return other
     }
 
+    /// Drags `paths` from another program's window (tests/app/drag-source.py, GTK's drag
+    /// source) with the pointer and lets go over the app's control `name`: XDND between two X
+    /// clients, as a person drags files from a file manager.
+    func dragFiles(_ paths: [String], onto name: String, file: StaticString = #filePath, line: UInt = #line) throws {
+        let source = try ChildProcess("/usr/bin/python3", [Self.repository + "/tests/app/drag-source.py"] + paths,
+                                      environment: environment, logPath: directory.path + "/drag-source.log")
+        defer {
+            source.signal(SIGTERM)
+            if source.wait(timeout: 5) == nil { source.kill() }
+        }
+        focusWindow(named: "drag-source", file: file, line: line)
+        let window = Self.run("xdotool", ["search", "--onlyvisible", "--name", "^drag-source$"], environment: environment).output
+            .split(separator: "\n").first.map(String.init) ?? ""
+        // Beside the app's window (760 px wide at 0,0 without a window manager).
+        Self.run("xdotool", ["windowmove", "--sync", window, "800", "600"], environment: environment)
+        guard let target = centre(of: name, file: file, line: line) else { return }
+        xdotool("mousemove", "--window", window, "100", "50", "mousedown", "1", "sleep", "0.2",
+                "mousemove", "--window", window, "120", "60", "sleep", "0.2",
+                "mousemove", "--window", "WINDOW", "\(target.x)", "\(target.y)", "sleep", "0.3",
+                "mousemove", "--window", "WINDOW", "\(target.x + 4)", "\(target.y + 4)", "sleep", "0.3", "mouseup", "1",
+                file: file, line: line)
+        XCTAssertTrue(eventually(timeout: 10) { source.log.contains("drag-end") }, "the drag did not end: \(source.log)", file: file, line: line)
+    }
+
     /// Saves the screen as a PNG (ImageMagick's `import`), trimmed to the windows on it. The
     /// app's other windows (a dialog, the preferences) are first centred over the main one, as
     /// a window manager places them; without one they sit in the corner.

@@ -95,7 +95,8 @@ extension AppTests {
     /// Decline, Cancel and Retry from the conversation: bravo's offer declined here writes
     /// nothing; a file under way (over a slowed relay) cancelled here stops at both ends and its
     /// part file goes; a file sent from here that changed before bravo took it fails, and Retry
-    /// sends it again as it is now.
+    /// sends it again as it is now; a file dragged from another program onto the conversation
+    /// is sent.
     func testAnOfferIsDeclinedAFileIsCancelledMidwayAndAFailedSendIsRetried() throws {
         let files = try TemporaryDirectory("peervoice-app-transfer-actions")
         defer { files.remove() }
@@ -154,6 +155,16 @@ extension AppTests {
         XCTAssertEqual(there.waitForState(second, finished), "complete")
         XCTAssertEqual(try String(contentsOfFile: files.path + "/bravo-downloads/draft.txt", encoding: .utf8), "second draft, longer")
         app.ui("wait-label", "Sent")
+
+        // Files dragged from another program onto the conversation are sent.
+        try Data("dropped here".utf8).write(to: URL(fileURLWithPath: files.path + "/dropped.txt"))
+        let offeredBeforeDrop = Set(try there.objects().keys)
+        try app.dragFiles([files.path + "/dropped.txt"], onto: "Conversation")
+        let dropped = try XCTUnwrap(there.waitForIncoming(except: offeredBeforeDrop), "the drop sent nothing: \(app.log)")
+        app.ui("wait", "You: dropped.txt")
+        try there.call("Accept", on: dropped)
+        XCTAssertEqual(there.waitForState(dropped, finished), "complete")
+        app.ui("wait-gone", "Cancel dropped.txt")
         app.assertEveryControlNamed("after a declined, a cancelled, a failed and a retried transfer")
         screenshot(app, "app-transfers", in: alpha)
     }
