@@ -13,7 +13,7 @@
 #   make test-bluetooth-vm  real BlueZ in two QEMU VMs: discover, pair, restart bluetoothd
 #   make test-bluetooth     PeerVoice over real BlueZ in two QEMU VMs (tests/bluetooth-vm/peervoice-*.sh)
 #   make run-app        build, then run the desktop app peervoice on your desktop (translations from po/)
-#   make screenshots    the app's screenshots in docs/ (light, dark, narrow, empty, pairing, chat, preferences, voice), from AppTests
+#   make screenshots    the app's screenshots in docs/ (light, dark, narrow, empty, pairing, chat, preferences, voice, transfer, room), from AppTests
 #   make install        release build, installed under $(DESTDIR)$(PREFIX) (INSTALL_CONFIGURATION=debug: the debug build)
 #   make deb            the Debian packages (debian/), statically linked Swift runtime, into .build/debs/
 #   make test-package   build, lintian, install, activate, upgrade and purge the packages (root; in `make test`)
@@ -165,7 +165,7 @@ run-app: build translations
 screenshots: deps
 	$(SWIFT) build --build-tests $(SWIFT_FLAGS)
 	PEERVOICE_SCREENSHOT_DIR=$(CURDIR)/docs $(SWIFT) test --skip-build $(SWIFT_FLAGS) \
-		--filter 'AppTests.(testAPersonPairsChatsAndMutesThroughTheWindow|testPreferencesRenameAndChooseWhereThisDeviceIsVisible|testVoiceStartsAndStopsForTheSelectedPeerAndTheListFollowsThePeerObjects|testTheEmptyListOffersSearchNearbyAndSaysWhenBluetoothIsOff|testKeyboardOnlyOnANarrowWindowFindChatMuteAndGoBack)'
+		--filter 'AppTests.(testAPersonPairsChatsAndMutesThroughTheWindow|testPreferencesRenameAndChooseWhereThisDeviceIsVisible|testVoiceStartsAndStopsForTheSelectedPeerAndTheListFollowsThePeerObjects|testTheEmptyListOffersSearchNearbyAndSaysWhenBluetoothIsOff|testKeyboardOnlyOnANarrowWindowFindChatMuteAndGoBack|testAFileOfferIsAcceptedInTheChatAndAFileIsSentWithTheFileChooser|testARoomJoinedInTheWindowShowsItsUsersAndTextGoesBothWays)'
 
 # Serial on purpose (no --parallel): each suite starts its own private dbus-daemon.
 # Every suite: unit and service tests (private buses, PipeWire), 200 seeds of the simulation (≈40 s, 34 s of CPU),

@@ -62,6 +62,7 @@ extension AppTests {
         app.ui("click", "Show holiday.bin in its folder")
         XCTAssertTrue(eventually(timeout: 10) { fileManager.shownItems == [["file://" + received]] }, "\(fileManager.shownItems)")
         XCTAssertEqual(openedPaths().count, 2, "nothing else opened")
+        screenshot(app, "app-transfer", in: alpha)
 
         let reply = Data("an answer, as a file".utf8)
         try reply.write(to: URL(fileURLWithPath: files.path + "/answer.txt"))
@@ -166,6 +167,5 @@ extension AppTests {
         XCTAssertEqual(there.waitForState(dropped, finished), "complete")
         app.ui("wait-gone", "Cancel dropped.txt")
         app.assertEveryControlNamed("after a declined, a cancelled, a failed and a retried transfer")
-        screenshot(app, "app-transfers", in: alpha)
     }
 }
