@@ -50,6 +50,7 @@ final class TransferRowView {
         if !transfer.state.isFinal || transfer.state == .complete {
             bar.fraction = transfer.fraction
             bar.text = Self.progress(of: transfer, rate: rate)
+            bar.setAccessibleName(tr("Progress of %s").replacingPlaceholder(with: title))
             card.append(bar)
         }
         let status = Label(Self.status(of: transfer))

@@ -131,6 +131,10 @@ extension AppTests {
         let incoming = try XCTUnwrap(here.waitForIncoming(except: known))
         XCTAssertTrue(here.waitForTransferred(incoming, atLeast: 64 << 10), here.state(incoming))
         app.ui("wait-label", "Receiving")
+        // The progress bar moves while the bytes come.
+        let progress = Double(app.ui("value", "Progress of big.bin") ?? "") ?? -1
+        XCTAssertTrue(eventually(timeout: 10) { (Double(app.ui("value", "Progress of big.bin") ?? "") ?? -1) > progress },
+                      "the bar stayed at \(progress)")
         app.ui("click", "Cancel big.bin")
         XCTAssertEqual(there.waitForState(cancelled, finished), "cancelled")
         XCTAssertEqual(here.waitForState(incoming, finished), "cancelled")
