@@ -371,7 +371,7 @@ final class MainWindow {
         }
     }
 
-    /// The app's own styles on top of libadwaita's: chat bubbles, the unread badge, the code.
+    /// The app's own styles on top of libadwaita's: chat bubbles, transfer cards, the unread badge, the code.
     static let styleSheet = [
         ".conversation { background: none; }",
         ".conversation > row { padding: 2px 0; background: none; }",
@@ -379,6 +379,7 @@ final class MainWindow {
         ".bubble.outgoing { background: @accent_bg_color; color: @accent_fg_color; }",
         ".bubble.outgoing .dim-label { color: @accent_fg_color; opacity: 0.8; }",
         ".bubble.incoming { background: alpha(@view_fg_color, 0.08); }",
+        ".card.transfer { padding: 10px 12px; }",
         ".unread-badge { background: @accent_bg_color; color: @accent_fg_color; border-radius: 10px;"
             + " padding: 0 7px; min-width: 8px; font-weight: bold; font-size: smaller; }",
         ".pairing-code { font-size: 32pt; font-weight: bold; font-feature-settings: 'tnum'; }",
