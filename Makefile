@@ -229,7 +229,7 @@ simulate:
 
 # The seeded fault campaign against real daemons (Tests/ChaosDriver, docs/RELIABILITY.md): SEEDS
 # seeds from FIRST, each CHAOS_SECONDS of texts, file transfers and app streams among three
-# peervoiced while kill -9, SIGSTOP, link cuts, disk full and clock steps hit them, then up to
+# peervoiced while kill -9, SIGSTOP, link cuts, address changes, disk full and clock steps hit them, then up to
 # CHAOS_SETTLE quiet seconds; stops at the first seed that breaks an invariant, printing the seed,
 # the schedule step and what was expected against what was seen. Root (tmpfs mounts). The debug
 # build; `make test` runs one 40 s seed (47 s wall on the shared 2-core machine).

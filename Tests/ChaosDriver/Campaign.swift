@@ -50,8 +50,12 @@ final class Node {
     /// The daemon's pid, RSS (KiB) and open fds, sampled once a second during the faults.
     var samples: [(pid: pid_t, rssKiB: Int, fds: Int)] = []
 
-    init(name: String, peer: TestPeer, downloads: String, streamsIn: String) {
+    /// What libfaketime adds to the daemon's wall clock ("+0", "+25m", "-90m"), read each second.
+    let clockFile: String
+
+    init(name: String, peer: TestPeer, downloads: String, streamsIn: String, clockFile: String) {
         self.name = name
+        self.clockFile = clockFile
         self.peer = peer
         self.watch = TransferWatch(peer.client)
         self.downloads = downloads
@@ -107,6 +111,8 @@ final class Campaign {
     private var relays: [Int: Relay] = [:]
     private var relayPorts: [Int: (port: UInt16, target: Int)] = [:]
     private var undo: [(at: Date, label: String, action: () -> Void)] = []
+    /// Routes that moved to a new address (`moveRelay`).
+    private var moved: Set<Int> = []
     private(set) var figures = ChaosFigures()
     private var step = 0
     private var messages: [SentMessage] = []
@@ -142,11 +148,14 @@ final class Campaign {
             let downloads = directory.path + "/\(name)-downloads", streamsIn = directory.path + "/\(name)-streams"
             try FileManager.default.createDirectory(atPath: streamsIn, withIntermediateDirectories: true)
             let peer = try TestPeer(name: name, arguments: ["--verbose", "--no-auto-voice", "--download-dir", downloads])
-            let node = Node(name: name, peer: peer, downloads: downloads, streamsIn: streamsIn)
+            let node = Node(name: name, peer: peer, downloads: downloads, streamsIn: streamsIn,
+                            clockFile: directory.path + "/\(name)-clock")
             nodes.append(node)
-            // The state directory moves onto a 4 MiB tmpfs (the disk-full fault fills it).
+            // The state directory moves onto a 4 MiB tmpfs (the disk-full fault fills it); then
+            // the daemon runs with its wall clock under the schedule's control.
             try peer.moveStateOntoTmpfs(megabytes: 4)
-            startListener(node)
+            guard peer.stop() == 0 else { throw HarnessError("\(name) did not stop: \(peer.log.suffix(2_000))") }
+            try start(node, clockOffset: "+0")
         }
         for (dialler, dialled) in [(0, 1), (0, 2), (1, 2)] {
             let relay = try relayOnAFixedPort(to: dialled)
@@ -225,6 +234,7 @@ final class Campaign {
         say("chaos: seed \(seed): \(step) steps; healing, then up to \(Int(settle)) s to settle")
         runDueUndo(all: true)
         for node in nodes where !node.peer.isRunning { restart(node, clockStep: nil) }
+        moved.forEach(tellNewAddress)
         let settled = Date().addingTimeInterval(settle)
         while Date() < settled && violations.isEmpty && !quiet() {
             dispatchEvents(for: 0.5)
@@ -344,11 +354,37 @@ final class Campaign {
     /// The route `key` back on its port; tried again each second (10 times) if the port is busy.
     private func reopenRelay(_ key: Int, attempt: Int = 1) {
         let (port, target) = relayPorts[key]!
-        relays[key] = try? Relay(targetPort: nodes[target].peer.port, listenPort: port)
-        guard relays[key] == nil else { return }
-        say("chaos: the relay could not listen on \(port) again (attempt \(attempt))")
+        relays[key]?.stop()  // a burst may have brought it back meanwhile
+        relays[key] = nil
+        do {
+            relays[key] = try Relay(targetPort: nodes[target].peer.port, listenPort: port)
+            return
+        } catch {
+            say("chaos: the relay could not listen on \(port) again (attempt \(attempt)): \(error)")
+        }
         guard attempt < 10 else { return violation("the harness could not bring the route on port \(port) back") }
         later(1, "relay \(key) again") { [unowned self] in reopenRelay(key, attempt: attempt + 1) }
+    }
+
+    /// The dialled peer moved: its route comes back on another port, and the dialler learns the
+    /// address as it would from the LAN (a `Connect` to it; the old route stays, dead). Told
+    /// again after the healing, in case the dialler was down to hear it.
+    private func moveRelay(_ key: Int) {
+        let target = relayPorts[key]!.target
+        relays[key]?.stop()  // a burst may have brought the old one back meanwhile
+        guard let relay = try? relayOnAFixedPort(to: target) else {
+            return violation("the harness found no port for \(nodes[target].name)'s new address")
+        }
+        relays[key] = relay
+        relayPorts[key] = (relay.port, target)
+        moved.insert(key)
+        tellNewAddress(key)
+    }
+
+    private func tellNewAddress(_ key: Int) {
+        let dialler = nodes[key / 3]
+        guard dialler.peer.isRunning, let relay = relays[key] else { return }
+        _ = dialler.peer.client.callAsync("Connect", [Variant(relay.address)])
     }
 
     private func later(_ seconds: Double, _ label: String, _ action: @escaping () -> Void) {
@@ -371,7 +407,7 @@ final class Campaign {
     private func injectFault() {
         let index = pick(3)
         let node = nodes[index]
-        switch pick(6) {
+        switch pick(7) {
         case 0:
             // kill -9, restarted at once or after up to 3 s; now and then with its clock stepped.
             guard node.peer.isRunning else { return }
@@ -404,10 +440,16 @@ final class Campaign {
             let key = [1, 2, 5][pick(3)]
             guard let relay = relays[key], let (_, target) = relayPorts[key] else { return }
             let seconds = 0.5 + random.uniform() * 8
-            count("link-cut", "\(nodes[key / 3].name) → \(nodes[target].name) for \(String(format: "%.1f", seconds)) s")
+            let route = "\(nodes[key / 3].name) → \(nodes[target].name)"
             relay.stop()
             relays[key] = nil
-            later(seconds, "link back \(nodes[key / 3].name) → \(nodes[target].name)") { [unowned self] in reopenRelay(key) }
+            if random.uniform() < 0.3 {
+                count("address-change", "\(route): the route dies, a new address after \(String(format: "%.1f", seconds)) s")
+                later(seconds, "new address \(route)") { [unowned self] in moveRelay(key) }
+            } else {
+                count("link-cut", "\(route) for \(String(format: "%.1f", seconds)) s")
+                later(seconds, "link back \(route)") { [unowned self] in reopenRelay(key) }
+            }
         case 3:
             guard !node.diskFull else { return }
             let seconds = 1 + random.uniform() * 8
@@ -425,6 +467,16 @@ final class Campaign {
             count("delay", "\(nodes[key / 3].name) → \(nodes[target].name): \(Int(delay * 1000)) ms a read for \(String(format: "%.1f", seconds)) s")
             relay.delay(delay)
             later(seconds, "no delay \(nodes[key / 3].name) → \(nodes[target].name)") { relay.delay(0) }
+        case 5:
+            // The wall clock stepped under a running daemon, forward or back, and set right 2-20 s
+            // later, as NTP would (libfaketime reads the offset again each second).
+            guard node.peer.isRunning else { return }
+            let minutes = (1 + pick(120)) * (random.uniform() < 0.5 ? -1 : 1)
+            let seconds = 2 + random.uniform() * 18
+            let offset = String(format: "%+dm", minutes)
+            count("clock-step-running", "\(node.name)'s wall clock \(offset) for \(String(format: "%.1f", seconds)) s")
+            setClock(node, offset)
+            later(seconds, "clock right \(node.name)") { [unowned self] in setClock(node, "+0") }
         default:
             // A burst: the same peer frozen while another's link is cut (combinations are where
             // the defects were).
@@ -447,18 +499,26 @@ final class Campaign {
     private func restart(_ node: Node, clockStep: String?) {
         guard !node.peer.isRunning else { return }
         do {
-            if let clockStep {
-                try node.peer.restart(adding: ["LD_PRELOAD": "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1",
-                                               "FAKETIME": clockStep, "FAKETIME_DONT_FAKE_MONOTONIC": "1"],
-                                      launcher: ["/usr/bin/env"])
-            } else {
-                try node.peer.restart()
-            }
+            try start(node, clockOffset: clockStep ?? "+0")
         } catch {
             violation("\(node.name) did not start again (disk full: \(node.diskFull)): \(error)")
-            return
         }
+    }
+
+    /// Starts the node's daemon (it must have ended) under libfaketime, its wall clock `clockOffset`
+    /// from the machine's (the monotonic clock untouched), and its stream listener.
+    private func start(_ node: Node, clockOffset: String) throws {
+        setClock(node, clockOffset)
+        try node.peer.restart(adding: ["LD_PRELOAD": "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1",
+                                       "FAKETIME_TIMESTAMP_FILE": node.clockFile, "FAKETIME_CACHE_DURATION": "1",
+                                       "FAKETIME_DONT_FAKE_MONOTONIC": "1"],
+                              launcher: ["/usr/bin/env"])
         startListener(node)
+    }
+
+    /// Replaced whole (a rename), so libfaketime never reads half an offset.
+    private func setClock(_ node: Node, _ offset: String) {
+        try? (offset + "\n").write(toFile: node.clockFile, atomically: true, encoding: .utf8)
     }
 
     // MARK: Watching

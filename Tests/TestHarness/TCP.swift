@@ -7,20 +7,27 @@ public func freeTCPPort() throws -> UInt16 {
     try TCPListener().port
 }
 
+/// `accept` with the new socket close-on-exec (Glibc's Swift module has no `accept4`).
+func acceptClosingOnExec(_ listener: Int32) -> Int32 {
+    let fd = accept(listener, nil, nil)
+    if fd >= 0 { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
+    return fd
+}
+
 /// One loopback port bound for both TCP and UDP (as a daemon's `--listen` port serves links and
 /// voice alike).
 public enum LoopbackPort {
     /// A listening TCP socket and a UDP socket on the same free loopback port.
     public static func bindTCPAndUDP() throws -> (tcp: Int32, udp: Int32, port: UInt16) {
         for _ in 0..<20 {
-            let tcp = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+            let tcp = socket(AF_INET, Int32(SOCK_STREAM.rawValue | SOCK_CLOEXEC.rawValue), 0)
             var yes: Int32 = 1
             setsockopt(tcp, SOL_SOCKET, SO_REUSEADDR, &yes, socklen_t(MemoryLayout<Int32>.size))
             guard tcp >= 0, bindSocket(tcp, to: loopbackAddress(port: 0)), listen(tcp, 8) == 0, let port = boundPort(tcp) else {
                 if tcp >= 0 { close(tcp) }
                 throw HarnessError("cannot listen on loopback TCP: \(errnoText())")
             }
-            let udp = socket(AF_INET, Int32(SOCK_DGRAM.rawValue), 0)
+            let udp = socket(AF_INET, Int32(SOCK_DGRAM.rawValue | SOCK_CLOEXEC.rawValue), 0)
             if udp >= 0, bindSocket(udp, to: loopbackAddress(port: port)) { return (tcp, udp, port) }
             close(tcp)
             if udp >= 0 { close(udp) }
@@ -79,7 +86,7 @@ public final class TCPStream: @unchecked Sendable {
     /// Connects to 127.0.0.1:`port`, from `source` if given (another loopback address such as
     /// "127.0.0.2", so the daemon sees another host).
     public static func connect(port: UInt16, from source: String? = nil) throws -> TCPStream {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue | SOCK_CLOEXEC.rawValue), 0)
         guard fd >= 0 else { throw SecureLinkError.io("socket: \(errnoText())") }
         if let source {
             var local = loopbackAddress(port: 0)
@@ -196,7 +203,9 @@ public final class TCPStream: @unchecked Sendable {
     }
 }
 
-/// A listening TCP socket on 127.0.0.1.
+/// A listening TCP socket on 127.0.0.1. Like every socket of the harness it is close-on-exec: a
+/// daemon the chaos campaign restarted inherited a relay's listener and kept its port after the
+/// relay closed it.
 public final class TCPListener: @unchecked Sendable {
     public let port: UInt16
     private let lock = NSLock()
@@ -204,7 +213,7 @@ public final class TCPListener: @unchecked Sendable {
 
     /// Listens on `port` (0: any free port, read back into `port`).
     public init(port: UInt16 = 0) throws {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue | SOCK_CLOEXEC.rawValue), 0)
         guard fd >= 0 else { throw SecureLinkError.io("socket: \(errnoText())") }
         var one: Int32 = 1
         setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, socklen_t(MemoryLayout<Int32>.size))
@@ -231,7 +240,7 @@ public final class TCPListener: @unchecked Sendable {
         var poller = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
         let ready = poll(&poller, 1, Int32(max(0, timeout) * 1000))
         guard ready > 0 else { return nil }
-        let accepted = Glibc.accept(fd, nil, nil)
+        let accepted = acceptClosingOnExec(fd)
         guard accepted >= 0 else {
             if errno == EINTR || errno == EAGAIN || errno == ECONNABORTED { return nil }
             throw SecureLinkError.io("accept: \(errnoText())")

@@ -432,9 +432,9 @@ public final class VoiceRelay: @unchecked Sendable {
         while !isStopping {
             var poller = pollfd(fd: listener, events: Int16(POLLIN), revents: 0)
             guard poll(&poller, 1, 100) > 0 else { continue }
-            let client = accept(listener, nil, nil)
+            let client = acceptClosingOnExec(listener)
             guard client >= 0 else { continue }
-            let server = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+            let server = socket(AF_INET, Int32(SOCK_STREAM.rawValue | SOCK_CLOEXEC.rawValue), 0)
             var address = loopbackAddress(port: targetPort)
             let connected = withUnsafePointer(to: &address) {
                 $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(server, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
