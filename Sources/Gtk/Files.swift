@@ -95,3 +95,37 @@ extension Widget {
         gtk_widget_add_controller(widget, target)
     }
 }
+
+/// Opening what the person received, with the desktop's default application for it (GIO's
+/// `g_app_info_launch_default_for_uri`: the handler `mimeapps.list` names for its content type,
+/// or the OpenURI portal inside a sandbox). GTK 4.8 has no `GtkFileLauncher` yet.
+public enum DefaultApplication {
+    /// The `file://` URI of a local path, escaped as URIs are.
+    public static func uri(ofPath path: String) -> String {
+        let file = g_file_new_for_path(path)
+        defer { g_object_unref(UnsafeMutableRawPointer(file)) }
+        guard let uri = g_file_get_uri(file) else { return "file://" + path }
+        defer { g_free(uri) }
+        return String(cString: uri)
+    }
+
+    /// Opens `path` (a file or a folder) with its default application, without waiting for it;
+    /// `failed` gets why not, in GLib's words.
+    public static func open(path: String, failed: @escaping (String) -> Void) {
+        let context = gdk_display_get_app_launch_context(gdk_display_get_default())
+        defer { if let context { g_object_unref(UnsafeMutableRawPointer(context)) } }
+        let finished: (OpaquePointer?) -> Void = { result in
+            var error: UnsafeMutablePointer<GError>?
+            guard g_app_info_launch_default_for_uri_finish(result, &error) == 0 else { return }
+            defer { if let error { g_error_free(error) } }
+            failed(error.map { String(cString: $0.pointee.message) } ?? "cannot open \(path)")
+        }
+        g_app_info_launch_default_for_uri_async(uri(ofPath: path), context.map { UnsafeMutableRawPointer($0).assumingMemoryBound(to: GAppLaunchContext.self) }, nil,
+                                                launchFinished, HandlerBox(finished).retainedPointer())
+    }
+}
+
+/// `(GObject*, GAsyncResult*, user_data)`: a GAsyncReadyCallback, called once: the box goes with it.
+private let launchFinished: GAsyncReadyCallback = { _, result, data in
+    Unmanaged<HandlerBox<(OpaquePointer?) -> Void>>.fromOpaque(data!).takeRetainedValue().function(result)
+}

@@ -250,6 +250,19 @@ public final class Entry: Widget {
 
 }
 
+/// `GtkPasswordEntry`: a secret, shown as dots unless its eye is pressed.
+public final class PasswordEntry: Widget {
+    public init() {
+        super.init(adopting: UnsafeMutableRawPointer(gtk_password_entry_new()))
+        gtk_password_entry_set_show_peek_icon(ptr(), 1)
+    }
+
+    public var text: String {
+        get { String(cString: gtk_editable_get_text(ptr())) }
+        set { gtk_editable_set_text(ptr(), newValue) }
+    }
+}
+
 /// `GtkScrolledWindow` around one child.
 public final class ScrolledWindow: Widget {
     private var child: Widget?

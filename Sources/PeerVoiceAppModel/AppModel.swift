@@ -10,6 +10,12 @@ public final class AppModel {
     /// The service's objects below its ObjectManager, by path, decoded by interface.
     public private(set) var objects: [String: ServiceObject] = [:]
     public private(set) var selectedPeer: String?
+    /// The Mumble rooms joined (room objects), in the order joined.
+    public private(set) var rooms: [RoomRow] = []
+    /// The room whose page is on screen, by path (instead of a peer's conversation).
+    public private(set) var selectedRoom: String?
+    /// What each room's channel said since the app joined or started, oldest first.
+    public private(set) var roomMessages: [String: [RoomMessage]] = [:]
     /// The pairing question on screen, if any (at most one at a time: the newest).
     public private(set) var question: PairingQuestion?
     public private(set) var chats: [String: [ChatMessage]] = [:]
@@ -69,6 +75,10 @@ public final class AppModel {
         case speaking
         /// The selected peer's volume or mute here, as a person set it.
         case playback
+        /// The rooms joined, or one's users or state.
+        case rooms
+        /// A room's conversation.
+        case roomChat(room: String)
     }
 
     private func changed(_ change: Change) { onChange(change) }
@@ -158,6 +168,17 @@ public final class AppModel {
             transferSamples[path]?.removeAll { $0.ms + Self.rateWindowMs < nowMs }
         }
         transferSamples = transferSamples.filter { after[$0.key] != nil }
+        let roomsBefore = rooms
+        rooms = objects.values.compactMap { object -> RoomRow? in
+            guard case .room(let room) = object else { return nil }
+            return room
+        }.sorted { ($0.path.count, $0.path) < ($1.path.count, $1.path) }
+        if rooms != roomsBefore { changed(.rooms) }
+        if let room = selectedRoom, !rooms.contains(where: { $0.path == room }) {
+            selectedRoom = nil
+            changed(.selection)
+        }
+        roomMessages = roomMessages.filter { path, _ in rooms.contains { $0.path == path } }
         for peer in Set(after.values.map(\.peer) + before.values.map(\.peer))
         where after.values.filter({ $0.peer == peer }) != before.values.filter({ $0.peer == peer }) {
             changed(.chat(peer: peer))
@@ -283,7 +304,9 @@ public final class AppModel {
     }
 
     public func select(_ id: String?) {
-        guard selectedPeer != id else { return }
+        let leavesRoom = id != nil && selectedRoom != nil
+        if id != nil { selectedRoom = nil }
+        guard selectedPeer != id || leavesRoom else { return }
         selectedPeer = id
         markRead()
         changed(.selection)
@@ -395,6 +418,24 @@ public final class AppModel {
             items.append(.message(message))
         }
         return items + files[next...].map(ConversationItem.transfer)
+    }
+
+    // MARK: Rooms
+
+    /// A person opened `room` (its path) from the sidebar: it takes the place of a peer's conversation.
+    public func select(room: String?) {
+        guard selectedRoom != room || (room != nil && selectedPeer != nil) else { return }
+        selectedRoom = room
+        if room != nil { selectedPeer = nil }
+        changed(.selection)
+    }
+
+    public var selectedRoomRow: RoomRow? { selectedRoom.flatMap { path in rooms.first { $0.path == path } } }
+
+    /// A room's `MessageReceived` (user nil: what we sent, once `Send` took it).
+    public func roomMessage(in room: String, from user: String?, text: String, timeMs: UInt64) {
+        roomMessages[room, default: []].append(RoomMessage(user: user, text: text, timeMs: timeMs))
+        changed(.roomChat(room: room))
     }
 
     // MARK: Transfers

@@ -203,6 +203,67 @@ public enum ServiceObject: Equatable, Sendable {
     case peer(PeerRow)
     /// A file transfer (`transfers/<n>`).
     case transfer(TransferRow)
+    /// A Mumble room (`rooms/<n>`).
+    case room(RoomRow)
+}
+
+/// A Mumble room as the sidebar and its page show it (the room object's properties).
+public struct RoomRow: Equatable, Sendable {
+    public struct User: Equatable, Sendable {
+        public var session: String
+        public var name: String
+        public var speaking: Bool
+        public var muted: Bool
+
+        public init(session: String, name: String, speaking: Bool, muted: Bool) {
+            self.session = session
+            self.name = name
+            self.speaking = speaking
+            self.muted = muted
+        }
+    }
+
+    /// Its object's path.
+    public var path: String
+    /// mumble://user@host:port/channel, as the service normalised it.
+    public var url: String
+    /// connecting, connected, reconnecting or failed.
+    public var state: String
+    public var error: String
+    /// "/Games"; "" while not connected.
+    public var channel: String
+    /// The others in our channel, by name.
+    public var users: [User]
+
+    public init(path: String, url: String, state: String, error: String, channel: String, users: [User]) {
+        self.path = path
+        self.url = url
+        self.state = state
+        self.error = error
+        self.channel = channel
+        self.users = users.sorted { ($0.name.lowercased(), $0.session) < ($1.name.lowercased(), $1.session) }
+    }
+
+    /// "host/Games": the server and channel, without the scheme, user and default port.
+    public var title: String {
+        var rest = url.hasPrefix("mumble://") ? String(url.dropFirst("mumble://".count)) : url
+        if let at = rest.firstIndex(of: "@"), rest[..<at].firstIndex(of: "/") == nil { rest = String(rest[rest.index(after: at)...]) }
+        rest = rest.replacing(":64738", with: "")
+        return rest.hasSuffix("/") ? String(rest.dropLast()) : rest
+    }
+}
+
+/// A line of a room's conversation: who said it (nil: we did) and what.
+public struct RoomMessage: Equatable, Sendable {
+    public var user: String?
+    public var text: String
+    public var timeMs: UInt64
+
+    public init(user: String?, text: String, timeMs: UInt64) {
+        self.user = user
+        self.text = text
+        self.timeMs = timeMs
+    }
 }
 
 /// One entry of a conversation, oldest first.
@@ -239,9 +300,13 @@ public struct TransferRow: Equatable, Sendable {
     public var error: String
     /// Unix time in milliseconds the app first saw it (the object carries no time).
     public var timeMs: UInt64 = 0
+    /// Incoming: the file or folder it is saved as (one item), or the folder holding the items
+    /// (several); "" for one of ours.
+    public var destination: String
 
     public init(path: String, peer: String, incoming: Bool, state: TransferState, files: [(name: String, size: UInt64)],
-                size: UInt64, transferred: UInt64, error: String) {
+                size: UInt64, transferred: UInt64, error: String, destination: String = "") {
+        self.destination = destination
         self.path = path
         self.peer = peer
         self.incoming = incoming
@@ -256,7 +321,10 @@ public struct TransferRow: Equatable, Sendable {
     public var items: [String] {
         var seen: [String] = []
         for file in files {
-            let item = String(file.name.split(separator: "/", maxSplits: 1, omittingEmptySubsequences: false).first ?? "")
+            // Split at the byte, as a file system (and the service) does: a character can hold a
+            // `/` (one followed by a combining mark is one Character).
+            let item = file.name.utf8.split(separator: UInt8(ascii: "/"), maxSplits: 1, omittingEmptySubsequences: false)
+                .first.map { String(Substring($0)) } ?? ""
             if !seen.contains(item) { seen.append(item) }
         }
         return seen
@@ -271,6 +339,7 @@ public struct TransferRow: Equatable, Sendable {
         lhs.path == rhs.path && lhs.peer == rhs.peer && lhs.incoming == rhs.incoming && lhs.state == rhs.state
             && lhs.files.elementsEqual(rhs.files) { $0.name == $1.name && $0.size == $1.size }
             && lhs.size == rhs.size && lhs.transferred == rhs.transferred && lhs.error == rhs.error && lhs.timeMs == rhs.timeMs
+            && lhs.destination == rhs.destination
     }
 }
 
@@ -312,4 +381,26 @@ public enum AudioProcessingStage: String, CaseIterable, Sendable {
     case noiseSuppression = "noise-suppression"
     case highPass = "high-pass"
     case gainControl = "gain-control"
+}
+
+/// Mumble's text (HTML, as its clients send it) as plain text for a bubble: line breaks kept,
+/// tags dropped, the entities Mumble's clients write turned back into their characters.
+public enum MumbleText {
+    public static func plain(_ html: String) -> String {
+        var text = ""
+        var rest = Substring(html)
+        while let open = rest.firstIndex(of: "<") {
+            text += rest[..<open]
+            guard let close = rest[open...].firstIndex(of: ">") else { rest = rest[open...]; break }
+            let tag = rest[rest.index(after: open)..<close].lowercased()
+            if tag.hasPrefix("br") || tag == "/p" || tag == "p" && !text.isEmpty { text += "\n" }
+            rest = rest[rest.index(after: close)...]
+        }
+        text += rest
+        for (entity, character) in [("&lt;", "<"), ("&gt;", ">"), ("&quot;", "\""), ("&#39;", "'"), ("&nbsp;", "\u{A0}"), ("&amp;", "&")] {
+            text = text.replacing(entity, with: character)
+        }
+        while text.hasSuffix("\n") { text.removeLast() }
+        return text
+    }
 }

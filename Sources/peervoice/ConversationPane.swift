@@ -43,7 +43,8 @@ final class ConversationPane {
     var onRetry: (ChatMessage) -> Void = { _ in }
     /// What a person does with a transfer's row.
     var transferActions = TransferRowView.Actions(accept: { _ in }, decline: { _ in }, cancel: { _ in },
-                                                  retry: { _ in }, canRetry: { _ in false })
+                                                  retry: { _ in }, canRetry: { _ in false }, open: { _ in },
+                                                  showInFolder: { _ in })
     /// Files dropped on the conversation, to send to the selected peer.
     var onFilesDropped: ([String]) -> Void = { _ in }
 

@@ -17,9 +17,14 @@ final class MainWindow {
     let window: Window
     private let model: AppModel
     private let client: ServiceClient
+    private let receivedFiles: ReceivedFiles
     private let preferencesFile: PreferencesFile
     private let peerList = PeerListPane()
     private let conversation = ConversationPane()
+    private let roomPane = RoomPane()
+    /// The right pane: the selected peer's conversation or the selected room's page.
+    private let rightPane = Box(.vertical, spacing: 0)
+    private var joinRoomDialog: JoinRoomDialog?
     private let leaflet = Leaflet()
     private let toasts: ToastOverlay
     private var pairingDialog: PairingDialog?
@@ -27,9 +32,11 @@ final class MainWindow {
     /// Where the notice on screen is shown (the window's toasts or the preferences').
     private var shownToasts: ToastOverlay?
 
-    init(application: Application, model: AppModel, client: ServiceClient, preferencesFile: PreferencesFile) {
+    init(application: Application, model: AppModel, client: ServiceClient, receivedFiles: ReceivedFiles,
+         preferencesFile: PreferencesFile) {
         self.model = model
         self.client = client
+        self.receivedFiles = receivedFiles
         self.preferencesFile = preferencesFile
         window = Window(application: application)
         window.title = tr("PeerVoice")
@@ -38,12 +45,15 @@ final class MainWindow {
         peerList.root.addStyleClass("sidebar-pane")
         leaflet.append(peerList.root)
         leaflet.append(Separator(.vertical), navigatable: false)
-        leaflet.append(conversation.root)
+        rightPane.append(conversation.root)
+        rightPane.append(roomPane.root)
+        rightPane.expandsHorizontally = true
+        leaflet.append(rightPane)
         toasts = ToastOverlay(leaflet)
         window.setContent(toasts)
         wire(application)
         model.onChange = { [unowned self] in render($0) }
-        [.peers, .selection, .mute, .discovering, .service, .notice, .hold, .question, .settings, .speaking, .style].forEach(render)
+        [.peers, .selection, .rooms, .mute, .discovering, .service, .notice, .hold, .question, .settings, .speaking, .style].forEach(render)
         layOutPanes()
     }
 
@@ -58,7 +68,7 @@ final class MainWindow {
             // Folded, the conversation takes the list's place and the focus goes to its message
             // field; side by side, the focus stays in the list (as in GNOME Settings' sidebar).
             guard activated, leaflet.isFolded else { return }
-            leaflet.visibleChild = conversation.root
+            leaflet.visibleChild = rightPane
             conversation.messageEntry.grabFocus()
         }
         peerList.onSearchNearby = { [unowned self] on in client.setDiscovery(on) }
@@ -128,7 +138,7 @@ final class MainWindow {
         // Escape goes back from a conversation on a folded window (a search field, a dialog use
         // it first).
         window.addShortcut("Escape") { [unowned self] in
-            guard leaflet.isFolded, leaflet.visibleChild === conversation.root else { return false }
+            guard leaflet.isFolded, leaflet.visibleChild === rightPane else { return false }
             goBack()
             return true
         }
@@ -136,6 +146,7 @@ final class MainWindow {
         leaflet.onVisibleChildChanged { [unowned self] in layOutPanes() }
 
         wireTransfers(application)
+        wireRooms()
         application.addAction("preferences", accelerators: ["<Control>comma"]) { [unowned self] in showPreferences() }
         application.addAction("about") { [unowned self] in
             AboutWindow.present(parent: window, name: tr("PeerVoice"), icon: "org.example.PeerVoice.App",
@@ -157,12 +168,51 @@ final class MainWindow {
             FileChooser.choose(.folder, title: tr("Send a folder"), acceptLabel: tr("Send"), parent: window, chosen: send)
         }
         conversation.onFilesDropped = send
+        peerList.onFilesDropped = { [unowned self] peer, paths in client.sendFiles(paths, to: peer) }
         conversation.transferActions = TransferRowView.Actions(
             accept: { [unowned self] in client.transfer($0, "Accept") },
             decline: { [unowned self] in client.transfer($0, "Decline") },
             cancel: { [unowned self] in client.transfer($0, "Cancel") },
             retry: { [unowned self] in client.retry($0) },
-            canRetry: { [unowned self] in client.canRetry($0) })
+            canRetry: { [unowned self] in client.canRetry($0) },
+            open: { [unowned self] in receivedFiles.open($0.destination) },
+            showInFolder: { [unowned self] in receivedFiles.showInFolder($0.destination) })
+        receivedFiles.failed = { [unowned self] reason in model.callFailed("Open", peer: nil, errorName: "", message: reason) }
+    }
+
+    /// Join a room…, a room's page, and Leave.
+    private func wireRooms() {
+        peerList.onOpenRoom = { [unowned self] room, activated in
+            model.select(room: room)
+            guard activated, leaflet.isFolded else { return }
+            leaflet.visibleChild = rightPane
+            _ = roomPane.messageEntry.grabFocus()
+        }
+        peerList.joinRoomButton.onClicked { [unowned self] in
+            let dialog = JoinRoomDialog(parent: window) { [unowned self] url, password in join(url, password: password) }
+            joinRoomDialog = dialog
+            dialog.present()
+        }
+        roomPane.backButton.onClicked { [unowned self] in goBack() }
+        roomPane.leaveButton.onClicked { [unowned self] in
+            if let room = model.selectedRoom { client.leaveRoom(room) }
+        }
+        let send = { [unowned self] in
+            let text = roomPane.messageEntry.text
+            guard !text.isEmpty, let room = model.selectedRoom else { return }
+            roomPane.messageEntry.text = ""
+            client.send(text, toRoom: room)
+        }
+        roomPane.sendButton.onClicked(send)
+        roomPane.messageEntry.onActivate(send)
+    }
+
+    private func join(_ url: String, password: String, acceptCertificate: String? = nil) {
+        client.joinRoom(url, password: password, acceptCertificate: acceptCertificate) { [unowned self] fingerprint in
+            JoinRoomDialog.askToTrust(parent: window, url: url, fingerprint: fingerprint) { [unowned self] in
+                join(url, password: password, acceptCertificate: fingerprint)
+            }
+        }
     }
 
     private func goBack() {
@@ -193,14 +243,16 @@ final class MainWindow {
     /// readers; unfolded, they share the buttons, side by side.
     private func layOutPanes() {
         let folded = leaflet.isFolded
-        let showsConversation = leaflet.visibleChild === conversation.root
+        let showsConversation = leaflet.visibleChild === rightPane
         peerList.header.showWindowButtons(start: true, end: folded)
         conversation.header.showWindowButtons(start: folded, end: true)
         conversation.backButton.isVisible = folded
         // One Mute on screen: the list's header has it, unless only the conversation shows.
         conversation.muteButton.isVisible = folded
         peerList.root.setAccessibleHidden(folded && showsConversation)
-        conversation.root.setAccessibleHidden(folded && !showsConversation)
+        rightPane.setAccessibleHidden(folded && !showsConversation)
+        roomPane.header.showWindowButtons(start: folded, end: true)
+        roomPane.backButton.isVisible = folded
         model.conversationShown(!folded || showsConversation)
     }
 
@@ -219,7 +271,9 @@ final class MainWindow {
                 pairingDialog?.update(name: row.displayName)
             }
         case .selection:
+            renderRightPane()
             peerList.renderSelection(model)
+            peerList.renderRooms(model)
             conversation.renderSelection(model)
             conversation.renderActions(model)
             conversation.renderPlayback(model)
@@ -231,6 +285,7 @@ final class MainWindow {
             renderMute()
         case .discovering, .service:
             peerList.renderState(model)
+            peerList.renderRooms(model)
             conversation.renderActions(model)
             conversation.renderPlayback(model)
             preferences?.render()
@@ -251,7 +306,22 @@ final class MainWindow {
             conversation.renderPlayback(model)
         case .style:
             StyleManager.set(model.style.scheme)
+        case .rooms:
+            peerList.renderRooms(model)
+            roomPane.render(model)
+        case .roomChat(let room):
+            if room == model.selectedRoom { roomPane.renderConversation(model) }
         }
+    }
+
+    /// The selected room's page in place of a conversation, or the conversation (or its empty page).
+    private func renderRightPane() {
+        let inRoom = model.selectedRoom != nil
+        conversation.root.isVisible = !inRoom
+        conversation.root.setAccessibleHidden(inRoom)
+        roomPane.root.isVisible = inRoom
+        roomPane.root.setAccessibleHidden(!inRoom)
+        roomPane.render(model)
     }
 
     private func renderMute() {
@@ -301,7 +371,7 @@ final class MainWindow {
         }
     }
 
-    /// The app's own styles on top of libadwaita's: chat bubbles, the unread badge, the code.
+    /// The app's own styles on top of libadwaita's: chat bubbles, transfer cards, the unread badge, the code.
     static let styleSheet = [
         ".conversation { background: none; }",
         ".conversation > row { padding: 2px 0; background: none; }",
@@ -309,6 +379,7 @@ final class MainWindow {
         ".bubble.outgoing { background: @accent_bg_color; color: @accent_fg_color; }",
         ".bubble.outgoing .dim-label { color: @accent_fg_color; opacity: 0.8; }",
         ".bubble.incoming { background: alpha(@view_fg_color, 0.08); }",
+        ".card.transfer { padding: 10px 12px; }",
         ".unread-badge { background: @accent_bg_color; color: @accent_fg_color; border-radius: 10px;"
             + " padding: 0 7px; min-width: 8px; font-weight: bold; font-size: smaller; }",
         ".pairing-code { font-size: 32pt; font-weight: bold; font-feature-settings: 'tnum'; }",

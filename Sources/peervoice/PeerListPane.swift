@@ -29,6 +29,10 @@ final class PeerListPane {
     private let searchSpinner = Spinner()
     let addressEntry = Entry(placeholder: tr("ip:HOST:PORT or AA:BB:CC:DD:EE:FF"))
     let addressButton = Button(icon: "go-next-symbolic", name: tr("Connect to address"))
+    /// The Mumble rooms joined, under the peers whatever the peers' lists show.
+    let joinRoomButton = Button(tr("Join a room…"))
+    private let roomsList = ListBox()
+    private var roomPaths: [String] = []
 
     /// The rows on screen, per list, by peer id, in order.
     private var paired = RowViews()
@@ -47,6 +51,10 @@ final class PeerListPane {
     var onConnectAddress: (String) -> Void = { _ in }
     /// The search text changed ("" when the search closed).
     var onFilter: (String) -> Void = { _ in }
+    /// A person chose a room (its object path; `activated` as for peers).
+    var onOpenRoom: (_ room: String, _ activated: Bool) -> Void = { _, _ in }
+    /// Files dropped on a peer's row, to send to that peer.
+    var onFilesDropped: (_ peer: String, _ paths: [String]) -> Void = { _, _ in }
 
     init() {
         searchBar = SearchBar(searchEntry)
@@ -107,10 +115,50 @@ final class PeerListPane {
         addressBar.append(addressEntry)
         addressBar.append(addressButton)
         root.append(Separator(.horizontal))
+        root.append(roomsGroup())
+        root.append(Separator(.horizontal))
         root.append(addressBar)
         // Wide enough for a name and its state; the leaflet folds before it gets narrower.
         root.setSizeRequest(width: 300, height: -1)
         wire()
+    }
+
+    private func roomsGroup() -> Widget {
+        let group = Box(.vertical, spacing: 8)
+        group.setMargins(12)
+        let heading = Box(.horizontal, spacing: 6)
+        let title = Self.heading(tr("Rooms"))
+        title.expandsHorizontally = true
+        heading.append(title)
+        joinRoomButton.addStyleClass("flat")
+        heading.append(joinRoomButton)
+        group.append(heading)
+        roomsList.setAccessibleName(tr("Rooms"))
+        roomsList.addStyleClass("boxed-list")
+        roomsList.isVisible = false
+        group.append(roomsList)
+        roomsList.onSelectionChanged { [unowned self] index in
+            guard !rendering, let index else { return }
+            onOpenRoom(roomPaths[index], false)
+        }
+        roomsList.onRowActivated { [unowned self] index in onOpenRoom(roomPaths[index], true) }
+        return group
+    }
+
+    /// The rooms joined: the server and channel, and how many others are there or why not.
+    func renderRooms(_ model: AppModel) {
+        rendering = true
+        defer { rendering = false }
+        roomsList.removeAll()
+        roomPaths = model.rooms.map(\.path)
+        for room in model.rooms {
+            let row = ActionRow(title: room.title, subtitle: RoomPane.state(of: room))
+            row.setActivatable(true)
+            roomsList.append(row)
+        }
+        roomsList.isVisible = !model.rooms.isEmpty
+        joinRoomButton.isSensitive = model.service == .running
+        roomsList.selectedIndex = model.selectedRoom.flatMap { roomPaths.firstIndex(of: $0) }
     }
 
     private static func heading(_ text: String) -> Label {
@@ -216,8 +264,9 @@ final class PeerListPane {
     func renderRows(_ model: AppModel) {
         rendering = true
         defer { rendering = false }
-        paired.render(model.pairedPeers, in: pairedList, model: model)
-        nearby.render(model.nearbyPeers, in: nearbyList, model: model)
+        let dropped: (String, [String]) -> Void = { [unowned self] in onFilesDropped($0, $1) }
+        paired.render(model.pairedPeers, in: pairedList, model: model, dropped: dropped)
+        nearby.render(model.nearbyPeers, in: nearbyList, model: model, dropped: dropped)
         pairedGroup.isVisible = !model.pairedPeers.isEmpty || !model.peerFilter.isEmpty
         renderSelection(model)
     }
@@ -250,12 +299,13 @@ private struct RowViews {
     private(set) var ids: [String] = []
     private(set) var rows: [Views] = []
 
-    mutating func render(_ peers: [PeerRow], in list: ListBox, model: AppModel) {
+    mutating func render(_ peers: [PeerRow], in list: ListBox, model: AppModel, dropped: @escaping (String, [String]) -> Void) {
         if peers.map(\.id) != ids {
             list.removeAll()
-            rows = peers.map { _ in
+            rows = peers.map { peer in
                 let views = Views(row: ActionRow(), avatar: Avatar(size: 36), unread: Label(), speaking: SpeakingDot.make())
                 views.row.setActivatable(true)
+                views.row.onFilesDropped { paths in dropped(peer.id, paths) }
                 views.row.addPrefix(views.avatar)
                 views.unread.addStyleClass("unread-badge")
                 views.unread.setAlignment(vertical: .center)

@@ -41,6 +41,11 @@ final class ServiceClient {
             connection.subscribe(sender: Self.name, interface: Self.interface, path: Self.path) { [unowned self] in handle($0) },
             connection.subscribe(sender: Self.name, interface: "org.freedesktop.DBus.Properties",
                                  member: "PropertiesChanged", path: Self.path) { [unowned self] in propertiesChanged($0.arguments[1]) },
+            connection.subscribe(sender: Self.name, interface: PeerVoiceBus.roomInterface, member: "MessageReceived") { [unowned self] signal in
+                guard signal.arguments.count == 2 else { return }
+                model.roomMessage(in: signal.path, from: signal.arguments[0].string ?? "",
+                                  text: MumbleText.plain(signal.arguments[1].string ?? ""), timeMs: Self.nowMs())
+            },
         ]
         nameWatch = connection.watchName(Self.name, appeared: { [unowned self] _ in serviceAppeared() },
                                          vanished: { [unowned self] in model.serviceVanished() })
@@ -95,7 +100,7 @@ final class ServiceClient {
     private func showObjects() {
         guard objectManager.isReady else { return }
         var listed: [String: ServiceObject] = [:]
-        for interface in [Self.peerInterface, PeerVoiceBus.transferInterface] {
+        for interface in [Self.peerInterface, PeerVoiceBus.transferInterface, PeerVoiceBus.roomInterface] {
             for path in objectManager.paths(implementing: interface) {
                 guard let properties = objectManager.properties(of: path, interface: interface),
                       let object = Self.decode(interface, path, properties) else { continue }
@@ -109,13 +114,20 @@ final class ServiceClient {
     /// interface gets its case here); nil when they do not make one.
     private static func decode(_ interface: String, _ path: String, _ properties: ObjectManagerClient.Properties) -> ServiceObject? {
         switch interface {
+        case PeerVoiceBus.roomInterface:
+            return .room(RoomRow(path: path, url: properties["Url"]?.string ?? "", state: properties["State"]?.string ?? "",
+                                 error: properties["Error"]?.string ?? "", channel: properties["Channel"]?.string ?? "",
+                                 users: properties["Users"]?.children.map {
+                                     RoomRow.User(session: $0[0].string ?? "", name: $0[1].string ?? "", speaking: $0[2].bool ?? false,
+                                                  muted: $0[3].bool ?? false)
+                                 } ?? []))
         case PeerVoiceBus.transferInterface:
             guard let peer = properties["Peer"]?.string, !peer.isEmpty else { return nil }
             return .transfer(TransferRow(path: path, peer: peer, incoming: properties["Direction"]?.string == "incoming",
                                          state: TransferState(service: properties["State"]?.string ?? ""),
                                          files: properties["Files"]?.children.map { ($0[0].string ?? "", $0[1].uint64 ?? 0) } ?? [],
                                          size: properties["Size"]?.uint64 ?? 0, transferred: properties["Transferred"]?.uint64 ?? 0,
-                                         error: properties["Error"]?.string ?? ""))
+                                         error: properties["Error"]?.string ?? "", destination: properties["Destination"]?.string ?? ""))
         case peerInterface:
             // A peer by its id; a device not keyed yet by its address.
             let id = properties["Id"]?.string ?? ""
@@ -206,6 +218,53 @@ final class ServiceClient {
     /// notice in the service's words.
     func transfer(_ transfer: TransferRow, _ method: String) {
         call(method, interface: PeerVoiceBus.transferInterface, path: transfer.path, action: method, peer: transfer.peer)
+    }
+
+    /// `JoinRoom`: the room's object appears at once (InterfacesAdded) and the reply comes once
+    /// it is in the channel. A server whose certificate changed is asked about
+    /// (`changedCertificate`): its room object stays, failed, with the certificate it presented
+    /// in `ServerFingerprint` (sent before the reply); it is left once read.
+    func joinRoom(_ url: String, password: String, acceptCertificate: String? = nil,
+                  changedCertificate: @escaping (_ fingerprint: String) -> Void) {
+        let options = (password.isEmpty ? [] : [("password", Variant(password))])
+            + (acceptCertificate.map { [("accept-certificate", Variant($0))] } ?? [])
+        let roomsBefore = Set(objectManager.paths(implementing: PeerVoiceBus.roomInterface))
+        connection.callAsync(destination: Self.name, path: Self.path, interface: Self.interface, method: "JoinRoom",
+                             arguments: Variant(tuple: [Variant(url), Variant(dictionary: options)]), timeout: .seconds(40)) { [unowned self] result in
+            switch result {
+            case .success(let reply): if let room = reply[0].string { model.select(room: room) }
+            case .failure(let error):
+                if error.name == PeerVoiceBus.errorPrefix + "Rejected", acceptCertificate == nil,
+                   let (room, fingerprint) = refusedCertificate(notAmong: roomsBefore) {
+                    leaveRoom(room)
+                    changedCertificate(fingerprint)
+                } else {
+                    model.callFailed("Join a room", peer: nil, errorName: error.name, message: error.message)
+                }
+            }
+        }
+    }
+
+    /// A room object that appeared since `before` and failed on the certificate its server presented.
+    private func refusedCertificate(notAmong before: Set<String>) -> (room: String, fingerprint: String)? {
+        for path in objectManager.paths(implementing: PeerVoiceBus.roomInterface) where !before.contains(path) {
+            guard let properties = objectManager.properties(of: path, interface: PeerVoiceBus.roomInterface),
+                  properties["State"]?.string == "failed", let fingerprint = properties["ServerFingerprint"]?.string,
+                  !fingerprint.isEmpty else { continue }
+            return (path, fingerprint)
+        }
+        return nil
+    }
+
+    func leaveRoom(_ room: String) {
+        call("Leave", interface: PeerVoiceBus.roomInterface, path: room, action: "Leave")
+    }
+
+    /// The room's `Send`; Mumble echoes nothing back, so the line is ours once the service took it.
+    func send(_ text: String, toRoom room: String) {
+        call("Send", interface: PeerVoiceBus.roomInterface, path: room, [Variant(text)], action: "Send to the room") { [unowned self] _ in
+            model.roomMessage(in: room, from: nil, text: text, timeMs: Self.nowMs())
+        }
     }
 
     func setMuted(_ muted: Bool) { call("Mute", [Variant(muted)], action: "Mute") }

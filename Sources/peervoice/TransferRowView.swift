@@ -4,7 +4,8 @@ import PeerVoiceAppModel
 /// A file transfer as a row of the conversation, among the bubbles: what travels (the file or
 /// folder, or how many items) and its size, a progress bar with the bytes, rate and time left,
 /// the state in words (the reason when it failed), and what a person can do now: Accept or
-/// Decline an offer, Cancel one under way, Retry one of ours that failed. While only its bytes
+/// Decline an offer, Cancel one under way, Retry one of ours that failed, Open or Show in folder
+/// what was received. While only its bytes
 /// move it is updated in place (a button keeps the keyboard focus).
 final class TransferRowView {
     struct Actions {
@@ -14,6 +15,9 @@ final class TransferRowView {
         var retry: (TransferRow) -> Void
         /// The app knows what the transfer sent (it began here), so Retry can send it again.
         var canRetry: (TransferRow) -> Bool
+        /// What was received (its `Destination`), with its default application, or in the file manager.
+        var open: (TransferRow) -> Void
+        var showInFolder: (TransferRow) -> Void
     }
 
     let row: ListRow
@@ -46,6 +50,7 @@ final class TransferRowView {
         if !transfer.state.isFinal || transfer.state == .complete {
             bar.fraction = transfer.fraction
             bar.text = Self.progress(of: transfer, rate: rate)
+            bar.setAccessibleName(tr("Progress of %s").replacingPlaceholder(with: title))
             card.append(bar)
         }
         let status = Label(Self.status(of: transfer))
@@ -72,6 +77,9 @@ final class TransferRowView {
             add(tr("Cancel"), tr("Cancel %s"), style: nil, actions.cancel)
         case .failed where !transfer.incoming:
             if actions.canRetry(transfer) { add(tr("Retry"), tr("Send %s again"), style: nil, actions.retry) }
+        case .complete where transfer.incoming && !transfer.destination.isEmpty:
+            add(tr("Show in folder"), tr("Show %s in its folder"), style: nil, actions.showInFolder)
+            add(tr("Open"), tr("Open %s"), style: nil, actions.open)
         default:
             break
         }

@@ -24,7 +24,8 @@ var mainWindow: MainWindow?
 application.onActivate {
     if mainWindow == nil {
         StyleSheet.load(MainWindow.styleSheet)
-        mainWindow = MainWindow(application: application, model: model, client: client, preferencesFile: preferencesFile)
+        mainWindow = MainWindow(application: application, model: model, client: client,
+                                receivedFiles: ReceivedFiles(connection: connection), preferencesFile: preferencesFile)
         client.start()
     }
     mainWindow?.present()

@@ -126,6 +126,30 @@ final class AppSession {
         return other
     }
 
+    /// Drags `paths` from another program's window (tests/app/drag-source.py, GTK's drag
+    /// source) with the pointer and lets go over the app's control `name` (of `role`, when given):
+    /// XDND between two X clients, as a person drags files from a file manager.
+    func dragFiles(_ paths: [String], onto name: String, role: String? = nil, file: StaticString = #filePath, line: UInt = #line) throws {
+        let source = try ChildProcess("/usr/bin/python3", [Self.repository + "/tests/app/drag-source.py"] + paths,
+                                      environment: environment, logPath: directory.path + "/drag-source.log")
+        defer {
+            source.signal(SIGTERM)
+            if source.wait(timeout: 5) == nil { source.kill() }
+        }
+        focusWindow(named: "drag-source", file: file, line: line)
+        let window = Self.run("xdotool", ["search", "--onlyvisible", "--name", "^drag-source$"], environment: environment).output
+            .split(separator: "\n").first.map(String.init) ?? ""
+        // Beside the app's window (760 px wide at 0,0 without a window manager).
+        Self.run("xdotool", ["windowmove", "--sync", window, "800", "600"], environment: environment)
+        guard let target = centre(of: name, role: role, file: file, line: line) else { return }
+        xdotool("mousemove", "--window", window, "100", "50", "mousedown", "1", "sleep", "0.2",
+                "mousemove", "--window", window, "120", "60", "sleep", "0.2",
+                "mousemove", "--window", "WINDOW", "\(target.x)", "\(target.y)", "sleep", "0.3",
+                "mousemove", "--window", "WINDOW", "\(target.x + 4)", "\(target.y + 4)", "sleep", "0.3", "mouseup", "1",
+                file: file, line: line)
+        XCTAssertTrue(eventually(timeout: 10) { source.log.contains("drag-end") }, "the drag did not end: \(source.log)", file: file, line: line)
+    }
+
     /// Saves the screen as a PNG (ImageMagick's `import`), trimmed to the windows on it. The
     /// app's other windows (a dialog, the preferences) are first centred over the main one, as
     /// a window manager places them; without one they sit in the corner.
@@ -197,6 +221,41 @@ final class NotificationServer {
             interface: "org.freedesktop.DBus.Mock", method: "GetMethodCalls",
             arguments: Variant(tuple: [Variant("Notify")]), timeout: .seconds(5)) else { return [] }
         return reply[0].children.map { call in call[1].children[3].unboxed?.string ?? "" }
+    }
+
+    func stop() {
+        process.signal(SIGTERM)
+        if process.wait(timeout: 5) == nil { process.kill() }
+    }
+}
+
+/// A stand-in file manager on a private bus: python-dbusmock owning org.freedesktop.FileManager1
+/// with the real interface's ShowItems(as uris, s startup_id), which records what it was asked
+/// to show (no file manager can run without a desktop session here).
+final class FileManagerStandIn {
+    private static let name = "org.freedesktop.FileManager1"
+    private static let path = "/org/freedesktop/FileManager1"
+    private let process: ChildProcess
+    private let client: APIClient
+
+    init(bus: PrivateBus, client: APIClient, in directory: TemporaryDirectory) throws {
+        self.client = client
+        process = try ChildProcess("/usr/bin/python3", ["-m", "dbusmock", Self.name, Self.path, Self.name],
+                                   environment: ["DBUS_SESSION_BUS_ADDRESS": bus.address], logPath: directory.path + "/file-manager.log")
+        guard eventually(timeout: 15, { !process.isRunning || client.nameHasOwner(Self.name) }), process.isRunning else {
+            throw HarnessError("the file manager stand-in did not start: \(process.log)")
+        }
+        _ = try client.connection.call(destination: Self.name, path: Self.path, interface: "org.freedesktop.DBus.Mock", method: "AddMethod",
+                                       arguments: Variant(tuple: [Variant(Self.name), Variant("ShowItems"), Variant("ass"), Variant(""), Variant("")]),
+                                       timeout: .seconds(5))
+    }
+
+    /// The URIs of each ShowItems call so far.
+    var shownItems: [[String]] {
+        guard let reply = try? client.connection.call(
+            destination: Self.name, path: Self.path, interface: "org.freedesktop.DBus.Mock", method: "GetMethodCalls",
+            arguments: Variant(tuple: [Variant("ShowItems")]), timeout: .seconds(5)) else { return [] }
+        return reply[0].children.map { call in (call[1].children[0].unboxed?.children ?? []).compactMap(\.string) }
     }
 
     func stop() {

@@ -529,7 +529,7 @@ extension AppTests {
         app.xdotool("windowfocus", "--sync", "WINDOW")
 
         let order = ["push button Mute", "push button Find a peer", "push button Main menu", "list Peers",
-                     "push button Search nearby", "text Address", "push button Connect to address",
+                     "push button Search nearby", "push button Join a room…", "text Address", "push button Connect to address",
                      "push button Send files…", "push button Disconnect", "scroll pane Conversation", "push button Start voice", "push button Hold to mute",
                      "slider Volume", "push button Mute this peer", "text Message", "push button Send"]
         let walk = try XCTUnwrap(app.ui("tab-walk")).split(separator: "\n").map(String.init)

@@ -50,4 +50,13 @@ final class TransferModelTests: XCTestCase {
         XCTAssertNil(model.rate(of: path), "a finished transfer has no rate")
         XCTAssertEqual(model.transfers[path]?.fraction, 1)
     }
+
+    /// The items are the names before the first `/` byte, as the service splits them: a `/`
+    /// followed by a combining mark is one Character, and a split by Characters kept it whole.
+    func testItemsAreSplitAtTheSlashByteNotByCharacter() {
+        let row = TransferRow(path: path, peer: peer, incoming: true, state: .waiting,
+                              files: [("Photos/\u{301}a.jpg", 1), ("Photos/b.jpg", 1), ("notes.txt", 1)],
+                              size: 3, transferred: 0, error: "")
+        XCTAssertEqual(row.items, ["Photos", "notes.txt"])
+    }
 }

@@ -503,7 +503,8 @@ final class RoomTests: XCTestCase {
         XCTAssertTrue(error.contains(first) && error.contains(second), error)
         _ = try callRoom(ana, room, "Leave", [])
 
-        // Joining anew: Rejected naming both, until the person accepts the new one.
+        // Joining anew: Rejected naming both, until the person accepts the new one. The room
+        // object stays, failed, with the certificate presented, for a client to show and compare.
         do {
             _ = try join(ana, url("ana", ""))
             XCTFail("JoinRoom to a server whose certificate changed succeeded")
@@ -511,6 +512,12 @@ final class RoomTests: XCTestCase {
             XCTAssertEqual(error.name, Self.rejected)
             XCTAssertTrue(error.message.contains(first) && error.message.contains(second), error.message)
         }
+        let refused = try XCTUnwrap(try roomPaths(ana).last)
+        XCTAssertNotEqual(refused, room)
+        XCTAssertEqual(state(ana, refused), "failed")
+        XCTAssertEqual(try property(ana, refused, "ServerFingerprint").string, second)
+        _ = try callRoom(ana, refused, "Leave", [])
+        XCTAssertEqual(try roomPaths(ana), [])
         let accepted = try join(ana, url("ana", ""), [("accept-certificate", Variant(second))])
         XCTAssertEqual(state(ana, accepted), "connected")
         XCTAssertEqual(try property(ana, accepted, "ServerFingerprint").string, second)

@@ -30,7 +30,7 @@ usage: atspi.py COMMAND ARG...   (one command per run; waits up to $ATSPI_TIMEOU
                           slider, switch, row) that has no accessible name of its own (none, its
                           class name, or one name said twice), "ROLE 'NAME' (in PARENT)" per line;
                           nothing when all have one
-  value NAME              prints the current value of the slider NAME
+  value NAME              prints the current value of the slider or progress bar NAME
   set-value NAME V        moves the slider NAME to V (its Value interface), waits until it shows V
   sensitive NAME          prints "true" or "false"
   extents NAME [ROLE]     prints "X Y WIDTH HEIGHT" of NAME (of ROLE, when given) within its window
@@ -267,7 +267,7 @@ def main(command, *args):
             except GLib.Error:
                 continue
     elif command == "value":
-        print("%g" % slider_value(control(args[0], SLIDERS)))
+        print("%g" % slider_value(control(args[0], SLIDERS | {"progress bar"})))
     elif command == "set-value":
         node = control(args[0], SLIDERS)
         until(lambda: node.get_state_set().contains(Atspi.StateType.SENSITIVE), "'%s' to be enabled" % args[0])

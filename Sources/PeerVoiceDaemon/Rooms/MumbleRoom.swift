@@ -30,6 +30,8 @@ final class MumbleRoom {
     private(set) var error = ""
     /// The server certificate's SHA-256, as `openssl x509 -fingerprint -sha256` prints it.
     private(set) var serverFingerprint = ""
+    /// The server presented a certificate other than the pinned one (`serverFingerprint`).
+    private(set) var certificateChanged = false
     private(set) var model = MumbleRoomModel()
     /// The sessions whose voice packets arrived in the last `speakingHold`.
     private(set) var speaking: Set<UInt32> = []
@@ -205,6 +207,7 @@ final class MumbleRoom {
             break
         case .changed(let pinned):
             connection.close()
+            certificateChanged = true
             Log.warning("room \(number): \(server)'s certificate changed (pinned \(pinned), now \(fingerprint)); refused")
             return fail(.rejected("the certificate of \(server) changed: it was \(pinned), it is now \(fingerprint). If you trust the new one, join again with accept-certificate set to it"))
         }
@@ -372,8 +375,9 @@ final class MumbleRoom {
         stop()
         state = .failed
         error = reason.message
-        finishJoin(.failure(reason))
+        // The object says so before JoinRoom's reply does.
         changed()
+        finishJoin(.failure(reason))
     }
 
     private func drop(_ reason: String) {

@@ -52,8 +52,9 @@ final class Rooms {
             case .success:
                 completion(.success(room))
             case .failure(let error):
-                // A first attempt that failed leaves no room behind.
-                self?.remove(room)
+                // A first attempt that failed leaves no room behind, but for a changed
+                // certificate: its object stays, failed, with the fingerprint to compare.
+                if !room.certificateChanged { self?.remove(room) }
                 completion(.failure(error))
             }
         }
