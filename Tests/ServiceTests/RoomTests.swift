@@ -323,6 +323,27 @@ final class RoomTests: XCTestCase {
         setUDPLoss(0, thenExpect: "udp", within: 4)
     }
 
+    /// murmurd's resync: when nothing of ours has opened for 5 s it sends an empty CryptSetup, and
+    /// the nonce we answer with must be one it can decrypt our next datagrams with (a relay flips a
+    /// bit in each of our datagrams meanwhile: voice falls back to the tunnel, then comes back to UDP
+    /// once the datagrams are left alone).
+    func testMurmurdsResyncRequestIsAnsweredAndUDPWorksAfterIt() throws {
+        _ = try serverWithGames()
+        clients = []
+        let relay = try VoiceRelay(targetPort: server.port)
+        defer { relay.stop() }
+        let ana = try started.make("ana", listens: false)
+        let room = try join(ana, "mumble://ana@127.0.0.1:\(relay.port)/Games")
+        XCTAssertTrue(eventually(timeout: 5) { voicePath(ana, room) == "udp" }, voicePath(ana, room))
+        relay.tamper(every: 1)
+        let tampered = VoiceRig.monotonicSeconds()
+        XCTAssertTrue(eventually(timeout: 12) { ana.log.contains("asked for our UDP nonce") }, "murmurd never asked for a resync")
+        print("RoomTests: murmurd asked for our nonce \(String(format: "%.1f", VoiceRig.monotonicSeconds() - tampered)) s after our datagrams stopped opening")
+        XCTAssertEqual(voicePath(ana, room), "tcp", "no echo for over 5 s, yet voice stayed on UDP")
+        relay.tamper(every: 0)
+        XCTAssertTrue(eventually(timeout: 4) { voicePath(ana, room) == "udp" }, "murmurd could not open our datagrams after the resync")
+    }
+
     private func voicePath(_ peer: TestPeer, _ room: String) -> String { (try? property(peer, room, "VoicePath").string) ?? "" }
 
     /// The median level (dBFS) of Bob's 1 s tone out of the speaker, or nil when it never came out.

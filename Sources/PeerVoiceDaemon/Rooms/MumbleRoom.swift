@@ -323,7 +323,7 @@ final class MumbleRoom {
             do throws(SystemError) {
                 udp = try RoomUDP(server: endpoint, key: key, clientNonce: clientNonce, serverNonce: serverNonce)
             } catch {
-                Log.warning("room \(number): no UDP socket for voice (\(error)); voice stays in the TCP tunnel")
+                return Log.warning("room \(number): no UDP socket for voice (\(error)); voice stays in the TCP tunnel")
             }
             guard let udp else { return Log.warning("room \(number): \(server) sent a CryptSetup of the wrong sizes; voice stays in the TCP tunnel") }
             udp.voiceReceived = { [unowned self] packet in voiceArrived(packet) }
@@ -339,6 +339,7 @@ final class MumbleRoom {
         } else if let serverNonce {
             udp?.resync(serverNonce: serverNonce)
         } else if let udp {
+            Log.info("room \(number): \(server) asked for our UDP nonce (its decryption lost step); sent")
             send(.cryptSetup(clientNonce: udp.encryptNonce))
         }
     }

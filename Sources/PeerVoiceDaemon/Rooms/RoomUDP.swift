@@ -71,7 +71,9 @@ final class RoomUDP {
 
     /// The server's resync: its new encrypt nonce, our decrypt nonce.
     func resync(serverNonce: [UInt8]) {
-        if crypt.setDecryptNonce(serverNonce) { lastGoodNs = VoiceEngine.monotonicNs() }
+        guard crypt.setDecryptNonce(serverNonce) else { return }
+        lastGoodNs = VoiceEngine.monotonicNs()
+        Log.info("room UDP to \(server): the server resynchronised our decryption")
     }
 
     /// Sends our voice packet over UDP when that is the path; false: it goes through the tunnel.
@@ -95,6 +97,7 @@ final class RoomUDP {
         guard datagram.count >= Self.minimumDatagramBytes, let plain = crypt.decrypt(datagram) else {
             if now - lastGoodNs > Self.resyncAfterNs, lastResyncRequestNs.map({ now - $0 > Self.resyncAfterNs }) ?? true {
                 lastResyncRequestNs = now
+                Log.info("room UDP to \(server): nothing from the server opened for \((now - lastGoodNs) / 1_000_000) ms; asking for a resync")
                 sendControl(.cryptSetup(clientNonce: nil))
             }
             return

@@ -421,7 +421,12 @@ private final class VoiceThread {
     }
 
     private func endRoom(_ room: Int) {
-        guard rooms.removeValue(forKey: room) != nil else { return }
+        guard let ended = rooms.removeValue(forKey: room) else { return }
+        // What each talker's jitter buffer saw, as a peer's voice statistics are logged.
+        for (session, talker) in ended.talkers.sorted(by: { $0.key < $1.key }) {
+            let stats = talker.remote.statistics
+            Log.info("voice: room \(room): session \(session): received \(stats.received), duplicates \(stats.duplicates), late \(stats.late), lost \(stats.lost), concealed \(stats.concealed), inserted \(stats.inserted), dropped \(stats.dropped), played \(stats.played)")
+        }
         if rooms.isEmpty { try? call?.sendToRooms(nil) }
         voicesChanged()
         Log.info("voice: room \(room) left the call")
