@@ -518,4 +518,30 @@ final class RoomTests: XCTestCase {
         XCTAssertEqual(state(ana, room), "connected")
         _ = try callRoom(ana, room, "Register", [])
     }
+
+    /// A server whose access rules forbid self-registration (murmurd's default grants it to
+    /// @all on the root channel: revoked in its database between two starts): Register fails
+    /// with Rejected saying so, and the room stays in.
+    func testARegistrationTheServerForbidsFailsSayingWhy() throws {
+        server = try MumbleServer(in: directory)
+        server.stop()
+        let selfRegister = 0x80000  // ChanACL::SelfRegister
+        let sql = "UPDATE acl SET grantpriv = 0, revokepriv = \(selfRegister) WHERE group_name = 'all' AND channel_id = 0"
+        let python = try ChildProcess("/usr/bin/python3", ["-c", "import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); "
+                                                           + "assert c.execute(sys.argv[2]).rowcount == 1; c.commit()",
+                                                           server.directory + "/murmur.sqlite", sql],
+                                      logPath: directory.path + "/sqlite.log")
+        XCTAssertEqual(python.wait(timeout: 20), 0, python.log)
+        try server.start()
+        let ana = try started.make("ana", listens: false)
+        let room = try join(ana, url("ana", ""))
+        do {
+            _ = try callRoom(ana, room, "Register", [])
+            XCTFail("Register succeeded on a server that forbids it")
+        } catch {
+            XCTAssertEqual(error.name, Self.rejected)
+            XCTAssertTrue(error.message.contains("did not register ana") && error.message.contains("access rules"), error.message)
+        }
+        XCTAssertEqual(state(ana, room), "connected")
+    }
 }
