@@ -89,6 +89,10 @@ final class MumbleControlCodecTests: XCTestCase {
         let longName: [UInt8] = [0x08, 0x01, key(3, 2), 0xD8, 0x04] + Array(name.utf8)
         guard case .userState(let user) = try codec.decode(type: 9, body: longName) else { return XCTFail() }
         XCTAssertEqual(user.name, String(repeating: "é", count: 256))
+        // 200 invalid bytes become 200 replacement characters of three bytes each: 170 of them fit.
+        let invalid: [UInt8] = [0x08, 0x04, key(3, 2), 0xC8, 0x01] + [UInt8](repeating: 0xFF, count: 200)
+        XCTAssertEqual(try codec.decode(type: 7, body: invalid),
+                       .channelState(MumbleChannelState(id: 4, parent: nil, name: String(repeating: "\u{FFFD}", count: 170))))
         // A text of 300 KiB is cut to 256 KiB; 100 sessions to 64.
         let text = [UInt8](repeating: 0x61, count: 300 * 1024)
         var body: [UInt8] = (0..<100).flatMap { [key(2, 0), UInt8($0)] }
