@@ -84,9 +84,9 @@ public struct ProtobufCMumbleCodec: MumbleControlCodec {
             }
         case .cryptSetup:
             return try reader.read(mumble_proto__crypt_setup__unpack, mumble_proto__crypt_setup__free_unpacked) { message throws(MumbleProtocolError) in
-                .cryptSetup(MumbleCryptSetup(key: try reader.bytes(message.has_key, message.key, field: 1),
-                                             clientNonce: try reader.bytes(message.has_client_nonce, message.client_nonce, field: 2),
-                                             serverNonce: try reader.bytes(message.has_server_nonce, message.server_nonce, field: 3)))
+                .cryptSetup(key: try reader.bytes(message.has_key, message.key, field: 1),
+                            clientNonce: try reader.bytes(message.has_client_nonce, message.client_nonce, field: 2),
+                            serverNonce: try reader.bytes(message.has_server_nonce, message.server_nonce, field: 3))
             }
         case .codecVersion:
             return try reader.read(mumble_proto__codec_version__unpack, mumble_proto__codec_version__free_unpacked) { message throws(MumbleProtocolError) in
@@ -140,12 +140,10 @@ public struct ProtobufCMumbleCodec: MumbleControlCodec {
                     return (.textMessage, pack(&body, mumble_proto__text_message__get_packed_size, mumble_proto__text_message__pack))
                 }
             }
-        case .cryptSetup(let setup):
+        case .cryptSetup(let clientNonce):
             var body = MumbleProto__CryptSetup()
             mumble_proto__crypt_setup__init(&body)
-            if let key = setup.key { (body.has_key, body.key) = (1, strings.copy(bytes: key)) }
-            if let nonce = setup.clientNonce { (body.has_client_nonce, body.client_nonce) = (1, strings.copy(bytes: nonce)) }
-            if let nonce = setup.serverNonce { (body.has_server_nonce, body.server_nonce) = (1, strings.copy(bytes: nonce)) }
+            if let clientNonce { (body.has_client_nonce, body.client_nonce) = (1, strings.copy(bytes: clientNonce)) }
             return (.cryptSetup, pack(&body, mumble_proto__crypt_setup__get_packed_size, mumble_proto__crypt_setup__pack))
         }
     }

@@ -224,20 +224,6 @@ public struct MumblePermissionDenied: Sendable, Equatable {
     }
 }
 
-/// The UDP voice key and nonces (CryptSetup, type 15, both ways): all three from the server set
-/// the key; one nonce alone is a resync; none at all asks the other side for a resync.
-public struct MumbleCryptSetup: Sendable, Equatable {
-    public var key: [UInt8]?
-    public var clientNonce: [UInt8]?
-    public var serverNonce: [UInt8]?
-
-    public init(key: [UInt8]? = nil, clientNonce: [UInt8]? = nil, serverNonce: [UInt8]? = nil) {
-        self.key = key
-        self.clientNonce = clientNonce
-        self.serverNonce = serverNonce
-    }
-}
-
 /// What a server sends, decoded from untrusted bytes (by a ``MumbleControlCodec``); types a room
 /// does not use are `.ignored`.
 public enum MumbleServerMessage: Sendable, Equatable {
@@ -252,8 +238,11 @@ public enum MumbleServerMessage: Sendable, Equatable {
     case userRemove(session: UInt32, reason: String?, ban: Bool)
     case textMessage(MumbleTextMessage)
     case permissionDenied(MumblePermissionDenied)
-    case cryptSetup(MumbleCryptSetup)
     case codecVersion(opus: Bool)
+    /// The UDP crypto's key and nonces (all three: a new key), only `serverNonce` (the server's
+    /// resync of our decrypt nonce), or none (the server asks for our encrypt nonce). At most
+    /// ``MumbleControlBounds/maxCryptBytes`` each; exact lengths are checked where they are used.
+    case cryptSetup(key: [UInt8]?, clientNonce: [UInt8]?, serverNonce: [UInt8]?)
     case ignored(UInt16)
 }
 
@@ -268,5 +257,6 @@ public enum MumbleClientMessage: Sendable, Equatable {
     /// Registers our certificate under our name (UserState with `user_id` 0 for our session).
     case register(session: UInt32)
     case textMessage(sessions: [UInt32], channels: [UInt32], text: String)
-    case cryptSetup(MumbleCryptSetup)
+    /// Our encrypt nonce, when the server asked for it; nil: asks the server for its (a resync).
+    case cryptSetup(clientNonce: [UInt8]?)
 }
