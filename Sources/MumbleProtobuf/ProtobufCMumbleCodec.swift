@@ -122,6 +122,8 @@ public struct ProtobufCMumbleCodec: MumbleControlCodec {
             mumble_proto__ping__init(&body)
             (body.has_timestamp, body.timestamp) = (1, timestamp)
             return (.ping, pack(&body, mumble_proto__ping__get_packed_size, mumble_proto__ping__pack))
+        case .voice(let packet):
+            return (.udpTunnel, packet)
         case .selfMute(let session, let muted):
             return (.userState, userState(session: session) { ($0.has_self_mute, $0.self_mute) = (1, muted ? 1 : 0) })
         case .joinChannel(let session, let channel):

@@ -62,7 +62,7 @@ public protocol MumbleControlCodec: Sendable {
     /// A server's message of `type` (any number: unknown types come back `.ignored`, UDPTunnel as
     /// `.voice`), its strings and lists cut to ``MumbleControlBounds``; unknown fields are skipped.
     func decode(type: UInt16, body: [UInt8]) throws(MumbleProtocolError) -> MumbleServerMessage
-    /// A client message's type and protobuf body.
+    /// A client message's type and body: protobuf, or for `.voice` the packet as it is.
     func encode(_ message: MumbleClientMessage) -> (type: MumbleMessageType, body: [UInt8])
 }
 
@@ -246,12 +246,14 @@ public enum MumbleServerMessage: Sendable, Equatable {
     case ignored(UInt16)
 }
 
-/// What a client sends (its voice goes as UDPTunnel, framed by ``MumbleFrameDecoder/frame(_:body:)``).
+/// What a client sends.
 public enum MumbleClientMessage: Sendable, Equatable {
     /// Our version, as 1.3's 32-bit `version` (major << 16 | minor << 8 | patch).
     case version(UInt32, release: String, os: String, osVersion: String)
     case authenticate(username: String, password: String?)
     case ping(timestamp: UInt64)
+    /// A voice packet (or a UDP ping) through the TCP tunnel: UDPTunnel, not protobuf.
+    case voice([UInt8])
     case selfMute(session: UInt32, muted: Bool)
     case joinChannel(session: UInt32, channel: UInt32)
     /// Registers our certificate under our name (UserState with `user_id` 0 for our session).

@@ -148,7 +148,7 @@ final class MumbleRoom {
     /// connected; dropped rather than queued behind a backlog (late voice is useless).
     func sendVoice(_ packet: [UInt8]) {
         guard state == .connected, let connection, connection.queuedWrites < Self.maxQueuedVoice else { return }
-        connection.send(MumbleFrameDecoder.frame(.udpTunnel, body: packet))
+        connection.send(codec.frame(.voice(packet)))
     }
 
     /// `SetUserVolume`, `SetUserMuted`: a user's voice here, by session or name (until it leaves;
