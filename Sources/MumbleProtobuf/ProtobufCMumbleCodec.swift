@@ -15,17 +15,12 @@ public struct ProtobufCMumbleCodec: MumbleControlCodec {
 
     public func decode(type: UInt16, body: [UInt8]) throws(MumbleProtocolError) -> MumbleServerMessage {
         guard let known = MumbleMessageType(rawValue: type) else { return .ignored(type) }
+        let reader = Reader(type: type, body: body)
         switch known {
         case .udpTunnel:
             return .voice(body)
         case .authenticate:
             return .ignored(type)
-        default:
-            break
-        }
-        guard body.count <= MumbleControlBounds.maxBodyBytes else { throw .messageTooLong(type: type, bytes: UInt32(body.count)) }
-        let reader = Reader(type: type, body: body)
-        switch known {
         case .version:
             return try reader.read(mumble_proto__version__unpack, mumble_proto__version__free_unpacked) { message throws(MumbleProtocolError) in
                 .version(message.has_version != 0 ? message.version : nil)
@@ -92,8 +87,6 @@ public struct ProtobufCMumbleCodec: MumbleControlCodec {
             return try reader.read(mumble_proto__codec_version__unpack, mumble_proto__codec_version__free_unpacked) { message throws(MumbleProtocolError) in
                 .codecVersion(opus: message.has_opus != 0 && message.opus != 0)
             }
-        case .udpTunnel, .authenticate:
-            return .ignored(type)
         }
     }
 
@@ -175,12 +168,14 @@ private struct Reader {
     let type: UInt16
     let body: [UInt8]
 
-    /// Unpacks the body as `Message`, reads what the room needs from it, frees it.
+    /// Unpacks the body as `Message` (refused first when over the bound), reads what the room
+    /// needs from it, frees it.
     func read<Message, Result>(
         _ unpack: (UnsafeMutablePointer<ProtobufCAllocator>?, Int, UnsafePointer<UInt8>?) -> UnsafeMutablePointer<Message>?,
         _ free: (UnsafeMutablePointer<Message>?, UnsafeMutablePointer<ProtobufCAllocator>?) -> Void,
         _ convert: (Message) throws(MumbleProtocolError) -> Result
     ) throws(MumbleProtocolError) -> Result {
+        guard body.count <= MumbleControlBounds.maxBodyBytes else { throw .messageTooLong(type: type, bytes: UInt32(body.count)) }
         let unpacked = body.withUnsafeBufferPointer { unpack(nil, $0.count, $0.baseAddress) }
         guard let unpacked else { throw .malformed(type: type) }
         defer { free(unpacked, nil) }
