@@ -17,6 +17,7 @@
 #   make install        release build, installed under $(DESTDIR)$(PREFIX) (INSTALL_CONFIGURATION=debug: the debug build)
 #   make deb            the Debian packages (debian/), statically linked Swift runtime, into .build/debs/
 #   make test-package   build, lintian, install, activate, upgrade and purge the packages (root; in `make test`)
+#   make proto          regenerate Sources/MumbleProtoC/ from proto/Mumble.proto (protoc-c)
 #   make deps           install the Debian packages below that are missing
 #   make clean          swift package clean
 
@@ -51,7 +52,9 @@ PACKAGES := \
 	libgtk-4-dev \
 	libadwaita-1-dev \
 	gettext \
-	libwebrtc-audio-processing-dev
+	libwebrtc-audio-processing-dev \
+	libprotobuf-c-dev \
+	protobuf-c-compiler
 
 # Debian packages the tests (and `make run`) need besides PACKAGES: dbus-daemon for the private
 # buses, libglib2.0-bin for gdbus, python3-gi for the benchmarks (bench/); pipewire, pipewire-bin
@@ -176,6 +179,7 @@ screenshots: deps
 # each fuzz target for FUZZ_SMOKE_SECONDS, the Debian package round (test-package), then PeerVoice
 # over real BlueZ in the two VMs. TEST_FILTER narrows the first part and skips the rest.
 test: deps rooms-venv
+	$(MAKE) --no-print-directory proto-check
 	$(if $(TEST_FILTER),,$(MAKE) --no-print-directory old-release)
 	$(SWIFT) build --build-tests $(SWIFT_FLAGS) 2>&1 | scripts/no-warnings.sh
 	$(SWIFT) test $(SWIFT_FLAGS) $(if $(TEST_FILTER),--filter '$(TEST_FILTER)') 2>&1 | scripts/failures-last.sh
@@ -184,6 +188,16 @@ test: deps rooms-venv
 	$(if $(TEST_FILTER),,$(MAKE) --no-print-directory fuzz-smoke)
 	$(if $(TEST_FILTER),,$(MAKE) --no-print-directory test-package)
 	$(if $(TEST_FILTER),,$(MAKE) --no-print-directory test-bluetooth)
+
+# Mumble's control messages in C: protoc-c (protobuf-c-compiler) generates Sources/MumbleProtoC/ from
+# proto/Mumble.proto. SwiftPM cannot run it, so the output is committed: `make proto` after editing the
+# .proto; `make test` first checks (well under a second) that what is committed is what it generates.
+.PHONY: proto proto-check
+proto: deps
+	scripts/proto.sh generate
+
+proto-check: deps
+	scripts/proto.sh check
 
 # The previous release's peervoiced (the commit in tests/old-release/COMMIT, the last of the previous
 # protocol version), built once into .build/old-release/COMMIT/ for the old <-> new tests

@@ -19,7 +19,7 @@ _peervoicectl() {
         words+=("")
     fi
     local cur=${words[${#words[@]}-1]}
-    local commands="status peers peer discover connect disconnect send history remove mute name visible confirm voice volume mute-peer monitor open listen join rooms room-send leave send-file transfers transfer shortcut help"
+    local commands="status peers peer discover connect disconnect send history remove mute name visible confirm voice volume mute-peer monitor open listen join rooms room-send room-register leave send-file transfers transfer shortcut help"
 
     # The command: the first word after the program that is not an option.
     local command= i word

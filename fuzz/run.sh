@@ -14,7 +14,8 @@
 # FUZZ_RSS_MB (2048), FUZZ_TIMEOUT (per-input seconds, 10), FUZZ_NICE (10), FUZZ_JOBS (1: libFuzzer
 # workers per target), FUZZ_DIR (.build/fuzz).
 #
-# Outputs under FUZZ_DIR: modules/ and lib/ (PeerVoiceCore and Sodium, instrumented), bin/TARGET,
+# Outputs under FUZZ_DIR: modules/ and lib/ (PeerVoiceCore, Sodium, MumbleProtobuf and the generated
+# MumbleProtoC, instrumented), bin/TARGET,
 # corpus-TARGET/ (the committed seeds of fuzz/corpus/TARGET plus whatever the runs found),
 # artifacts-TARGET/ (crash-*, leak-*, timeout-*, oom-* reproducers), logs/TARGET.log, coverage/
 # (the llvm-cov build and its profiles).
@@ -35,6 +36,10 @@ FUZZ_JOBS=${FUZZ_JOBS:-1}
 # libFuzzer (coverage, main) and AddressSanitizer everywhere; assertions kept despite -O; Swift 6
 # language mode, as Package.swift builds the modules.
 SWIFT_FLAGS=(-sanitize=fuzzer,address "$FUZZ_OPT" -g -assert-config Debug -swift-version 6 -parse-as-library)
+# The C protoc-c generated (Sources/MumbleProtoC), instrumented the same way; libprotobuf-c itself
+# is Debian's, linked as it is (as libsodium is).
+C_FLAGS=(-fsanitize=fuzzer-no-link,address -O1 -g)
+CLANG=$(dirname "$(command -v "$SWIFTC")")/clang
 # Where the libraries and binaries go (`coverage` builds a second, source-coverage variant).
 BUILD_DIR=$FUZZ_DIR
 
@@ -76,13 +81,14 @@ stale() {
 
 build_libs() {
     mkdir -p "$BUILD_DIR/modules" "$BUILD_DIR/lib"
-    local core=() sodium=()
+    local core=() sodium=() protobuf=()
     mapfile -t core < <(find Sources/PeerVoiceCore -name '*.swift' | LC_ALL=C sort)
     mapfile -t sodium < <(find Sources/Sodium -name '*.swift' | LC_ALL=C sort)
+    mapfile -t protobuf < <(find Sources/MumbleProtobuf -name '*.swift' | LC_ALL=C sort)
     # Rebuild everything when the compiler or its flags change.
     local stamp="$BUILD_DIR/flags"
     local flags
-    flags="$("$SWIFTC" --version 2>&1 | head -1) ${SWIFT_FLAGS[*]}"
+    flags="$("$SWIFTC" --version 2>&1 | head -1) ${SWIFT_FLAGS[*]} ${C_FLAGS[*]}"
     if [[ ! -f $stamp || $(cat "$stamp") != "$flags" ]]; then
         rm -f "$BUILD_DIR/lib/"*.a "$BUILD_DIR/bin/"*
         printf '%s' "$flags" >"$stamp"
@@ -99,6 +105,20 @@ build_libs() {
             -emit-module -emit-module-path "$BUILD_DIR/modules/Sodium.swiftmodule" \
             -emit-library -static -o "$BUILD_DIR/lib/libSodium.a" "${sodium[@]}"
     fi
+    local generated=(Sources/MumbleProtoC/Mumble.pb-c.c Sources/MumbleProtoC/include/Mumble.pb-c.h)
+    if stale "$BUILD_DIR/lib/libMumbleProtoC.a" "${generated[@]}"; then
+        echo "fuzz: building MumbleProtoC (protobuf-c $(pkg-config --modversion libprotobuf-c 2>/dev/null || echo '?'))" >&2
+        nice -n "$FUZZ_NICE" "$CLANG" "${C_FLAGS[@]}" -I Sources/MumbleProtoC/include -c "${generated[0]}" -o "$BUILD_DIR/lib/Mumble.pb-c.o"
+        rm -f "$BUILD_DIR/lib/libMumbleProtoC.a"
+        ar rcs "$BUILD_DIR/lib/libMumbleProtoC.a" "$BUILD_DIR/lib/Mumble.pb-c.o"
+    fi
+    if stale "$BUILD_DIR/lib/libMumbleProtobuf.a" "${protobuf[@]}" "$BUILD_DIR/lib/libPeerVoiceCore.a" "$BUILD_DIR/lib/libMumbleProtoC.a"; then
+        echo "fuzz: building MumbleProtobuf" >&2
+        swiftc_quiet "${SWIFT_FLAGS[@]}" -module-name MumbleProtobuf -wmo -I "$BUILD_DIR/modules" \
+            -I Sources/CProtobufC -I Sources/MumbleProtoC/include \
+            -emit-module -emit-module-path "$BUILD_DIR/modules/MumbleProtobuf.swiftmodule" \
+            -emit-library -static -o "$BUILD_DIR/lib/libMumbleProtobuf.a" "${protobuf[@]}"
+    fi
 }
 
 build_target() {
@@ -110,7 +130,12 @@ build_target() {
     local libs=(-L "$BUILD_DIR/lib" -lPeerVoiceCore)
     # Only the handshake and dial-proof targets need the real cryptography.
     if [[ $target == handshake || $target == dial-proof ]]; then libs=(-I Sources/CSodium -L "$BUILD_DIR/lib" -lSodium -lPeerVoiceCore -lsodium); fi
-    if stale "$out" "fuzz/$target.swift" fuzz/support/*.swift "$BUILD_DIR/lib/libPeerVoiceCore.a" "$BUILD_DIR/lib/libSodium.a"; then
+    # mumble-control decodes through the room's codec: protobuf-c and the generated C.
+    if [[ $target == mumble-control ]]; then
+        libs=(-I Sources/CProtobufC -I Sources/MumbleProtoC/include -L "$BUILD_DIR/lib" -lMumbleProtobuf -lMumbleProtoC -lPeerVoiceCore -lprotobuf-c)
+    fi
+    if stale "$out" "fuzz/$target.swift" fuzz/support/*.swift "$BUILD_DIR/lib/libPeerVoiceCore.a" "$BUILD_DIR/lib/libSodium.a" \
+        "$BUILD_DIR/lib/libMumbleProtobuf.a"; then
         echo "fuzz: building $target" >&2
         swiftc_quiet "${SWIFT_FLAGS[@]}" -module-name "FuzzTarget" -I "$BUILD_DIR/modules" \
             "fuzz/$target.swift" fuzz/support/*.swift "${libs[@]}" -o "$out"
@@ -172,7 +197,7 @@ sources_of() {
         lan-advertisement) ls Sources/PeerVoiceCore/LAN/*.swift ;;
         channel-frames) ls Sources/PeerVoiceCore/Channels/*.swift ;;
         dial-proof) ls Sources/PeerVoiceCore/Security/{DialProof,DialGate,Handshake,HandshakeError}.swift ;;
-        mumble-control) ls Sources/PeerVoiceCore/Rooms/*.swift ;;
+        mumble-control) ls Sources/PeerVoiceCore/Rooms/*.swift Sources/MumbleProtobuf/*.swift Sources/MumbleProtoC/Mumble.pb-c.c ;;
         transfer-messages) ls Sources/PeerVoiceCore/Transfers/*.swift ;;
         mumble-udp) ls Sources/PeerVoiceCore/Rooms/{MumbleCrypt,MumbleVoicePacket}.swift ;;
     esac
@@ -184,6 +209,7 @@ coverage() {
     local target=$1
     BUILD_DIR=$FUZZ_DIR/coverage
     SWIFT_FLAGS=(-sanitize=fuzzer -profile-generate -profile-coverage-mapping -Onone -g -swift-version 6 -parse-as-library)
+    C_FLAGS=(-fsanitize=fuzzer-no-link -fprofile-instr-generate -fcoverage-mapping -O0 -g)
     build_target "$target"
     local corpus="$FUZZ_DIR/corpus-$target" profiles="$BUILD_DIR/profiles"
     [[ -d $corpus ]] || corpus=fuzz/corpus/$target

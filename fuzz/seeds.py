@@ -301,6 +301,14 @@ def mumble_control():
           + msg(1, b"\x80\x02\x81\x2c\xa0\x02\xaa\xbb") + msg(8, b"\x08\x02\x1a\x03bye"))
     write(t, "reject", b"\x00" + msg(4, b"\x08\x04\x12\x17Invalid server password"))
     write(t, "too-long", b"\x01" + u16(7) + u32(0x800000))
+    # The UDP key and nonces as murmurd sends them after the login, then a resync request (empty).
+    write(t, "crypt-setup", b"\x05" + msg(15, b"\x0a\x10" + bytes(range(16)) + b"\x12\x10" + b"\xc1" * 16
+                                            + b"\x1a\x10" + b"\x5e" * 16) + msg(15, b""))
+    # Names past their 512-byte bound: 600 bytes of "é", and 200 invalid bytes (600 once replaced).
+    write(t, "long-names", b"\x00" + msg(9, b"\x08\x01\x1a\xd8\x04" + "é".encode() * 300)
+          + msg(7, b"\x08\x04\x1a\xc8\x01" + b"\xff" * 200))
+    # Our own registration coming back: UserState with user_id, and a PermissionDenied with its reason.
+    write(t, "register", b"\x02" + msg(9, b"\x08\x01\x20\x02") + msg(12, b"\x22\x0bNot allowed\x28\x01"))
 
 
 # --- transfer-messages --------------------------------------------------------------------------

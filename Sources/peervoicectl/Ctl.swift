@@ -218,6 +218,8 @@ enum Ctl {
         case "room-send":
             let text = arguments.dropFirst().joined(separator: " ")
             try RoomCommands.send(Service(), room: arguments[0], text: text)
+        case "room-register":
+            try RoomCommands.register(Service(), room: arguments[0])
         case "leave":
             try RoomCommands.leave(Service(), room: arguments[0])
         case "listen":

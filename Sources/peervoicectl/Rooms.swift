@@ -2,7 +2,7 @@ import GIO
 import Glibc
 import PeerVoiceBus
 
-/// `join`, `rooms`, `room-send`, `leave`: Mumble rooms through JoinRoom and the room objects.
+/// `join`, `rooms`, `room-send`, `room-register`, `leave`: Mumble rooms through JoinRoom and the room objects.
 enum RoomCommands {
     static func join(_ service: Service, url: String, passwordFromStdin: Bool, acceptCertificate: String?) throws(Exit) {
         var options: [(String, Variant)] = []
@@ -46,6 +46,13 @@ enum RoomCommands {
     static func send(_ service: Service, room: String, text: String) throws(Exit) {
         let reply = try service.call(path: path(room), interface: PeerVoiceBus.roomInterface, method: "Send", [Variant(text)])
         Output.line(reply[0].string ?? "")
+    }
+
+    static func register(_ service: Service, room: String) throws(Exit) {
+        let path = try path(room)
+        try service.call(path: path, interface: PeerVoiceBus.roomInterface, method: "Register")
+        let url = try service.objectProperties(path: path, interface: PeerVoiceBus.roomInterface).lookup("Url")?.string ?? "?"
+        Output.line("registered on \(url) for this installation's certificate")
     }
 
     static func leave(_ service: Service, room: String) throws(Exit) {

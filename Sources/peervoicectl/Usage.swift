@@ -182,6 +182,12 @@ enum Usage {
             ROOM is the room's number as `peervoicectl rooms` lists it. TEXT is the remaining
             arguments joined by spaces; Mumble clients show it as typed.
             """),
+        CommandSpec("room-register", "ROOM", "register your name on a room's server for this installation", positionals: 1...1, details: """
+            ROOM is the room's number as `peervoicectl rooms` lists it. The server then keeps the
+            name for this installation's client certificate: nobody else can join under it, and
+            you join with it again without a password. The server's access rules must allow
+            self-registration (murmurd's do by default); if not, the server's refusal is printed.
+            """),
         CommandSpec("leave", "ROOM", "leave a Mumble room", positionals: 1...1, details: """
             ROOM is the room's number as `peervoicectl rooms` lists it.
             """),

@@ -546,4 +546,76 @@ final class RoomTests: XCTestCase {
         _ = try callRoom(ana, accepted, "Leave", [])
         XCTAssertEqual(state(ana, try join(ana, url("ana", ""))), "connected")
     }
+
+    /// Register: the server keeps the name for this installation's certificate. Before, the name
+    /// is anyone's once we leave; after, another client under it (pymumble, with a certificate of
+    /// its own) is refused with the server's reason, and we join under it again.
+    func testRegisterKeepsTheNameForThisInstallationsCertificate() throws {
+        server = try MumbleServer(in: directory)
+        let ana = try started.make("ana", listens: false)
+        var room = try join(ana, url("ana", ""))
+        _ = try callRoom(ana, room, "Leave", [])
+        let pem = directory.path + "/other-client.pem"
+        let openssl = try ChildProcess("/usr/bin/openssl", ["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+                                                            "-nodes", "-keyout", pem, "-out", pem + ".crt", "-days", "1", "-subj", "/CN=other"],
+                                       logPath: directory.path + "/openssl.log")
+        XCTAssertEqual(openssl.wait(timeout: 20), 0, openssl.log)
+        let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: pem))
+        handle.seekToEndOfFile()
+        handle.write(try Data(contentsOf: URL(fileURLWithPath: pem + ".crt")))
+        handle.closeFile()
+        // Unregistered, the name is anyone's once ana has left.
+        var other: PyMumbleClient? = try PyMumbleClient("ana", server: server, in: directory, certificate: pem)
+        XCTAssertNotNil(other)
+        other = nil  // it quits
+        var rejoined: String?
+        XCTAssertTrue(eventually(timeout: 10) { rejoined = try? join(ana, url("ana", "")); return rejoined != nil },
+                      "ana could not join again after the other client left")
+        room = try XCTUnwrap(rejoined)
+        _ = try callRoom(ana, room, "Register", [])
+        XCTAssertTrue(ana.log.contains("registered as user"), ana.log)
+        // Again, through peervoicectl: already registered, done at once.
+        let number = String(room.split(separator: "/").last!)
+        let registered = try ctl(ana, ["room-register", number])
+        XCTAssertEqual(registered.status, 0, registered.output)
+        XCTAssertTrue(registered.output.contains("registered on mumble://ana@127.0.0.1:\(server.port)"), registered.output)
+        _ = try callRoom(ana, room, "Leave", [])
+
+        // Registered: another certificate under the name is refused, with the server's reason.
+        XCTAssertThrowsError(try PyMumbleClient("ana", server: server, in: directory, certificate: pem)) { error in
+            let reason = (error as? PyMumbleClient.Rejected)?.reason ?? "\(error)"
+            XCTAssertTrue(reason.contains("existing user"), reason)
+            print("RoomTests: another certificate under the registered name: refused, \"\(reason)\"")
+        }
+        // And ours joins again.
+        room = try join(ana, url("ana", ""))
+        XCTAssertEqual(state(ana, room), "connected")
+        _ = try callRoom(ana, room, "Register", [])
+    }
+
+    /// A server whose access rules forbid self-registration (murmurd's default grants it to
+    /// @all on the root channel: revoked in its database between two starts): Register fails
+    /// with Rejected saying so, and the room stays in.
+    func testARegistrationTheServerForbidsFailsSayingWhy() throws {
+        server = try MumbleServer(in: directory)
+        server.stop()
+        let selfRegister = 0x80000  // ChanACL::SelfRegister
+        let sql = "UPDATE acl SET grantpriv = 0, revokepriv = \(selfRegister) WHERE group_name = 'all' AND channel_id = 0"
+        let python = try ChildProcess("/usr/bin/python3", ["-c", "import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); "
+                                                           + "assert c.execute(sys.argv[2]).rowcount == 1; c.commit()",
+                                                           server.directory + "/murmur.sqlite", sql],
+                                      logPath: directory.path + "/sqlite.log")
+        XCTAssertEqual(python.wait(timeout: 20), 0, python.log)
+        try server.start()
+        let ana = try started.make("ana", listens: false)
+        let room = try join(ana, url("ana", ""))
+        do {
+            _ = try callRoom(ana, room, "Register", [])
+            XCTFail("Register succeeded on a server that forbids it")
+        } catch {
+            XCTAssertEqual(error.name, Self.rejected)
+            XCTAssertTrue(error.message.contains("did not register ana") && error.message.contains("access rules"), error.message)
+        }
+        XCTAssertEqual(state(ana, room), "connected")
+    }
 }

@@ -110,23 +110,36 @@ public final class PyMumbleClient {
 
     public var log: String { process.log }
 
-    /// Connects as `name` and enters `channel` (creating it first when `createChannel`: the
-    /// SuperUser may); returns once it is there.
+    /// The server refused the client (a Reject): its reason.
+    public struct Rejected: Error {
+        public let reason: String
+    }
+
+    /// Connects as `name` (with the client certificate and key in the PEM file `certificate`,
+    /// if given) and enters `channel` (creating it first when `createChannel`: the SuperUser may);
+    /// returns once it is there; throws ``Rejected`` when the server refuses it.
     public init(_ name: String, server: MumbleServer, in directory: TemporaryDirectory, password: String? = nil,
-                channel: String? = nil, createChannel: Bool = false) throws {
+                certificate: String? = nil, channel: String? = nil, createChannel: Bool = false) throws {
         guard FileManager.default.isExecutableFile(atPath: Self.python) else {
             throw HarnessError("no pymumble venv at \(Self.python): run `make rooms-venv` (make test does)")
         }
         self.name = name
-        let fifo = directory.path + "/pymumble-\(name).fifo"
+        // Unique: the same name may connect again (after a Reject, or to try a registered name).
+        let files = directory.path + "/pymumble-\(name)-\(UInt32.random(in: 0...UInt32.max))"
+        let fifo = files + ".fifo"
         guard mkfifo(fifo, 0o600) == 0 else { throw HarnessError("mkfifo \(fifo): \(String(cString: strerror(errno)))") }
         // Read-write, so neither side blocks waiting for the other to open it.
         commands = open(fifo, O_RDWR)
         var arguments = [Self.driver, "--port", String(server.port), "--user", name]
         if let password { arguments += ["--password", password] }
+        if let certificate { arguments += ["--certificate", certificate] }
         if let channel { arguments += (createChannel ? ["--create-channel", channel] : []) + ["--channel", channel] }
-        process = try ChildProcess(Self.python, arguments, logPath: directory.path + "/pymumble-\(name).log", stdinPath: fifo)
+        process = try ChildProcess(Self.python, arguments, logPath: files + ".log", stdinPath: fifo)
         guard eventually(timeout: 30, { log.contains("\nready") || log.hasPrefix("ready") || !process.isRunning }), process.isRunning else {
+            if let line = log.split(separator: "\n").first(where: { $0.hasPrefix("rejected ") }),
+               let reason = try? JSONSerialization.jsonObject(with: Data(line.dropFirst(9).utf8), options: .fragmentsAllowed) as? String {
+                throw Rejected(reason: reason)
+            }
             throw HarnessError("pymumble \(name) did not get ready: \(log)")
         }
     }

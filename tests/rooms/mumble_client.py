@@ -3,7 +3,7 @@
 driven line by line. Nobody here wrote its protocol code, so what it sees of PeerVoice is what any
 Mumble user would.
 
-    mumble_client.py --port P --user NAME [--password PW] [--create-channel NAME] [--channel NAME]
+    mumble_client.py --port P --user NAME [--password PW] [--certificate PEM] [--create-channel NAME] [--channel NAME]
 
 Reads commands from stdin (a FIFO the test writes), one per line:
     users            prints `users JSON`: [{"session", "name", "channel", "self_mute", "hash"}] of our
@@ -15,7 +15,7 @@ Reads commands from stdin (a FIFO the test writes), one per line:
     heard            prints `heard JSON`: {"seconds", "loud_seconds"} of what it received so far
                      (PCM decoded by pymumble; loud: 20 ms windows above -40 dBFS)
     quit
-Prints `ready` once in its channel, `text JSON` ({"actor": name, "message": text}) for each
+Prints `ready` once in its channel (or `rejected JSON`, the server's reason, and exits 3), `text JSON` ({"actor": name, "message": text}) for each
 message received. Lines are flushed at once.
 """
 import argparse
@@ -27,6 +27,7 @@ import time
 
 import pymumble_py3 as pymumble
 from pymumble_py3.constants import PYMUMBLE_CLBK_SOUNDRECEIVED, PYMUMBLE_CLBK_TEXTMESSAGERECEIVED
+from pymumble_py3.errors import ConnectionRejectedError
 
 
 def say(line):
@@ -39,11 +40,25 @@ def main():
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--user", required=True)
     parser.add_argument("--password", default="")
+    parser.add_argument("--certificate", help="a PEM file with the client certificate and its key")
     parser.add_argument("--create-channel")
     parser.add_argument("--channel")
     args = parser.parse_args()
 
-    client = pymumble.Mumble(args.host, args.user, port=args.port, password=args.password, reconnect=False)
+    client = pymumble.Mumble(args.host, args.user, port=args.port, password=args.password, reconnect=False,
+                             certfile=args.certificate)
+    # pymumble raises a Reject in its own thread: keep the server's reason to print it.
+    rejected = []
+    dispatch = client.dispatch_control_message
+
+    def keep_rejection(kind, message):
+        try:
+            return dispatch(kind, message)
+        except ConnectionRejectedError as error:
+            rejected.append(str(error))
+            raise
+
+    client.dispatch_control_message = keep_rejection
     client.set_application_string("RoomTests pymumble")
 
     def on_text(message):
@@ -60,6 +75,9 @@ def main():
     client.callbacks.set_callback(PYMUMBLE_CLBK_SOUNDRECEIVED, on_sound)
     client.start()
     client.is_ready()
+    if rejected:
+        say("rejected " + json.dumps(rejected[0]))
+        return 3
     if args.create_channel:
         client.channels.new_channel(0, args.create_channel)
         deadline = time.time() + 10

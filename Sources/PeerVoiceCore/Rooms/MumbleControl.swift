@@ -19,19 +19,58 @@ public enum MumbleMessageType: UInt16, Sendable {
 }
 
 public enum MumbleProtocolError: Error, Equatable, Sendable, CustomStringConvertible {
-    /// A length prefix beyond ``MumbleFrameDecoder/maxBodyBytes``.
+    /// A length prefix beyond ``MumbleFrameDecoder/maxBodyBytes``, or a protobuf body beyond
+    /// ``MumbleControlBounds/maxBodyBytes``.
     case messageTooLong(type: UInt16, bytes: UInt32)
     /// A body that is not the protobuf its type says.
-    case malformed(type: UInt16, ProtobufError)
+    case malformed(type: UInt16)
     /// A field the message cannot go without (a UserState without session, a TextMessage without text).
     case missingField(type: UInt16, field: UInt32)
+    /// A bytes field longer than it can be (a CryptSetup key or nonce over 16 bytes).
+    case fieldTooLong(type: UInt16, field: UInt32, bytes: Int)
 
     public var description: String {
         switch self {
         case .messageTooLong(let type, let bytes): "message of type \(type) announces \(bytes) bytes"
-        case .malformed(let type, let error): "message of type \(type) is not valid protobuf (\(error))"
+        case .malformed(let type): "message of type \(type) is not valid protobuf"
         case .missingField(let type, let field): "message of type \(type) lacks field \(field)"
+        case .fieldTooLong(let type, let field, let bytes): "message of type \(type) has \(bytes) bytes in field \(field)"
         }
+    }
+}
+
+/// How much of a server's message reaches the rest of PeerVoice (SECURITY.md): a codec refuses a
+/// longer protobuf body before decoding it, and cuts longer strings and lists to these sizes.
+public enum MumbleControlBounds {
+    /// A protobuf body (every type but UDPTunnel): 1 MiB, eight times the largest text message
+    /// (an inline image) murmurd sends by default.
+    public static let maxBodyBytes = 1 << 20
+    /// A user or channel name, in UTF-8 bytes.
+    public static let maxNameBytes = 512
+    /// A text message, a welcome text, a reason, in UTF-8 bytes.
+    public static let maxTextBytes = 256 * 1024
+    /// The sessions, channels or trees a TextMessage names, each.
+    public static let maxTargets = 64
+    /// A CryptSetup key or nonce (AES-128: 16 bytes); a longer one is refused, not cut.
+    public static let maxCryptBytes = 16
+}
+
+/// Mumble's protobuf bodies and PeerVoice's message values, both ways. The core declares it and
+/// imports no C; the daemon's `MumbleProtobuf` module implements it with protobuf-c, generated
+/// from proto/Mumble.proto.
+public protocol MumbleControlCodec: Sendable {
+    /// A server's message of `type` (any number: unknown types come back `.ignored`, UDPTunnel as
+    /// `.voice`), its strings and lists cut to ``MumbleControlBounds``; unknown fields are skipped.
+    func decode(type: UInt16, body: [UInt8]) throws(MumbleProtocolError) -> MumbleServerMessage
+    /// A client message's type and body: protobuf, or for `.voice` the packet as it is.
+    func encode(_ message: MumbleClientMessage) -> (type: MumbleMessageType, body: [UInt8])
+}
+
+extension MumbleControlCodec {
+    /// A client message as it goes on the wire: prefix and body.
+    public func frame(_ message: MumbleClientMessage) -> [UInt8] {
+        let (type, body) = encode(message)
+        return MumbleFrameDecoder.frame(type, body: body)
     }
 }
 
@@ -108,6 +147,8 @@ public struct MumbleChannelState: Sendable, Equatable {
 public struct MumbleUserState: Sendable, Equatable {
     public var session: UInt32
     public var name: String?
+    /// The registered user's id: set once the server knows the user's certificate by this name.
+    public var userID: UInt32?
     public var channel: UInt32?
     public var mute: Bool?
     public var deaf: Bool?
@@ -115,10 +156,11 @@ public struct MumbleUserState: Sendable, Equatable {
     public var selfMute: Bool?
     public var selfDeaf: Bool?
 
-    public init(session: UInt32, name: String? = nil, channel: UInt32? = nil, mute: Bool? = nil, deaf: Bool? = nil,
-                suppress: Bool? = nil, selfMute: Bool? = nil, selfDeaf: Bool? = nil) {
+    public init(session: UInt32, name: String? = nil, userID: UInt32? = nil, channel: UInt32? = nil, mute: Bool? = nil,
+                deaf: Bool? = nil, suppress: Bool? = nil, selfMute: Bool? = nil, selfDeaf: Bool? = nil) {
         self.session = session
         self.name = name
+        self.userID = userID
         self.channel = channel
         self.mute = mute
         self.deaf = deaf
@@ -144,7 +186,46 @@ public struct MumbleTextMessage: Sendable, Equatable {
     }
 }
 
-/// What a server sends, decoded from untrusted bytes; types a room does not use are `.ignored`.
+/// Why a server refused what we asked (PermissionDenied.type).
+public enum MumbleDenyKind: UInt32, Sendable {
+    case text = 0, permission, superUser, channelName, textTooLong, h9k, temporaryChannel, missingCertificate,
+         userName, channelFull, nestingLimit
+}
+
+/// A PermissionDenied: what kind of refusal, and the server's words when it sent some (murmurd
+/// sends a `reason` only for `text`; for the others, ``words`` says it).
+public struct MumblePermissionDenied: Sendable, Equatable {
+    public var kind: MumbleDenyKind?
+    public var reason: String?
+    /// The name refused, for `userName`.
+    public var name: String?
+
+    public init(kind: MumbleDenyKind?, reason: String? = nil, name: String? = nil) {
+        self.kind = kind
+        self.reason = reason
+        self.name = name
+    }
+
+    /// The refusal as a person reads it.
+    public var words: String {
+        if let reason, !reason.isEmpty { return reason }
+        switch kind {
+        case .permission: return "the server's access rules do not allow it (its administrator can change them)"
+        case .superUser: return "the server's SuperUser cannot be changed"
+        case .missingCertificate: return "the server needs a client certificate for it, and none was presented"
+        case .userName: return "the server does not accept the name \"\(name ?? "")\""
+        case .channelName: return "the server does not accept that channel name"
+        case .textTooLong: return "the text is longer than the server accepts"
+        case .temporaryChannel: return "not allowed in a temporary channel"
+        case .channelFull: return "the channel is full"
+        case .nestingLimit: return "the channel would be nested too deep"
+        case .text, .h9k, nil: return "permission denied"
+        }
+    }
+}
+
+/// What a server sends, decoded from untrusted bytes (by a ``MumbleControlCodec``); types a room
+/// does not use are `.ignored`.
 public enum MumbleServerMessage: Sendable, Equatable {
     case version(UInt32?)
     case voice([UInt8])
@@ -156,138 +237,28 @@ public enum MumbleServerMessage: Sendable, Equatable {
     case userState(MumbleUserState)
     case userRemove(session: UInt32, reason: String?, ban: Bool)
     case textMessage(MumbleTextMessage)
-    case permissionDenied(reason: String?)
+    case permissionDenied(MumblePermissionDenied)
     case codecVersion(opus: Bool)
     /// The UDP crypto's key and nonces (all three: a new key), only `serverNonce` (the server's
-    /// resync of our decrypt nonce), or none (the server asks for our encrypt nonce). Lengths
-    /// are checked where they are used (``MumbleCryptState``).
+    /// resync of our decrypt nonce), or none (the server asks for our encrypt nonce). At most
+    /// ``MumbleControlBounds/maxCryptBytes`` each; exact lengths are checked where they are used.
     case cryptSetup(key: [UInt8]?, clientNonce: [UInt8]?, serverNonce: [UInt8]?)
     case ignored(UInt16)
-
-    public init(type: UInt16, body: [UInt8]) throws(MumbleProtocolError) {
-        guard let known = MumbleMessageType(rawValue: type) else {
-            self = .ignored(type)
-            return
-        }
-        if known == .udpTunnel {
-            self = .voice(body)
-            return
-        }
-        var fields: [UInt32: [ProtobufValue]] = [:]
-        var reader = ProtobufReader(body[...])
-        do throws(ProtobufError) {
-            while let (field, value) = try reader.next() { fields[field, default: []].append(value) }
-        } catch {
-            throw .malformed(type: type, error)
-        }
-        // A repeated scalar may come packed (one bytes field of varints) or one field per value.
-        func last(_ field: UInt32) -> ProtobufValue? { fields[field]?.last }
-        func required(_ field: UInt32) throws(MumbleProtocolError) -> UInt32 {
-            guard let value = last(field)?.uint32 else { throw .missingField(type: type, field: field) }
-            return value
-        }
-        func repeated(_ field: UInt32) throws(MumbleProtocolError) -> [UInt32] {
-            var values: [UInt32] = []
-            for value in fields[field] ?? [] {
-                switch value {
-                case .varint(let v): values.append(UInt32(truncatingIfNeeded: v))
-                case .bytes(let packed):
-                    var inner = ProtobufReader(packed)
-                    do throws(ProtobufError) {
-                        while let v = try inner.nextPackedVarint() { values.append(UInt32(truncatingIfNeeded: v)) }
-                    } catch {
-                        throw .malformed(type: type, error)
-                    }
-                default: continue
-                }
-            }
-            return values
-        }
-        switch known {
-        case .version:
-            self = .version(last(1)?.uint32)
-        case .ping:
-            self = .ping
-        case .reject:
-            self = .reject(last(1)?.uint32.flatMap(MumbleRejectKind.init(rawValue:)), reason: last(2)?.string)
-        case .serverSync:
-            self = .serverSync(session: try required(1), welcome: last(3)?.string)
-        case .channelState:
-            self = .channelState(MumbleChannelState(id: try required(1), parent: last(2)?.uint32, name: last(3)?.string))
-        case .channelRemove:
-            self = .channelRemove(try required(1))
-        case .userState:
-            self = .userState(MumbleUserState(
-                session: try required(1), name: last(3)?.string, channel: last(5)?.uint32,
-                mute: last(6)?.bool, deaf: last(7)?.bool, suppress: last(8)?.bool,
-                selfMute: last(9)?.bool, selfDeaf: last(10)?.bool))
-        case .userRemove:
-            self = .userRemove(session: try required(1), reason: last(3)?.string, ban: last(4)?.bool ?? false)
-        case .textMessage:
-            guard let text = last(5)?.string else { throw .missingField(type: type, field: 5) }
-            self = .textMessage(MumbleTextMessage(actor: last(1)?.uint32, sessions: try repeated(2),
-                                                  channels: try repeated(3), trees: try repeated(4), text: text))
-        case .permissionDenied:
-            self = .permissionDenied(reason: last(4)?.string)
-        case .codecVersion:
-            self = .codecVersion(opus: last(4)?.bool ?? false)
-        case .cryptSetup:
-            self = .cryptSetup(key: last(1)?.bytes.map(Array.init), clientNonce: last(2)?.bytes.map(Array.init),
-                               serverNonce: last(3)?.bytes.map(Array.init))
-        case .udpTunnel, .authenticate:
-            self = .ignored(type)
-        }
-    }
 }
 
 /// What a client sends.
-public enum MumbleClientMessage: Sendable {
+public enum MumbleClientMessage: Sendable, Equatable {
     /// Our version, as 1.3's 32-bit `version` (major << 16 | minor << 8 | patch).
     case version(UInt32, release: String, os: String, osVersion: String)
     case authenticate(username: String, password: String?)
     case ping(timestamp: UInt64)
+    /// A voice packet (or a UDP ping) through the TCP tunnel: UDPTunnel, not protobuf.
     case voice([UInt8])
     case selfMute(session: UInt32, muted: Bool)
     case joinChannel(session: UInt32, channel: UInt32)
+    /// Registers our certificate under our name (UserState with `user_id` 0 for our session).
+    case register(session: UInt32)
     case textMessage(sessions: [UInt32], channels: [UInt32], text: String)
     /// Our encrypt nonce, when the server asked for it; nil: asks the server for its (a resync).
     case cryptSetup(clientNonce: [UInt8]?)
-
-    public var frame: [UInt8] {
-        var body = ProtobufWriter()
-        switch self {
-        case .version(let version, let release, let os, let osVersion):
-            body.uint(1, UInt64(version))
-            body.string(2, release)
-            body.string(3, os)
-            body.string(4, osVersion)
-            return MumbleFrameDecoder.frame(.version, body: body.bytes)
-        case .authenticate(let username, let password):
-            body.string(1, username)
-            if let password { body.string(2, password) }
-            body.bool(5, true)  // opus
-            return MumbleFrameDecoder.frame(.authenticate, body: body.bytes)
-        case .ping(let timestamp):
-            body.uint(1, timestamp)
-            return MumbleFrameDecoder.frame(.ping, body: body.bytes)
-        case .voice(let packet):
-            return MumbleFrameDecoder.frame(.udpTunnel, body: packet)
-        case .selfMute(let session, let muted):
-            body.uint(1, UInt64(session))
-            body.bool(9, muted)
-            return MumbleFrameDecoder.frame(.userState, body: body.bytes)
-        case .joinChannel(let session, let channel):
-            body.uint(1, UInt64(session))
-            body.uint(5, UInt64(channel))
-            return MumbleFrameDecoder.frame(.userState, body: body.bytes)
-        case .textMessage(let sessions, let channels, let text):
-            for session in sessions { body.uint(2, UInt64(session)) }
-            for channel in channels { body.uint(3, UInt64(channel)) }
-            body.string(5, text)
-            return MumbleFrameDecoder.frame(.textMessage, body: body.bytes)
-        case .cryptSetup(let clientNonce):
-            if let clientNonce { body.bytes(2, clientNonce) }
-            return MumbleFrameDecoder.frame(.cryptSetup, body: body.bytes)
-        }
-    }
 }

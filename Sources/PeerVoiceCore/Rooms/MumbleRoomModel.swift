@@ -4,6 +4,8 @@ public struct MumbleRoomModel: Sendable {
     public struct User: Sendable, Equatable {
         public var session: UInt32
         public var name: String
+        /// Its registered user id: the server knows its certificate under its name.
+        public var userID: UInt32?
         public var channel: UInt32
         /// Muted by itself or by an administrator, or suppressed: the server relays none of its voice.
         public var muted: Bool
@@ -35,6 +37,7 @@ public struct MumbleRoomModel: Sendable {
         case .userState(let delta):
             var state = users[delta.session]?.state ?? MumbleUserState(session: delta.session)
             state.name = delta.name ?? state.name
+            state.userID = delta.userID ?? state.userID
             state.channel = delta.channel ?? state.channel
             state.mute = delta.mute ?? state.mute
             state.deaf = delta.deaf ?? state.deaf
@@ -42,7 +45,7 @@ public struct MumbleRoomModel: Sendable {
             state.selfMute = delta.selfMute ?? state.selfMute
             state.selfDeaf = delta.selfDeaf ?? state.selfDeaf
             let muted = state.mute == true || state.selfMute == true || state.suppress == true
-            users[delta.session] = User(session: delta.session, name: state.name ?? "", channel: state.channel ?? 0,
+            users[delta.session] = User(session: delta.session, name: state.name ?? "", userID: state.userID, channel: state.channel ?? 0,
                                         muted: muted, state: state)
             return .users
         case .userRemove(let session, _, _):

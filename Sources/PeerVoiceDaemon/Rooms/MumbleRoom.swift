@@ -18,6 +18,8 @@ final class MumbleRoom {
     private let password: String?
     private let pins: RoomPins
     private let identity: RoomIdentity
+    /// Mumble's protobuf messages both ways (protobuf-c).
+    private let codec: any MumbleControlCodec
     /// The voice thread, once it runs: our voice and the room's talkers go through the call's engine.
     private let voice: () -> VoiceEngine?
     /// The voice thread has this room in its call.
@@ -56,6 +58,9 @@ final class MumbleRoom {
     private var muted: Bool
     /// `JoinRoom`'s reply, until the first attempt ends.
     private var joinCompletion: ((Result<Void, ServiceError>) -> Void)?
+    /// `Register` calls waiting for the server's answer, and how long they wait.
+    private var registerCompletions: [(Result<Void, ServiceError>) -> Void] = []
+    private var registerTimer: EventSource?
     private var nextMessageID = 1
     /// Volume and mute here by user name (names stay across reconnects, sessions do not).
     private var playback: [String: VoiceMixer.Channel] = [:]
@@ -68,15 +73,19 @@ final class MumbleRoom {
     private var isLeft = false
 
     static let connectTimeout: Duration = .seconds(10)
+    /// murmurd answers a registration at once (a database write); a server that says nothing in this long will not.
+    static let registerTimeout: Duration = .seconds(10)
     /// Mumble drops a client silent for 30 s; its own clients ping every 5 s.
     static let pingInterval: Duration = .seconds(5)
     static let speakingHold: Duration = .milliseconds(300)
     static let maxBackoff: Duration = .seconds(30)
 
     init(number: Int, url: MumbleURL, username: String, password: String?, acceptedFingerprint: String?, forceTCP: Bool,
-         pins: RoomPins, identity: RoomIdentity, muted: Bool, voice: @escaping () -> VoiceEngine?) {
+         pins: RoomPins, identity: RoomIdentity, codec: any MumbleControlCodec, muted: Bool,
+         voice: @escaping () -> VoiceEngine?) {
         self.forceTCP = forceTCP
         self.identity = identity
+        self.codec = codec
         self.voice = voice
         self.number = number
         self.url = url
@@ -152,7 +161,7 @@ final class MumbleRoom {
         guard state == .connected else { return }
         if udp?.send(voice: packet) == true { return }
         guard let connection, connection.queuedWrites < Self.maxQueuedVoice else { return }
-        connection.send(MumbleClientMessage.voice(packet).frame)
+        connection.send(codec.frame(.voice(packet)))
     }
 
     /// `SetUserVolume`, `SetUserMuted`: a user's voice here, by session or name (until it leaves;
@@ -165,6 +174,33 @@ final class MumbleRoom {
         if let muted { channel.muted = muted }
         playback[target.name] = channel
         if inCall { voice()?.setRoomPlayback(number, session: target.session, channel) }
+    }
+
+    /// `Register()`: asks the server to register this installation's certificate under our name
+    /// (Mumble's self-registration: a UserState with user_id 0 for our own session), so nobody
+    /// else can take the name there; completes once the server gives our session a user id, or
+    /// with its refusal in words. Already registered: done at once.
+    func register(completion: @escaping (Result<Void, ServiceError>) -> Void) {
+        guard state == .connected, let own = model.ownSession else {
+            return completion(.failure(.notConnected("the room is \(state.rawValue), not connected")))
+        }
+        if model.users[own]?.userID != nil { return completion(.success(())) }
+        registerCompletions.append(completion)
+        guard registerCompletions.count == 1 else { return }
+        Log.info("room \(number): registering \(username) on \(server)")
+        send(.register(session: own))
+        registerTimer = Timer.after(Self.registerTimeout) { [weak self] in
+            guard let self else { return }
+            finishRegister(.failure(.notAvailable("\(server) did not answer the registration in \(Self.registerTimeout)")))
+        }
+    }
+
+    private func finishRegister(_ result: Result<Void, ServiceError>) {
+        registerTimer = nil
+        let completions = registerCompletions
+        registerCompletions = []
+        if case .failure(let error) = result, !completions.isEmpty { Log.info("room \(number): not registered: \(error.message)") }
+        completions.forEach { $0(result) }
     }
 
     /// Writes waiting in the TLS connection beyond which a voice packet is dropped (100 ms of 20 ms packets).
@@ -235,7 +271,7 @@ final class MumbleRoom {
     }
 
     private func send(_ message: MumbleClientMessage) {
-        connection?.send(message.frame)
+        connection?.send(codec.frame(message))
     }
 
     private func received(_ bytes: [UInt8]) {
@@ -243,7 +279,7 @@ final class MumbleRoom {
         decoder.append(bytes)
         do throws(MumbleProtocolError) {
             while let (type, body) = try decoder.next() {
-                handle(try MumbleServerMessage(type: type, body: body))
+                handle(try codec.decode(type: type, body: body))
                 if connection == nil { return }
             }
         } catch {
@@ -266,9 +302,15 @@ final class MumbleRoom {
             channel = wanted
             if muted, let own = model.ownSession { send(.selfMute(session: own, muted: true)) }
             if model.ownChannel != wanted, let own = model.ownSession { send(.joinChannel(session: own, channel: wanted)) }
-        case .permissionDenied(let reason):
+        case .permissionDenied(let denied):
             if state != .connected {
-                return fail(.rejected("\(server) did not let us in: \(reason ?? "permission denied")"))
+                return fail(.rejected("\(server) did not let us in: \(denied.words)"))
+            }
+            if !registerCompletions.isEmpty { finishRegister(.failure(.rejected("\(server) did not register \(username): \(denied.words)"))) }
+        case .userState(let user) where user.session == model.ownSession && user.userID != nil:
+            if !registerCompletions.isEmpty {
+                Log.info("room \(number): registered as user \(user.userID ?? 0) on \(server)")
+                finishRegister(.success(()))
             }
         case .userRemove(let session, let reason, let ban) where session == model.ownSession:
             // Applied already: we are no longer in the model.
@@ -392,6 +434,7 @@ final class MumbleRoom {
             voice()?.roomEnded(number)
             inCall = false
         }
+        finishRegister(.failure(.notConnected("the connection to \(server) ended before it answered")))
         pingTimer = nil
         retryTimer = nil
         udp?.stop()

@@ -132,6 +132,13 @@ final class RoomObjects {
             case "SetUserVolume":
                 try room.setPlayback(ofUser: arguments[0].string!, volume: arguments[1].double!)
                 call.reply()
+            case "Register":
+                room.register { result in
+                    switch result {
+                    case .success: call.reply()
+                    case .failure(let error): call.fail(name: PeerVoiceBus.errorPrefix + error.name, message: error.message)
+                    }
+                }
             case "SetUserMuted":
                 try room.setPlayback(ofUser: arguments[0].string!, muted: arguments[1].bool!)
                 call.reply()

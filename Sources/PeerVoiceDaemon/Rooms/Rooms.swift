@@ -1,4 +1,5 @@
 import GIO
+import MumbleProtobuf
 import PeerVoiceCore
 
 /// The Mumble rooms this service is in (`JoinRoom`), numbered from 1 in the order joined, and the
@@ -13,6 +14,7 @@ final class Rooms {
     /// The user name when a URL names none: the service's display name.
     private let displayName: () -> String
     private let voice: () -> VoiceEngine?
+    private let codec = ProtobufCMumbleCodec()
     private var muted = false
 
     /// A room was added, changed or removed.
@@ -40,7 +42,8 @@ final class Rooms {
             return completion(.failure(.invalidArgument("\(text): \(error)")))
         }
         let room = MumbleRoom(number: nextNumber, url: url, username: url.user ?? MumbleURL.username(from: displayName()),
-                              password: password, acceptedFingerprint: acceptCertificate, forceTCP: forceTCP, pins: pins, identity: identity, muted: muted,
+                              password: password, acceptedFingerprint: acceptCertificate, forceTCP: forceTCP, pins: pins,
+                              identity: identity, codec: codec, muted: muted,
                               voice: voice)
         nextNumber += 1
         rooms[room.number] = room
