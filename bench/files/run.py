@@ -12,8 +12,15 @@ systems take turns within each run; each run starts every daemon afresh; medians
               B verified and placed the file)
   scp         `scp FILE 127.0.0.1:DEST` to a private sshd (OpenSSH 9.2, SFTP protocol, chacha20-poly1305)
   rsync       `rsync FILE 127.0.0.1:DEST` over the same ssh (a new file: no delta to find)
+  baseline    with --baseline-bin-dir: the same as peervoice, from another build (its own pair of
+              daemons), for a change's before and after in the same run
   tcp         raw TCP, no encryption, no hash: `socat -u OPEN:FILE TCP:B:P` into
               `socat -u TCP-LISTEN:P OPEN:DEST,creat` (timed until both have exited: the file written)
+
+CPU s/GiB: the CPU time (user + system, all cores) each copy cost, per GiB: both daemons and
+peervoicectl; scp or rsync with ssh, and sshd's session with sftp-server or rsync (reaped children of
+the private sshd); both socats. On a shared machine the wall time depends on what else runs; this
+does much less.
 
 Parts (--parts, all by default):
   loopback    over 127.0.0.1: peervoice, scp, rsync, tcp
@@ -22,7 +29,7 @@ Parts (--parts, all by default):
   lossy       the same two namespaces joined instead through tunrelay.py (TUN devices, this kernel has
               no netem): --delay-ms one way in each direction (20: 40 ms round trip), --loss-percent of
               the packets dropped in each direction (1), each TUN shaped by tbf to 50 Mbit/s (a 50 ms
-              queue); --lossy-mib MiB (256 by default: 1 GiB takes ~3 minutes per copy at this rate);
+              queue); --lossy-mib MiB (32 by default: PeerVoice moves ~0.2 MiB/s there, see the README);
               peervoice and tcp
   resume      on the 1 Gbit/s namespaces: a peervoice transfer whose link is cut (A's veth down) once
               B has 40 % of the file, for --cut-s seconds (longer than the link's keepalive), then
@@ -49,6 +56,7 @@ import importlib.util
 import json
 import os
 import re
+import resource
 import shutil
 import signal
 import subprocess
@@ -66,6 +74,11 @@ voice, BenchError, log, wait_for, run = channels.voice, channels.BenchError, cha
 PARTS = ("loopback", "1gbit", "lossy", "resume", "call")
 SYSTEMS = {"loopback": ("peervoice", "scp", "rsync", "tcp"), "1gbit": ("peervoice", "tcp"), "lossy": ("peervoice", "tcp")}
 TRANSFER = "/org/example/PeerVoice/transfers/1"
+
+
+def systems(args, part):
+    """What a part compares, the baseline build after PeerVoice when there is one."""
+    return SYSTEMS[part][:1] + (("baseline",) if args.baseline_bin_dir else ()) + SYSTEMS[part][1:]
 
 
 def sha256(path):
@@ -130,8 +143,8 @@ class Path:
         self.namespaces = []
 
 
-def start_pair(args, path, workdir, label, downloads):
-    return channels.start_pair(channels.NoPipeWire, os.path.join(args.bin_dir, "peervoiced"), workdir, label,
+def start_pair(args, path, workdir, label, downloads, bin_dir=None):
+    return channels.start_pair(channels.NoPipeWire, os.path.join(bin_dir or args.bin_dir, "peervoiced"), workdir, label,
                                listen=(f"{path.addr_a}:0", f"{path.addr_b}:0"), launchers=(path.launcher("a"), path.launcher("b")),
                                extra=["--download-dir", downloads])
 
@@ -147,14 +160,35 @@ def transferred(daemon):
     return int(r.stdout.split()[1]) if r.returncode == 0 else None
 
 
+def process_cpu(pid, children=False):
+    """CPU seconds of a process (with `children`: of its children it has reaped)."""
+    try:
+        fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    ticks = sum(int(fields[i]) for i in ((13, 14) if children else (11, 12)))
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_now(pair, ssh):
+    """CPU seconds so far of everything a copy can run in: this script's reaped children (scp, ssh,
+    rsync, socat, peervoicectl), sshd's reaped sessions (sshd, sftp-server, rsync), both daemons."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    total = usage.ru_utime + usage.ru_stime
+    if ssh is not None:
+        total += process_cpu(ssh.process.pid, children=True)
+    return total + sum(process_cpu(daemon.pid) for daemon in pair[:2])
+
+
 def copy(args, system, path, workdir, label, ssh, source, pair):
     """One copy of `source` from A to B by `system`; returns (seconds, where it landed)."""
     destination = os.path.join(workdir, f"{label}-{system}")
     os.makedirs(destination)
     landed = os.path.join(destination, os.path.basename(source))
-    if system == "peervoice":
+    if system in ("peervoice", "baseline"):
         a, b, b_id, downloads = pair
-        sender = channels.ctl(args.bin_dir, a, ["send-file", b_id, source])
+        bin_dir = args.bin_dir if system == "peervoice" else args.baseline_bin_dir
+        sender = channels.ctl(bin_dir, a, ["send-file", b_id, source])
         accept_first(args, b)
         return channels.timed([sender]), os.path.join(downloads, os.path.basename(source))
     start = time.monotonic()
@@ -179,20 +213,28 @@ def throughput_run(args, part, path, workdir, index, ssh, sources):
     label = f"{part}-{index}"
     source, expected, mib = sources[part]
     downloads = os.path.join(workdir, f"{label}-downloads")
-    a, b, b_id = start_pair(args, path, workdir, label, downloads)
+    pairs = {"peervoice": start_pair(args, path, workdir, label, downloads) + (downloads,)}
     result = {}
     try:
-        for system in SYSTEMS[part]:
-            elapsed, landed = copy(args, system, path, workdir, label, ssh, source, (a, b, b_id, downloads))
+        if args.baseline_bin_dir:
+            base_downloads = downloads + "-baseline"
+            pairs["baseline"] = start_pair(args, path, workdir, label + "-baseline", base_downloads, args.baseline_bin_dir) + (base_downloads,)
+        for system in systems(args, part):
+            pair = pairs.get(system, pairs["peervoice"])
+            cpu_before = cpu_now(pair, ssh)
+            elapsed, landed = copy(args, system, path, workdir, label, ssh, source, pair)
+            # Each daemon's ~1 % of a core for keepalives and the bus counts against PeerVoice only.
+            result[f"{system}-cpu"] = round((cpu_now(pair, ssh) - cpu_before) * 1024 / mib, 2)
             if os.path.getsize(landed) != os.path.getsize(source) or sha256(landed) != expected:
                 raise BenchError(f"{system}: what landed differs from the file")
             os.remove(landed)
             result[system] = round(mib / elapsed, 1)
-            log(f"{label}: {system}: {result[system]} MiB/s")
+            log(f"{label}: {system}: {result[system]} MiB/s, {result[system + '-cpu']} CPU s/GiB")
     finally:
-        for peer in (a, b):
-            peer.stop_daemon()
-            peer.stop_bus()
+        for a, b, _, _ in pairs.values():
+            for peer in (a, b):
+                peer.stop_daemon()
+                peer.stop_bus()
     return result
 
 
@@ -242,14 +284,16 @@ def summarize(results, args):
         mib = args.lossy_mib if part == "lossy" else args.mib
         lines.append("")
         lines.append(f"{part}: {mib} MiB from A to B, MiB/s, median of {len(runs)} runs [range]")
-        header = f"{'system':<10} {'MiB/s':>22} {'x ' + base:>7}" + (f" {'x tcp':>6}" if part == "loopback" else "")
+        header = f"{'system':<10} {'MiB/s':>22} {'x ' + base:>7}" + (f" {'x tcp':>6}" if part == "loopback" else "") + f" {'CPU s/GiB':>10}"
         lines += [header, "-" * len(header)]
-        medians = {s: channels.median([r.get(s) for r in runs]) for s in SYSTEMS[part]}
-        for system in SYSTEMS[part]:
+        medians = {s: channels.median([r.get(s) for r in runs]) for s in systems(args, part)}
+        for system in systems(args, part):
             values = [r[system] for r in runs if system in r]
             cell = f"{medians[system]} [{min(values)}-{max(values)}]" if values else "-"
             ratio = lambda other: f"{medians[system] / medians[other]:.2f}" if medians[system] and medians[other] else "-"
-            lines.append(f"{system:<10} {cell:>22} {ratio(base):>7}" + (f" {ratio('tcp'):>6}" if part == "loopback" else ""))
+            cpu = channels.median([r.get(f"{system}-cpu") for r in runs])
+            lines.append(f"{system:<10} {cell:>22} {ratio(base):>7}" + (f" {ratio('tcp'):>6}" if part == "loopback" else "")
+                         + f" {voice.fmt(cpu, '{:.2f}'):>10}")
     if results.get("resume"):
         runs = results["resume"]
         lines.append("")
@@ -278,9 +322,10 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bin-dir", required=True, help="where the release peervoiced and peervoicectl are")
     ap.add_argument("--runs", type=int, default=3, help="fresh starts per part (default 3)")
+    ap.add_argument("--baseline-bin-dir", help="another build's peervoiced and peervoicectl, measured beside this one")
     ap.add_argument("--parts", default=",".join(PARTS))
     ap.add_argument("--mib", type=int, default=1024, help="the file's size in MiB on loopback and 1 Gbit/s (default 1024)")
-    ap.add_argument("--lossy-mib", type=int, default=256, help="the file's size on the 50 Mbit/s lossy path (default 256)")
+    ap.add_argument("--lossy-mib", type=int, default=32, help="the file size on the 50 Mbit/s lossy path (default 32)")
     ap.add_argument("--delay-ms", type=float, default=20.0)
     ap.add_argument("--loss-percent", type=float, default=1.0)
     ap.add_argument("--cut-s", type=float, default=6.0, help="how long the resume part's link stays down (default 6)")
