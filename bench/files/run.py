@@ -76,9 +76,11 @@ SYSTEMS = {"loopback": ("peervoice", "scp", "rsync", "tcp"), "1gbit": ("peervoic
 TRANSFER = "/org/example/PeerVoice/transfers/1"
 
 
-def systems(args, part):
-    """What a part compares, the baseline build after PeerVoice when there is one."""
-    return SYSTEMS[part][:1] + (("baseline",) if args.baseline_bin_dir else ()) + SYSTEMS[part][1:]
+def systems(args, part, index=1):
+    """What a part compares in run `index`; PeerVoice and the baseline build, when there is one,
+    take turns going first (whichever went first was the slower in every run of a test here)."""
+    builds = ("peervoice", "baseline") if args.baseline_bin_dir else ("peervoice",)
+    return (builds if index % 2 else builds[::-1]) + SYSTEMS[part][1:]
 
 
 def sha256(path):
@@ -176,7 +178,10 @@ def cpu_now(pair, ssh):
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     total = usage.ru_utime + usage.ru_stime
     if ssh is not None:
-        total += process_cpu(ssh.process.pid, children=True)
+        # sshd reaps a session a moment after the client exits: its time counts once it has.
+        pid = ssh.process.pid
+        wait_for("sshd to reap its sessions", lambda: not open(f"/proc/{pid}/task/{pid}/children").read().strip(), 10, 0.02)
+        total += process_cpu(pid, children=True)
     return total + sum(process_cpu(daemon.pid) for daemon in pair[:2])
 
 
@@ -219,7 +224,7 @@ def throughput_run(args, part, path, workdir, index, ssh, sources):
         if args.baseline_bin_dir:
             base_downloads = downloads + "-baseline"
             pairs["baseline"] = start_pair(args, path, workdir, label + "-baseline", base_downloads, args.baseline_bin_dir) + (base_downloads,)
-        for system in systems(args, part):
+        for system in systems(args, part, index):
             pair = pairs.get(system, pairs["peervoice"])
             cpu_before = cpu_now(pair, ssh)
             elapsed, landed = copy(args, system, path, workdir, label, ssh, source, pair)
