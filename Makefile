@@ -515,15 +515,23 @@ bench-rooms: deps bench-venv rooms-venv
 	$(BENCH_VENV)/bin/python bench/rooms/run.py \
 	    --bin "$$($(SWIFT) build -c release $(SWIFT_FLAGS) --show-bin-path)/peervoiced" $(BENCH_ARGS)
 
-# File transfers (issue 30) against scp and rsync over 127.0.0.1 (bench/transfers/run.py).
-BENCH_TRANSFERS_PACKAGES := openssh-server rsync
-.PHONY: bench-transfers
-bench-transfers: deps bench-venv
-	scripts/deps.sh $(BENCH_TRANSFERS_PACKAGES)
+# File transfers (issue 30), not a test (bench/files/README.md): a 1 GiB file through
+# peervoicectl send-file against scp, rsync and raw TCP (socat) over 127.0.0.1; against raw TCP
+# through two network namespaces at 1 Gbit/s (veth + tbf) and at 50 Mbit/s with 20 ms delay and
+# 1 % loss (bench/files/tunrelay.py: the kernel has no netem); the bytes a resume after a cut sends
+# again; a call's latency during a transfer through bench/channels' 20 Mbit/s bottleneck. 3 fresh
+# starts per part, about 15 minutes; needs root. Writes bench/results/files.json. BENCH_ARGS go to
+# bench/files/run.py, e.g. BENCH_ARGS='--parts loopback --runs 5'. bench-transfers is its old name.
+BENCH_FILES_PACKAGES := openssh-server rsync socat
+.PHONY: bench-files bench-transfers
+bench-files: deps bench-venv
+	scripts/deps.sh $(BENCH_FILES_PACKAGES)
 	$(SWIFT) build -c release --product peervoiced $(SWIFT_FLAGS)
 	$(SWIFT) build -c release --product peervoicectl $(SWIFT_FLAGS)
-	$(BENCH_VENV)/bin/python bench/transfers/run.py \
+	$(BENCH_VENV)/bin/python bench/files/run.py \
 	    --bin-dir "$$($(SWIFT) build -c release $(SWIFT_FLAGS) --show-bin-path)" $(BENCH_ARGS)
+
+bench-transfers: bench-files
 
 # The packages and the Python venv the voice benchmarks score with (PESQ, STOI).
 bench-venv: deps

@@ -331,7 +331,7 @@ def send_file(bin_dir, a, b, b_id, workdir, label, counter):
     return sender, sampler
 
 
-def bottleneck_run(args, pw, nets, workdir, index):
+def bottleneck_run(args, pw, nets, workdir, index, conditions=CONDITIONS):
     label = f"bottleneck-{index}"
     downloads = os.path.join(workdir, f"{label}-downloads")
     a, b, b_id = start_pair(pw, os.path.join(args.bin_dir, "peervoiced"), workdir, label,
@@ -341,7 +341,7 @@ def bottleneck_run(args, pw, nets, workdir, index):
     results = {}
     try:
         time.sleep(args.settle)
-        for condition in CONDITIONS:
+        for condition in conditions:
             sender, sink, counter = None, None, os.path.join(workdir, f"{label}-{condition}.rate")
             try:
                 if condition == "peervoice":
