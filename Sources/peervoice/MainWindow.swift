@@ -168,7 +168,6 @@ final class MainWindow {
             FileChooser.choose(.folder, title: tr("Send a folder"), acceptLabel: tr("Send"), parent: window, chosen: send)
         }
         conversation.onFilesDropped = send
-        peerList.onFilesDropped = { [unowned self] peer, paths in client.sendFiles(paths, to: peer) }
         conversation.transferActions = TransferRowView.Actions(
             accept: { [unowned self] in client.transfer($0, "Accept") },
             decline: { [unowned self] in client.transfer($0, "Decline") },

@@ -53,8 +53,6 @@ final class PeerListPane {
     var onFilter: (String) -> Void = { _ in }
     /// A person chose a room (its object path; `activated` as for peers).
     var onOpenRoom: (_ room: String, _ activated: Bool) -> Void = { _, _ in }
-    /// Files dropped on a peer's row, to send to that peer.
-    var onFilesDropped: (_ peer: String, _ paths: [String]) -> Void = { _, _ in }
 
     init() {
         searchBar = SearchBar(searchEntry)
@@ -264,9 +262,8 @@ final class PeerListPane {
     func renderRows(_ model: AppModel) {
         rendering = true
         defer { rendering = false }
-        let dropped: (String, [String]) -> Void = { [unowned self] in onFilesDropped($0, $1) }
-        paired.render(model.pairedPeers, in: pairedList, model: model, dropped: dropped)
-        nearby.render(model.nearbyPeers, in: nearbyList, model: model, dropped: dropped)
+        paired.render(model.pairedPeers, in: pairedList, model: model)
+        nearby.render(model.nearbyPeers, in: nearbyList, model: model)
         pairedGroup.isVisible = !model.pairedPeers.isEmpty || !model.peerFilter.isEmpty
         renderSelection(model)
     }
@@ -299,13 +296,12 @@ private struct RowViews {
     private(set) var ids: [String] = []
     private(set) var rows: [Views] = []
 
-    mutating func render(_ peers: [PeerRow], in list: ListBox, model: AppModel, dropped: @escaping (String, [String]) -> Void) {
+    mutating func render(_ peers: [PeerRow], in list: ListBox, model: AppModel) {
         if peers.map(\.id) != ids {
             list.removeAll()
-            rows = peers.map { peer in
+            rows = peers.map { _ in
                 let views = Views(row: ActionRow(), avatar: Avatar(size: 36), unread: Label(), speaking: SpeakingDot.make())
                 views.row.setActivatable(true)
-                views.row.onFilesDropped { paths in dropped(peer.id, paths) }
                 views.row.addPrefix(views.avatar)
                 views.unread.addStyleClass("unread-badge")
                 views.unread.setAlignment(vertical: .center)

@@ -127,9 +127,9 @@ final class AppSession {
     }
 
     /// Drags `paths` from another program's window (tests/app/drag-source.py, GTK's drag
-    /// source) with the pointer and lets go over the app's control `name` (of `role`, when given):
-    /// XDND between two X clients, as a person drags files from a file manager.
-    func dragFiles(_ paths: [String], onto name: String, role: String? = nil, file: StaticString = #filePath, line: UInt = #line) throws {
+    /// source) with the pointer and lets go over the app's control `name`: XDND between two X
+    /// clients, as a person drags files from a file manager.
+    func dragFiles(_ paths: [String], onto name: String, file: StaticString = #filePath, line: UInt = #line) throws {
         let source = try ChildProcess("/usr/bin/python3", [Self.repository + "/tests/app/drag-source.py"] + paths,
                                       environment: environment, logPath: directory.path + "/drag-source.log")
         defer {
@@ -141,7 +141,7 @@ final class AppSession {
             .split(separator: "\n").first.map(String.init) ?? ""
         // Beside the app's window (760 px wide at 0,0 without a window manager).
         Self.run("xdotool", ["windowmove", "--sync", window, "800", "600"], environment: environment)
-        guard let target = centre(of: name, role: role, file: file, line: line) else { return }
+        guard let target = centre(of: name, file: file, line: line) else { return }
         xdotool("mousemove", "--window", window, "100", "50", "mousedown", "1", "sleep", "0.2",
                 "mousemove", "--window", window, "120", "60", "sleep", "0.2",
                 "mousemove", "--window", "WINDOW", "\(target.x)", "\(target.y)", "sleep", "0.3",
