@@ -142,12 +142,16 @@ final class AppSession {
         // Beside the app's window (760 px wide at 0,0 without a window manager).
         Self.run("xdotool", ["windowmove", "--sync", window, "800", "600"], environment: environment)
         guard let target = centre(of: name, file: file, line: line) else { return }
+        // Held over the target for 1.5 s, moving, before the release: XDND's position and status
+        // messages go between three processes, and a busy machine needs the time.
         xdotool("mousemove", "--window", window, "100", "50", "mousedown", "1", "sleep", "0.2",
                 "mousemove", "--window", window, "120", "60", "sleep", "0.2",
-                "mousemove", "--window", "WINDOW", "\(target.x)", "\(target.y)", "sleep", "0.3",
-                "mousemove", "--window", "WINDOW", "\(target.x + 4)", "\(target.y + 4)", "sleep", "0.3", "mouseup", "1",
+                "mousemove", "--window", "WINDOW", "\(target.x)", "\(target.y)", "sleep", "0.5",
+                "mousemove", "--window", "WINDOW", "\(target.x + 4)", "\(target.y + 2)", "sleep", "0.5",
+                "mousemove", "--window", "WINDOW", "\(target.x + 8)", "\(target.y + 4)", "sleep", "0.5", "mouseup", "1",
                 file: file, line: line)
         XCTAssertTrue(eventually(timeout: 10) { source.log.contains("drag-end") }, "the drag did not end: \(source.log)", file: file, line: line)
+        XCTAssertFalse(source.log.contains("drag-cancel"), "the drop on \(name) was refused: \(source.log)", file: file, line: line)
     }
 
     /// Saves the screen as a PNG (ImageMagick's `import`), trimmed to the windows on it. The

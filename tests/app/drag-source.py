@@ -19,6 +19,7 @@ def activate(app):
     source = Gtk.DragSource(actions=Gdk.DragAction.COPY)
     source.connect("prepare", lambda *_: Gdk.ContentProvider.new_for_bytes("text/uri-list", GLib.Bytes.new(uris.encode())))
     source.connect("drag-end", lambda *_: print("drag-end", flush=True))
+    source.connect("drag-cancel", lambda _source, _drag, reason: print("drag-cancel", reason.value_nick, flush=True) or False)
     label.add_controller(source)
     window.set_child(label)
     window.present()
