@@ -14,6 +14,9 @@ import PeerVoiceCore
 /// The first violation ends the run.
 public final class History {
     public private(set) var violations: [String] = []
+    /// Defects known and not fixed (docs/RELIABILITY.md, "Still open"), seen in this run: they do
+    /// not fail it, and `make simulate` counts them by seed.
+    public private(set) var findings: [String] = []
     /// What happened, in order (the last lines are printed with a violation).
     public private(set) var log: [String] = []
     private let scheduler: Scheduler
@@ -48,6 +51,23 @@ public final class History {
     private var prompts: [[UInt8]: [PeerID: (code: String, accepted: Bool?)]] = [:]
     public private(set) var accepted = 0
     public private(set) var received = 0
+    /// Transfers `SendFiles` took, and those whose receiver reported them complete.
+    public private(set) var transfersSent = 0
+    public private(set) var transfersCompleted = 0
+    /// Bytes of the transfers reported complete by their receivers.
+    public private(set) var bytesCompleted: UInt64 = 0
+
+    private struct TransferTrack {
+        let sender: PeerID
+        let receiver: PeerID
+        let names: [String]
+        let bytes: [[UInt8]]
+        let bytesPerSecond: Double
+        /// Per side (`id/direction`), the end it reported and its state losses then.
+        var ends: [String: (state: TransferState, losses: Int)] = [:]
+    }
+
+    private var transfers: [TransferID: TransferTrack] = [:]
     public private(set) var linksOpened = 0
     public private(set) var pairings = 0
 
@@ -74,6 +94,11 @@ public final class History {
     func violation(_ what: String) {
         note("VIOLATION: \(what)")
         violations.append("\(Self.time(scheduler.now)): \(what)")
+    }
+
+    func finding(_ what: String) {
+        note("FINDING: \(what)")
+        if !findings.contains(what) { findings.append(what) }
     }
 
     static func time(_ duration: Duration) -> String {
@@ -169,6 +194,68 @@ public final class History {
 
     func started(_ peer: SimulatedPeer) { note("\(peer.name) started as \(peer.id.base32.prefix(6))") }
     func stopped(_ peer: SimulatedPeer) { note("\(peer.name) stopped") }
+
+    // MARK: Transfers
+
+    func transferSent(_ id: TransferID, from sender: SimulatedPeer, to receiver: PeerID, files: [(name: String, bytes: [UInt8])],
+                      bytesPerSecond: Double) {
+        guard transfers[id] == nil else { return violation("transfer id \(id.hex) taken twice") }
+        transfers[id] = TransferTrack(sender: sender.id, receiver: receiver, names: files.map(\.name), bytes: files.map(\.bytes),
+                                      bytesPerSecond: bytesPerSecond)
+        transfersSent += 1
+        note("\(sender.name): SendFiles \(id.hex.prefix(6)) to \(receiver.base32.prefix(6)): \(files.map(\.bytes.count)) bytes at \(Int(bytesPerSecond)) B/s")
+    }
+
+    /// The sender's files (the person's, on a disk the simulation does not crash).
+    func transferFiles(_ id: TransferID) -> (bytes: [[UInt8]], bytesPerSecond: Double) {
+        let track = transfers[id]!
+        return (track.bytes, track.bytesPerSecond)
+    }
+
+    /// A side reported how a transfer ended: at most once per side (again only after it lost
+    /// state), never two different ends, `complete` at the sender only after the receiver's, and a
+    /// receiver's `complete` with exactly the sender's bytes in place. (The two sides may end
+    /// differently when each ended it before hearing from the other: a receiver declines while the
+    /// link is down, then the sender removes the peer.)
+    func transferEnded(_ id: TransferID, at peer: SimulatedPeer, direction: TransferDirection, state: TransferState,
+                       placed: [String: [UInt8]?]?) {
+        note("\(peer.name): transfer \(id.hex.prefix(6)) ended \(state.rawValue) (\(direction.rawValue))")
+        guard var track = transfers[id] else { return violation("\(peer.name) reported transfer \(id.hex) \(state.rawValue), which nobody sent") }
+        let side = "\(peer.id)/\(direction.rawValue)"
+        let losses = stateLosses[peer.id, default: 0]
+        if let earlier = track.ends[side] {
+            if earlier.state != state {
+                violation("\(peer.name) reported transfer \(id.hex.prefix(8)) \(state.rawValue) after reporting it \(earlier.state.rawValue)")
+            } else if earlier.losses == losses {
+                violation("\(peer.name) reported transfer \(id.hex.prefix(8)) \(state.rawValue) twice without losing state in between")
+            }
+        }
+        if state == .complete && direction == .outgoing && track.ends["\(track.receiver)/incoming"]?.state != .complete {
+            violation("\(peer.name) reported transfer \(id.hex.prefix(8)) complete before its receiver did")
+        }
+        if state == .complete && direction == .incoming, let placed {
+            for (index, name) in track.names.enumerated() {
+                guard let held = placed[name] ?? nil else {
+                    violation("\(peer.name) reported transfer \(id.hex.prefix(8)) complete without \(name) in place")
+                    continue
+                }
+                if held != track.bytes[index] {
+                    violation("\(peer.name) reported transfer \(id.hex.prefix(8)) complete, but \(name) holds \(held.count) bytes that are not the sender's \(track.bytes[index].count)")
+                }
+            }
+            if track.ends[side] == nil {
+                transfersCompleted += 1
+                bytesCompleted += UInt64(track.bytes.reduce(0) { $0 + $1.count })
+            }
+        }
+        track.ends[side] = (state, losses)
+        transfers[id] = track
+    }
+
+    /// The peers at either end of a transfer.
+    func transferEnds(_ id: TransferID) -> (sender: PeerID, receiver: PeerID)? {
+        transfers[id].map { ($0.sender, $0.receiver) }
+    }
 
     // MARK: Pairing
 
