@@ -65,6 +65,8 @@ public final class History {
         let bytesPerSecond: Double
         /// Per side (`id/direction`), the end it reported and its state losses then.
         var ends: [String: (state: TransferState, losses: Int)] = [:]
+        /// The sides whose record of the end is on the disk.
+        var endsSaved: Set<String> = []
     }
 
     private var transfers: [TransferID: TransferTrack] = [:]
@@ -250,6 +252,17 @@ public final class History {
         }
         track.ends[side] = (state, losses)
         transfers[id] = track
+    }
+
+    /// A side's record of how the transfer ended is on the disk (synced, renamed, the folder synced).
+    func transferEndSaved(_ id: TransferID, at peer: SimulatedPeer, direction: TransferDirection) {
+        transfers[id]?.endsSaved.insert("\(peer.id)/\(direction.rawValue)")
+    }
+
+    /// A restarted side found the transfer unfinished in its record: never after its end was on the disk.
+    func transferReloaded(_ id: TransferID, at peer: SimulatedPeer, direction: TransferDirection, state: TransferState) {
+        guard let track = transfers[id], track.endsSaved.contains("\(peer.id)/\(direction.rawValue)") else { return }
+        violation("\(peer.name): transfer \(id.hex.prefix(8)) came back \(state.rawValue) after a restart, though the record of its end was on the disk")
     }
 
     /// The peers at either end of a transfer.

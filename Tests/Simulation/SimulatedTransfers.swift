@@ -70,6 +70,7 @@ final class SimulatedTransfers {
             }
             transfers[id] = transfer
             history.note("\(service.peer.name): transfer \(id.hex.prefix(6)) back \(record.lifecycle.state.rawValue) after the restart")
+            if !finished { history.transferReloaded(id, at: service.peer, direction: transfer.direction, state: transfer.state) }
         }
     }
 
@@ -183,11 +184,7 @@ final class SimulatedTransfers {
         case .completed:
             handle(transfer, .completed)
         case .aborted(let code, let reason):
-            switch code {
-            case .declined: handle(transfer, .peerDeclined(reason: reason))
-            case .cancelled: handle(transfer, .cancelled(by: .peer, reason: reason))
-            case .failed: handle(transfer, .failed(by: .peer, reason: reason))
-            }
+            handle(transfer, .peerAborted(code, reason: reason))
         case .failed(let reason):
             // Nothing corrupts what a link carries but the records the network loses or reorders
             // (the record layer drops those): a transfer that finds its bytes wrong otherwise is a defect.
@@ -406,13 +403,14 @@ final class SimulatedTransfers {
     private func save(_ transfer: Transfer) {
         let forget = transfer.direction == .outgoing && transfer.state.isFinished && !transfer.record.lifecycle.owesPeerAbort
         if forget {
-            store.remove(transfer.id.hex)
+            guard store.remove(transfer.id.hex) else { return saveFailed(transfer) }
             unsaved.remove(transfer.id)
-            return
+            return history.transferEndSaved(transfer.id, at: service.peer, direction: transfer.direction)
         }
         do throws(TransferStoreError) {
             try store.save(transfer.record)
             unsaved.remove(transfer.id)
+            if transfer.state.isFinished { history.transferEndSaved(transfer.id, at: service.peer, direction: transfer.direction) }
         } catch {
             saveFailed(transfer)
         }

@@ -142,10 +142,18 @@ public struct TransferStore: @unchecked Sendable {
         try writeDurably(record, to: recordPath(record.idHex))
     }
 
-    public func remove(_ idHex: String) {
-        try? storage.remove(recordPath(idHex))
-        try? storage.remove(progressPath(idHex))
-        try? storage.syncDirectory(directory)
+    /// Forgets a transfer: its record and progress. False when the disk refused (read-only):
+    /// the record is still there, and would bring the transfer back at the next start.
+    @discardableResult
+    public func remove(_ idHex: String) -> Bool {
+        do throws(StorageError) {
+            try storage.remove(recordPath(idHex))
+            try storage.remove(progressPath(idHex))
+            try storage.syncDirectory(directory)
+            return true
+        } catch {
+            return false
+        }
     }
 
     /// Forgets how far an incoming transfer came (it ended: nothing resumes).
