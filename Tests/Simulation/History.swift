@@ -70,6 +70,10 @@ public final class History {
     }
 
     private var transfers: [TransferID: TransferTrack] = [:]
+    /// App streams by key: what was written, to whom, and whether its end was seen.
+    private var appStreams: [Int: (receiver: PeerID, bytes: [UInt8], ended: Bool)] = [:]
+    public private(set) var appStreamsOpened = 0
+    public private(set) var appStreamsWhole = 0
     public private(set) var linksOpened = 0
     public private(set) var pairings = 0
 
@@ -263,6 +267,41 @@ public final class History {
     func transferReloaded(_ id: TransferID, at peer: SimulatedPeer, direction: TransferDirection, state: TransferState) {
         guard let track = transfers[id], track.endsSaved.contains("\(peer.id)/\(direction.rawValue)") else { return }
         violation("\(peer.name): transfer \(id.hex.prefix(8)) came back \(state.rawValue) after a restart, though the record of its end was on the disk")
+    }
+
+    // MARK: App streams
+
+    func appStreamOpened(_ key: Int, from sender: SimulatedPeer, to receiver: PeerID, bytes: [UInt8]) {
+        appStreams[key] = (receiver, bytes, false)
+        appStreamsOpened += 1
+        note("\(sender.name): app stream \(key) opened to \(receiver.base32.prefix(6)) (\(bytes.count) bytes)")
+    }
+
+    /// A listening app's stream ended: a clean end only with every byte written, in order, once;
+    /// a reset with a prefix of them (unless the link lost records: a finding).
+    func appStreamEnded(_ received: [UInt8], at peer: SimulatedPeer, clean: Bool, afterAHole: Bool) {
+        guard received.count >= 8 else {
+            if clean { violation("\(peer.name): an app stream ended cleanly with \(received.count) bytes, not even its key") }
+            return
+        }
+        let key = received.withUnsafeBytes { Int(littleEndian: $0.loadUnaligned(as: Int.self)) }
+        let hole = "a link lost records and went on: an app stream's bytes had a hole, without a reset"
+        guard let stream = appStreams[key] else {
+            return afterAHole ? finding(hole) : violation("\(peer.name): an app stream nobody opened (key \(key), \(received.count) bytes, \(clean ? "clean" : "reset"), starts \(Array(received.prefix(12))))")
+        }
+        note("\(peer.name): app stream \(key) ended \(clean ? "cleanly" : "abruptly") after \(received.count) of \(stream.bytes.count) bytes")
+        if stream.ended { violation("\(peer.name): app stream \(key) arrived twice") }
+        appStreams[key]!.ended = true
+        if stream.receiver != peer.id { violation("\(peer.name): app stream \(key) for \(stream.receiver) arrived here") }
+        let intact = clean ? received == stream.bytes : received.count <= stream.bytes.count && stream.bytes.starts(with: received)
+        if intact {
+            if clean { appStreamsWhole += 1 }
+        } else if afterAHole {
+            finding(hole)
+        } else {
+            violation("\(peer.name): app stream \(key) ended \(clean ? "cleanly" : "abruptly") with \(received.count) bytes that are not "
+                      + "\(clean ? "" : "a prefix of ")the \(stream.bytes.count) written")
+        }
     }
 
     /// The peers at either end of a transfer.

@@ -141,8 +141,8 @@ final class SimulatedChannels {
             pump(id)
         case .refused(let id, let reason):
             outputs[id] = nil
-            streamsWithHoles.remove(id)
             users.removeValue(forKey: id)?.channelEnded(clean: false, reason: "refused: \(reason)")
+            streamsWithHoles.remove(id)
         case .data(let id, let bytes, _):
             guard let user = users[id] else { return }
             if let window = streams.delivered(id, bytes: bytes.count) { link.send(window) }
@@ -153,13 +153,13 @@ final class SimulatedChannels {
             // The peer said all it had to say: our direction ends too (the daemon's stream
             // threads end the stream when they read end of file).
             outputs[id] = nil
-            streamsWithHoles.remove(id)
             if let frame = streams.close(id) { link.send(frame) }
             users.removeValue(forKey: id)?.channelEnded(clean: true, reason: "the other side closed the stream")
+            streamsWithHoles.remove(id)
         case .reset(let id, let reason):
             outputs[id] = nil
-            streamsWithHoles.remove(id)
             users.removeValue(forKey: id)?.channelEnded(clean: false, reason: "reset by the peer (\(reason))")
+            streamsWithHoles.remove(id)
         case .datagram, .feedback:
             break
         }
@@ -185,8 +185,8 @@ final class SimulatedChannels {
         let ended = users.keys.sorted().map { users[$0]! }
         users = [:]
         outputs = [:]
-        streamsWithHoles = []
         for user in ended { user.channelEnded(clean: false, reason: "the link closed (\(reason))") }
+        streamsWithHoles = []
     }
 
     // MARK: Bounds

@@ -89,6 +89,7 @@ final class SimulatedService {
     /// Each open link's app channels, by link id.
     private var channels: [Int: SimulatedChannels] = [:]
     private(set) var transfers: SimulatedTransfers!
+    private(set) var appStreams: SimulatedAppStreams!
     private var syncing = false
     private(set) var isAlive = true
 
@@ -120,6 +121,7 @@ final class SimulatedService {
             emit: { [weak self] event in self?.emitted(event) })
         transfers = SimulatedTransfers(service: self, store: transferStore, scheduler: scheduler, history: history,
                                        seed: Seeds.derive(seed, 7))
+        appStreams = SimulatedAppStreams(service: self, scheduler: scheduler, history: history)
     }
 
     var id: PeerID { peer.id }
@@ -298,6 +300,17 @@ final class SimulatedService {
             let id = TransferID(bytes: peer.crypto.randomBytes(16))!
             transfers.send(files, to: target, id: id, bytesPerSecond: bytesPerSecond)
         }
+    }
+
+    /// An app opens a stream to `target` (`OpenStream`) and writes `bytes`; false when no link
+    /// is open to it (the call fails).
+    func openAppStream(to target: PeerID, key: Int, bytes: [UInt8]) -> Bool {
+        var opened = false
+        perform {
+            guard let link = peers[target]?.link, let linkChannels = channels[link.id] else { return }
+            opened = appStreams.open(on: linkChannels, key: key, bytes: bytes)
+        }
+        return opened
     }
 
     /// `Cancel` on one of the transfers not yet over.
@@ -647,6 +660,15 @@ extension SimulatedService: SimulatedLinkOwner {
             delivery.linkOpened(link, to: id)
             let linkChannels = SimulatedChannels(link: link, scheduler: scheduler, history: history, owner: peer.name)
             channels[link.id] = linkChannels
+            // The channels taken here: the service's own (transfers) and the app's.
+            linkChannels.takeStream = { [weak self, weak linkChannels] channel, stream in
+                guard let self, let linkChannels else { return nil }
+                switch channel.description {
+                case TransferWire.channel: return transfers.takeStream(stream, from: id, on: linkChannels)
+                case SimulatedAppStreams.channel: return appStreams.takeStream(stream, on: linkChannels)
+                default: return nil
+                }
+            }
             transfers.linkOpened(to: id, channels: linkChannels)
         }
     }

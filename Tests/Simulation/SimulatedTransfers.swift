@@ -283,10 +283,6 @@ final class SimulatedTransfers {
 
     func linkOpened(to peer: PeerID, channels: SimulatedChannels) {
         links[peer] = channels
-        channels.takeStream = { [weak self, weak channels] channel, id in
-            guard let self, let channels, channel.description == TransferWire.channel else { return nil }
-            return takeStream(id, from: peer, on: channels)
-        }
         for id in transfers.keys.sorted(by: Self.byHex) where transfers[id]!.peer == peer {
             transfers[id]!.retry?.cancel()
             transfers[id]!.retry = nil

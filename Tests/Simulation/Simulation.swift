@@ -29,6 +29,8 @@ public struct Simulation {
         /// `SendFiles` of files of these sizes (content drawn from the seed), at a rate drawn too.
         case sendFiles(from: Int, to: Int, sizes: [Int], bytesPerSecond: Int)
         case cancelTransfer(Int, pick: UInt64)
+        /// An app opens a stream and writes this many bytes (drawn from the seed) to the other's app.
+        case openAppStream(from: Int, to: Int, bytes: Int)
     }
 
     public struct Step: Equatable, Sendable {
@@ -127,10 +129,20 @@ public struct Simulation {
                 transferSteps.append(Step(time: time + .milliseconds(Int(transferRandom.next() % 20_000)), action: cancel))
             }
         }
+        // App streams, from a stream of the seed of their own too, listed last: 0-3 of 1 KiB to 1 MiB.
+        var streamSteps: [Step] = []
+        var streamRandom = SplitMix64(seed: Seeds.derive(seed, 8))
+        for _ in 0..<(streamRandom.next() % 4) {
+            let time = Duration.milliseconds(Int(streamRandom.next() % UInt64(activeTime.components.seconds * 1000)))
+            let a = Int(streamRandom.next() % UInt64(peerCount))
+            var b = Int(streamRandom.next() % UInt64(peerCount - 1))
+            if b >= a { b += 1 }
+            streamSteps.append(Step(time: time, action: .openAppStream(from: a, to: b, bytes: Int(1024 * pow(1024, streamRandom.uniform())))))
+        }
         func inOrder(_ steps: [Step]) -> [Step] {
             steps.enumerated().sorted { ($0.element.time, $0.offset) < ($1.element.time, $1.offset) }.map(\.element)
         }
-        schedule = inOrder(steps) + inOrder(transferSteps)
+        schedule = inOrder(steps) + inOrder(transferSteps) + inOrder(streamSteps)
     }
 
     /// What a run found.
@@ -144,6 +156,8 @@ public struct Simulation {
         public let transfersSent: Int
         public let transfersCompleted: Int
         public let bytesCompleted: UInt64
+        public let appStreamsOpened: Int
+        public let appStreamsWhole: Int
         public let findings: [String]
         public let log: [String]
         public var failed: Bool { !violations.isEmpty }
@@ -163,7 +177,8 @@ public struct Simulation {
                        simulatedTime: world.scheduler.now, accepted: world.history.accepted,
                        received: world.history.received, pairings: world.history.pairings,
                        transfersSent: world.history.transfersSent, transfersCompleted: world.history.transfersCompleted,
-                       bytesCompleted: world.history.bytesCompleted, findings: world.history.findings, log: world.history.log)
+                       bytesCompleted: world.history.bytesCompleted, appStreamsOpened: world.history.appStreamsOpened,
+                       appStreamsWhole: world.history.appStreamsWhole, findings: world.history.findings, log: world.history.log)
     }
 
     public static func describe(_ action: Action) -> String {
@@ -186,6 +201,7 @@ public struct Simulation {
         case let .stepWallClock(seconds): "the wall clock steps \(seconds) s forward"
         case let .sendFiles(from, to, sizes, rate): "peer\(from) sends files of \(sizes) bytes to peer\(to) at \(rate) B/s"
         case let .cancelTransfer(n, pick): "peer\(n)'s person cancels a transfer (\(pick % 1000))"
+        case let .openAppStream(from, to, bytes): "peer\(from)'s app streams \(bytes) bytes to peer\(to)'s"
         }
     }
 }
@@ -274,6 +290,13 @@ final class World {
             service.sendFiles(files, to: target, bytesPerSecond: Double(rate))
         case let .cancelTransfer(n, pick):
             peers[n].service?.cancelTransfer(pick: pick)
+        case let .openAppStream(from, to, count):
+            guard let service = peers[from].service, let target = target(of: service, node: to) else { return }
+            contentCounter += 1
+            let bytes = withUnsafeBytes(of: contentCounter.littleEndian) { Array($0) } + content(bytes: count)
+            if service.openAppStream(to: target, key: contentCounter, bytes: bytes) {
+                history.appStreamOpened(contentCounter, from: peers[from], to: target, bytes: bytes)
+            }
         }
     }
 

@@ -67,6 +67,7 @@ let started = clock.now
 var seed = arguments.first
 var ran = 0, events = 0, accepted = 0, received = 0, pairings = 0, transfersSent = 0, transfersCompleted = 0
 var bytesCompleted: UInt64 = 0
+var appStreamsOpened = 0, appStreamsWhole = 0
 var findings: [String: [UInt64]] = [:]
 var failures: [(UInt64, Simulation.Outcome)] = []
 while true {
@@ -85,13 +86,15 @@ while true {
     transfersSent += outcome.transfersSent
     transfersCompleted += outcome.transfersCompleted
     bytesCompleted += outcome.bytesCompleted
+    appStreamsOpened += outcome.appStreamsOpened
+    appStreamsWhole += outcome.appStreamsWhole
     for finding in outcome.findings { findings[finding.prefix { $0 != "(" }.trimmingCharacters(in: .whitespaces), default: []].append(seed) }
     if outcome.failed { failures.append((seed, outcome)) }
     seed += 1
 }
 let elapsed = clock.now - started
 let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
-print("simulate: seeds \(arguments.first)...\(seed - 1) (\(ran) runs), \(events) events in \(String(format: "%.1f", seconds)) s (\(Int(Double(events) / max(seconds, 0.001))) events/s); \(accepted) messages accepted, \(received) received, \(pairings) links opened by people; \(transfersCompleted) of \(transfersSent) transfers complete at their receivers (\(String(format: "%.1f", Double(bytesCompleted) / 1_048_576)) MiB); \(failures.count) failing")
+print("simulate: seeds \(arguments.first)...\(seed - 1) (\(ran) runs), \(events) events in \(String(format: "%.1f", seconds)) s (\(Int(Double(events) / max(seconds, 0.001))) events/s); \(accepted) messages accepted, \(received) received, \(pairings) links opened by people; \(transfersCompleted) of \(transfersSent) transfers complete at their receivers (\(String(format: "%.1f", Double(bytesCompleted) / 1_048_576)) MiB), \(appStreamsWhole) of \(appStreamsOpened) app streams whole; \(failures.count) failing")
 for (finding, seeds) in findings.sorted(by: { $0.key < $1.key }) {
     print("known open (docs/RELIABILITY.md), \(seeds.count) seeds: \(finding); seeds \(seeds.prefix(12).map(String.init).joined(separator: " "))\(seeds.count > 12 ? " …" : "")")
 }
