@@ -86,14 +86,16 @@ final class SimulatedTransfers {
     func send(_ files: [(name: String, bytes: [UInt8])], to peer: PeerID, id: TransferID, bytesPerSecond: Double) {
         let manifest = try! TransferManifest(entries: files.map { .file(try! TransferPath($0.name), size: UInt64($0.bytes.count)) })
         let record = TransferRecord(id: id, peer: peer.description, createdMs: scheduler.wallClockMs, direction: .outgoing, manifest: manifest)
+        // Known to the history first: a machine that stops inside the save may keep the record,
+        // and the transfer runs after the restart though SendFiles never answered.
+        history.transferSent(id, from: service.peer, to: peer, files: files, bytesPerSecond: bytesPerSecond)
         do throws(TransferStoreError) {
             try store.save(record)
         } catch {
-            return history.note("\(name): SendFiles refused: \(error)")
+            return history.transferRefused(id, by: service.peer, error)
         }
         let transfer = Transfer(id: id, peer: peer, manifest: manifest, record: record)
         transfers[id] = transfer
-        history.transferSent(id, from: service.peer, to: peer, files: files, bytesPerSecond: bytesPerSecond)
         if links[peer] == nil { service.wantsLink(peer) }
         startOutgoing(transfer)
     }
