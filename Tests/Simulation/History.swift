@@ -289,12 +289,13 @@ public final class History {
     /// A listening app's stream ended: a clean end only with every byte written, in order, once;
     /// a reset with a prefix of them (unless the link lost records: a finding).
     func appStreamEnded(_ received: [UInt8], at peer: SimulatedPeer, clean: Bool, afterAHole: Bool) {
+        let hole = "a link lost records and went on: an app stream's bytes had a hole, without a reset"
         guard received.count >= 8 else {
-            if clean { violation("\(peer.name): an app stream ended cleanly with \(received.count) bytes, not even its key") }
+            if clean && afterAHole { finding(hole) }
+            if clean && !afterAHole { violation("\(peer.name): an app stream ended cleanly with \(received.count) bytes, not even its key") }
             return
         }
         let key = received.withUnsafeBytes { Int(littleEndian: $0.loadUnaligned(as: Int.self)) }
-        let hole = "a link lost records and went on: an app stream's bytes had a hole, without a reset"
         guard let stream = appStreams[key] else {
             return afterAHole ? finding(hole) : violation("\(peer.name): an app stream nobody opened (key \(key), \(received.count) bytes, \(clean ? "clean" : "reset"), starts \(Array(received.prefix(12))))")
         }

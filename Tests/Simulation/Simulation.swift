@@ -400,6 +400,10 @@ final class World {
                 guard let ends = history.transferEnds(transfer.id), currentPeers.contains(ends.sender),
                       currentPeers.contains(ends.receiver) else { continue }
                 let other = peers.first { $0.id == transfer.peer }?.service?.transfers.transfers[transfer.id]
+                if transfer.stream?.hasAHole == true || other?.stream?.hasAHole == true {
+                    history.finding("a link lost records and went on: a transfer stream stalled for good, a message lost, without a reset")
+                    continue
+                }
                 if transfer.direction == .incoming && other.map({ $0.state.isFinished && !$0.record.lifecycle.owesPeerAbort }) ?? true {
                     history.finding("a receiver keeps a transfer its sender no longer has, \(transfer.state.rawValue) for good")
                     continue
