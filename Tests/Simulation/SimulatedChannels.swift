@@ -41,8 +41,14 @@ final class SimulatedChannels {
     /// Who takes the peer's streams to a channel (nil: refused, no app registered it).
     var takeStream: (ChannelName, StreamID) -> SimulatedChannelStream? = { _, _ in nil }
     private(set) var isClosed = false
+    /// How long an OPEN waits for the peer's answer (the daemon's `LinkChannels.openTimeout`).
+    static let openTimeout: Duration = .seconds(15)
+    private var opening: [StreamID: Scheduler.Timer] = [:]
     /// Streams open when the link lost records: their bytes may have a hole (see `recordsSkipped`).
     private(set) var streamsWithHoles: Set<StreamID> = []
+    /// The link lost records at least once: frames after that may make no sense (a RESET for a
+    /// stream whose OPEN was lost).
+    private var linkLostRecords = false
 
     init(link: SimulatedLink, scheduler: Scheduler, history: History, owner: String) {
         self.link = link
@@ -61,6 +67,12 @@ final class SimulatedChannels {
         guard !isClosed, let (id, frame) = streams.open(channel, mode: .stream) else { return nil }
         users[id] = user
         outputs[id] = Output()
+        opening[id] = scheduler.after(Self.openTimeout) { [weak self] in
+            guard let self, opening.removeValue(forKey: id) != nil, let user = users.removeValue(forKey: id) else { return }
+            outputs[id] = nil
+            if let frame = streams.reset(id, reason: .unspecified) { link.send(frame) }
+            user.channelEnded(clean: false, reason: "the peer did not answer the stream within \(Self.openTimeout)")
+        }
         link.send(frame)
         return id
     }
@@ -123,7 +135,13 @@ final class SimulatedChannels {
             if let reply { link.send(reply) }
             event = meaning
         } catch {
-            history.violation("\(owner): a channel frame a correct peer never sends: \(error)")
+            if linkLostRecords {
+                history.finding("a link lost records and went on: a channel frame made no sense after them (the link ends with a protocol error)")
+            } else {
+                history.violation("\(owner): a channel frame a correct peer never sends: \(error)")
+            }
+            // As the daemon's link does with a frame it cannot take.
+            link.close(goodbye: .protocolError, "protocol error: \(error)")
             return
         }
         guard let event else { return }
@@ -137,9 +155,11 @@ final class SimulatedChannels {
             outputs[id] = Output()
             if let frame = streams.accept(id) { link.send(frame) }
         case .accepted(let id):
+            opening.removeValue(forKey: id)?.cancel()
             users[id]?.channelAccepted()
             pump(id)
         case .refused(let id, let reason):
+            opening.removeValue(forKey: id)?.cancel()
             outputs[id] = nil
             users.removeValue(forKey: id)?.channelEnded(clean: false, reason: "refused: \(reason)")
             streamsWithHoles.remove(id)
@@ -170,6 +190,7 @@ final class SimulatedChannels {
     /// stream receives from now on may miss bytes, and nothing resets it. Noted, so that what a
     /// stream's user finds wrong afterwards is told apart (a finding, docs/RELIABILITY.md).
     func recordsSkipped() {
+        linkLostRecords = true
         streamsWithHoles.formUnion(users.keys)
     }
 
@@ -183,6 +204,8 @@ final class SimulatedChannels {
         guard !isClosed else { return }
         isClosed = true
         let ended = users.keys.sorted().map { users[$0]! }
+        opening.values.forEach { $0.cancel() }
+        opening = [:]
         users = [:]
         outputs = [:]
         for user in ended { user.channelEnded(clean: false, reason: "the link closed (\(reason))") }
