@@ -12,7 +12,8 @@ final class SimulatedAppStreams {
 
     /// The opening app's side of one stream.
     fileprivate final class Writer: SimulatedChannelStream {
-        unowned let owner: SimulatedAppStreams
+        /// Weak: the stream and its channels outlive a service that died (the kernel's sockets).
+        weak var owner: SimulatedAppStreams?
         let key: Int
         let bytes: [UInt8]
         let channels: SimulatedChannels
@@ -31,10 +32,10 @@ final class SimulatedAppStreams {
         func channelReceived(_ bytes: [UInt8]) {}
 
         func channelDrained() {
-            guard writeTimer == nil, let id else { return }
+            guard writeTimer == nil, let id, let owner else { return }
             // The app's next write, once the service read the last one from its socket.
             writeTimer = owner.scheduler.after(.zero) { [weak self] in
-                guard let self else { return }
+                guard let self, let owner = self.owner else { return }
                 writeTimer = nil
                 owner.service.perform {
                     guard self.channels.pendingBytes(id) == 0, self.written < self.bytes.count else { return }
@@ -48,14 +49,14 @@ final class SimulatedAppStreams {
 
         func channelEnded(clean: Bool, reason: String) {
             writeTimer?.cancel()
-            owner.writers[key] = nil
+            owner?.writers[key] = nil
         }
     }
 
     /// The listening app's side of one stream: the first 8 bytes name it (the key), the rest is
     /// what it carries.
     fileprivate final class Reader: SimulatedChannelStream {
-        unowned let owner: SimulatedAppStreams
+        weak var owner: SimulatedAppStreams?
         let channels: SimulatedChannels
         let id: StreamID
         var received: [UInt8] = []
@@ -71,6 +72,7 @@ final class SimulatedAppStreams {
         func channelReceived(_ bytes: [UInt8]) { received += bytes }
 
         func channelEnded(clean: Bool, reason: String) {
+            guard let owner, owner.service.isAlive else { return }
             owner.readers[ObjectIdentifier(self)] = nil
             let hole = channels.streamsWithHoles.contains(id)
             owner.history.appStreamEnded(received, at: owner.service.peer, clean: clean, afterAHole: hole)
