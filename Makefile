@@ -174,7 +174,7 @@ screenshots: deps
 		--filter 'AppTests.(testAPersonPairsChatsAndMutesThroughTheWindow|testPreferencesRenameAndChooseWhereThisDeviceIsVisible|testVoiceStartsAndStopsForTheSelectedPeerAndTheListFollowsThePeerObjects|testTheEmptyListOffersSearchNearbyAndSaysWhenBluetoothIsOff|testKeyboardOnlyOnANarrowWindowFindChatMuteAndGoBack|testAFileOfferIsAcceptedInTheChatAndAFileIsSentWithTheFileChooser|testARoomJoinedInTheWindowShowsItsUsersAndTextGoesBothWays)'
 
 # Serial on purpose (no --parallel): each suite starts its own private dbus-daemon.
-# Every suite: unit and service tests (private buses, PipeWire), 200 seeds of the simulation (≈40 s, 34 s of CPU),
+# Every suite: unit and service tests (private buses, PipeWire), 200 seeds of the simulation (≈40 s, 36 s of CPU),
 # one 40 s seed of the fault campaign (make chaos, ≈50 s),
 # each fuzz target for FUZZ_SMOKE_SECONDS, the Debian package round (test-package), then PeerVoice
 # over real BlueZ in the two VMs. TEST_FILTER narrows the first part and skips the rest.

@@ -77,6 +77,12 @@ final class TransferLifecycleTests: XCTestCase {
         XCTAssertEqual(run(.outgoing, [.streamOpened, .peerAccepted, .failed(by: .local, reason: "a.txt changed")]),
                        ["waiting", "active", "failed tell ABORT failed a.txt changed close"])
         XCTAssertEqual(run(.outgoing, [.streamOpened, .peerAccepted, .completed]), ["waiting", "active", "complete close"])
+        // The peer's ABORT, by its code.
+        XCTAssertEqual(run(.outgoing, [.streamOpened, .peerAborted(.declined, reason: "no")]), ["waiting", "declined close"])
+        XCTAssertEqual(run(.outgoing, [.streamOpened, .peerAccepted, .peerAborted(.cancelled, reason: "stop")]),
+                       ["waiting", "active", "cancelled close"])
+        XCTAssertEqual(run(.outgoing, [.streamOpened, .peerAccepted, .peerAborted(.failed, reason: "no space")]),
+                       ["waiting", "active", "failed close"])
     }
 
     func testAReceiverThatFailsToldTheSenderAndDropsItsPart() {

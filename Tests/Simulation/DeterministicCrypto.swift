@@ -41,23 +41,29 @@ public final class DeterministicCrypto: CryptoPrimitives, @unchecked Sendable {
     }
 
     public func hash(_ data: [UInt8], key: [UInt8]?) -> [UInt8] {
-        var lanes: [UInt64] = [0x6A09_E667_F3BC_C908, 0xBB67_AE85_84CA_A73B, 0x3C6E_F372_FE94_F82B, 0xA54F_F53A_5F1D_36F1]
+        var lanes = Lanes()
+        // Each whole 8 bytes make one big-endian word; the tail is shifted in after the tag; then
+        // the length. Words are loaded 8 bytes at a time (the simulation seals every byte a link
+        // carries, file transfers included).
         func absorb(_ bytes: [UInt8], tag: UInt64) {
-            var index = 0
-            var word: UInt64 = tag
-            for byte in bytes {
-                word = word << 8 | UInt64(byte)
-                index += 1
-                if index % 8 == 0 { mix(&lanes, word); word = tag }
+            bytes.withUnsafeBytes { raw in
+                let whole = raw.count / 8 * 8
+                var offset = 0
+                while offset < whole {
+                    lanes.mix(UInt64(bigEndian: raw.loadUnaligned(fromByteOffset: offset, as: UInt64.self)))
+                    offset += 8
+                }
+                var word = tag
+                for index in whole..<raw.count { word = word << 8 | UInt64(raw[index]) }
+                lanes.mix(word ^ UInt64(raw.count) << 32)
             }
-            mix(&lanes, word ^ UInt64(bytes.count) << 32)
         }
         if let key { absorb(key, tag: 0x4B45_5900) }
         absorb(data, tag: 0x4441_5400)
-        for _ in 0..<4 { mix(&lanes, 0x9E37_79B9_7F4A_7C15) }
+        for _ in 0..<4 { lanes.mix(0x9E37_79B9_7F4A_7C15) }
         var out: [UInt8] = []
         out.reserveCapacity(32)
-        for lane in lanes { withUnsafeBytes(of: lane.littleEndian) { out.append(contentsOf: $0) } }
+        for lane in [lanes.a, lanes.b, lanes.c, lanes.d] { withUnsafeBytes(of: lane.littleEndian) { out.append(contentsOf: $0) } }
         return out
     }
 
@@ -81,12 +87,24 @@ public final class DeterministicCrypto: CryptoPrimitives, @unchecked Sendable {
         Array(hash(nonce + associatedData + plaintext, key: key).prefix(CryptoSize.tag))
     }
 
-    private func mix(_ lanes: inout [UInt64], _ word: UInt64) {
-        for index in 0..<4 {
-            var x = lanes[index] ^ (word &+ UInt64(index) &* 0x9E37_79B9_7F4A_7C15)
-            x = (x ^ (x >> 31)) &* 0x7FB5_D329_728E_A185
+    /// The hash's state: four lanes, each mixed with the word and the next lane in turn.
+    private struct Lanes {
+        var a: UInt64 = 0x6A09_E667_F3BC_C908
+        var b: UInt64 = 0xBB67_AE85_84CA_A73B
+        var c: UInt64 = 0x3C6E_F372_FE94_F82B
+        var d: UInt64 = 0xA54F_F53A_5F1D_36F1
+
+        mutating func mix(_ word: UInt64) {
+            a = Self.scramble(a ^ word) ^ b
+            b = Self.scramble(b ^ (word &+ 0x9E37_79B9_7F4A_7C15)) ^ c
+            c = Self.scramble(c ^ (word &+ 2 &* 0x9E37_79B9_7F4A_7C15)) ^ d
+            d = Self.scramble(d ^ (word &+ 3 &* 0x9E37_79B9_7F4A_7C15)) ^ a
+        }
+
+        private static func scramble(_ value: UInt64) -> UInt64 {
+            var x = (value ^ (value >> 31)) &* 0x7FB5_D329_728E_A185
             x = (x ^ (x >> 27)) &* 0x81DA_DEF4_BC2D_D44D
-            lanes[index] = x ^ (x >> 33) ^ lanes[(index + 1) % 4]
+            return x ^ (x >> 33)
         }
     }
 

@@ -14,6 +14,9 @@ import PeerVoiceCore
 /// The first violation ends the run.
 public final class History {
     public private(set) var violations: [String] = []
+    /// Defects known and not fixed (docs/RELIABILITY.md, "Still open"), seen in this run: they do
+    /// not fail it, and `make simulate` counts them by seed.
+    public private(set) var findings: [String] = []
     /// What happened, in order (the last lines are printed with a violation).
     public private(set) var log: [String] = []
     private let scheduler: Scheduler
@@ -48,6 +51,29 @@ public final class History {
     private var prompts: [[UInt8]: [PeerID: (code: String, accepted: Bool?)]] = [:]
     public private(set) var accepted = 0
     public private(set) var received = 0
+    /// Transfers `SendFiles` took, and those whose receiver reported them complete.
+    public private(set) var transfersSent = 0
+    public private(set) var transfersCompleted = 0
+    /// Bytes of the transfers reported complete by their receivers.
+    public private(set) var bytesCompleted: UInt64 = 0
+
+    private struct TransferTrack {
+        let sender: PeerID
+        let receiver: PeerID
+        let names: [String]
+        let bytes: [[UInt8]]
+        let bytesPerSecond: Double
+        /// Per side (`id/direction`), the end it reported and its state losses then.
+        var ends: [String: (state: TransferState, losses: Int)] = [:]
+        /// The sides whose record of the end is on the disk.
+        var endsSaved: Set<String> = []
+    }
+
+    private var transfers: [TransferID: TransferTrack] = [:]
+    /// App streams by key: what was written, to whom, and whether its end was seen.
+    private var appStreams: [Int: (receiver: PeerID, bytes: [UInt8], ended: Bool)] = [:]
+    public private(set) var appStreamsOpened = 0
+    public private(set) var appStreamsWhole = 0
     public private(set) var linksOpened = 0
     public private(set) var pairings = 0
 
@@ -74,6 +100,11 @@ public final class History {
     func violation(_ what: String) {
         note("VIOLATION: \(what)")
         violations.append("\(Self.time(scheduler.now)): \(what)")
+    }
+
+    func finding(_ what: String) {
+        note("FINDING: \(what)")
+        if !findings.contains(what) { findings.append(what) }
     }
 
     static func time(_ duration: Duration) -> String {
@@ -169,6 +200,124 @@ public final class History {
 
     func started(_ peer: SimulatedPeer) { note("\(peer.name) started as \(peer.id.base32.prefix(6))") }
     func stopped(_ peer: SimulatedPeer) { note("\(peer.name) stopped") }
+
+    // MARK: Transfers
+
+    func transferSent(_ id: TransferID, from sender: SimulatedPeer, to receiver: PeerID, files: [(name: String, bytes: [UInt8])],
+                      bytesPerSecond: Double) {
+        guard transfers[id] == nil else { return violation("transfer id \(id.hex) taken twice") }
+        transfers[id] = TransferTrack(sender: sender.id, receiver: receiver, names: files.map(\.name), bytes: files.map(\.bytes),
+                                      bytesPerSecond: bytesPerSecond)
+        transfersSent += 1
+        note("\(sender.name): SendFiles \(id.hex.prefix(6)) to \(receiver.base32.prefix(6)): \(files.map(\.bytes.count)) bytes at \(Int(bytesPerSecond)) B/s")
+    }
+
+    func transferRefused(_ id: TransferID, by sender: SimulatedPeer, _ error: TransferStoreError) {
+        transfersSent -= 1
+        note("\(sender.name): SendFiles \(id.hex.prefix(6)) refused: \(error)")
+    }
+
+    /// The sender's files (the person's, on a disk the simulation does not crash).
+    func transferFiles(_ id: TransferID) -> (bytes: [[UInt8]], bytesPerSecond: Double) {
+        let track = transfers[id]!
+        return (track.bytes, track.bytesPerSecond)
+    }
+
+    /// A side reported how a transfer ended: at most once per side (again only after it lost
+    /// state), never two different ends, `complete` at the sender only after the receiver's, and a
+    /// receiver's `complete` with exactly the sender's bytes in place. (The two sides may end
+    /// differently when each ended it before hearing from the other: a receiver declines while the
+    /// link is down, then the sender removes the peer.)
+    func transferEnded(_ id: TransferID, at peer: SimulatedPeer, direction: TransferDirection, state: TransferState,
+                       placed: [String: [UInt8]?]?) {
+        note("\(peer.name): transfer \(id.hex.prefix(6)) ended \(state.rawValue) (\(direction.rawValue))")
+        guard var track = transfers[id] else { return violation("\(peer.name) reported transfer \(id.hex) \(state.rawValue), which nobody sent") }
+        let side = "\(peer.id)/\(direction.rawValue)"
+        let losses = stateLosses[peer.id, default: 0]
+        if let earlier = track.ends[side] {
+            if earlier.state != state && earlier.losses != losses {
+                // The daemon shows an end before its record is written (the disk thread's
+                // save): a machine that stops in between forgets it (docs/RELIABILITY.md).
+                finding("a side announced a transfer's end, lost it with its machine before the record said so, and ended it again differently")
+            } else if earlier.state != state {
+                violation("\(peer.name) reported transfer \(id.hex.prefix(8)) \(state.rawValue) after reporting it \(earlier.state.rawValue)")
+            } else if earlier.losses == losses {
+                violation("\(peer.name) reported transfer \(id.hex.prefix(8)) \(state.rawValue) twice without losing state in between")
+            }
+        }
+        if state == .complete && direction == .outgoing && track.ends["\(track.receiver)/incoming"]?.state != .complete {
+            violation("\(peer.name) reported transfer \(id.hex.prefix(8)) complete before its receiver did")
+        }
+        if state == .complete && direction == .incoming, let placed {
+            for (index, name) in track.names.enumerated() {
+                guard let held = placed[name] ?? nil else {
+                    violation("\(peer.name) reported transfer \(id.hex.prefix(8)) complete without \(name) in place")
+                    continue
+                }
+                if held != track.bytes[index] {
+                    violation("\(peer.name) reported transfer \(id.hex.prefix(8)) complete, but \(name) holds \(held.count) bytes that are not the sender's \(track.bytes[index].count)")
+                }
+            }
+            if track.ends[side] == nil {
+                transfersCompleted += 1
+                bytesCompleted += UInt64(track.bytes.reduce(0) { $0 + $1.count })
+            }
+        }
+        track.ends[side] = (state, losses)
+        transfers[id] = track
+    }
+
+    /// A side's record of how the transfer ended is on the disk (synced, renamed, the folder synced).
+    func transferEndSaved(_ id: TransferID, at peer: SimulatedPeer, direction: TransferDirection) {
+        transfers[id]?.endsSaved.insert("\(peer.id)/\(direction.rawValue)")
+    }
+
+    /// A restarted side found the transfer unfinished in its record: never after its end was on the disk.
+    func transferReloaded(_ id: TransferID, at peer: SimulatedPeer, direction: TransferDirection, state: TransferState) {
+        guard let track = transfers[id], track.endsSaved.contains("\(peer.id)/\(direction.rawValue)") else { return }
+        violation("\(peer.name): transfer \(id.hex.prefix(8)) came back \(state.rawValue) after a restart, though the record of its end was on the disk")
+    }
+
+    // MARK: App streams
+
+    func appStreamOpened(_ key: Int, from sender: SimulatedPeer, to receiver: PeerID, bytes: [UInt8]) {
+        appStreams[key] = (receiver, bytes, false)
+        appStreamsOpened += 1
+        note("\(sender.name): app stream \(key) opened to \(receiver.base32.prefix(6)) (\(bytes.count) bytes)")
+    }
+
+    /// A listening app's stream ended: a clean end only with every byte written, in order, once;
+    /// a reset with a prefix of them (unless the link lost records: a finding).
+    func appStreamEnded(_ received: [UInt8], at peer: SimulatedPeer, clean: Bool, afterAHole: Bool) {
+        let hole = "a link lost records and went on: an app stream's bytes had a hole, without a reset"
+        guard received.count >= 8 else {
+            if clean && afterAHole { finding(hole) }
+            if clean && !afterAHole { violation("\(peer.name): an app stream ended cleanly with \(received.count) bytes, not even its key") }
+            return
+        }
+        let key = received.withUnsafeBytes { Int(littleEndian: $0.loadUnaligned(as: Int.self)) }
+        guard let stream = appStreams[key] else {
+            return afterAHole ? finding(hole) : violation("\(peer.name): an app stream nobody opened (key \(key), \(received.count) bytes, \(clean ? "clean" : "reset"), starts \(Array(received.prefix(12))))")
+        }
+        note("\(peer.name): app stream \(key) ended \(clean ? "cleanly" : "abruptly") after \(received.count) of \(stream.bytes.count) bytes")
+        if stream.ended { violation("\(peer.name): app stream \(key) arrived twice") }
+        appStreams[key]!.ended = true
+        if stream.receiver != peer.id { violation("\(peer.name): app stream \(key) for \(stream.receiver) arrived here") }
+        let intact = clean ? received == stream.bytes : received.count <= stream.bytes.count && stream.bytes.starts(with: received)
+        if intact {
+            if clean { appStreamsWhole += 1 }
+        } else if afterAHole {
+            finding(hole)
+        } else {
+            violation("\(peer.name): app stream \(key) ended \(clean ? "cleanly" : "abruptly") with \(received.count) bytes that are not "
+                      + "\(clean ? "" : "a prefix of ")the \(stream.bytes.count) written")
+        }
+    }
+
+    /// The peers at either end of a transfer.
+    func transferEnds(_ id: TransferID) -> (sender: PeerID, receiver: PeerID)? {
+        transfers[id].map { ($0.sender, $0.receiver) }
+    }
 
     // MARK: Pairing
 

@@ -7,7 +7,12 @@ protocol SimulatedLinkOwner: AnyObject {
     func linkPeerIsAsking(_ link: SimulatedLink)
     func linkDidOpen(_ link: SimulatedLink)
     func link(_ link: SimulatedLink, received frame: Frame)
+    /// A channel frame's body (the daemon's link hands these to `LinkChannels`).
+    func link(_ link: SimulatedLink, receivedChannelFrame body: [UInt8])
     func linkDidDrainInput(_ link: SimulatedLink)
+    /// Records were lost or reordered on the way (a record opened whose counter skipped some):
+    /// the link goes on, as the daemon's does, and the frames they held are gone.
+    func linkSkippedRecords(_ link: SimulatedLink)
     func linkDidClose(_ link: SimulatedLink, reason: SimulatedLink.CloseReason)
 }
 
@@ -51,6 +56,8 @@ final class SimulatedLink {
     private var handshake: Handshake?
     private var sealer: RecordSealer?
     private var opener: RecordOpener?
+    /// The counter of the last record opened.
+    private var lastCounter: UInt64?
     private var timer: Scheduler.Timer?
     private let startedAt: Duration
     private var authenticatedAt: Duration?
@@ -109,6 +116,12 @@ final class SimulatedLink {
     func send(_ frame: Frame) {
         guard phase == .open else { return }
         sendSealed(frame)
+    }
+
+    /// A channel frame, sealed like every record once the link is open.
+    func send(_ frame: ChannelFrame) {
+        guard phase == .open else { return }
+        sendSealed(body: frame.encodedBody())
     }
 
     func close(goodbye reason: GoodbyeReason, _ why: String) {
@@ -198,9 +211,17 @@ final class SimulatedLink {
         do {
             plaintext = try opener.open(body)
             self.opener = opener
+            if let newest = opener.newestCounter, let last = lastCounter, newest != last + 1, phase == .open {
+                owner?.linkSkippedRecords(self)
+            }
+            lastCounter = opener.newestCounter
         } catch {
             self.opener = opener
             if opener.rejections.total >= Self.maxRejectedRecords { drop("\(opener.rejections.total) records failed to open") }
+            return
+        }
+        if phase == .open, ChannelFrame.isChannelFrame(plaintext) {
+            owner?.link(self, receivedChannelFrame: plaintext)
             return
         }
         let frame = try Frame(body: plaintext)
@@ -236,9 +257,11 @@ final class SimulatedLink {
 
     // MARK: Sending and timing
 
-    private func sendSealed(_ frame: Frame) {
+    private func sendSealed(_ frame: Frame) { sendSealed(body: frame.encodedBody()) }
+
+    private func sendSealed(body: [UInt8]) {
         guard var sealer, phase != .closed else { return }
-        guard let record = try? sealer.seal(frame.encodedBody()) else { return drop("cannot seal") }
+        guard let record = try? sealer.seal(body) else { return drop("cannot seal") }
         self.sealer = sealer
         end.send(Wire.lengthPrefixed(record))
         lastSent = scheduler.now

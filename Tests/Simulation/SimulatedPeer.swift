@@ -102,7 +102,8 @@ public final class SimulatedPeer {
             network.resetStreams(of: host)
             // Memory held what the disk refused, or a RemovePeer the disk stopped half-way (the
             // next start finishes it, reporting its failures again).
-            if service.store.holdsUnrecordedChanges || !service.store.interruptedRemovals.isEmpty {
+            if service.store.holdsUnrecordedChanges || !service.store.interruptedRemovals.isEmpty
+                || service.transfers.holdsUnsavedRecords {
                 history.lostState(self)
             }
         case .powerLoss:
@@ -160,6 +161,8 @@ extension SimulatedDisk {
         crash()
         for path in (try? list("/state")) ?? [] where !isDirectory("/state/" + path) { try? remove("/state/" + path) }
         for path in (try? list("/state/messages")) ?? [] { try? remove("/state/messages/" + path) }
+        for path in (try? list(SimulatedService.transfersDirectory)) ?? [] { try? remove(SimulatedService.transfersDirectory + "/" + path) }
+        try? syncDirectory(SimulatedService.transfersDirectory)
         try? syncDirectory("/state/messages")
         try? syncDirectory("/state")
     }

@@ -59,6 +59,7 @@ final class SimulatedService {
     }
 
     static let messagesDirectory = "/state/messages"
+    static let transfersDirectory = "/state/transfers"
     static let firstRedial: Duration = .milliseconds(250)
     static let maxRedial: Duration = .seconds(5)
     static let pairingWindow: Duration = .seconds(60)
@@ -85,6 +86,10 @@ final class SimulatedService {
     private var redials: [PeerID: (backoff: Duration, timer: Scheduler.Timer?)] = [:]
     private var prompts: [PeerID: Prompt] = [:]
     private var limiter = PairingRateLimiter()
+    /// Each open link's app channels, by link id.
+    private var channels: [Int: SimulatedChannels] = [:]
+    private(set) var transfers: SimulatedTransfers!
+    private(set) var appStreams: SimulatedAppStreams!
     private var syncing = false
     private(set) var isAlive = true
 
@@ -108,11 +113,15 @@ final class SimulatedService {
             record.instance = known.instance.flatMap { InstanceID(hex: $0) }
             peers[known.id] = record
         }
+        let transferStore = try TransferStore(directory: Self.transfersDirectory, storage: disk)
         delivery = TextDelivery(
             store: store, now: { [scheduler] in scheduler.instant }, nowMs: { [scheduler] in scheduler.wallClockMs },
             transmit: { [weak self] link, frame in if self?.isAlive == true { link.send(frame) } },
             drop: { [weak self] link, reason in if self?.isAlive == true { link.drop(reason) } },
             emit: { [weak self] event in self?.emitted(event) })
+        transfers = SimulatedTransfers(service: self, store: transferStore, scheduler: scheduler, history: history,
+                                       seed: Seeds.derive(seed, 7))
+        appStreams = SimulatedAppStreams(service: self, scheduler: scheduler, history: history)
     }
 
     var id: PeerID { peer.id }
@@ -140,6 +149,7 @@ final class SimulatedService {
         }
         for prompt in prompts.values { prompt.timeout.cancel() }
         for redial in redials.values { redial.timer?.cancel() }
+        transfers.die()
         network.stopListening(at: peer.address)
         history.stopped(peer)
     }
@@ -153,7 +163,7 @@ final class SimulatedService {
     }
 
     /// Runs an entry point: its writes go to the sync, and a disk that stopped inside it stops the service.
-    private func perform(_ body: () -> Void) {
+    func perform(_ body: () -> Void) {
         guard isAlive else { return }
         body()
         guard isAlive else { return }
@@ -254,6 +264,7 @@ final class SimulatedService {
             guard let record = peers[id] else { return }
             disconnect(record, by: "RemovePeer")
             redials[id] = nil
+            transfers.peerRemoved(id)
             forget(id)
         }
     }
@@ -282,9 +293,42 @@ final class SimulatedService {
         }
     }
 
-    /// In the final phase, as a person would: Connect to every peer with messages waiting.
+    /// `SendFiles` of `files` to `target`.
+    func sendFiles(_ files: [(name: String, bytes: [UInt8])], to target: PeerID, bytesPerSecond: Double) {
+        perform {
+            guard peers[target]?.paired == true else { return }
+            let id = TransferID(bytes: peer.crypto.randomBytes(16))!
+            transfers.send(files, to: target, id: id, bytesPerSecond: bytesPerSecond)
+        }
+    }
+
+    /// An app opens a stream to `target` (`OpenStream`) and writes `bytes`; false when no link
+    /// is open to it (the call fails).
+    func openAppStream(to target: PeerID, key: Int, bytes: [UInt8]) -> Bool {
+        var opened = false
+        perform {
+            guard let link = peers[target]?.link, let linkChannels = channels[link.id] else { return }
+            opened = appStreams.open(on: linkChannels, key: key, bytes: bytes)
+        }
+        return opened
+    }
+
+    /// `Cancel` on one of the transfers not yet over.
+    func cancelTransfer(pick: UInt64) { perform { transfers.cancel(pick: pick) } }
+
+    /// A transfer waits for a link to `id` (the daemon's `Transfers.wantsLink`).
+    func wantsLink(_ id: PeerID) {
+        guard let record = peers[id] else { return }
+        scheduleRedial(record, immediately: true)
+    }
+
+    /// Whether messages or transfers wait for a link to `id`.
+    private func needsLink(to id: PeerID) -> Bool { delivery.hasPending(for: id) || transfers.needsLink(to: id) }
+
+    /// In the final phase, as a person would: Connect to every peer with messages or transfers waiting.
     func connectToPeersWithMessagesWaiting() {
-        for id in peers.keys.sorted() where delivery.hasPending(for: id) {
+        perform { transfers.answerEverythingWaiting() }
+        for id in peers.keys.sorted() where needsLink(to: id) {
             connect(toPeer: id)
         }
     }
@@ -411,7 +455,7 @@ final class SimulatedService {
         var redial = redials[record.id] ?? (.zero, nil)
         guard isAlive, record.paired, !record.routes.isEmpty || !record.candidates.isEmpty, !record.stayDisconnected,
               record.link == nil, dials[record.id] == nil, redial.timer == nil, !hasPendingLink(record),
-              delivery.hasPending(for: record.id) else { return }
+              needsLink(to: record.id) else { return }
         redial.backoff = immediately ? .zero : min(Self.maxRedial, max(Self.firstRedial, redial.backoff * 2))
         let id = record.id
         redial.timer = scheduler.after(redial.backoff) { [weak self, weak record] in
@@ -503,6 +547,7 @@ final class SimulatedService {
     // MARK: Bounds
 
     var openLinkCount: Int { peers.values.filter { $0.link != nil }.count }
+    var linkChannels: [SimulatedChannels] { channels.keys.sorted().map { channels[$0]! } }
     var pendingLinkCount: Int { pendingLinks.count }
     var promptCount: Int { prompts.count }
     var peerCount: Int { peers.count }
@@ -594,6 +639,7 @@ extension SimulatedService: SimulatedLinkOwner {
                 existing.owner = nil
                 linkOwners[existing.id] = nil
                 existing.drop("replaced by a better link")
+                closeChannels(of: existing, to: id, reason: "replaced by a better link")
             }
             record.link = link
             linkOwners[link.id] = id
@@ -612,7 +658,29 @@ extension SimulatedService: SimulatedLinkOwner {
             record.waiters = []
             waiters.forEach { $0(.success(id)) }
             delivery.linkOpened(link, to: id)
+            let linkChannels = SimulatedChannels(link: link, scheduler: scheduler, history: history, owner: peer.name)
+            channels[link.id] = linkChannels
+            // The channels taken here: the service's own (transfers) and the app's.
+            linkChannels.takeStream = { [weak self, weak linkChannels] channel, stream in
+                guard let self, let linkChannels else { return nil }
+                switch channel.description {
+                case TransferWire.channel: return transfers.takeStream(stream, from: id, on: linkChannels)
+                case SimulatedAppStreams.channel: return appStreams.takeStream(stream, on: linkChannels)
+                default: return nil
+                }
+            }
+            transfers.linkOpened(to: id, channels: linkChannels)
         }
+    }
+
+    private func closeChannels(of link: SimulatedLink, to id: PeerID, reason: String) {
+        guard let linkChannels = channels.removeValue(forKey: link.id) else { return }
+        transfers.linkClosed(to: id, channels: linkChannels)
+        linkChannels.linkClosed(reason: reason)
+    }
+
+    func link(_ link: SimulatedLink, receivedChannelFrame body: [UInt8]) {
+        perform { channels[link.id]?.received(body) }
     }
 
     func link(_ link: SimulatedLink, received frame: Frame) {
@@ -626,10 +694,15 @@ extension SimulatedService: SimulatedLinkOwner {
         }
     }
 
+    func linkSkippedRecords(_ link: SimulatedLink) {
+        channels[link.id]?.recordsSkipped()
+    }
+
     func linkDidDrainInput(_ link: SimulatedLink) {
         perform {
             guard let id = linkOwners[link.id] else { return }
             delivery.inputDrained(from: id)
+            channels[link.id]?.inputDrained()
         }
     }
 
@@ -641,6 +714,7 @@ extension SimulatedService: SimulatedLinkOwner {
             guard let id = linkOwners.removeValue(forKey: link.id), let record = peers[id] else { return }
             history.note("\(peer.name): link \(link.id) to \(id.base32.prefix(6)) closed: \(reason)")
             delivery.linkClosed(to: id)
+            closeChannels(of: link, to: id, reason: "\(reason)")
             record.link = nil
             if reason == .goodbye(.userDisconnected) { setStayDisconnected(record, true) }
             scheduleRedial(record)

@@ -123,6 +123,66 @@ final class SimulationTests: XCTestCase {
         for seed in UInt64(1)...UInt64(count) { assertRunsClean(seed) }
     }
 
+    /// A transfer completed, then the receiver's machine stopped a few disk changes later: the
+    /// rename of its record's last version (complete) was never synced in the folder, and the
+    /// old one (active) came back paused, waiting for a sender long done. `TransferStore` now
+    /// syncs the folder after each rename and removal.
+    func testSeed1ACompletedTransferDoesNotComeBackPausedAfterAPowerLoss() {
+        let shrunk = Simulation(seed: 1).run(keeping: [6, 90, 185, 187])
+        XCTAssertFalse(shrunk.failed, shrunk.violations.first ?? "")
+        XCTAssertEqual(shrunk.transfersCompleted, 2, "the shrunk seed completes its two transfers")
+        assertRunsClean(1)
+    }
+
+    /// A transfer completed while the sender's state directory was read-only (32.9-39.0 s): its
+    /// record could not be removed, and the store said nothing; the disk writable again, a kill -9
+    /// at 85.9 s brought the ended transfer back, offered again. `TransferStore.remove` now says
+    /// when the disk refused, and `Transfers` tries again every 0.5 s as for a refused save. (The
+    /// whole schedule but its app streams: shrunk, it kept the disk read-only until the kill,
+    /// which brings the record back with or without the fix.)
+    func testSeed101AnEndedTransferTheDiskWouldNotForgetIsForgottenLater() {
+        // Its schedule as it was found, before app streams were simulated.
+        let simulation = Simulation(seed: 101)
+        let keep = Set(simulation.schedule.indices.filter {
+            if case .openAppStream = simulation.schedule[$0].action { false } else { true }
+        })
+        assertRunsClean(101, keeping: keep)
+        XCTAssertGreaterThan(simulation.run(keeping: keep).transfersCompleted, 0)
+        assertRunsClean(101)
+    }
+
+    /// What the seed above relies on, on the store alone: a record replaced or removed, then a
+    /// power loss (each seed keeps a different part of what was not synced) keeps the new
+    /// version, or nothing.
+    func testATransferRecordReplacedOrRemovedStaysSoAfterAPowerLoss() throws {
+        let manifest = try TransferManifest(entries: [.file(try TransferPath("a.bin"), size: 10)])
+        for seed in UInt64(1)...50 {
+            let disk = SimulatedDisk(seed: seed)
+            let store = try TransferStore(directory: "/state/transfers", storage: disk)
+            var record = TransferRecord(id: TransferID(bytes: [UInt8](repeating: 7, count: 16))!, peer: "pv:x", createdMs: 1,
+                                        direction: .incoming, manifest: manifest)
+            try store.save(record)
+            _ = record.lifecycle.handle(.completed)
+            try store.save(record)
+            var other = TransferRecord(id: TransferID(bytes: [UInt8](repeating: 8, count: 16))!, peer: "pv:x", createdMs: 1,
+                                       direction: .outgoing, manifest: manifest)
+            other.offered = true
+            try store.save(other)
+            store.remove(other.idHex)
+            disk.crash()
+            let records = store.loadAll(nowMs: 2).records
+            XCTAssertEqual(records.map(\.idHex), [record.idHex], "seed \(seed)")
+            XCTAssertEqual(records.first?.lifecycle.state, .complete, "seed \(seed)")
+            // A removal the disk refuses says so (seed 101), and the record stays.
+            disk.isReadOnly = true
+            XCTAssertFalse(store.remove(record.idHex), "seed \(seed)")
+            disk.isReadOnly = false
+            XCTAssertEqual(store.loadAll(nowMs: 2).records.count, 1, "seed \(seed)")
+            XCTAssertTrue(store.remove(record.idHex), "seed \(seed)")
+            XCTAssertEqual(store.loadAll(nowMs: 2).records.count, 0, "seed \(seed)")
+        }
+    }
+
     func testASeedReplaysExactly() {
         let first = Simulation(seed: 7).run(), second = Simulation(seed: 7).run()
         XCTAssertEqual(first.events, second.events)

@@ -91,6 +91,15 @@ public struct TransferLifecycle: Equatable, Sendable, Codable {
         case completed
         /// Outgoing: the ABORT it owed the receiver went out.
         case peerTold
+
+        /// What the peer's ABORT with `code` means.
+        public static func peerAborted(_ code: TransferAbort, reason: String) -> Event {
+            switch code {
+            case .declined: .peerDeclined(reason: reason)
+            case .cancelled: .cancelled(by: .peer, reason: reason)
+            case .failed: .failed(by: .peer, reason: reason)
+            }
+        }
     }
 
     /// Applies `event`; events that mean nothing in the current state change nothing.

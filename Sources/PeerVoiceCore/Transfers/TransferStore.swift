@@ -88,18 +88,26 @@ public struct TransferProgress: Codable, Equatable, Sendable {
 
 /// The transfers folder of the state directory: one record per transfer (`<id>.json`), and for an
 /// incoming one being received, its progress (`<id>.progress`). Every write goes to a
-/// temporary file that is flushed to disk (`fsync`) and renamed over the old one, so a crash
-/// leaves the old version or the new, never a mix. Stateless: any thread may use it, one
-/// transfer's files from one thread at a time.
-public struct TransferStore: Sendable {
+/// temporary file that is flushed to disk (`fsync`) and renamed over the old one, and the folder
+/// is synced after every rename and removal, so a crash (or a power loss) leaves the old version
+/// or the new, never a mix, and never brings back a record that was replaced or removed (an
+/// incoming transfer that ended would come back `paused`, waiting for a sender that forgot it:
+/// simulation seed 1). Any thread may use it, one transfer's files from one thread at a time:
+/// `FileStorage` holds no state; the simulation gives its disk and runs on one thread.
+public struct TransferStore: @unchecked Sendable {
     public let directory: String
+    private let storage: any Storage
     /// Ended incoming transfers are remembered this long, to answer a sender that missed the end.
     public static let keepFinishedMs: UInt64 = 30 * 24 * 3600 * 1000
 
-    public init(directory: String) throws {
+    public init(directory: String, storage: any Storage = FileStorage()) throws(TransferStoreError) {
         self.directory = directory
-        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true,
-                                                attributes: [.posixPermissions: 0o700])
+        self.storage = storage
+        do {
+            try storage.makeDirectory(directory)
+        } catch {
+            throw TransferStoreError(directory: directory, reason: error.reason)
+        }
     }
 
     private func recordPath(_ idHex: String) -> String { directory + "/" + idHex + ".json" }
@@ -108,13 +116,14 @@ public struct TransferStore: Sendable {
     /// Every record that reads back, and a line for each one that does not (set aside as
     /// `<name>.unreadable`, never deleted); ended ones older than ``keepFinishedMs`` go.
     public func loadAll(nowMs: UInt64) -> (records: [TransferRecord], warnings: [String]) {
-        let names = (try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []
+        let names = (try? storage.list(directory)) ?? []
         var records: [TransferRecord] = []
         var warnings: [String] = []
         for name in names.sorted() where name.hasSuffix(".json") {
             let path = directory + "/" + name
             do {
-                let record = try JSONDecoder().decode(TransferRecord.self, from: Data(contentsOf: URL(fileURLWithPath: path)))
+                guard let bytes = try storage.read(path) else { continue }
+                let record = try JSONDecoder().decode(TransferRecord.self, from: Data(bytes))
                 guard record.id != nil, record.recordPathName == name else { throw CocoaError(.fileReadCorruptFile) }
                 if record.lifecycle.state.isFinished && nowMs > record.createdMs + Self.keepFinishedMs {
                     remove(record.idHex)
@@ -123,7 +132,7 @@ public struct TransferStore: Sendable {
                 records.append(record)
             } catch {
                 warnings.append("\(name) does not read back (\(error.localizedDescription)): set aside as \(name).unreadable")
-                _ = rename(path, path + ".unreadable")
+                try? storage.rename(path, to: path + ".unreadable")
             }
         }
         return (records, warnings)
@@ -133,14 +142,24 @@ public struct TransferStore: Sendable {
         try writeDurably(record, to: recordPath(record.idHex))
     }
 
-    public func remove(_ idHex: String) {
-        _ = unlink(recordPath(idHex))
-        _ = unlink(progressPath(idHex))
+    /// Forgets a transfer: its record and progress. False when the disk refused (read-only):
+    /// the record is still there, and would bring the transfer back at the next start.
+    @discardableResult
+    public func remove(_ idHex: String) -> Bool {
+        do throws(StorageError) {
+            try storage.remove(recordPath(idHex))
+            try storage.remove(progressPath(idHex))
+            try storage.syncDirectory(directory)
+            return true
+        } catch {
+            return false
+        }
     }
 
     /// Forgets how far an incoming transfer came (it ended: nothing resumes).
     public func removeProgress(_ idHex: String) {
-        _ = unlink(progressPath(idHex))
+        try? storage.remove(progressPath(idHex))
+        try? storage.syncDirectory(directory)
     }
 
     /// Records how far an incoming transfer has come (the data it counts was flushed before).
@@ -150,8 +169,8 @@ public struct TransferStore: Sendable {
 
     /// The progress last saved; nil when none was (or it does not read back).
     public func progress(of idHex: String) -> TransferProgress? {
-        guard let data = FileManager.default.contents(atPath: progressPath(idHex)),
-              let progress = try? JSONDecoder().decode(TransferProgress.self, from: data),
+        guard let bytes = try? storage.read(progressPath(idHex)),
+              let progress = try? JSONDecoder().decode(TransferProgress.self, from: Data(bytes)),
               progress.position.fileIndex >= 0 else { return nil }
         return progress
     }
@@ -162,22 +181,24 @@ public struct TransferStore: Sendable {
         let data: Data
         do { data = try encoder.encode(value) } catch { throw TransferStoreError(directory: directory, reason: "\(error)") }
         let temporary = path + ".tmp"
-        guard FileManager.default.createFile(atPath: temporary, contents: nil, attributes: [.posixPermissions: 0o600]),
-              let handle = FileHandle(forWritingAtPath: temporary) else {
-            throw TransferStoreError(directory: directory, reason: String(cString: strerror(errno)))
-        }
-        do {
-            try handle.write(contentsOf: data)
-            try handle.synchronize()
-            try handle.close()
+        do throws(StorageError) {
+            // What a crash left of an earlier attempt goes first (create refuses an existing file).
+            try storage.remove(temporary)
+            let file = try storage.create(temporary)
+            do throws(StorageError) {
+                try file.append(Array(data))
+                try file.sync()
+                file.close()
+            } catch {
+                // A full disk: what was written of the temporary file gives its space back.
+                file.close()
+                try? storage.remove(temporary)
+                throw error
+            }
+            try storage.rename(temporary, to: path)
+            try storage.syncDirectory(directory)
         } catch {
-            // A full disk: what was written of the temporary file gives its space back.
-            try? handle.close()
-            _ = unlink(temporary)
-            throw TransferStoreError(directory: directory, reason: error.localizedDescription)
-        }
-        guard rename(temporary, path) == 0 else {
-            throw TransferStoreError(directory: directory, reason: String(cString: strerror(errno)))
+            throw TransferStoreError(directory: directory, reason: error.reason)
         }
     }
 }

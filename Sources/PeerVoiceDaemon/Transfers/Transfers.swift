@@ -322,11 +322,7 @@ final class Transfers: ChannelHandler, LinkComponent {
         case .completed:
             handle(transfer, .completed)
         case .aborted(let code, let reason):
-            switch code {
-            case .declined: handle(transfer, .peerDeclined(reason: reason))
-            case .cancelled: handle(transfer, .cancelled(by: .peer, reason: reason))
-            case .failed: handle(transfer, .failed(by: .peer, reason: reason))
-            }
+            handle(transfer, .peerAborted(code, reason: reason))
         case .failed(let reason):
             handle(transfer, .failed(by: .local, reason: reason))
         case .offered, .ended:
@@ -568,8 +564,9 @@ final class Transfers: ChannelHandler, LinkComponent {
         let forget = transfer.direction == .outgoing && transfer.state.isFinished && !transfer.lifecycle.owesPeerAbort
         onDisk({ () -> String? in
             if forget {
-                store.remove(record.idHex)
-                return nil
+                // A record left behind would bring the ended transfer back at the next start,
+                // offered again (simulation seed 101): written again like a refused save.
+                return store.remove(record.idHex) ? nil : "cannot remove the record \(record.idHex).json from \(store.directory)"
             }
             do {
                 try store.save(record)
