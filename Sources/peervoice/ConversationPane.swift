@@ -36,8 +36,7 @@ final class ConversationPane {
     let volumeScale = Scale(range: 0...200, step: 1)
     private let volumeLabel = Label()
     let peerMuteButton = ToggleButton(icon: "audio-volume-muted-symbolic", name: tr("Mute this peer"))
-    let messageEntry = Entry(placeholder: tr("Message"))
-    let sendButton = Button(icon: "mail-send-symbolic", name: tr("Send"))
+    let compose = ComposeBar(placeholder: tr("Message"), accessibleName: tr("Message"), sendName: tr("Send"))
 
     /// A person asked to send a failed message again.
     var onRetry: (ChatMessage) -> Void = { _ in }
@@ -73,7 +72,7 @@ final class ConversationPane {
         chatPage.append(scroller)
         chatPage.append(Separator(.horizontal))
         chatPage.append(voiceBar())
-        chatPage.append(composeBar())
+        chatPage.append(compose.root)
         chatPage.expandsVertically = true
         chatPage.onFilesDropped { [unowned self] paths in onFilesDropped(paths) }
         root.append(chatPage)
@@ -115,18 +114,6 @@ final class ConversationPane {
         return bar
     }
 
-    private func composeBar() -> Widget {
-        let compose = Box(.horizontal, spacing: 6)
-        compose.setMargins(8)
-        messageEntry.setAccessibleName(tr("Message"))
-        messageEntry.expandsHorizontally = true
-        compose.append(messageEntry)
-        sendButton.addStyleClass("suggested-action")
-        sendButton.addStyleClass("circular")
-        compose.append(sendButton)
-        return compose
-    }
-
     // MARK: Rendering
 
     /// The selected peer's name and state in the header, and its conversation or the empty page.
@@ -156,10 +143,10 @@ final class ConversationPane {
         } else {
             voiceButton.removeStyleClass("destructive-action")
         }
-        sendButton.isSensitive = actions.send
+        compose.sendButton.isSensitive = actions.send
         // Files wait for a peer that is away, as messages do: any known peer can be sent them.
         sendFilesButton.isSensitive = model.selectedRow?.isPaired == true && model.service == .running
-        messageEntry.isSensitive = actions.send
+        compose.entry.isSensitive = actions.send
         holdButton.isSensitive = model.service == .running
         muteButton.isSensitive = model.service == .running
     }

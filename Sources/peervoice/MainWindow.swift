@@ -69,7 +69,7 @@ final class MainWindow {
             // field; side by side, the focus stays in the list (as in GNOME Settings' sidebar).
             guard activated, leaflet.isFolded else { return }
             leaflet.visibleChild = rightPane
-            conversation.messageEntry.grabFocus()
+            conversation.compose.entry.grabFocus()
         }
         peerList.onSearchNearby = { [unowned self] on in client.setDiscovery(on) }
         peerList.onRetry = { [unowned self] in client.retryActivation() }
@@ -90,14 +90,11 @@ final class MainWindow {
         conversation.disconnectButton.onClicked { [unowned self] in
             if let peer = model.selectedPeer { client.disconnect(peer) }
         }
-        let send = { [unowned self] in
-            let text = conversation.messageEntry.text
-            guard !text.isEmpty, let peer = model.selectedPeer else { return }
-            conversation.messageEntry.text = ""
+        conversation.compose.onSend { [unowned self] text in
+            guard let peer = model.selectedPeer else { return false }
             client.send(text, to: peer)
+            return true
         }
-        conversation.sendButton.onClicked(send)
-        conversation.messageEntry.onActivate(send)
         conversation.onRetry = { [unowned self] message in
             if let peer = model.selectedPeer { client.resend(message, to: peer) }
         }
@@ -185,7 +182,7 @@ final class MainWindow {
             model.select(room: room)
             guard activated, leaflet.isFolded else { return }
             leaflet.visibleChild = rightPane
-            _ = roomPane.messageEntry.grabFocus()
+            _ = roomPane.compose.entry.grabFocus()
         }
         peerList.joinRoomButton.onClicked { [unowned self] in
             let dialog = JoinRoomDialog(parent: window) { [unowned self] url, password in join(url, password: password) }
@@ -196,14 +193,11 @@ final class MainWindow {
         roomPane.leaveButton.onClicked { [unowned self] in
             if let room = model.selectedRoom { client.leaveRoom(room) }
         }
-        let send = { [unowned self] in
-            let text = roomPane.messageEntry.text
-            guard !text.isEmpty, let room = model.selectedRoom else { return }
-            roomPane.messageEntry.text = ""
+        roomPane.compose.onSend { [unowned self] text in
+            guard let room = model.selectedRoom else { return false }
             client.send(text, toRoom: room)
+            return true
         }
-        roomPane.sendButton.onClicked(send)
-        roomPane.messageEntry.onActivate(send)
     }
 
     private func join(_ url: String, password: String, acceptCertificate: String? = nil) {

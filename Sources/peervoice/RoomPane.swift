@@ -10,8 +10,8 @@ final class RoomPane {
     let header = HeaderBar()
     let backButton = Button(icon: "go-previous-symbolic", name: tr("Back"))
     let leaveButton = Button(tr("Leave"))
-    let messageEntry = Entry(placeholder: tr("Message to the room"))
-    let sendButton = Button(icon: "mail-send-symbolic", name: tr("Send to the room"))
+    let compose = ComposeBar(placeholder: tr("Message to the room"), accessibleName: tr("Message to the room"),
+                             sendName: tr("Send to the room"))
     private let title = WindowTitle()
     private let conversation = ListBox(selectable: false)
     private let scroller: ScrolledWindow
@@ -59,15 +59,7 @@ final class RoomPane {
         root.append(body)
         root.append(Separator(.horizontal))
 
-        let compose = Box(.horizontal, spacing: 6)
-        compose.setMargins(8)
-        messageEntry.setAccessibleName(tr("Message to the room"))
-        messageEntry.expandsHorizontally = true
-        compose.append(messageEntry)
-        sendButton.addStyleClass("suggested-action")
-        sendButton.addStyleClass("circular")
-        compose.append(sendButton)
-        root.append(compose)
+        root.append(compose.root)
         root.expandsHorizontally = true
         root.setSizeRequest(width: 360, height: -1)
     }
@@ -77,8 +69,8 @@ final class RoomPane {
         guard let room = model.selectedRoomRow else { return }
         title.set(title: room.title, subtitle: Self.state(of: room))
         let connected = room.state == "connected"
-        sendButton.isSensitive = connected
-        messageEntry.isSensitive = connected
+        compose.sendButton.isSensitive = connected
+        compose.entry.isSensitive = connected
         users.removeAll()
         for user in room.users {
             let line = Box(.horizontal, spacing: 6)
