@@ -401,11 +401,6 @@ final class World {
                       currentPeers.contains(ends.receiver) else { continue }
                 let otherService = peers.first { $0.id == transfer.peer }?.service
                 let other = otherService?.transfers.transfers[transfer.id]
-                if transfer.stream?.hasAHole == true || other?.stream?.hasAHole == true
-                    || otherEndHasAHole(transfer.stream, in: otherService) {
-                    history.finding("a link lost records and went on: a transfer stream stalled for good, a message lost, without a reset")
-                    continue
-                }
                 if transfer.direction == .incoming && other.map({ $0.state.isFinished && !$0.record.lifecycle.owesPeerAbort }) ?? true {
                     history.finding("a receiver keeps a transfer its sender no longer has, \(transfer.state.rawValue) for good")
                     continue
@@ -415,15 +410,6 @@ final class World {
                                   + (other != nil ? "the other side has it too" : "the other side no longer has it"))
             }
         }
-    }
-
-    /// Whether the other end of `stream` (the same stream number on the same link, seen from
-    /// `service`) lost records while it ran: an OFFER lost that way leaves a receiver that never
-    /// heard of the transfer.
-    private func otherEndHasAHole(_ stream: SimulatedTransferStream?, in service: SimulatedService?) -> Bool {
-        guard let stream, let id = stream.streamID, let hash = stream.channels.link.result?.handshakeHash,
-              let service else { return false }
-        return service.linkChannels.contains { $0.link.result?.handshakeHash == hash && $0.streamsWithHoles.contains(id) }
     }
 
     private var checkedChanges: [Int: Int] = [:]

@@ -428,11 +428,13 @@ final class Transfers: ChannelHandler, LinkComponent {
         links[peer.id] = nil
     }
 
-    /// `peer` was removed: its transfers cannot go on.
+    /// `peer` was removed: its transfers cannot go on. An outgoing one still owes the receiver
+    /// its ABORT: if the peer is paired again, the next stream tells it, rather than leave a
+    /// receiver waiting for good (simulation seeds 119, 134); the record goes after
+    /// `TransferStore.keepFinishedMs` otherwise.
     func peerRemoved(_ peer: PeerID) {
         for transfer in transfers.values where transfer.peer == peer && !transfer.state.isFinished {
             handle(transfer, .failed(by: .local, reason: "the peer was removed"))
-            if transfer.lifecycle.owesPeerAbort { handle(transfer, .peerTold) }
         }
     }
 
@@ -560,8 +562,8 @@ final class Transfers: ChannelHandler, LinkComponent {
 
     /// Writes the record on the disk thread (an outgoing one that owes nothing more goes).
     private func save(_ transfer: Transfer) {
-        let (store, record, id) = (store, transfer.record, transfer.id)
-        let forget = transfer.direction == .outgoing && transfer.state.isFinished && !transfer.lifecycle.owesPeerAbort
+        let (store, record, id, ended) = (store, transfer.record, transfer.id, transfer.state.isFinished)
+        let forget = transfer.direction == .outgoing && ended && !transfer.lifecycle.owesPeerAbort
         onDisk({ () -> String? in
             if forget {
                 // A record left behind would bring the ended transfer back at the next start,
@@ -574,15 +576,20 @@ final class Transfers: ChannelHandler, LinkComponent {
             } catch {
                 return "\(error)"
             }
-        }, then: { [weak self] error in self?.saved(id, error: error) })
+        }, then: { [weak self] error in self?.saved(id, ended: ended, error: error) })
     }
 
     /// A record the disk refused is written again every 500 ms until it is: else a restart
     /// brings back what the old record said (an incoming transfer that failed came back paused,
-    /// waiting forever for a sender that had forgotten it: chaos seed 3).
-    private func saved(_ id: TransferID, error: String?) {
+    /// waiting forever for a sender that had forgotten it: chaos seed 3). A record that says how
+    /// the transfer ended, written, lets the end show.
+    private func saved(_ id: TransferID, ended: Bool, error: String?) {
         guard let error else {
             unsaved.remove(id)
+            if ended, let transfer = transfers[id], transfer.state.isFinished, !transfer.endRecorded {
+                transfer.endRecorded = true
+                publish(transfer, withProgress: true)
+            }
             return
         }
         if unsaved.insert(id).inserted {
@@ -606,9 +613,11 @@ final class Transfers: ChannelHandler, LinkComponent {
     }
 
     /// Shows the transfer's object; `Transferred` is brought up to date only `withProgress`
-    /// (at state changes and on the progress timer: at most 4 times a second otherwise).
+    /// (at state changes and on the progress timer: at most 4 times a second otherwise). An end
+    /// shows once its record is written (`Transfer.endRecorded`): until then the object shows
+    /// what it showed before.
     private func publish(_ transfer: Transfer, withProgress: Bool = false) {
-        guard transfer.number != nil else { return }
+        guard transfer.number != nil, !transfer.state.isFinished || transfer.endRecorded else { return }
         if withProgress { transfer.shownTransferred = transfer.transferred }
         show(transfer.snapshot)
     }
