@@ -14,9 +14,6 @@ import PeerVoiceCore
 /// The first violation ends the run.
 public final class History {
     public private(set) var violations: [String] = []
-    /// Defects known and not fixed (docs/RELIABILITY.md, "Still open"), seen in this run: they do
-    /// not fail it, and `make simulate` counts them by seed.
-    public private(set) var findings: [String] = []
     /// What happened, in order (the last lines are printed with a violation).
     public private(set) var log: [String] = []
     private let scheduler: Scheduler
@@ -102,11 +99,6 @@ public final class History {
     func violation(_ what: String) {
         note("VIOLATION: \(what)")
         violations.append("\(Self.time(scheduler.now)): \(what)")
-    }
-
-    func finding(_ what: String) {
-        note("FINDING: \(what)")
-        if !findings.contains(what) { findings.append(what) }
     }
 
     static func time(_ duration: Duration) -> String {

@@ -163,7 +163,7 @@ final class SimulationTests: XCTestCase {
         assertEndsLinksOverLostRecords(141)
     }
 
-    /// The other seeds of `make test`'s 200 that found a hole (each once a known-open finding).
+    /// The other seeds of `make test`'s 200 that found a hole (each counted apart as known open before).
     func testSeeds34To194TransferStreamsWithAHole() {
         for seed: UInt64 in [34, 53, 84, 86, 114, 119, 145, 187, 194] { assertRunsClean(seed) }
     }
@@ -171,16 +171,27 @@ final class SimulationTests: XCTestCase {
     private func assertEndsLinksOverLostRecords(_ seed: UInt64, file: StaticString = #filePath, line: UInt = #line) {
         let outcome = Simulation(seed: seed).run(fullLog: true)
         XCTAssertFalse(outcome.failed, "seed \(seed): \(outcome.violations.first ?? "")", file: file, line: line)
-        XCTAssertEqual(outcome.findings, [], "seed \(seed)", file: file, line: line)
         XCTAssertTrue(outcome.log.contains { $0.contains("closed: ") && $0.contains("lost or reordered on the way") },
                       "seed \(seed) no longer loses a record on an open link: it tests nothing", file: file, line: line)
     }
 
-    /// A transfer failed while its side's disk was read-only, and that end was shown before the
-    /// record could say so; a kill -9 brought back the old record, and the transfer ended again,
-    /// complete. An end now shows once its record is written (`Transfer.endRecorded`).
-    func testSeed272AnEndShowsOnlyOnceItsRecordIsWritten() {
-        assertRunsClean(272)
+    /// A side showed a transfer's end before its record said so; its machine stopped in between
+    /// and the old record brought the transfer back, to end again differently (seed 272: failed
+    /// while the disk was read-only, then complete; seed 1649: failed by a RemovePeer the machine
+    /// stopped inside, then complete after pairing again; 858 the same kind). An end now shows
+    /// once its record is written (`Transfer.endRecorded`). (Seed 272 no longer reaches that
+    /// state since links end at a lost record; 858 and 1649 did, with that change alone.)
+    func testSeeds272_858_1649AnEndShowsOnlyOnceItsRecordIsWritten() {
+        for seed: UInt64 in [272, 858, 1649] { assertRunsClean(seed) }
+    }
+
+    /// The sender removed the peer while its offer waited at the receiver, which never heard;
+    /// paired again, the receiver accepted and waited for good. A sender owes its ABORT until a
+    /// stream carried it to a clean end, also after removing the peer (`TransferLifecycle`).
+    /// (Seed 119 no longer reaches that state since links end at a lost record; with that change
+    /// alone 73 and 134 did, and 530 and 910 in a longer run.)
+    func testSeeds73_119_134AReceiverHearsThatItsSenderRemovedTheTransfer() {
+        for seed: UInt64 in [73, 119, 134, 530, 910] { assertRunsClean(seed) }
     }
 
     /// What the seed above relies on, on the store alone: a record replaced or removed, then a

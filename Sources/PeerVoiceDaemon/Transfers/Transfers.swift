@@ -450,7 +450,7 @@ final class Transfers: ChannelHandler, LinkComponent {
         case "Decline", "Cancel":
             do throws(ServiceError) {
                 try method == "Decline" ? decline(transfer) : cancel(transfer)
-                completion(.success(()))
+                afterTheRecord { completion(.success(())) }
             } catch {
                 completion(.failure(error))
             }
@@ -492,7 +492,7 @@ final class Transfers: ChannelHandler, LinkComponent {
             if let problem {
                 Log.info("\(transfer.logName): cannot accept: \(problem)")
                 handle(transfer, .failed(by: .local, reason: problem))
-                return completion(.failure(.failed(problem)))
+                return afterTheRecord { completion(.failure(.failed(problem))) }
             }
             Log.info("\(transfer.logName): accepted")
             handle(transfer, .personAccepted)
@@ -648,6 +648,12 @@ final class Transfers: ChannelHandler, LinkComponent {
     private func add(_ transfer: Transfer) {
         transfers[transfer.id] = transfer
         if let number = transfer.number { numbered[number] = transfer }
+    }
+
+    /// `done` once the disk thread has written what is queued (a caller whose method ended a
+    /// transfer is answered after the end shows, or after the write failed: then it shows later).
+    private func afterTheRecord(_ done: @escaping () -> Void) {
+        onDisk({ () }, then: { done() })
     }
 
     /// Runs `work` on the disk thread, then `done` with its result on the main loop.
