@@ -397,6 +397,29 @@ final class TransferTests: XCTestCase {
         }
     }
 
+    /// Simulation seeds 272, 858 and 1649: an end was shown before its record was written, so a
+    /// kill -9 in between brought the old record back and the transfer ended again, differently.
+    /// B declines while its state directory is read-only: A hears it at once; B's object shows
+    /// the end only once the record says so (when the directory is writable again, within a
+    /// retry of 0.5 s). (A full disk is no test of it: the old record goes and its space takes the
+    /// new one.)
+    func testSeed272_AnEndShowsOnlyOnceItsRecordIsWritten() throws {
+        let (a, b) = try connectedPair()
+        try b.moveStateOntoTmpfs(megabytes: 4)
+        defer { b.unmountState() }
+        let watchA = TransferWatch(a.client), watchB = TransferWatch(b.client)
+        try Data("declined while the disk is read-only".utf8).write(to: URL(fileURLWithPath: path("note.txt")))
+        let outgoing = try watchA.send([path("note.txt")], to: b.id)
+        let incoming = try XCTUnwrap(watchB.waitForIncoming(), b.log)
+        try run("mount -o remount,ro '\(b.daemon.stateDirectory)'")
+        try watchB.call("Decline", on: incoming)
+        XCTAssertEqual(watchA.waitForState(outgoing, Self.finished), "declined", a.log)
+        dispatchEvents(for: 0.6)
+        XCTAssertEqual(watchB.state(incoming), "waiting", "B showed an end its disk had not recorded: \(b.log.suffix(1_500))")
+        try run("mount -o remount,rw '\(b.daemon.stateDirectory)'")
+        XCTAssertEqual(watchB.waitForState(incoming, Self.finished, timeout: 5), "declined", b.log.suffix(2_000).description)
+    }
+
     /// Simulation seeds 119 and 134: A removed B while its offer waited at B, unanswered, and
     /// no stream ran (B was stopped), so B never heard; paired again, B's person could accept it
     /// and it waited for good. A sender owes its ABORT until a stream carried it to a clean end,
