@@ -399,10 +399,10 @@ final class TransferTests: XCTestCase {
 
     /// Simulation seeds 272, 858 and 1649: an end was shown before its record was written, so a
     /// kill -9 in between brought the old record back and the transfer ended again, differently.
-    /// B declines while its state directory is read-only: A hears it at once; B's object shows
-    /// the end only once the record says so (when the directory is writable again, within a
-    /// retry of 0.5 s). (A full disk is no test of it: the old record goes and its space takes the
-    /// new one.)
+    /// B declines while its state directory is read-only: neither B's object nor A hears of the
+    /// end until B's record says so (A forgets a transfer its receiver ended: seeds 2461, 2993),
+    /// when the directory is writable again, within a retry of 0.5 s. (A full disk is no test of
+    /// it: the old record goes and its space takes the new one.)
     func testSeed272_AnEndShowsOnlyOnceItsRecordIsWritten() throws {
         let (a, b) = try connectedPair()
         try b.moveStateOntoTmpfs(megabytes: 4)
@@ -413,11 +413,12 @@ final class TransferTests: XCTestCase {
         let incoming = try XCTUnwrap(watchB.waitForIncoming(), b.log)
         try run("mount -o remount,ro '\(b.daemon.stateDirectory)'")
         try watchB.call("Decline", on: incoming)
-        XCTAssertEqual(watchA.waitForState(outgoing, Self.finished), "declined", a.log)
-        dispatchEvents(for: 0.6)
+        dispatchEvents(for: 1.0)
         XCTAssertEqual(watchB.state(incoming), "waiting", "B showed an end its disk had not recorded: \(b.log.suffix(1_500))")
+        XCTAssertEqual(watchA.state(outgoing), "waiting", "A heard of an end B had not recorded")
         try run("mount -o remount,rw '\(b.daemon.stateDirectory)'")
         XCTAssertEqual(watchB.waitForState(incoming, Self.finished, timeout: 5), "declined", b.log.suffix(2_000).description)
+        XCTAssertEqual(watchA.waitForState(outgoing, Self.finished, timeout: 5), "declined", a.log)
     }
 
     /// Simulation seeds 119 and 134: A removed B while its offer waited at B, unanswered, and

@@ -22,6 +22,9 @@ final class SimulatedTransfers {
         /// Its record says how it ended (or, outgoing, is gone): only then is the end shown
         /// (`Transfer.endRecorded` in the daemon; simulation seed 272).
         var endRecorded: Bool
+        /// Incoming, ended: what goes to the sender (COMPLETE or ABORT, and the stream's close)
+        /// once the record says how it ended (`Transfer.heldForTheRecord`; seeds 2461, 2993).
+        var heldForTheRecord: (tell: TransferMessage?, close: Bool)?
 
         init(id: TransferID, peer: PeerID, manifest: TransferManifest, record: TransferRecord) {
             self.id = id
@@ -354,9 +357,16 @@ final class SimulatedTransfers {
     private func handle(_ transfer: Transfer, _ event: TransferLifecycle.Event) {
         let before = transfer.state
         let reaction = transfer.record.lifecycle.handle(event)
-        if let message = reaction.tell { transfer.stream?.post(message) }
+        if transfer.direction == .incoming && transfer.state.isFinished {
+            // The sender forgets a transfer whose receiver ended it: it hears of the end only
+            // once the receiver's record says so, or a stop in between brings the transfer
+            // back waiting at the receiver, for a sender that forgot it (seeds 2461, 2993).
+            if reaction.tell != nil || reaction.closeStream { transfer.heldForTheRecord = (reaction.tell, reaction.closeStream) }
+        } else {
+            if let message = reaction.tell { transfer.stream?.post(message) }
+            if reaction.closeStream { transfer.stream?.close() }
+        }
         if reaction.sendAccept, let stream = transfer.stream { stream.accept(store: store) }
-        if reaction.closeStream { transfer.stream?.close() }
         if reaction.discardPartial { transfer.discardPending = true }
         let after = transfer.state
         if after != before {
@@ -414,6 +424,11 @@ final class SimulatedTransfers {
             try store.save(transfer.record)
             unsaved.remove(transfer.id)
             if transfer.state.isFinished { endRecorded(transfer) }
+            if let held = transfer.heldForTheRecord {
+                transfer.heldForTheRecord = nil
+                if let message = held.tell { transfer.stream?.post(message) }
+                if held.close { transfer.stream?.close() }
+            }
         } catch {
             saveFailed(transfer)
         }

@@ -194,6 +194,16 @@ final class SimulationTests: XCTestCase {
         for seed: UInt64 in [73, 119, 134, 530, 910] { assertRunsClean(seed) }
     }
 
+    /// A receiver ended a transfer (declined it; failed it, its disk read-only) and told its
+    /// sender at once, which forgot the transfer; the receiver's record was refused, then its
+    /// machine stopped, and the transfer came back waiting, was accepted and waited for good
+    /// (found once a receiver left paused counted as a violation). A receiver now sends its
+    /// COMPLETE or ABORT only once its record of that end is written.
+    func testSeeds2461_2993AReceiverTellsItsEndOnlyOnceItsRecordIsWritten() {
+        for seed: UInt64 in [2461, 2993, 4760, 5323, 5809] { assertRunsClean(seed) }
+        assertRunsClean(2461, keeping: [12, 58, 70, 208])
+    }
+
     /// What the seed above relies on, on the store alone: a record replaced or removed, then a
     /// power loss (each seed keeps a different part of what was not synced) keeps the new
     /// version, or nothing.

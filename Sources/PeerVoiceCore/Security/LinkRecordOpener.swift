@@ -22,7 +22,8 @@ public struct LinkRecordOpener: Sendable {
 
     /// Why the link must end.
     public enum Ending: Error, Equatable, Sendable, CustomStringConvertible {
-        /// A record opened with `received` where `expected` was due.
+        /// A record opened with `received` where `expected` was due (stream mode opens only
+        /// counters above the last, so `received` > `expected`).
         case recordsLost(expected: UInt64, received: UInt64)
         /// This many records failed to open.
         case tooManyRejected(UInt64)
@@ -30,7 +31,7 @@ public struct LinkRecordOpener: Sendable {
         public var description: String {
             switch self {
             case .recordsLost(let expected, let received):
-                "record \(received) opened where \(expected) was due: \(received > expected ? received - expected : 1) records lost or reordered on the way"
+                "record \(received) opened where \(expected) was due: \(received - expected) records lost or reordered on the way"
             case .tooManyRejected(let count):
                 "\(count) records failed to open"
             }

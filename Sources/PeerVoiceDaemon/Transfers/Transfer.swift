@@ -34,6 +34,10 @@ final class Transfer {
     /// since a `kill -9` before the write would bring back the old record and perhaps another
     /// end (simulation seed 272). True for what the record of an earlier run said.
     var endRecorded: Bool
+    /// Incoming, ended: what goes to the sender (COMPLETE or ABORT, then the stream's close) once
+    /// the record says how it ended; the sender forgets a transfer its receiver ended, so a
+    /// `kill -9` before the write would leave the receiver waiting for it (simulation seeds 2461, 2993).
+    var heldForTheRecord: (tell: TransferMessage?, close: Bool)?
 
     init(number: Int?, id: TransferID, peer: PeerID, manifest: TransferManifest, record: TransferRecord) {
         self.number = number

@@ -523,11 +523,15 @@ final class Transfers: ChannelHandler, LinkComponent {
     private func handle(_ transfer: Transfer, _ event: TransferLifecycle.Event) {
         let before = transfer.state
         let reaction = transfer.lifecycle.handle(event)
-        if let message = reaction.tell { transfer.stream?.post(.send(message)) }
+        if transfer.direction == .incoming && transfer.state.isFinished {
+            if reaction.tell != nil || reaction.closeStream { transfer.heldForTheRecord = (reaction.tell, reaction.closeStream) }
+        } else {
+            if let message = reaction.tell { transfer.stream?.post(.send(message)) }
+            if reaction.closeStream { transfer.stream?.post(.close) }
+        }
         if reaction.sendAccept, let stream = transfer.stream {
             stream.post(.accept(IncomingPlan(folder: transfer.record.folder, idHex: transfer.id.hex, id: transfer.id, store: store)))
         }
-        if reaction.closeStream { transfer.stream?.post(.close) }
         if reaction.discardPartial { transfer.discardPending = true }
         let after = transfer.state
         if after != before {
@@ -586,9 +590,15 @@ final class Transfers: ChannelHandler, LinkComponent {
     private func saved(_ id: TransferID, ended: Bool, error: String?) {
         guard let error else {
             unsaved.remove(id)
-            if ended, let transfer = transfers[id], transfer.state.isFinished, !transfer.endRecorded {
+            guard ended, let transfer = transfers[id], transfer.state.isFinished else { return }
+            if !transfer.endRecorded {
                 transfer.endRecorded = true
                 publish(transfer, withProgress: true)
+            }
+            if let held = transfer.heldForTheRecord {
+                transfer.heldForTheRecord = nil
+                if let message = held.tell { transfer.stream?.post(.send(message)) }
+                if held.close { transfer.stream?.post(.close) }
             }
             return
         }
