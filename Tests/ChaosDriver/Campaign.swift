@@ -269,6 +269,12 @@ final class Campaign {
             node.pipewire?.stop()
         }
         nodes = []
+        if keeping, let lan {
+            for (name, host) in [("delta", lan.a), ("echo", lan.b)] {
+                try? FileManager.default.copyItem(atPath: host.directory.path + "/avahi-daemon.log",
+                                                  toPath: directory.path + "/\(name)-avahi-daemon.log")
+            }
+        }
         lan?.stop()
         lan = nil
         if keeping { say("chaos: seed \(seed): logs, files sent and received kept in \(directory.path)") } else { directory.remove() }

@@ -117,6 +117,8 @@ final class AvahiWatch {
         let graceful: Bool
         var browsing: Double?, published: Double?, foundByOther: Double?
         var lastLook = Date.distantPast
+        /// What avahi-browse said last (the instance names, or its error).
+        var listed = "nothing yet"
 
         var done: Bool { browsing != nil && published != nil && (!graceful || foundByOther != nil) }
     }
@@ -153,9 +155,13 @@ final class AvahiWatch {
             // avahi-browse once a second at most: a process each time.
             if restart.published == nil, now.timeIntervalSince(restart.lastLook) >= 1, let host = restart.node.lanHost {
                 restart.lastLook = now
-                let listed = (try? host.browse("_peervoice._tcp", resolve: false)) ?? []
-                if listed.contains(where: { $0.split(separator: ";", omittingEmptySubsequences: false).dropFirst(3).first == Substring(restart.node.name) }) {
-                    restart.published = Date().timeIntervalSince(restart.at)
+                do {
+                    let names = try host.browse("_peervoice._tcp", resolve: false)
+                        .compactMap { $0.split(separator: ";", omittingEmptySubsequences: false).dropFirst(3).first.map(String.init) }
+                    restart.listed = "\(names)"
+                    if names.contains(restart.node.name) { restart.published = Date().timeIntervalSince(restart.at) }
+                } catch {
+                    restart.listed = "avahi-browse failed: \(error)"
                 }
             }
             if restart.done {
@@ -165,7 +171,9 @@ final class AvahiWatch {
             guard elapsed > Self.bound else { return restart }
             var missing: [String] = []
             if restart.browsing == nil { missing.append("\(restart.node.name) reported no PeerFound for \(restart.other.name)") }
-            if restart.published == nil { missing.append("its avahi-daemon did not list \(restart.node.name)'s service") }
+            if restart.published == nil {
+                missing.append("its avahi-daemon did not list \(restart.node.name)'s service (avahi-browse last: \(restart.listed))")
+            }
             if restart.graceful && restart.foundByOther == nil { missing.append("\(restart.other.name) reported no PeerFound for it") }
             violations.append("\(restart.node.name)'s avahi-daemon back (after a \(restart.graceful ? "SIGTERM" : "SIGKILL")) "
                 + "\(String(format: "%.1f", elapsed)) s ago: \(missing.joined(separator: "; ")); expected within \(Self.bound) s")
