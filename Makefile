@@ -7,7 +7,7 @@
 #   make test-old-release  this build against the previous release's peervoiced (make old-release)
 #   make check-warnings a fresh build that fails on any compiler warning
 #   make soak           a SOAK_SECONDS (600) call at 5 % loss: latency, memory, underruns
-#   make chaos          SEEDS (1) seeds of the fault campaign against three real daemons, CHAOS_SECONDS (60) each
+#   make chaos          SEEDS (1) seeds of the fault campaign against five real daemons, CHAOS_SECONDS (60) each
 #   make fuzz           each fuzz target FUZZ_SECONDS (600)
 #   make fuzz-long      each fuzz target to 10 million executions (3 h at most), its new coverage kept in fuzz/corpus/
 #   make test-bluetooth-vm  real BlueZ in two QEMU VMs: discover, pair, restart bluetoothd
@@ -244,9 +244,11 @@ simulate:
 
 # The seeded fault campaign against real daemons (Tests/ChaosDriver, docs/RELIABILITY.md): SEEDS
 # seeds from FIRST, each CHAOS_SECONDS of texts, file transfers and app streams among three
-# peervoiced while kill -9, SIGSTOP, link cuts, address changes, disk full and clock steps hit them, then up to
+# peervoiced (two of them in a call, each with its own PipeWire) and texts between two more on a LAN of
+# network namespaces with avahi-daemons, while kill -9, SIGSTOP, link cuts, address changes, disk full,
+# clock steps, PipeWire kill -9s and avahi-daemon restarts hit them, then up to
 # CHAOS_SETTLE quiet seconds; stops at the first seed that breaks an invariant, printing the seed,
-# the schedule step and what was expected against what was seen. Root (tmpfs mounts). The debug
+# the schedule step and what was expected against what was seen. Root (tmpfs mounts, namespaces). The debug
 # build; `make test` runs one 40 s seed (47 s wall on the shared 2-core machine).
 CHAOS_SECONDS ?= 60
 CHAOS_SETTLE ?= 90

@@ -13,7 +13,7 @@ struct ChaosFigures: CustomStringConvertible {
     /// Seconds from the last missing piece's return to the call active on both sides, by piece;
     /// seconds from avahi-daemon's return to browsing and publishing again (and being found).
     var callRecoveries: [String: [Double]] = [:]
-    var avahiRecoveries: [Double] = [], avahiInterrupted = 0
+    var avahiRecoveries: [Double] = [], avahiInterrupted = 0, avahiFoundAgain = 0
 
     mutating func add(_ other: ChaosFigures) {
         other.faults.forEach { faults[$0.key, default: 0] += $0.value }
@@ -25,6 +25,7 @@ struct ChaosFigures: CustomStringConvertible {
         streamsRefused += other.streamsRefused; streamsCutByKill += other.streamsCutByKill
         other.callRecoveries.forEach { callRecoveries[$0.key, default: []] += $0.value }
         avahiRecoveries += other.avahiRecoveries; avahiInterrupted += other.avahiInterrupted
+        avahiFoundAgain += other.avahiFoundAgain
     }
 
     /// "n, median m s, max x s" of some durations.
@@ -43,7 +44,8 @@ struct ChaosFigures: CustomStringConvertible {
             + "\(streamsRefused) refused, \(streamsCutByKill) cut by their receiver's kill -9; "
             + "call active again after: " + (callRecoveries.isEmpty ? "-" : callRecoveries.sorted { $0.key < $1.key }
                 .map { "\($0.key) \(Self.spread($0.value))" }.joined(separator: ", "))
-            + "; avahi-daemon restarts judged: \(Self.spread(avahiRecoveries)) (\(avahiInterrupted) cut short by another)"
+            + "; avahi-daemon restarts judged: \(Self.spread(avahiRecoveries)) (\(avahiFoundAgain) lost and found again by the other daemon, "
+            + "\(avahiInterrupted) cut short by another)"
     }
 }
 
@@ -81,8 +83,9 @@ final class Node {
     var cursor = 0
     var peerStates: [String: String] = [:]
     var voiceStates: [String: String] = [:]
-    /// When a PeerFound last named each peer name.
+    /// When a PeerFound last named each peer name, and the peers found now (address → name).
     var foundAt: [String: Date] = [:]
+    var nearby: [String: String] = [:]
 
     init(name: String, peer: TestPeer, downloads: String, streamsIn: String, clockFile: String) {
         self.name = name
@@ -343,6 +346,7 @@ final class Campaign {
         figures.callRecoveries = call?.recoveries ?? [:]
         figures.avahiRecoveries = avahi.recoveries
         figures.avahiInterrupted = avahi.interrupted
+        figures.avahiFoundAgain = avahi.foundAgain
         return violations
     }
 

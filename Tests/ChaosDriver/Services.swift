@@ -15,7 +15,10 @@ extension Node {
             switch signal.member {
             case "PeerStateChanged": peerStates[signal.string(0)] = signal.string(1)
             case "VoiceStateChanged": voiceStates[signal.string(0)] = signal.string(1)
-            case "PeerFound": foundAt[signal.string(1)] = Date()
+            case "PeerFound":
+                foundAt[signal.string(1)] = Date()
+                nearby[signal.string(0)] = signal.string(1)
+            case "PeerLost": nearby[signal.string(0)] = nil
             default: break
             }
         }
@@ -104,29 +107,34 @@ final class CallWatch {
 
 /// avahi-daemon restarts on the LAN hosts: once a host's avahi-daemon is back, within `bound`
 /// seconds its daemon must browse again (it reports the other's PeerFound anew), publish again
-/// (its avahi-daemon lists its service), and after a graceful stop (a goodbye went out) be found
-/// again by the other daemon (PeerFound). A kill sends no goodbye: the other's cache keeps the
-/// service, so nothing new is announced there.
+/// (its avahi-daemon lists its service), and be shown by the other daemon among the peers found
+/// (after PeerLost, a PeerFound again). Whether the other's daemon lost it at all depends on the
+/// other's mDNS cache: a kill sends no goodbye, and a goodbye followed soon by the same record
+/// again may never surface; so that part is judged on a new PeerFound, or else no sooner than
+/// `settling` seconds after the return, when a goodbye's PeerLost (a second after it) has come.
 final class AvahiWatch {
     /// LANTests waits 10 s for each of these steps.
     static let bound = 10.0
+    static let settling = 3.0
 
     private struct Restart {
         let node: Node, other: Node
         let at: Date
         let graceful: Bool
-        var browsing: Double?, published: Double?, foundByOther: Double?
+        var browsing: Double?, published: Double?, shownByOther: Double?
         var lastLook = Date.distantPast
         /// What avahi-browse said last (the instance names, or its error).
         var listed = "nothing yet"
 
-        var done: Bool { browsing != nil && published != nil && (!graceful || foundByOther != nil) }
+        var done: Bool { browsing != nil && published != nil && shownByOther != nil }
     }
 
     private var pending: [Restart] = []
     /// Seconds from avahi-daemon's return to the last of the checks above.
     private(set) var recoveries: [Double] = []
     private(set) var interrupted = 0
+    /// Restarts after which the other daemon reported the host lost and then found again.
+    private(set) var foundAgain = 0
 
     /// `node`'s avahi-daemon is back; `graceful` when it had been stopped with SIGTERM.
     func restarted(_ node: Node, other: Node, graceful: Bool) {
@@ -149,8 +157,13 @@ final class AvahiWatch {
             if restart.browsing == nil, let found = restart.node.foundAt[restart.other.name], found > restart.at {
                 restart.browsing = found.timeIntervalSince(restart.at)
             }
-            if restart.graceful, restart.foundByOther == nil, let found = restart.other.foundAt[restart.node.name], found > restart.at {
-                restart.foundByOther = found.timeIntervalSince(restart.at)
+            if restart.shownByOther == nil, restart.other.nearby.values.contains(restart.node.name) {
+                if let found = restart.other.foundAt[restart.node.name], found > restart.at {
+                    restart.shownByOther = found.timeIntervalSince(restart.at)
+                    foundAgain += 1
+                } else if elapsed >= Self.settling {
+                    restart.shownByOther = 0  // never lost
+                }
             }
             // avahi-browse once a second at most: a process each time.
             if restart.published == nil, now.timeIntervalSince(restart.lastLook) >= 1, let host = restart.node.lanHost {
@@ -165,7 +178,7 @@ final class AvahiWatch {
                 }
             }
             if restart.done {
-                recoveries.append(max(restart.browsing ?? 0, restart.published ?? 0, restart.foundByOther ?? 0))
+                recoveries.append(max(restart.browsing ?? 0, restart.published ?? 0, restart.shownByOther ?? 0))
                 return nil
             }
             guard elapsed > Self.bound else { return restart }
@@ -174,7 +187,7 @@ final class AvahiWatch {
             if restart.published == nil {
                 missing.append("its avahi-daemon did not list \(restart.node.name)'s service (avahi-browse last: \(restart.listed))")
             }
-            if restart.graceful && restart.foundByOther == nil { missing.append("\(restart.other.name) reported no PeerFound for it") }
+            if restart.shownByOther == nil { missing.append("\(restart.other.name) does not show it among the peers found (PeerLost, no PeerFound since)") }
             violations.append("\(restart.node.name)'s avahi-daemon back (after a \(restart.graceful ? "SIGTERM" : "SIGKILL")) "
                 + "\(String(format: "%.1f", elapsed)) s ago: \(missing.joined(separator: "; ")); expected within \(Self.bound) s")
             return nil
