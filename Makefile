@@ -175,7 +175,7 @@ screenshots: deps
 
 # Serial on purpose (no --parallel): each suite starts its own private dbus-daemon.
 # Every suite: unit and service tests (private buses, PipeWire), 200 seeds of the simulation (≈40 s, 36 s of CPU),
-# one 40 s seed of the fault campaign (make chaos, ≈50 s),
+# one 36 s seed of the fault campaign (make chaos, ≈45 s),
 # each fuzz target for FUZZ_SMOKE_SECONDS, the Debian package round (test-package), then PeerVoice
 # over real BlueZ in the two VMs. TEST_FILTER narrows the first part and skips the rest.
 test: deps rooms-venv
@@ -184,7 +184,7 @@ test: deps rooms-venv
 	$(SWIFT) build --build-tests $(SWIFT_FLAGS) 2>&1 | scripts/no-warnings.sh
 	$(SWIFT) test $(SWIFT_FLAGS) $(if $(TEST_FILTER),--filter '$(TEST_FILTER)') 2>&1 | scripts/failures-last.sh
 	$(if $(TEST_FILTER),,$(MAKE) --no-print-directory simulate SIMULATION_CONFIGURATION=debug SEEDS=200 FIRST=1)
-	$(if $(TEST_FILTER),,$(MAKE) --no-print-directory chaos SEEDS=1 FIRST=1 CHAOS_SECONDS=40)
+	$(if $(TEST_FILTER),,$(MAKE) --no-print-directory chaos SEEDS=1 FIRST=1 CHAOS_SECONDS=36)
 	$(if $(TEST_FILTER),,$(MAKE) --no-print-directory fuzz-smoke)
 	$(if $(TEST_FILTER),,$(MAKE) --no-print-directory test-package)
 	$(if $(TEST_FILTER),,$(MAKE) --no-print-directory test-bluetooth)

@@ -794,7 +794,7 @@ final class Campaign {
                 }
                 if announcements == 0 && !failed.contains(message.id) {
                     violation("'\(message.tag(seed))' (id \(message.id), schedule step \(message.step)) accepted by Send but neither received by "
-                        + "\(nodes[message.to].name) nor reported failed after the settle period")
+                        + "\(nodes[message.to].name) nor reported failed after the settle period; \(historyEntry(of: message))")
                 }
                 if announcements > 0 && failed.contains(message.id) {
                     violation("'\(message.tag(seed))' (id \(message.id), step \(message.step)) was received but its sender reported MessageFailed")
@@ -804,6 +804,16 @@ final class Campaign {
                 }
             }
         }
+    }
+
+    /// Where the receiver's `History` has the message: stored but never announced, or not there.
+    private func historyEntry(of message: SentMessage) -> String {
+        let receiver = nodes[message.to]
+        guard let history = try? receiver.peer.client.call("History", [Variant(nodes[message.from].peer.id), Variant(UInt32(10_000))]) else {
+            return "\(receiver.name)'s History did not answer"
+        }
+        let entry = history[0].children.first { $0[0].string == message.id }
+        return entry.map { "\(receiver.name)'s History holds it (status \($0[1].string ?? "?"))" } ?? "not in \(receiver.name)'s History"
     }
 
     private func checkTransfers() {

@@ -91,6 +91,12 @@ final class CallWatch {
         }
         let up = isUp
         defer { wasUp = up }
+        if wasUp && !up {
+            // The call ended with everything still there as far as the signals tell (a link's
+            // VoiceStateChanged(stopped) comes just before its PeerStateChanged): owed anew from now.
+            since = now
+            cause = "drop"
+        }
         if up && !wasUp, let since, cause != "start" {
             recoveries[cause, default: []].append(now.timeIntervalSince(since))
         }
