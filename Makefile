@@ -249,7 +249,7 @@ simulate:
 # clock steps, PipeWire kill -9s and avahi-daemon restarts hit them, then up to
 # CHAOS_SETTLE quiet seconds; stops at the first seed that breaks an invariant, printing the seed,
 # the schedule step and what was expected against what was seen. Root (tmpfs mounts, namespaces). The debug
-# build; `make test` runs one 40 s seed (47 s wall on the shared 2-core machine).
+# build; `make test` runs one 36 s seed (45 s wall on the shared 2-core machine).
 CHAOS_SECONDS ?= 60
 CHAOS_SETTLE ?= 90
 .PHONY: chaos
