@@ -276,6 +276,7 @@ def throughput_run(args, part, path, workdir, index, ssh, sources):
         if args.baseline_bin_dir:
             base_downloads = downloads + "-baseline"
             pairs["baseline"] = start_pair(args, path, workdir, label + "-baseline", base_downloads, args.baseline_bin_dir) + (base_downloads,)
+        time.sleep(args.settle_pairs)
         for system in systems(args, part, index):
             pair = pairs.get(system, pairs["peervoice"])
             threads = ThreadCPU((("A", pair[0].pid), ("B", pair[1].pid))) if system in ("peervoice", "baseline") else None
@@ -391,6 +392,9 @@ def main():
     ap.add_argument("--runs", type=int, default=3, help="fresh starts per part (default 3)")
     ap.add_argument("--baseline-bin-dir", help="another build's peervoiced and peervoicectl, measured beside this one")
     ap.add_argument("--parts", default=",".join(PARTS))
+    ap.add_argument("--settle-pairs", type=float, default=8.0,
+                    help="seconds between the daemons pairing and a run's first copy (default 8: without it the first copy "
+                         "of a run was the slower in 16 of 17 pairs, whichever build it was; with 8 s, in 2 of 4)")
     ap.add_argument("--systems", default="", help="only these of loopback's and the namespaces' systems, e.g. peervoice,scp "
                     "(peervoice includes the baseline build; default all)")
     ap.add_argument("--mib", type=int, default=1024, help="the file's size in MiB on loopback and 1 Gbit/s (default 1024)")
