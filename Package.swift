@@ -40,7 +40,7 @@ let package = Package(
         // libopus behind PeerVoiceCore's codec protocol. The only importer of COpus.
         .target(name: "Opus", dependencies: ["COpus", "PeerVoiceCore"]),
         // AES-128 from OpenSSL's libcrypto behind PeerVoiceCore's BlockCipher (Mumble's UDP voice
-        // crypto) and its ChaCha20-Poly1305 (links' bulk records). The only importer of COpenSSL.
+        // crypto). The only importer of COpenSSL.
         .target(name: "OpenSSLCrypto", dependencies: ["COpenSSL", "PeerVoiceCore"]),
         // PipeWire capture and playback streams. The only importer of CPipeWire.
         .target(name: "PipeWire", dependencies: ["CPipeWire", "PeerVoiceCore"]),
@@ -90,7 +90,7 @@ let package = Package(
         .testTarget(name: "PeerVoiceCoreTests", dependencies: ["PeerVoiceCore", "SeededRandom", "CoreTestSupport"]),
         .testTarget(name: "SimulationTests", dependencies: ["PeerVoiceSimulation", "PeerVoiceCore", "SeededRandom"]),
         .testTarget(name: "SodiumTests", dependencies: ["Sodium", "PeerVoiceCore", "CoreTestSupport"]),
-        .testTarget(name: "OpenSSLCryptoTests", dependencies: ["OpenSSLCrypto", "PeerVoiceCore", "Sodium"]),
+        .testTarget(name: "OpenSSLCryptoTests", dependencies: ["OpenSSLCrypto", "PeerVoiceCore"]),
         .testTarget(name: "OpusTests", dependencies: ["Opus", "PeerVoiceCore"]),
         // Mumble's control messages through protobuf-c, on bytes written out from Mumble.proto.
         .testTarget(name: "MumbleProtobufTests", dependencies: ["MumbleProtobuf", "PeerVoiceCore"]),

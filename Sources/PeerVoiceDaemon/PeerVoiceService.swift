@@ -1,6 +1,5 @@
 import Foundation
 import GIO
-import OpenSSLCrypto
 import PeerVoiceCore
 import Sodium
 
@@ -117,10 +116,7 @@ final class PeerVoiceService {
             throw .failed("cannot use the state directory \(state): \(error)")
         }
         delivery = MessageDelivery(store: store, links: links, clock: clock, emit: emit)
-        // Links seal and open their records' bulk with OpenSSL's faster ChaCha20-Poly1305: the
-        // same bytes, less CPU per byte of a transfer at both ends.
-        let linkCrypto = SplitXChaCha20(base: crypto, bulk: OpenSSLChaCha20Poly1305())
-        connections = PeerConnections(instance: instance, identity: identity, crypto: linkCrypto, ip: ip, registry: registry,
+        connections = PeerConnections(instance: instance, identity: identity, crypto: crypto, ip: ip, registry: registry,
                                       links: links, clock: clock, pairing: pairing, delivery: delivery, bluetooth: bluetooth,
                                       lan: lan, hello: { service!.localHello }, emit: emit)
         bluetooth.receiver = connections

@@ -5,14 +5,13 @@ import PeerVoiceCore
 ///
 /// - X25519: `crypto_box_keypair`, `crypto_scalarmult` (which fails on an all-zero result).
 /// - BLAKE2b-256: `crypto_generichash`, keyed when a key is given.
-/// - XChaCha20-Poly1305: `crypto_aead_xchacha20poly1305_ietf_encrypt` / `_decrypt`; HChaCha20
-///   (`crypto_core_hchacha20`) for ``SplitXChaCha20``.
+/// - XChaCha20-Poly1305: `crypto_aead_xchacha20poly1305_ietf_encrypt` / `_decrypt`.
 /// - Randomness: `randombytes_buf`; wiping: `sodium_memzero`.
 ///
 /// Stateless and thread-safe once libsodium is initialised, which the first `init()` does
 /// (`sodium_init`, once per process; a failure is fatal: there is no safe way on without it).
 /// Wrong key, nonce or public-key sizes are programming errors and stop the process.
-public struct LibSodium: CryptoPrimitives, HChaCha20 {
+public struct LibSodium: CryptoPrimitives {
     private static let initialized: Bool = sodium_init() >= 0
 
     public init() {
@@ -164,20 +163,6 @@ public struct LibSodium: CryptoPrimitives, HChaCha20 {
         }
         guard result == 0, written == UInt64(plaintext.count) else { return nil }
         return plaintext
-    }
-
-    /// `crypto_core_hchacha20`: the subkey XChaCha20 derives from the key and the nonce's first 16 bytes.
-    public func hChaCha20(key: [UInt8], input: ArraySlice<UInt8>) -> [UInt8] {
-        precondition(key.count == Int(crypto_core_hchacha20_KEYBYTES) && input.count == Int(crypto_core_hchacha20_INPUTBYTES),
-                     "HChaCha20 takes a 32-byte key and 16 bytes")
-        var subkey = [UInt8](repeating: 0, count: Int(crypto_core_hchacha20_OUTPUTBYTES))
-        let result = subkey.withUnsafeMutableBufferPointer { out in
-            key.withUnsafeBufferPointer { k in
-                Array(input).withUnsafeBufferPointer { crypto_core_hchacha20(out.baseAddress!, $0.baseAddress!, k.baseAddress!, nil) }
-            }
-        }
-        precondition(result == 0, "crypto_core_hchacha20 failed")
-        return subkey
     }
 
     public func wipe(_ bytes: inout [UInt8]) {

@@ -37,7 +37,7 @@ final class PeerConnections {
 
     private let instance: InstanceID
     private let identity: StaticIdentity
-    private let crypto: SplitXChaCha20<LibSodium>
+    private let crypto: LibSodium
     private let ip: IPTransport
     private let registry: PeerRegistry
     private let links: PeerLinks
@@ -59,7 +59,7 @@ final class PeerConnections {
     /// The computer is going to sleep or asleep: no dials until it wakes.
     private var asleep = false
 
-    init(instance: InstanceID, identity: StaticIdentity, crypto: SplitXChaCha20<LibSodium>, ip: IPTransport, registry: PeerRegistry,
+    init(instance: InstanceID, identity: StaticIdentity, crypto: LibSodium, ip: IPTransport, registry: PeerRegistry,
          links: PeerLinks, clock: WallClock, pairing: PairingPrompts, delivery: MessageDelivery, bluetooth: BluetoothPeers,
          lan: LANPeers, hello: @escaping () -> Hello, emit: @escaping (ServiceEvent) -> Void) {
         self.instance = instance
