@@ -99,6 +99,13 @@ build_libs() {
             -emit-module -emit-module-path "$BUILD_DIR/modules/PeerVoiceCore.swiftmodule" \
             -emit-library -static -o "$BUILD_DIR/lib/libPeerVoiceCore.a" "${core[@]}"
     fi
+    # SplitMix64, which the simulation's DeterministicCrypto (the crypto targets' stand-in) draws from.
+    if stale "$BUILD_DIR/lib/libSeededRandom.a" Tests/SeededRandom/*.swift; then
+        echo "fuzz: building SeededRandom" >&2
+        swiftc_quiet "${SWIFT_FLAGS[@]}" -module-name SeededRandom -wmo \
+            -emit-module -emit-module-path "$BUILD_DIR/modules/SeededRandom.swiftmodule" \
+            -emit-library -static -o "$BUILD_DIR/lib/libSeededRandom.a" Tests/SeededRandom/*.swift
+    fi
     if stale "$BUILD_DIR/lib/libSodium.a" "${sodium[@]}" "$BUILD_DIR/lib/libPeerVoiceCore.a"; then
         echo "fuzz: building Sodium (libsodium $(pkg-config --modversion libsodium 2>/dev/null || echo '?'))" >&2
         swiftc_quiet "${SWIFT_FLAGS[@]}" -module-name Sodium -wmo -I "$BUILD_DIR/modules" -I Sources/CSodium \
@@ -127,18 +134,22 @@ build_target() {
     build_libs
     mkdir -p "$BUILD_DIR/bin"
     local out="$BUILD_DIR/bin/$target"
-    local libs=(-L "$BUILD_DIR/lib" -lPeerVoiceCore)
-    # Only the handshake and dial-proof targets need the real cryptography.
-    if [[ $target == handshake || $target == dial-proof ]]; then libs=(-I Sources/CSodium -L "$BUILD_DIR/lib" -lSodium -lPeerVoiceCore -lsodium); fi
+    local libs=(-L "$BUILD_DIR/lib" -lPeerVoiceCore) sources=("fuzz/$target.swift" fuzz/support/*.swift)
+    # Only the handshake and dial-proof targets need cryptography: libsodium, and the simulation's
+    # stand-in for most inputs (fuzz/crypto/CryptoChoice.swift).
+    if [[ $target == handshake || $target == dial-proof ]]; then
+        libs=(-I Sources/CSodium -L "$BUILD_DIR/lib" -lSodium -lSeededRandom -lPeerVoiceCore -lsodium -lFoundation)
+        sources+=(fuzz/crypto/*.swift Tests/Simulation/DeterministicCrypto.swift)
+    fi
     # mumble-control decodes through the room's codec: protobuf-c and the generated C.
     if [[ $target == mumble-control ]]; then
         libs=(-I Sources/CProtobufC -I Sources/MumbleProtoC/include -L "$BUILD_DIR/lib" -lMumbleProtobuf -lMumbleProtoC -lPeerVoiceCore -lprotobuf-c)
     fi
-    if stale "$out" "fuzz/$target.swift" fuzz/support/*.swift "$BUILD_DIR/lib/libPeerVoiceCore.a" "$BUILD_DIR/lib/libSodium.a" \
+    if stale "$out" "${sources[@]}" "$BUILD_DIR/lib/libPeerVoiceCore.a" "$BUILD_DIR/lib/libSodium.a" \
         "$BUILD_DIR/lib/libMumbleProtobuf.a"; then
         echo "fuzz: building $target" >&2
         swiftc_quiet "${SWIFT_FLAGS[@]}" -module-name "FuzzTarget" -I "$BUILD_DIR/modules" \
-            "fuzz/$target.swift" fuzz/support/*.swift "${libs[@]}" -o "$out"
+            "${sources[@]}" "${libs[@]}" -o "$out"
     fi
 }
 
