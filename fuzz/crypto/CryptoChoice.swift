@@ -1,10 +1,12 @@
-// What the targets that run handshakes share (fuzz/run.sh compiles this file, with the simulation's
-// Tests/Simulation/DeterministicCrypto.swift, into handshake and dial-proof only): the primitives
-// one input runs on, and keys and randomness every input replays exactly.
+// What the targets that run handshakes share (fuzz/run.sh compiles this file into handshake and
+// dial-proof only, and links the simulation's Tests/Simulation/DeterministicCrypto.swift as the
+// uninstrumented module SimulationCrypto): the primitives one input runs on, and keys and
+// randomness every input replays exactly.
 #if canImport(Glibc)
 import Glibc
 #endif
 import PeerVoiceCore
+import SimulationCrypto
 import Sodium
 
 /// Which primitives an input runs on. libsodium (the production `LibSodium`) costs a few
