@@ -142,18 +142,19 @@ build_target() {
     build_libs
     mkdir -p "$BUILD_DIR/bin"
     local out="$BUILD_DIR/bin/$target"
-    local libs=(-L "$BUILD_DIR/lib" -lPeerVoiceCore) sources=("fuzz/$target.swift" fuzz/support/*.swift)
+    local libs=(-L "$BUILD_DIR/lib" -lPeerVoiceCore) sources=("fuzz/$target.swift" fuzz/support/*.swift) stand_in=()
     # Only the handshake and dial-proof targets need cryptography: libsodium, and the simulation's
     # stand-in for most inputs (fuzz/crypto/CryptoChoice.swift).
     if [[ $target == handshake || $target == dial-proof ]]; then
         libs=(-I Sources/CSodium -L "$BUILD_DIR/lib" -lSodium -lSimulationCrypto -lSeededRandom -lPeerVoiceCore -lsodium -lFoundation)
         sources+=(fuzz/crypto/*.swift)
+        stand_in=("$BUILD_DIR/lib/libSimulationCrypto.a")
     fi
     # mumble-control decodes through the room's codec: protobuf-c and the generated C.
     if [[ $target == mumble-control ]]; then
         libs=(-I Sources/CProtobufC -I Sources/MumbleProtoC/include -L "$BUILD_DIR/lib" -lMumbleProtobuf -lMumbleProtoC -lPeerVoiceCore -lprotobuf-c)
     fi
-    if stale "$out" "${sources[@]}" "$BUILD_DIR/lib/libPeerVoiceCore.a" "$BUILD_DIR/lib/libSodium.a" "$BUILD_DIR/lib/libSimulationCrypto.a" \
+    if stale "$out" "${sources[@]}" "$BUILD_DIR/lib/libPeerVoiceCore.a" "$BUILD_DIR/lib/libSodium.a" "${stand_in[@]}" \
         "$BUILD_DIR/lib/libMumbleProtobuf.a"; then
         echo "fuzz: building $target" >&2
         swiftc_quiet "${SWIFT_FLAGS[@]}" -module-name "FuzzTarget" -I "$BUILD_DIR/modules" \
