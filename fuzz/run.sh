@@ -12,10 +12,11 @@
 #
 # Environment: SWIFTC (default: swiftc on PATH), FUZZ_OPT (-O; -Onone if -O misbehaves),
 # FUZZ_RSS_MB (2048), FUZZ_TIMEOUT (per-input seconds, 10), FUZZ_NICE (10), FUZZ_JOBS (1: libFuzzer
-# workers per target), FUZZ_DIR (.build/fuzz).
+# workers per target), FUZZ_DIR (.build/fuzz); read by the targets: FUZZ_TRACE=1 (print each step),
+# FUZZ_CRYPTO=libsodium|stand-in (handshake, dial-proof: every input on one kind of primitives).
 #
 # Outputs under FUZZ_DIR: modules/ and lib/ (PeerVoiceCore, Sodium, MumbleProtobuf and the generated
-# MumbleProtoC, instrumented), bin/TARGET,
+# MumbleProtoC, instrumented; SeededRandom and SimulationCrypto, the crypto stand-in, not), bin/TARGET,
 # corpus-TARGET/ (the committed seeds of fuzz/corpus/TARGET plus whatever the runs found),
 # artifacts-TARGET/ (crash-*, leak-*, timeout-*, oom-* reproducers), logs/TARGET.log, coverage/
 # (the llvm-cov build and its profiles).
