@@ -86,8 +86,8 @@ final class CallWatch {
         if since == nil {
             since = now
             // The piece that came back last names the recovery (PipeWire before the link).
-            cause = missing.first { $0.hasSuffix("PipeWire") }.map { _ in "PipeWire" }
-                ?? (missing.contains { $0.hasSuffix("down") } ? "daemon" : missing.first ?? "start")
+            cause = missing.contains { $0.hasSuffix("PipeWire") } ? "PipeWire"
+                : missing.contains { $0.hasSuffix("down") } ? "daemon" : missing.first ?? "start"
         }
         let up = isUp
         defer { wasUp = up }
@@ -175,8 +175,7 @@ final class AvahiWatch {
             if restart.published == nil, now.timeIntervalSince(restart.lastLook) >= 1, let host = restart.node.lanHost {
                 restart.lastLook = now
                 do {
-                    let names = try host.browse("_peervoice._tcp", resolve: false)
-                        .compactMap { $0.split(separator: ";", omittingEmptySubsequences: false).dropFirst(3).first.map(String.init) }
+                    let names = try host.instanceNames("_peervoice._tcp", resolve: false)
                     restart.listed = "\(names)"
                     if names.contains(restart.node.name) { restart.published = Date().timeIntervalSince(restart.at) }
                 } catch {
