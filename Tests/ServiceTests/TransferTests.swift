@@ -498,7 +498,13 @@ final class TransferTests: XCTestCase {
         let id = try XCTUnwrap(watchB.property(incoming, "Id")?.string)
         try watchB.call("Accept", on: incoming)
         XCTAssertTrue(watchB.waitForTransferred(incoming, atLeast: 1 << 20), b.log)
-        try b.fillState()
+        // Loopback moves 200 MiB in about a second, so A holds still (SIGSTOP) while B's disk
+        // fills: otherwise the transfer can finish before the fill (CI, stop 42).
+        do {
+            a.daemon.process.signal(SIGSTOP)
+            defer { a.daemon.process.signal(SIGCONT) }
+            try b.fillState()
+        }
         XCTAssertEqual(watchB.waitForState(incoming, Self.finished), "failed", b.log)
         let error = watchB.property(incoming, "Error")?.string ?? ""
         XCTAssertTrue(error.contains(b.daemon.stateDirectory), "the error does not name the disk that is full: \(error)")
