@@ -8,9 +8,7 @@ import PeerVoiceAppModel
 /// while the window is folded.
 final class ConversationPane {
     let root = Box(.vertical, spacing: 0)
-    let header = HeaderBar()
-    let backButton = Button(icon: "go-previous-symbolic", name: tr("Back"))
-    private let title = WindowTitle()
+    let header = PaneHeader()
     let connectButton = Button(tr("Connect"))
     let disconnectButton = Button(tr("Disconnect"))
     /// Files or a folder to the selected peer, through the desktop's file chooser.
@@ -49,14 +47,11 @@ final class ConversationPane {
 
     init() {
         scroller = ScrolledWindow(Clamp(conversation, maximumWidth: 720))
-        backButton.isVisible = false
-        header.packStart(backButton)
-        header.setTitleWidget(title)
         connectButton.addStyleClass("suggested-action")
-        header.packEnd(connectButton)
-        header.packEnd(disconnectButton)
-        header.packEnd(sendFilesButton)
-        root.append(header)
+        header.bar.packEnd(connectButton)
+        header.bar.packEnd(disconnectButton)
+        header.bar.packEnd(sendFilesButton)
+        root.append(header.bar)
 
         emptyPage.expandsVertically = true
         root.append(emptyPage)
@@ -119,7 +114,7 @@ final class ConversationPane {
     /// The selected peer's name and state in the header, and its conversation or the empty page.
     func renderSelection(_ model: AppModel) {
         let row = model.selectedRow
-        title.set(title: row?.displayName ?? "", subtitle: row.map(PeerDetail.text(of:)) ?? "")
+        header.set(title: row?.displayName ?? "", subtitle: row.map(PeerDetail.text(of:)) ?? "")
         emptyPage.isVisible = row == nil
         emptyPage.setAccessibleHidden(row != nil)
         chatPage.isVisible = row != nil
@@ -202,13 +197,7 @@ final class ConversationPane {
     }
 
     private func bubble(_ message: ChatMessage, from peerName: String) -> Widget {
-        let text = Label(message.text)
-        text.setWraps(true)
-        text.setMaximumWidth(characters: 48)
-        text.setAlignment(0)
-        let time = Label(MessageTime.text(of: message.timeMs))
-        time.addStyleClass("caption")
-        time.addStyleClass("dim-label")
+        let time = ChatBubble.time(message.timeMs)
         let meta = Box(.horizontal, spacing: 4)
         meta.setAlignment(horizontal: .end)
         meta.append(time)
@@ -220,11 +209,8 @@ final class ConversationPane {
             mark.addStyleClass(state.failed ? "error" : "dim-label")
             meta.append(mark)
         }
-        let bubble = Box(.vertical, spacing: 2)
-        bubble.addStyleClass("bubble")
-        bubble.addStyleClass(message.incoming ? "incoming" : "outgoing")
-        bubble.setAlignment(horizontal: message.incoming ? .start : .end)
-        bubble.append(text)
+        let bubble = ChatBubble.box(incoming: message.incoming)
+        bubble.append(ChatBubble.text(message.text))
         bubble.append(meta)
         if state?.failed == true {
             let retry = Button(tr("Retry"))

@@ -83,7 +83,7 @@ final class MainWindow {
             mute.onToggled { [unowned self] muted in client.setMuted(muted) }
         }
 
-        conversation.backButton.onClicked { [unowned self] in goBack() }
+        conversation.header.backButton.onClicked { [unowned self] in goBack() }
         conversation.connectButton.onClicked { [unowned self] in
             if let peer = model.selectedPeer { client.connect(peer) }
         }
@@ -189,7 +189,7 @@ final class MainWindow {
             joinRoomDialog = dialog
             dialog.present()
         }
-        roomPane.backButton.onClicked { [unowned self] in goBack() }
+        roomPane.header.backButton.onClicked { [unowned self] in goBack() }
         roomPane.leaveButton.onClicked { [unowned self] in
             if let room = model.selectedRoom { client.leaveRoom(room) }
         }
@@ -238,14 +238,12 @@ final class MainWindow {
         let folded = leaflet.isFolded
         let showsConversation = leaflet.visibleChild === rightPane
         peerList.header.showWindowButtons(start: true, end: folded)
-        conversation.header.showWindowButtons(start: folded, end: true)
-        conversation.backButton.isVisible = folded
+        conversation.header.fold(folded)
         // One Mute on screen: the list's header has it, unless only the conversation shows.
         conversation.muteButton.isVisible = folded
         peerList.root.setAccessibleHidden(folded && showsConversation)
         rightPane.setAccessibleHidden(folded && !showsConversation)
-        roomPane.header.showWindowButtons(start: folded, end: true)
-        roomPane.backButton.isVisible = folded
+        roomPane.header.fold(folded)
         model.conversationShown(!folded || showsConversation)
     }
 

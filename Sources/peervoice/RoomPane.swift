@@ -7,12 +7,10 @@ import PeerVoiceAppModel
 /// Leave in the header.
 final class RoomPane {
     let root = Box(.vertical, spacing: 0)
-    let header = HeaderBar()
-    let backButton = Button(icon: "go-previous-symbolic", name: tr("Back"))
+    let header = PaneHeader()
     let leaveButton = Button(tr("Leave"))
     let compose = ComposeBar(placeholder: tr("Message to the room"), accessibleName: tr("Message to the room"),
                              sendName: tr("Send to the room"))
-    private let title = WindowTitle()
     private let conversation = ListBox(selectable: false)
     private let scroller: ScrolledWindow
     private let users = ListBox(selectable: false)
@@ -21,12 +19,9 @@ final class RoomPane {
 
     init() {
         scroller = ScrolledWindow(Clamp(conversation, maximumWidth: 720))
-        backButton.isVisible = false
-        header.packStart(backButton)
-        header.setTitleWidget(title)
         leaveButton.addStyleClass("destructive-action")
-        header.packEnd(leaveButton)
-        root.append(header)
+        header.bar.packEnd(leaveButton)
+        root.append(header.bar)
 
         conversation.setAccessibleName(tr("Room conversation"))
         conversation.addStyleClass("conversation")
@@ -67,7 +62,7 @@ final class RoomPane {
     /// The selected room's title, state, users and conversation.
     func render(_ model: AppModel) {
         guard let room = model.selectedRoomRow else { return }
-        title.set(title: room.title, subtitle: Self.state(of: room))
+        header.set(title: room.title, subtitle: Self.state(of: room))
         let connected = room.state == "connected"
         compose.sendButton.isSensitive = connected
         compose.entry.isSensitive = connected
@@ -104,24 +99,15 @@ final class RoomPane {
         guard let room = model.selectedRoom else { return }
         for message in model.roomMessages[room] ?? [] {
             let who = message.user ?? tr("You")
-            let bubble = Box(.vertical, spacing: 2)
-            bubble.addStyleClass("bubble")
-            bubble.addStyleClass(message.user == nil ? "outgoing" : "incoming")
-            bubble.setAlignment(horizontal: message.user == nil ? .end : .start)
+            let bubble = ChatBubble.box(incoming: message.user != nil)
             if let user = message.user {
                 let name = Label(user)
                 name.addStyleClass("caption-heading")
                 name.setAlignment(0)
                 bubble.append(name)
             }
-            let text = Label(message.text)
-            text.setWraps(true)
-            text.setMaximumWidth(characters: 48)
-            text.setAlignment(0)
-            bubble.append(text)
-            let time = Label(MessageTime.text(of: message.timeMs))
-            time.addStyleClass("caption")
-            time.addStyleClass("dim-label")
+            bubble.append(ChatBubble.text(message.text))
+            let time = ChatBubble.time(message.timeMs)
             time.setAlignment(1)
             bubble.append(time)
             let row = ListRow(bubble, activatable: false)
