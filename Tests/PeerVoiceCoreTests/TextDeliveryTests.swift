@@ -10,6 +10,8 @@ final class TextDeliveryTests: XCTestCase {
     private var directory = ""
     private var sent: [(link: Link, frame: Frame)] = []
     private var events: [ServiceEvent] = []
+    /// What waits for the events emitted so far to reach the user (the daemon: the bus write).
+    private var waitingForAnnouncements: [() -> Void] = []
     private let peer = PeerID("pv:aaaaaaaaaaaaaaaaaaaaaaaaaa")!
     private let instance = InstanceID(hex: String(repeating: "b2", count: 16))!
 
@@ -25,7 +27,15 @@ final class TextDeliveryTests: XCTestCase {
         TextDelivery(store: store, now: { .now }, nowMs: { 1_000 },
                      transmit: { [unowned self] link, frame in sent.append((link, frame)) },
                      drop: { _, _ in XCTFail("no link is dropped here") },
-                     emit: { [unowned self] in events.append($0) })
+                     emit: { [unowned self] in events.append($0) },
+                     whenAnnounced: { [unowned self] in waitingForAnnouncements.append($0) })
+    }
+
+    /// The events emitted so far reached the user.
+    private func announcementsWritten() {
+        let waiting = waitingForAnnouncements
+        waitingForAnnouncements = []
+        waiting.forEach { $0() }
     }
 
     /// Runs the sync the store has due, as the daemon's sync thread would.
@@ -86,6 +96,44 @@ final class TextDeliveryTests: XCTestCase {
         XCTAssertEqual(events, [.messageReceived(peer, messageID: id.hex, text: "hi")])
         XCTAssertEqual(acks, [1, 1])
         XCTAssertEqual(delivery.waitingForDisk, 0)
+    }
+
+    /// Chaos seed 12: bravo was killed (-9) about 0.1 s after it stored alpha's message and
+    /// emitted `MessageReceived`; GDBus writes a signal from its worker thread, and the kill came
+    /// before that write. The store had noted the message announced in the write that stored it,
+    /// so the restarted bravo never announced it: stored, acknowledged, never seen. Now the note
+    /// waits until the signal is written, and a restart before it announces the message again,
+    /// same id; after the note, never again.
+    func testSeed12_AMessageWhoseSignalWasNotWrittenBeforeAKillIsAnnouncedAgainWithTheSameID() throws {
+        let store = try MessageStore(directory: directory, syncMode: .batched)
+        let delivery = makeDelivery(store)
+        delivery.linkOpened(Link(), to: peer)
+        let first = MessageID.random(), second = MessageID.random()
+        delivery.received(try TextFrame(seq: 1, previousSeq: 0, messageID: first, sentAtMs: 5, text: "one"), from: peer,
+                          senderInstance: instance)
+        delivery.inputDrained(from: peer)
+        sync(store, delivery)
+        XCTAssertEqual(acks, [1], "acknowledged once on the disk, whether or not the signal was written")
+
+        // Killed before the signal was written: the journal as the kill leaves it.
+        let afterKill = try MessageStore(directory: directory, syncMode: .batched)
+        XCTAssertEqual(afterKill.unannounced().map(\.message.id), [first.hex], "the restart would not announce it")
+        let restarted = makeDelivery(afterKill)
+        events = []
+        restarted.announceUnannounced()
+        XCTAssertEqual(events, [.messageReceived(peer, messageID: first.hex, text: "one")], "announced again, same id")
+        waitingForAnnouncements.removeLast()  // that life ends here; the first one goes on
+
+        // The first life's signal is written now, with a second message's still on its way.
+        delivery.received(try TextFrame(seq: 2, previousSeq: 1, messageID: second, sentAtMs: 6, text: "two"), from: peer,
+                          senderInstance: instance)
+        let secondsNote = try XCTUnwrap(waitingForAnnouncements.popLast())
+        announcementsWritten()
+        XCTAssertEqual(try MessageStore(directory: directory).unannounced().map(\.message.id), [second.hex],
+                       "noted the first announced only with the second, or the second with the first")
+        secondsNote()
+        XCTAssertEqual(try MessageStore(directory: directory).unannounced().map(\.message.id), [],
+                       "both signals written, yet a restart would announce them again")
     }
 
     func testAnACKForALinkThatClosedMeanwhileIsNotSent() throws {

@@ -374,8 +374,9 @@ public final class MessageStore {
 
     /// Stores a message from the peer, unless it is a duplicate: its `seq` is at or below the
     /// highest already stored from that sender instance. Returns true when new and stored (the
-    /// caller emits `MessageReceived` at once: the same write notes it as announced, so a kill -9
-    /// after it never announces it twice), false for a duplicate; either way the caller then
+    /// caller emits `MessageReceived` at once and, once the signal has surely reached the bus,
+    /// `noteAnnounced`: a machine that stops before that note is written announces it again when
+    /// it starts, with the same id), false for a duplicate; either way the caller then
     /// acknowledges. Relies on each sender instance's messages arriving in sequence order (a
     /// stream transport). Throws `invalidArgument` (seq 0, malformed ids) or `io`; then nothing
     /// was stored and the caller must not acknowledge.
@@ -394,33 +395,30 @@ public final class MessageStore {
             return false
         }
         let state = try stateCreatingJournal(peer: peer)
-        // Compacted before rather than after: nothing may come between the write that notes the
-        // message announced and the caller's announcement (a crash in a compaction there left a
-        // message stored, noted, never announced: simulation seed 202).
         compactIfDue(state)
         try persistBeforeChange(
             state,
             MessageJournalRecord.received(
-                instance: senderInstance, seq: seq, sentAtMs: sentAtMs, receivedAtMs: nowMs, id: id, text: text)
-                + MessageJournalRecord.announced())
+                instance: senderInstance, seq: seq, sentAtMs: sentAtMs, receivedAtMs: nowMs, id: id, text: text))
         state.addReceived(
             instance: senderInstance, seq: seq, sentAtMs: sentAtMs, receivedAtMs: nowMs, id: id, text: text,
             limits: limits)
-        state.unannounced = []
         return true
     }
 
-    /// The caller announced (`MessageReceived`) the messages `unannounced` returned for `peer`:
-    /// says so in the journal (written, synced with the next batch), so they are not announced again.
-    public func noteAnnounced(peer: String) {
-        guard let state = peers[peer], !state.unannounced.isEmpty else { return }
-        state.unannounced = []
-        persistAfterChange(state, MessageJournalRecord.announced())
+    /// The announcement of `messageID` from `peer` (`MessageReceived`), and every one before it,
+    /// has reached the user (the signal is written to the bus): the journal says so (written,
+    /// synced with the next batch), so none of them is announced again.
+    public func noteAnnounced(peer: String, through messageID: String) {
+        guard let state = peers[peer], let index = state.unannounced.firstIndex(where: { $0.id == messageID }) else { return }
+        let all = index == state.unannounced.count - 1
+        state.unannounced.removeFirst(index + 1)
+        persistAfterChange(state, all ? MessageJournalRecord.announced() : MessageJournalRecord.announced(through: messageID))
     }
 
-    /// Messages stored but, as far as the disk knows, never announced: a power loss kept a
-    /// `received` record but tore the note written with it, or the journal was rewritten
-    /// meanwhile. Announce them (perhaps again: a message's id tells a repeat), then
+    /// Messages stored but, as far as the disk knows, never announced: the machine stopped (a
+    /// kill -9, a power loss) before the note that their signal reached the bus was written or
+    /// synced. Announce them (perhaps again: a message's id tells a repeat), then
     /// `noteAnnounced`. Per peer (sorted), oldest first.
     public func unannounced() -> [(peer: String, message: StoredMessage)] {
         peers.keys.sorted().flatMap { peer in
@@ -640,7 +638,14 @@ public final class MessageStore {
                         instance: instance, seq: seq, sentAtMs: sentAtMs, receivedAtMs: receivedAtMs, id: id,
                         text: text, limits: limits)
                 case .announced:
-                    state.unannounced = []
+                    if r.isAtEnd {
+                        state.unannounced = []
+                    } else {
+                        let messageID = try r.str8()
+                        if let index = state.unannounced.firstIndex(where: { $0.id == messageID }) {
+                            state.unannounced.removeFirst(index + 1)
+                        }
+                    }
                     sawAnnouncedMarker = true
                 case .removing:
                     state.removing = true
@@ -831,7 +836,8 @@ final class MessageStorePeer {
     var outboxHead = 0
     var queuedCount = 0
     var queuedBytes = 0
-    /// Oldest first; trimmed to the history limit when it reaches about twice that (amortised).
+    /// Oldest first; trimmed to the history limit when it reaches about twice that (amortised),
+    /// keeping every unannounced message (they wait for their note, milliseconds).
     var history: [MessageStoreEntry] = []
     /// Per sender instance: the highest seq stored (duplicate detection), and recency for the cap.
     var senders: [String: SenderMark] = [:]
@@ -840,7 +846,7 @@ final class MessageStorePeer {
     /// Memory holds changes a failed write kept from the journal; rewrite before the next append.
     var unsaved = false
     /// Received messages the journal does not say were announced, oldest first (a suffix of the
-    /// received ones in `history`).
+    /// received ones in `history`): announced, their note not yet written, or not announced yet.
     var unannounced: [MessageStoreEntry] = []
     /// `RemovePeer` began (`beginForgetting`) and did not finish.
     var removing = false
@@ -852,8 +858,15 @@ final class MessageStorePeer {
 
     private func appendHistory(_ entry: MessageStoreEntry, limit: Int) {
         history.append(entry)
-        let keep = max(limit, 0)
-        if history.count >= 2 * keep + 64 { history.removeFirst(history.count - keep) }
+        if history.count >= 2 * max(limit, 0) + 64 { trimHistory(to: limit) }
+    }
+
+    /// Keeps the newest `limit` entries, and every unannounced one: the journal must keep those
+    /// until their announcement is noted, or a crash would never announce them.
+    private func trimHistory(to limit: Int) {
+        var drop = history.count - max(limit, 0)
+        if let first = unannounced.first, let at = history.firstIndex(where: { $0 === first }) { drop = min(drop, at) }
+        if drop > 0 { history.removeFirst(drop) }
     }
 
     func addOutgoing(status: MessageStatus, seq: UInt64, timeMs: UInt64, id: String, text: String, historyLimit: Int,
@@ -970,8 +983,7 @@ final class MessageStorePeer {
     /// The journal's live contents (records, without the magic): state, duplicate marks, queued
     /// messages older than the history window, then the window. Trims the window in memory too.
     func snapshot(historyLimit: Int) -> [UInt8] {
-        let keep = max(historyLimit, 0)
-        if history.count > keep { history.removeFirst(history.count - keep) }
+        trimHistory(to: historyLimit)
         var out = MessageJournalRecord.state(lastSeq: lastSeq, ackedUpTo: ackedUpTo)
         for (instance, mark) in sendersByAge {
             out += MessageJournalRecord.watermark(instance: instance, seq: mark.seq)

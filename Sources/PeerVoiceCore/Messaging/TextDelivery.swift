@@ -7,11 +7,13 @@
 /// after the sync: no order of "synced" and "announced" survives a power loss between the two,
 /// and a message that outlived a crash unannounced would never be announced, its sender's resend
 /// being dropped as a duplicate (found by the simulation, seeds 20 and 141). So a message is
-/// announced as soon as it is written, the same write noting it announced (a kill -9 repeats
-/// nothing: `MessagingTests.testKilledReceiver…`), and what a power loss left without that
-/// note is announced again when the service starts (`announceUnannounced`); a power loss can
-/// also lose the record itself, and then the resend is announced again. A repeat carries the
-/// same message id. Pure and driven from outside: the
+/// announced as soon as it is written, and noted announced once the announcement has surely
+/// reached the user (`whenAnnounced`: the daemon's signal written to the bus; a kill -9 between
+/// the emit and that write lost the signal: campaign seed 12). What the machine stopped before
+/// noting, or a power loss took the note of, is announced again when the service starts
+/// (`announceUnannounced`); a power loss can also lose the record itself, and then the resend
+/// is announced again. A repeat carries the same message id, and none follows a note that
+/// stayed on the disk. Pure and driven from outside: the
 /// daemon runs it on its links and timers (`MessageDelivery`), the simulation on simulated ones.
 /// Used from one thread.
 ///
@@ -26,6 +28,7 @@ public final class TextDelivery<Link: AnyObject> {
     private let transmit: (Link, Frame) -> Void
     private let dropLink: (Link, String) -> Void
     private let emit: (ServiceEvent) -> Void
+    private let whenAnnounced: (@escaping () -> Void) -> Void
     /// The open link of each connected peer, with its half of delivery (runs, window, ACKs).
     private var links: [PeerID: OpenLink] = [:]
     /// What waits for the disk, by the store write it needs, oldest first.
@@ -40,15 +43,18 @@ public final class TextDelivery<Link: AnyObject> {
     ///   - transmit: sends a frame (TEXT, ACK) on a link given to `linkOpened`.
     ///   - drop: closes a link without a goodbye (storing a message failed: the peer resends it).
     ///   - emit: `MessageReceived`, `MessageDelivered`, `MessageFailed`.
+    ///   - whenAnnounced: runs its argument once every event `emit` took so far has reached the
+    ///     user (the daemon: written to the bus), not at all if it cannot.
     public init(store: MessageStore, now: @escaping () -> ContinuousClock.Instant, nowMs: @escaping () -> UInt64,
                 transmit: @escaping (Link, Frame) -> Void, drop: @escaping (Link, String) -> Void,
-                emit: @escaping (ServiceEvent) -> Void) {
+                emit: @escaping (ServiceEvent) -> Void, whenAnnounced: @escaping (@escaping () -> Void) -> Void) {
         self.store = store
         self.now = now
         self.nowMs = nowMs
         self.transmit = transmit
         self.dropLink = drop
         self.emit = emit
+        self.whenAnnounced = whenAnnounced
     }
 
     // MARK: Durability
@@ -148,15 +154,21 @@ public final class TextDelivery<Link: AnyObject> {
     }
 
     /// At start: announces the messages the journal does not say were announced (the machine
-    /// stopped between storing and announcing them, or before noting it).
+    /// stopped between storing them and noting their announcement), and notes them once that
+    /// reached the user.
     public func announceUnannounced() {
-        var peers: Set<String> = []
+        var newest: [String: String] = [:]
         for (peer, message) in store.unannounced() {
             guard let id = PeerID(peer) else { continue }
             emit(.messageReceived(id, messageID: message.id, text: message.text))
-            peers.insert(peer)
+            newest[peer] = message.id
         }
-        for peer in peers.sorted() { store.noteAnnounced(peer: peer) }
+        guard !newest.isEmpty else { return }
+        whenAnnounced { [store] in
+            for (peer, messageID) in newest.sorted(by: { $0.key < $1.key }) {
+                store.noteAnnounced(peer: peer, through: messageID)
+            }
+        }
     }
 
     // MARK: Links
@@ -173,14 +185,19 @@ public final class TextDelivery<Link: AnyObject> {
     }
 
     /// A TEXT from `peer`, which runs the instance `senderInstance`: stored and announced once
-    /// written, acknowledged (after the read, `inputDrained`) once durable. One that does not
+    /// written (noted announced once that reached the user), acknowledged (after the read,
+    /// `inputDrained`) once durable. One that does not
     /// continue the run waits for the resend its sender will make.
     public func received(_ text: TextFrame, from peer: PeerID, senderInstance: InstanceID) {
         guard let open = links[peer], open.delivery.continuesRun(previousSeq: text.previousSeq) else { return }
         do {
             let isNew = try store.receive(peer: peer.description, senderInstance: senderInstance.hex, seq: text.seq,
                                           id: text.messageID.hex, text: text.text, sentAtMs: text.sentAtMs, nowMs: nowMs())
-            if isNew { emit(.messageReceived(peer, messageID: text.messageID.hex, text: text.text)) }
+            if isNew {
+                let messageID = text.messageID.hex
+                emit(.messageReceived(peer, messageID: messageID, text: text.text))
+                whenAnnounced { [store] in store.noteAnnounced(peer: peer.description, through: messageID) }
+            }
             open.delivery.accepted(seq: text.seq)
         } catch {
             // Not acknowledged, so the sender keeps it and sends it again on the next link.

@@ -18,7 +18,10 @@ final class MessageDelivery: LinkComponent {
     private var timers: [EventSource] = []
 
     /// `store` syncs in batches (`.batched`): this component runs them on its sync thread.
-    init(store: MessageStore, links: PeerLinks, clock: WallClock, emit: @escaping (ServiceEvent) -> Void) {
+    /// `eventsWritten` calls back once the events emitted so far are written to the bus (true),
+    /// or could not be (false): a `MessageReceived` is noted announced only then.
+    init(store: MessageStore, links: PeerLinks, clock: WallClock, emit: @escaping (ServiceEvent) -> Void,
+         eventsWritten: @escaping (@escaping (Bool) -> Void) -> Void) {
         self.store = store
         delivery = TextDelivery(
             store: store, now: { .now }, nowMs: { clock.nowMs() },
@@ -27,7 +30,14 @@ final class MessageDelivery: LinkComponent {
                 Log.error("\(reason)")
                 link.drop(reason: "local storage failed")
             },
-            emit: emit)
+            emit: emit,
+            whenAnnounced: { [weak self] note in
+                eventsWritten { written in
+                    guard written, let self else { return }
+                    note()
+                    self.syncWrites()
+                }
+            })
         links.register(self, frames: [.text, .ack])
     }
 
