@@ -405,6 +405,44 @@ final class MessagingTests: XCTestCase {
         print("seed 12: \(byOld.count) of 12 signals written before the kill, \(byNew.count) announced after the restart")
     }
 
+    /// Chaos seed 18: alpha's and bravo's links to charlie flapped, six times in a row: connected,
+    /// then "the peer closed the connection" at once. charlie's state directory was full: each new
+    /// link brought the queued TEXTs again, charlie could not store them and closed the link, and
+    /// the sender dialled again at once, every link's voice and transfers going with it. A
+    /// receiver that cannot store a message now leaves it unacknowledged on the same link; the
+    /// sender sends it again when the run stalls (2 s), and it arrives once space returns.
+    func testSeed18_AReceiverWhoseDiskIsFullKeepsTheLinkAndStoresTheMessageOnceSpaceReturns() throws {
+        let a = try makePeer("alice", fixedPort: true)
+        let b = try makePeer("bob", fixedPort: true)
+        try b.moveStateOntoTmpfs(megabytes: 4)
+        defer { b.unmountState() }
+        try pair(a, b)
+        let logA = MessageLog(a), logB = MessageLog(b)
+        let markA = a.mark, markB = b.mark
+
+        try b.fillState()
+        let text = "stored once space returns " + String(repeating: "ß", count: 10_000)
+        let id = try send(a, to: b.id, text)
+        dispatchEvents(for: 4.5)  // two resends at least
+        logB.update()
+        XCTAssertEqual(logB.received.map(\.id), [], "B announced a message its disk refused")
+        XCTAssertTrue(b.log.contains("cannot store a message from \(a.id)"), "B did not say why: \(b.log.suffix(1_500))")
+        XCTAssertEqual(a.states(of: b.id, after: markA), [], "the link flapped while B's disk was full")
+
+        try b.freeState()
+        let arrived = eventually(timeout: 5) {
+            logA.update()
+            return logA.delivered.map(\.id) == [id]
+        }
+        XCTAssertTrue(arrived, "not delivered within 5 s of the space's return: \(b.log.suffix(1_500))")
+        dispatchEvents(for: 0.3)
+        logB.update()
+        XCTAssertEqual(logB.received.map(\.id), [id])
+        XCTAssertEqual(logB.received.first.map { Array($0.text.utf8) }, Array(text.utf8))
+        XCTAssertEqual(a.states(of: b.id, after: markA), [], "A's link to B closed")
+        XCTAssertEqual(b.states(of: a.id, after: markB), [], "B's link to A closed")
+    }
+
     func testKilledSenderRedialsByItselfAndDeliversItsOutboxAfterRestart() throws {
         let a = try makePeer("alice", fixedPort: true)
         let b = try makePeer("bob", fixedPort: true)

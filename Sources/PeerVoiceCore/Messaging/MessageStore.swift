@@ -394,12 +394,18 @@ public final class MessageStore {
             // Stored before the peer was removed (its ACK may never have reached it).
             return false
         }
-        let state = try stateCreatingJournal(peer: peer)
-        compactIfDue(state)
-        try persistBeforeChange(
-            state,
-            MessageJournalRecord.received(
-                instance: senderInstance, seq: seq, sentAtMs: sentAtMs, receivedAtMs: nowMs, id: id, text: text))
+        let state: MessageStorePeer
+        do {
+            state = try stateCreatingJournal(peer: peer)
+            compactIfDue(state)
+            try persistBeforeChange(
+                state,
+                MessageJournalRecord.received(
+                    instance: senderInstance, seq: seq, sentAtMs: sentAtMs, receivedAtMs: nowMs, id: id, text: text))
+        } catch MessageStoreError.io(let error) {
+            warn("cannot store a message from \(peer): \(error); it stays with its sender, who sends it again")
+            throw MessageStoreError.io(error)
+        }
         state.addReceived(
             instance: senderInstance, seq: seq, sentAtMs: sentAtMs, receivedAtMs: nowMs, id: id, text: text,
             limits: limits)

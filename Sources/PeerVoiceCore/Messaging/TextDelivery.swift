@@ -41,7 +41,8 @@ public final class TextDelivery<Link: AnyObject> {
     /// - Parameters:
     ///   - now, nowMs: the clocks (the simulation's are simulated).
     ///   - transmit: sends a frame (TEXT, ACK) on a link given to `linkOpened`.
-    ///   - drop: closes a link without a goodbye (storing a message failed: the peer resends it).
+    ///   - drop: closes a link without a goodbye (a message that cannot be stored for another
+    ///     reason than the disk's: the peer resends it).
     ///   - emit: `MessageReceived`, `MessageDelivered`, `MessageFailed`.
     ///   - whenAnnounced: runs its argument once every event `emit` took so far has reached the
     ///     user (the daemon: written to the bus), not at all if it cannot.
@@ -199,6 +200,11 @@ public final class TextDelivery<Link: AnyObject> {
                 whenAnnounced { [store] in store.noteAnnounced(peer: peer.description, through: messageID) }
             }
             open.delivery.accepted(seq: text.seq)
+        } catch MessageStoreError.io {
+            // The disk refused (the store said why). Not acknowledged, and the run ends here (the
+            // TEXTs after it do not continue it), so the sender sends it again when the run stalls
+            // (2 s), on this link. Closing the link instead made it flap while the disk was full,
+            // each new link's resend closing it again, voice and transfers with it (seed 18).
         } catch {
             // Not acknowledged, so the sender keeps it and sends it again on the next link.
             links[peer] = nil
