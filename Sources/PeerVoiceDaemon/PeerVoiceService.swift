@@ -396,7 +396,7 @@ final class PeerVoiceService {
             try delivery.enqueue(text, id: messageID, for: peer.id, nowMs: now)
             if !links.isConnected(peer.id) { connections.scheduleRedial(peer, immediately: true) }
         }
-        delivery.whenDurable { accepted(messageID) }
+        delivery.whenDurable(for: targets.map(\.id)) { accepted(messageID) }
     }
 
     func history(of ref: PeerRef, max: Int) throws(ServiceError) -> (PeerID, [StoredMessage]) {

@@ -211,6 +211,36 @@ final class TextDeliveryTests: XCTestCase {
         XCTAssertEqual(try MessageStore(directory: directory).pending(peer: peer.description).map(\.text), [])
     }
 
+    /// Seed 31's other window: the rewrite starts failing after `Send`'s append, before its sync
+    /// (an ACK from another peer arriving just as the disk fills). Durability was one count for
+    /// the store, held back by any journal awaiting a rewrite, so the reply waited until space
+    /// returned. Now it waits for its own journal only; the ACK's `MessageDelivered` still
+    /// waits for the rewrite that records it.
+    func testSeed31_ARewriteThatStartsFailingAfterASendsAppendHoldsBackOnlyItsOwnJournal() throws {
+        let other = PeerID("pv:cccccccccccccccccccccccccc")!
+        let disk = FullDisk()
+        let store = try MessageStore(directory: directory, storage: disk, syncMode: .batched)
+        let delivery = makeDelivery(store)
+        delivery.linkOpened(Link(), to: peer)
+        try delivery.enqueue("m", id: String(format: "%032x", 1), for: peer, nowMs: 1)
+        sync(store, delivery)
+
+        var accepted = false
+        try delivery.enqueue("n", id: String(format: "%032x", 2), for: other, nowMs: 2)
+        delivery.whenDurable(for: other) { accepted = true }
+        disk.full = true
+        delivery.acknowledged(upTo: 1, from: peer)  // unrecorded: the journal awaits a rewrite
+        sync(store, delivery)
+        XCTAssertTrue(accepted, "Send's reply waited for another journal's rewrite")
+        XCTAssertEqual(try MessageStore(directory: directory).pending(peer: other.description).map(\.text), ["n"])
+        XCTAssertEqual(events, [], "MessageDelivered while the disk does not know it")
+
+        disk.full = false
+        store.retryFailedRewrites()
+        sync(store, delivery)
+        XCTAssertEqual(events, [.messageDelivered(peer, messageID: String(format: "%032x", 1))])
+    }
+
     /// Chaos seed 31: `Send` to one peer while another peer's journal waited for a rewrite the
     /// full disk refused (an ACK it could not record) was accepted, but its reply waited for that
     /// rewrite: over 15 s, until space returned; the message was then delivered, after a caller

@@ -253,7 +253,7 @@ final class SimulatedService {
             history.enqueued(messageID, from: peer, to: record.id)
             if record.link == nil { scheduleRedial(record, immediately: true) }
             let history = history, peer = peer
-            delivery.whenDurable { [weak self] in
+            delivery.whenDurable(for: record.id) { [weak self] in
                 guard self?.isAlive == true, !peer.disk.isStopped else { return }
                 history.accepted(messageID, by: peer)
             }

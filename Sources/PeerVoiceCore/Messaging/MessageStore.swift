@@ -5,8 +5,8 @@ import Foundation
 ///
 /// Promise: every change is written (one write(2), no user-space buffer) before the call that
 /// made it returns, so a kill -9 loses nothing written; and it is on the disk (synced) once
-/// `writesDurable` reaches the `writesMade` the call left, so a power loss loses nothing
-/// durable. Whoever confirms something (a `Send` reply, an ACK to the peer, an event) waits for
+/// `writesDurable` reaches the `writesMade` the call left (or, for what concerns one peer,
+/// `writesDurable(peer:)` its `lastWrite(peer:)`), so a power loss loses nothing durable. Whoever confirms something (a `Send` reply, an ACK to the peer, an event) waits for
 /// that (`TextDelivery` does); a queued message is not even offered for sending (`pending`)
 /// before. With `.everyWrite` each call syncs before it returns; with `.batched` the caller
 /// syncs batches of writes on another thread (`takeSyncBatch`, `finishSync`): group commit.
@@ -141,13 +141,22 @@ public final class MessageStore {
         peers.keys.sorted()
     }
 
+    /// The number of the last write to `peer`'s journal: what a change to it waits for.
+    public func lastWrite(peer: String) -> UInt64 { peers[peer]?.lastWrite ?? 0 }
+
+    /// Every write to `peer`'s journal up to this number is on the disk (everything, for a peer
+    /// with no journal). Ahead of `writesDurable` while another journal awaits a rewrite the disk
+    /// refuses: what concerns only this peer (a `Send`'s reply, its TEXTs, ACKs, deliveries)
+    /// need not wait for that.
+    public func writesDurable(peer: String) -> UInt64 { peers[peer]?.durableThrough ?? .max }
+
     /// The peer's queued messages that are durable, oldest (lowest seq) first: what to send on
     /// (re)connection. (A message not yet on the disk is never sent: were it lost in a crash after
     /// the peer stored it, its seq would be given again to another message, which the peer would
     /// drop as a duplicate.)
     public func pending(peer: String) -> [OutgoingMessage] {
         guard let state = peers[peer] else { return [] }
-        return state.outbox[state.outboxHead...].filter { $0.status == .queued && $0.write <= writesDurable }.map {
+        return state.outbox[state.outboxHead...].filter { $0.status == .queued && $0.write <= state.durableThrough }.map {
             OutgoingMessage(seq: $0.seq, id: $0.id, sentAtMs: $0.timeMs, text: $0.text)
         }
     }
@@ -161,7 +170,7 @@ public final class MessageStore {
         while index < state.outbox.count, result.count < limit {
             let entry = state.outbox[index]
             // Queued entries are in write order: the first one not yet durable ends the durable ones.
-            if entry.status == .queued && entry.write > writesDurable { break }
+            if entry.status == .queued && entry.write > state.durableThrough { break }
             if entry.status == .queued {
                 result.append(OutgoingMessage(seq: entry.seq, id: entry.id, sentAtMs: entry.timeMs, text: entry.text))
             }
@@ -441,8 +450,7 @@ public final class MessageStore {
     private func persistBeforeChange(_ state: MessageStorePeer, _ records: [UInt8]) throws {
         if state.unsaved {
             // Memory holds transitions an earlier failed write lost; store them first.
-            try state.journal.rewrite(records: state.snapshot(historyLimit: limits.historyPerPeer))
-            state.unsaved = false
+            try rewrite(state)
         }
         let before = state.journal.length
         try state.journal.append(records)
@@ -455,12 +463,21 @@ public final class MessageStore {
         }
     }
 
+    /// Rewrites `state`'s journal from memory (synced: everything in it is durable).
+    private func rewrite(_ state: MessageStorePeer) throws {
+        try state.journal.rewrite(records: state.snapshot(historyLimit: limits.historyPerPeer))
+        state.unsaved = false
+        state.durableThrough = state.lastWrite
+    }
+
     /// Counts a write to `state`'s journal; syncs it now in `.everyWrite` mode.
     private func wrote(_ state: MessageStorePeer) throws {
         writesMade += 1
+        state.lastWrite = writesMade
         switch syncMode {
         case .everyWrite:
             try state.journal.sync()
+            state.durableThrough = writesMade
             // Unless a change another journal could not record waits for its rewrite.
             if !peers.values.contains(where: \.unsaved) { writesDurable = writesMade }
         case .batched:
@@ -486,13 +503,13 @@ public final class MessageStore {
             }
         }
         do {
-            try state.journal.rewrite(records: state.snapshot(historyLimit: limits.historyPerPeer))
-            state.unsaved = false
+            try rewrite(state)
             // A rewrite syncs: with a sync per write, nothing else can be waiting.
             if syncMode == .everyWrite && !peers.values.contains(where: \.unsaved) { writesDurable = writesMade }
         } catch {
             warn("cannot rewrite the journal of \(state.peer): \(error); will retry")
             writesMade += 1
+            state.lastWrite = writesMade
             rewritesFailing = true
         }
     }
@@ -533,6 +550,12 @@ public final class MessageStore {
             warn("\(error); rewriting the journals of that sync")
             for peer in batch.peers { peers[peer]?.unsaved = true }
         }
+        // A journal that awaits a rewrite counts once rewritten (its synced writes are durable
+        // indeed, but a change after them is in memory only).
+        for peer in batch.peers {
+            guard let state = peers[peer], !state.unsaved else { continue }
+            state.durableThrough = max(state.durableThrough, min(batch.through, state.lastWrite))
+        }
         pendingThrough = max(pendingThrough, batch.through)
         if rewriteUnsaved() == nil { writesDurable = max(writesDurable, pendingThrough) }
     }
@@ -556,8 +579,7 @@ public final class MessageStore {
         defer { rewritesFailing = refused != nil }
         for state in peers.values.filter(\.unsaved).sorted(by: { $0.peer < $1.peer }) {
             do {
-                try state.journal.rewrite(records: state.snapshot(historyLimit: limits.historyPerPeer))
-                state.unsaved = false
+                try rewrite(state)
             } catch {
                 warn("cannot rewrite the journal of \(state.peer): \(error); will retry")
                 refused = refused ?? error
@@ -572,8 +594,7 @@ public final class MessageStore {
     private func compactIfDue(_ state: MessageStorePeer) {
         guard state.journal.wantsCompaction(slack: limits.compactionSlackBytes) else { return }
         do {
-            try state.journal.rewrite(records: state.snapshot(historyLimit: limits.historyPerPeer))
-            state.unsaved = false
+            try rewrite(state)
         } catch {
             warn("cannot compact the journal of \(state.peer): \(error)")
             state.journal.postponeCompaction()
@@ -594,6 +615,9 @@ public final class MessageStore {
         let state = MessageStorePeer(peer: peer, journal: file)
         state.lastSeq = start
         state.ackedUpTo = start
+        // Created synced; a change waiting for an earlier journal of this peer waits no more.
+        state.lastWrite = writesMade
+        state.durableThrough = writesMade
         restoreForgottenMarks(into: state)
         peers[peer] = state
         return state
@@ -851,6 +875,9 @@ final class MessageStorePeer {
     private var nextOrdinal: UInt64 = 0
     /// Memory holds changes a failed write kept from the journal; rewrite before the next append.
     var unsaved = false
+    /// The store's number of the last write to this journal, and the highest one known synced.
+    var lastWrite: UInt64 = 0
+    var durableThrough: UInt64 = 0
     /// Received messages the journal does not say were announced, oldest first (a suffix of the
     /// received ones in `history`): announced, their note not yet written, or not announced yet.
     var unannounced: [MessageStoreEntry] = []

@@ -31,9 +31,10 @@ public final class TextDelivery<Link: AnyObject> {
     private let whenAnnounced: (@escaping () -> Void) -> Void
     /// The open link of each connected peer, with its half of delivery (runs, window, ACKs).
     private var links: [PeerID: OpenLink] = [:]
-    /// What waits for the disk, by the store write it needs, oldest first.
-    private var waiting: [(write: UInt64, action: () -> Void)] = []
-    private var waitingHead = 0
+    /// What waits for the disk, by the store write it needs, oldest first: for every journal
+    /// (`waiting`), or for one peer's (`waitingForPeer`).
+    private var waiting = DurabilityQueue()
+    private var waitingForPeer: [PeerID: DurabilityQueue] = [:]
 
     /// Outbox batches read from the store at a time while the window has room.
     static var sendBatch: Int { 64 }
@@ -62,32 +63,32 @@ public final class TextDelivery<Link: AnyObject> {
 
     /// Runs `action` once every store write made so far is durable: at once if it is.
     public func whenDurable(_ action: @escaping () -> Void) {
-        let write = store.writesMade
-        if write <= store.writesDurable && waitingHead == waiting.count {
-            action()
-        } else {
-            waiting.append((write, action))
-        }
+        if waiting.queues(action, write: store.writesMade, durable: store.writesDurable) { return }
+        action()
+    }
+
+    /// Runs `action` once every write made so far to `peer`'s journal is durable, whatever the
+    /// others' (one awaiting a rewrite the full disk refuses holds nothing of this peer back).
+    public func whenDurable(for peer: PeerID, _ action: @escaping () -> Void) {
+        let key = peer.description
+        var queue = waitingForPeer[peer] ?? DurabilityQueue()
+        let queued = queue.queues(action, write: store.lastWrite(peer: key), durable: store.writesDurable(peer: key))
+        if queued { waitingForPeer[peer] = queue } else { action() }
     }
 
     /// The store made more writes durable (after `MessageStore.finishSync`): runs what waited for them, in order.
     public func durabilityAdvanced() {
-        while waitingHead < waiting.count, waiting[waitingHead].write <= store.writesDurable {
-            let action = waiting[waitingHead].action
-            waitingHead += 1
-            action()
+        // Taken out before they run: an action may wait for the disk in turn.
+        var ready = waiting.takeDurable(store.writesDurable)
+        for peer in waitingForPeer.keys.sorted() {
+            ready += waitingForPeer[peer]!.takeDurable(store.writesDurable(peer: peer.description))
+            if waitingForPeer[peer]!.isEmpty { waitingForPeer[peer] = nil }
         }
-        if waitingHead == waiting.count {
-            waiting.removeAll(keepingCapacity: true)
-            waitingHead = 0
-        } else if waitingHead >= 1024, waitingHead * 2 >= waiting.count {
-            waiting.removeFirst(waitingHead)
-            waitingHead = 0
-        }
+        ready.forEach { $0() }
     }
 
     /// How many actions wait for the disk (for tests and bounds).
-    public var waitingForDisk: Int { waiting.count - waitingHead }
+    public var waitingForDisk: Int { waiting.count + waitingForPeer.values.reduce(0) { $0 + $1.count } }
 
     // MARK: Sending
 
@@ -103,7 +104,7 @@ public final class TextDelivery<Link: AnyObject> {
         } catch {
             throw .failed("could not store the message: \(error)")
         }
-        whenDurable { [weak self] in self?.sendQueuedMessages(to: peer) }
+        whenDurable(for: peer) { [weak self] in self?.sendQueuedMessages(to: peer) }
     }
 
     /// `Send`'s error when the disk refused: what is wrong and what to do, and that nothing was kept.
@@ -217,7 +218,7 @@ public final class TextDelivery<Link: AnyObject> {
         guard let open = links[peer] else { return }
         let delivered = store.acknowledge(peer: peer.description, upTo: seq)
         if !delivered.isEmpty {
-            whenDurable { [emit] in
+            whenDurable(for: peer) { [emit] in
                 for messageID in delivered { emit(.messageDelivered(peer, messageID: messageID)) }
             }
         }
@@ -230,7 +231,7 @@ public final class TextDelivery<Link: AnyObject> {
     public func inputDrained(from peer: PeerID) {
         guard let open = links[peer], let upTo = open.delivery.takeAck() else { return }
         let link = open.link
-        whenDurable { [weak self] in
+        whenDurable(for: peer) { [weak self] in
             guard let self, links[peer]?.link === link else { return }
             transmit(link, .ack(seq: upTo))
         }
@@ -265,6 +266,41 @@ public final class TextDelivery<Link: AnyObject> {
                 transmit(open.link, .text(text))
                 if !open.delivery.hasRoom { return }
             }
+        }
+    }
+
+    /// Actions waiting for the store's writes to become durable, in order: one runs once the
+    /// durable count reaches the write it noted, and never before an earlier one.
+    private struct DurabilityQueue {
+        private var entries: [(write: UInt64, action: () -> Void)] = []
+        private var head = 0
+
+        var count: Int { entries.count - head }
+        var isEmpty: Bool { head == entries.count }
+
+        /// Queues `action` unless `write` is durable and nothing waits before it (then the
+        /// caller runs it now: false).
+        mutating func queues(_ action: @escaping () -> Void, write: UInt64, durable: UInt64) -> Bool {
+            if write <= durable && isEmpty { return false }
+            entries.append((write, action))
+            return true
+        }
+
+        /// Takes the actions whose writes are durable, in order.
+        mutating func takeDurable(_ durable: UInt64) -> [() -> Void] {
+            var ready: [() -> Void] = []
+            while head < entries.count, entries[head].write <= durable {
+                ready.append(entries[head].action)
+                head += 1
+            }
+            if head == entries.count {
+                entries.removeAll(keepingCapacity: true)
+                head = 0
+            } else if head >= 1024, head * 2 >= entries.count {
+                entries.removeFirst(head)
+                head = 0
+            }
+            return ready
         }
     }
 

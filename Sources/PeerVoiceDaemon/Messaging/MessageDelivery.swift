@@ -66,8 +66,12 @@ final class MessageDelivery: LinkComponent {
         try delivery.enqueue(text, id: messageID, for: peer, nowMs: nowMs)
     }
 
-    /// Runs `action` once everything written so far is on the disk (`Send`'s reply).
-    func whenDurable(_ action: @escaping () -> Void) { delivery.whenDurable(action) }
+    /// Runs `action` once everything written so far to these peers' journals is on the disk
+    /// (`Send`'s reply), whatever the other journals'.
+    func whenDurable(for peers: [PeerID], _ action: @escaping () -> Void) {
+        guard let first = peers.first else { return action() }
+        delivery.whenDurable(for: first) { [weak self] in self?.whenDurable(for: Array(peers.dropFirst()), action) }
+    }
 
     func hasPending(for peer: PeerID) -> Bool { delivery.hasPending(for: peer) }
 
