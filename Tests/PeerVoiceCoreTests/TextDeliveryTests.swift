@@ -14,6 +14,7 @@ final class TextDeliveryTests: XCTestCase {
     private var waitingForAnnouncements: [() -> Void] = []
     private let peer = PeerID("pv:aaaaaaaaaaaaaaaaaaaaaaaaaa")!
     private let instance = InstanceID(hex: String(repeating: "b2", count: 16))!
+    private let other = PeerID("pv:cccccccccccccccccccccccccc")!
 
     override func setUpWithError() throws {
         directory = FileManager.default.temporaryDirectory.appendingPathComponent("TextDeliveryTests-\(UUID().uuidString)").path
@@ -29,6 +30,15 @@ final class TextDeliveryTests: XCTestCase {
                      drop: { _, _ in XCTFail("no link is dropped here") },
                      emit: { [unowned self] in events.append($0) },
                      whenAnnounced: { [unowned self] in waitingForAnnouncements.append($0) })
+    }
+
+    /// On `disk`: a delivery with a link open to `peer` and a message queued for it, not synced.
+    private func deliveryWithAMessageQueued(on disk: FullDisk) throws -> (MessageStore, TextDelivery<Link>) {
+        let store = try MessageStore(directory: directory, storage: disk, syncMode: .batched)
+        let delivery = makeDelivery(store)
+        delivery.linkOpened(Link(), to: peer)
+        try delivery.enqueue("m", id: String(format: "%032x", 1), for: peer, nowMs: 1)
+        return (store, delivery)
     }
 
     /// The events emitted so far reached the user.
@@ -217,12 +227,8 @@ final class TextDeliveryTests: XCTestCase {
     /// returned. Now it waits for its own journal only; the ACK's `MessageDelivered` still
     /// waits for the rewrite that records it.
     func testSeed31_ARewriteThatStartsFailingAfterASendsAppendHoldsBackOnlyItsOwnJournal() throws {
-        let other = PeerID("pv:cccccccccccccccccccccccccc")!
         let disk = FullDisk()
-        let store = try MessageStore(directory: directory, storage: disk, syncMode: .batched)
-        let delivery = makeDelivery(store)
-        delivery.linkOpened(Link(), to: peer)
-        try delivery.enqueue("m", id: String(format: "%032x", 1), for: peer, nowMs: 1)
+        let (store, delivery) = try deliveryWithAMessageQueued(on: disk)
         sync(store, delivery)
 
         var accepted = false
@@ -246,12 +252,8 @@ final class TextDeliveryTests: XCTestCase {
     /// rewrite: over 15 s, until space returned; the message was then delivered, after a caller
     /// that gave up could have sent it again. Now it is refused at once, keeping nothing.
     func testSeed31_ASendWhileAnotherJournalAwaitsARewriteTheDiskRefusesIsRefusedAtOnce() throws {
-        let other = PeerID("pv:cccccccccccccccccccccccccc")!
         let disk = FullDisk()
-        let store = try MessageStore(directory: directory, storage: disk, syncMode: .batched)
-        let delivery = makeDelivery(store)
-        delivery.linkOpened(Link(), to: peer)
-        try delivery.enqueue("m", id: String(format: "%032x", 1), for: peer, nowMs: 1)
+        let (store, delivery) = try deliveryWithAMessageQueued(on: disk)
         try delivery.enqueue("earlier", id: String(format: "%032x", 2), for: other, nowMs: 1)
         sync(store, delivery)
 
