@@ -16,6 +16,11 @@ final class MessageDelivery: LinkComponent {
     private var delivery: TextDelivery<PeerLink>!
     private let syncer = JournalSyncer()
     private var timers: [EventSource] = []
+    private let eventsWritten: (@escaping (Bool) -> Void) -> Void
+    /// One bus flush at a time (each is a task on GLib's thread pool: one per message starved
+    /// it in a burst of 10,000): the notes the running one covers, and those for the next.
+    private var flushing = false
+    private var notesForNextFlush: [() -> Void] = []
 
     /// `store` syncs in batches (`.batched`): this component runs them on its sync thread.
     /// `eventsWritten` calls back once the events emitted so far are written to the bus (true),
@@ -23,6 +28,7 @@ final class MessageDelivery: LinkComponent {
     init(store: MessageStore, links: PeerLinks, clock: WallClock, emit: @escaping (ServiceEvent) -> Void,
          eventsWritten: @escaping (@escaping (Bool) -> Void) -> Void) {
         self.store = store
+        self.eventsWritten = eventsWritten
         delivery = TextDelivery(
             store: store, now: { .now }, nowMs: { clock.nowMs() },
             transmit: { link, frame in link.send(frame) },
@@ -31,13 +37,7 @@ final class MessageDelivery: LinkComponent {
                 link.drop(reason: "local storage failed")
             },
             emit: emit,
-            whenAnnounced: { [weak self] note in
-                eventsWritten { written in
-                    guard written, let self else { return }
-                    note()
-                    self.syncWrites()
-                }
-            })
+            whenAnnounced: { [weak self] note in self?.afterTheNextFlush(note) })
         links.register(self, frames: [.text, .ack])
     }
 
@@ -119,6 +119,29 @@ final class MessageDelivery: LinkComponent {
 
     /// One ACK per read rather than per message, once what it acknowledges is on the disk.
     func inputDrained(on link: PeerLink, from peer: Peer) { delivery.inputDrained(from: peer.id) }
+
+    /// Runs `note` once the events emitted so far are written to the bus (not at all if they
+    /// cannot be): after the running flush if it started after them, else after the next one.
+    private func afterTheNextFlush(_ note: @escaping () -> Void) {
+        notesForNextFlush.append(note)
+        flushIfIdle()
+    }
+
+    private func flushIfIdle() {
+        guard !flushing, !notesForNextFlush.isEmpty else { return }
+        flushing = true
+        let notes = notesForNextFlush
+        notesForNextFlush = []
+        eventsWritten { [weak self] written in
+            guard let self else { return }
+            flushing = false
+            if written {
+                notes.forEach { $0() }
+                syncWrites()
+            }
+            flushIfIdle()
+        }
+    }
 
     private func expire() {
         defer { syncWrites() }
