@@ -140,6 +140,14 @@ public final class DBusConnection: @unchecked Sendable {
         g_dbus_connection_flush_sync(pointer, nil, nil)
     }
 
+    /// Calls `completion` on the current thread-default main context once everything queued on
+    /// this connection so far (signals emitted, replies) has been written to the bus, with false
+    /// if it could not be (the connection closed). Blocks nothing: GDBus's worker thread writes.
+    public func flush(completion: @escaping (Bool) -> Void) {
+        let box = ClosureBox<(Bool) -> Void>(completion)
+        g_dbus_connection_flush(pointer, nil, flushTrampoline, box.retainedPointer())
+    }
+
     // MARK: Calls
 
     /// Calls a method and waits for the reply, or `timeout` (nil: GDBus's default of 25 s).
@@ -425,6 +433,14 @@ private let fdCallTrampoline: GAsyncReadyCallback = { source, result, userData i
         g_object_unref(list)
     }
     box.function(.success((Variant(owning: reply), fds)))
+}
+
+private let flushTrampoline: GAsyncReadyCallback = { source, result, userData in
+    let box = Unmanaged<ClosureBox<(Bool) -> Void>>.fromOpaque(userData!).takeRetainedValue()
+    var error: UnsafeMutablePointer<GError>?
+    let written = g_dbus_connection_flush_finish(OpaquePointer(source), result, &error) != 0
+    if let error { g_error_free(error) }
+    box.function(written)
 }
 
 private let asyncCallTrampoline: GAsyncReadyCallback = { source, result, userData in

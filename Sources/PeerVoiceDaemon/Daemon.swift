@@ -77,6 +77,7 @@ public func runDaemon(arguments: [String]) -> Int32 {
         event.changedPeerObjects.forEach(service.peerChanged)
         notifications?.handle(event)
     }
+    service.eventsWritten = { connection.flush(completion: $0) }
     Log.info("serving \(BusObject.busName) on the session bus as \(connection.uniqueName)")
     do {
         try service.start()

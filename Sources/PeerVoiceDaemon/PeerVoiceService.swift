@@ -11,6 +11,8 @@ import Sodium
 /// maps the components and who owns what.
 final class PeerVoiceService {
     var emit: (ServiceEvent) -> Void = { _ in }
+    /// Calls back once what `emit` took so far is written to the bus (false: it cannot be).
+    var eventsWritten: (@escaping (Bool) -> Void) -> Void = { $0(true) }
     /// Called when what the object of one peer (or found device) shows changed without an event
     /// of its own (`ServiceEvent.changedPeerObjects` names those that come with one).
     var peerChanged: (PeerRef) -> Void = { _ in }
@@ -115,7 +117,8 @@ final class PeerVoiceService {
         } catch {
             throw .failed("cannot use the state directory \(state): \(error)")
         }
-        delivery = MessageDelivery(store: store, links: links, clock: clock, emit: emit)
+        delivery = MessageDelivery(store: store, links: links, clock: clock, emit: emit,
+                                   eventsWritten: { service?.eventsWritten($0) ?? $0(false) })
         connections = PeerConnections(instance: instance, identity: identity, crypto: crypto, ip: ip, registry: registry,
                                       links: links, clock: clock, pairing: pairing, delivery: delivery, bluetooth: bluetooth,
                                       lan: lan, hello: { service!.localHello }, emit: emit)
@@ -393,7 +396,7 @@ final class PeerVoiceService {
             try delivery.enqueue(text, id: messageID, for: peer.id, nowMs: now)
             if !links.isConnected(peer.id) { connections.scheduleRedial(peer, immediately: true) }
         }
-        delivery.whenDurable { accepted(messageID) }
+        delivery.whenDurable(for: targets.map(\.id)) { accepted(messageID) }
     }
 
     func history(of ref: PeerRef, max: Int) throws(ServiceError) -> (PeerID, [StoredMessage]) {

@@ -145,6 +145,8 @@ final class MessageStoreTests: XCTestCase {
                 peer: peer, senderInstance: instanceA, seq: UInt64(seq), id: id(seq), text: "old message \(seq)",
                 sentAtMs: 1, nowMs: 1))
         }
+        // Announced: until then the journal keeps them, whatever the history limit.
+        store.noteAnnounced(peer: peer, through: id(20))
         for n in 1...200 {
             _ = try store.enqueue(peer: peer, id: id(1000 + n), text: "outgoing \(n)", nowMs: 2)
             _ = store.acknowledge(peer: peer, upTo: UInt64(n))

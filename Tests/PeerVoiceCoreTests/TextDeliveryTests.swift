@@ -10,8 +10,11 @@ final class TextDeliveryTests: XCTestCase {
     private var directory = ""
     private var sent: [(link: Link, frame: Frame)] = []
     private var events: [ServiceEvent] = []
+    /// What waits for the events emitted so far to reach the user (the daemon: the bus write).
+    private var waitingForAnnouncements: [() -> Void] = []
     private let peer = PeerID("pv:aaaaaaaaaaaaaaaaaaaaaaaaaa")!
     private let instance = InstanceID(hex: String(repeating: "b2", count: 16))!
+    private let other = PeerID("pv:cccccccccccccccccccccccccc")!
 
     override func setUpWithError() throws {
         directory = FileManager.default.temporaryDirectory.appendingPathComponent("TextDeliveryTests-\(UUID().uuidString)").path
@@ -25,7 +28,24 @@ final class TextDeliveryTests: XCTestCase {
         TextDelivery(store: store, now: { .now }, nowMs: { 1_000 },
                      transmit: { [unowned self] link, frame in sent.append((link, frame)) },
                      drop: { _, _ in XCTFail("no link is dropped here") },
-                     emit: { [unowned self] in events.append($0) })
+                     emit: { [unowned self] in events.append($0) },
+                     whenAnnounced: { [unowned self] in waitingForAnnouncements.append($0) })
+    }
+
+    /// On `disk`: a delivery with a link open to `peer` and a message queued for it, not synced.
+    private func deliveryWithAMessageQueued(on disk: FullDisk) throws -> (MessageStore, TextDelivery<Link>) {
+        let store = try MessageStore(directory: directory, storage: disk, syncMode: .batched)
+        let delivery = makeDelivery(store)
+        delivery.linkOpened(Link(), to: peer)
+        try delivery.enqueue("m", id: String(format: "%032x", 1), for: peer, nowMs: 1)
+        return (store, delivery)
+    }
+
+    /// The events emitted so far reached the user.
+    private func announcementsWritten() {
+        let waiting = waitingForAnnouncements
+        waitingForAnnouncements = []
+        waiting.forEach { $0() }
     }
 
     /// Runs the sync the store has due, as the daemon's sync thread would.
@@ -86,6 +106,44 @@ final class TextDeliveryTests: XCTestCase {
         XCTAssertEqual(events, [.messageReceived(peer, messageID: id.hex, text: "hi")])
         XCTAssertEqual(acks, [1, 1])
         XCTAssertEqual(delivery.waitingForDisk, 0)
+    }
+
+    /// Chaos seed 12: bravo was killed (-9) about 0.1 s after it stored alpha's message and
+    /// emitted `MessageReceived`; GDBus writes a signal from its worker thread, and the kill came
+    /// before that write. The store had noted the message announced in the write that stored it,
+    /// so the restarted bravo never announced it: stored, acknowledged, never seen. Now the note
+    /// waits until the signal is written, and a restart before it announces the message again,
+    /// same id; after the note, never again.
+    func testSeed12_AMessageWhoseSignalWasNotWrittenBeforeAKillIsAnnouncedAgainWithTheSameID() throws {
+        let store = try MessageStore(directory: directory, syncMode: .batched)
+        let delivery = makeDelivery(store)
+        delivery.linkOpened(Link(), to: peer)
+        let first = MessageID.random(), second = MessageID.random()
+        delivery.received(try TextFrame(seq: 1, previousSeq: 0, messageID: first, sentAtMs: 5, text: "one"), from: peer,
+                          senderInstance: instance)
+        delivery.inputDrained(from: peer)
+        sync(store, delivery)
+        XCTAssertEqual(acks, [1], "acknowledged once on the disk, whether or not the signal was written")
+
+        // Killed before the signal was written: the journal as the kill leaves it.
+        let afterKill = try MessageStore(directory: directory, syncMode: .batched)
+        XCTAssertEqual(afterKill.unannounced().map(\.message.id), [first.hex], "the restart would not announce it")
+        let restarted = makeDelivery(afterKill)
+        events = []
+        restarted.announceUnannounced()
+        XCTAssertEqual(events, [.messageReceived(peer, messageID: first.hex, text: "one")], "announced again, same id")
+        waitingForAnnouncements.removeLast()  // that life ends here; the first one goes on
+
+        // The first life's signal is written now, with a second message's still on its way.
+        delivery.received(try TextFrame(seq: 2, previousSeq: 1, messageID: second, sentAtMs: 6, text: "two"), from: peer,
+                          senderInstance: instance)
+        let secondsNote = try XCTUnwrap(waitingForAnnouncements.popLast())
+        announcementsWritten()
+        XCTAssertEqual(try MessageStore(directory: directory).unannounced().map(\.message.id), [second.hex],
+                       "noted the first announced only with the second, or the second with the first")
+        secondsNote()
+        XCTAssertEqual(try MessageStore(directory: directory).unannounced().map(\.message.id), [],
+                       "both signals written, yet a restart would announce them again")
     }
 
     func testAnACKForALinkThatClosedMeanwhileIsNotSent() throws {
@@ -163,17 +221,39 @@ final class TextDeliveryTests: XCTestCase {
         XCTAssertEqual(try MessageStore(directory: directory).pending(peer: peer.description).map(\.text), [])
     }
 
+    /// Seed 31's other window: the rewrite starts failing after `Send`'s append, before its sync
+    /// (an ACK from another peer arriving just as the disk fills). Durability was one count for
+    /// the store, held back by any journal awaiting a rewrite, so the reply waited until space
+    /// returned. Now it waits for its own journal only; the ACK's `MessageDelivered` still
+    /// waits for the rewrite that records it.
+    func testSeed31_ARewriteThatStartsFailingAfterASendsAppendHoldsBackOnlyItsOwnJournal() throws {
+        let disk = FullDisk()
+        let (store, delivery) = try deliveryWithAMessageQueued(on: disk)
+        sync(store, delivery)
+
+        var accepted = false
+        try delivery.enqueue("n", id: String(format: "%032x", 2), for: other, nowMs: 2)
+        delivery.whenDurable(for: other) { accepted = true }
+        disk.full = true
+        delivery.acknowledged(upTo: 1, from: peer)  // unrecorded: the journal awaits a rewrite
+        sync(store, delivery)
+        XCTAssertTrue(accepted, "Send's reply waited for another journal's rewrite")
+        XCTAssertEqual(try MessageStore(directory: directory).pending(peer: other.description).map(\.text), ["n"])
+        XCTAssertEqual(events, [], "MessageDelivered while the disk does not know it")
+
+        disk.full = false
+        store.retryFailedRewrites()
+        sync(store, delivery)
+        XCTAssertEqual(events, [.messageDelivered(peer, messageID: String(format: "%032x", 1))])
+    }
+
     /// Chaos seed 31: `Send` to one peer while another peer's journal waited for a rewrite the
     /// full disk refused (an ACK it could not record) was accepted, but its reply waited for that
     /// rewrite: over 15 s, until space returned; the message was then delivered, after a caller
     /// that gave up could have sent it again. Now it is refused at once, keeping nothing.
     func testSeed31_ASendWhileAnotherJournalAwaitsARewriteTheDiskRefusesIsRefusedAtOnce() throws {
-        let other = PeerID("pv:cccccccccccccccccccccccccc")!
         let disk = FullDisk()
-        let store = try MessageStore(directory: directory, storage: disk, syncMode: .batched)
-        let delivery = makeDelivery(store)
-        delivery.linkOpened(Link(), to: peer)
-        try delivery.enqueue("m", id: String(format: "%032x", 1), for: peer, nowMs: 1)
+        let (store, delivery) = try deliveryWithAMessageQueued(on: disk)
         try delivery.enqueue("earlier", id: String(format: "%032x", 2), for: other, nowMs: 1)
         sync(store, delivery)
 

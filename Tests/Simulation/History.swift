@@ -3,9 +3,12 @@ import PeerVoiceCore
 /// Everything the simulated peers said to their users, checked as it happens against what
 /// PeerVoice promises (README, docs/PROTOCOL.md §7.3 and §8):
 ///
-/// - a message is announced (`MessageReceived`) at most once, by the peer it was sent to, from
-///   the peer that sent it, and each sender's messages in the order `Send` took them;
-/// - `MessageDelivered` only for a message the receiver announced, once, never with `MessageFailed`;
+/// - a message is announced (`MessageReceived`) by the peer it was sent to, from the peer that
+///   sent it, with its id, and each sender's messages first in the order `Send` took them; again
+///   (same id) only after a crash that came before the receiver noted the announcement written
+///   (a kill -9) or lost that note (a power loss, or a kill while memory held what the disk
+///   refused), never once the note is on the disk;
+/// - `MessageDelivered` only for a message the receiver stored, once, never with `MessageFailed`;
 /// - a link opened by people (not two pinned keys) only after both people accepted that link's
 ///   code, and both were shown the same code;
 /// - at the end (`finish`), every message `Send` accepted was announced by its receiver or
@@ -25,6 +28,8 @@ public final class History {
         /// Position among the messages `sender` queued for `receiver`.
         let order: Int
         var accepted = false
+        /// Stored by its receiver (its announcement emitted, perhaps not yet written to the bus).
+        var stored = false
         var received = 0
         var delivered = 0
         var failed = 0
@@ -32,6 +37,9 @@ public final class History {
         var abandoned = false
         /// The receiver's losses of state when it last announced the message.
         var stateLossesAtAnnouncement = 0
+        /// The receiver was killed after it last announced the message, before its note that
+        /// the signal was written: the restart announces it again.
+        var killedBeforeNote = false
         /// The sender's losses of state when it last reported the message failed.
         var stateLossesAtFailure = 0
     }
@@ -138,11 +146,13 @@ public final class History {
             }
             // Announced once written, so a power loss that lost the record before its sync makes
             // the sender's resend announced again (same id), and so does a crash that lost the
-            // note that it was announced; never without such a loss in between.
-            if message.received > 0 && stateLosses[peer.id, default: 0] == message.stateLossesAtAnnouncement {
-                violation("\(peer.name) announced \(messageID) again (a duplicate) without losing state in between")
+            // note that it was announced, or came before it; never without such a crash between.
+            if message.received > 0 && stateLosses[peer.id, default: 0] == message.stateLossesAtAnnouncement
+                && !message.killedBeforeNote {
+                violation("\(peer.name) announced \(messageID) again (a duplicate), its announcement noted written before")
             }
             message.stateLossesAtAnnouncement = stateLosses[peer.id, default: 0]
+            message.killedBeforeNote = false
             if message.receiver != peer.id || message.sender != from {
                 violation("\(messageID) from \(message.sender) for \(message.receiver) was announced by \(peer.id) as from \(from)")
             }
@@ -158,7 +168,7 @@ public final class History {
             guard var message = messages[messageID], message.sender == peer.id, message.receiver == to else {
                 return violation("\(peer.name) reported \(messageID) delivered to \(to), which it never queued for it")
             }
-            if message.received == 0 { violation("\(peer.name) reported \(messageID) delivered, but \(to) never stored it") }
+            if !message.stored { violation("\(peer.name) reported \(messageID) delivered, but \(to) never stored it") }
             if message.delivered > 0 { violation("\(peer.name) reported \(messageID) delivered twice") }
             if message.failed > 0 { violation("\(peer.name) reported \(messageID) delivered after reporting it failed") }
             message.delivered += 1
@@ -191,6 +201,14 @@ public final class History {
     }
 
     func lostState(_ peer: SimulatedPeer) { stateLosses[peer.id, default: 0] += 1 }
+
+    /// The receiver `MessageReceived` came from stored it and emitted the signal (the bus writes it later).
+    func stored(_ messageID: String) { messages[messageID]?.stored = true }
+
+    /// `peer` was killed (-9) with these messages' announcements not noted written.
+    func killed(_ peer: SimulatedPeer, announcementsNotNoted messageIDs: [String]) {
+        for id in messageIDs where messages[id]?.received ?? 0 > 0 { messages[id]!.killedBeforeNote = true }
+    }
 
     func started(_ peer: SimulatedPeer) { note("\(peer.name) started as \(peer.id.base32.prefix(6))") }
     func stopped(_ peer: SimulatedPeer) { note("\(peer.name) stopped") }

@@ -25,6 +25,8 @@ public final class SimulatedPeer {
     /// Bumped by a reinstall (a new key, an empty disk).
     public private(set) var installation = 0
     public var person = Person()
+    /// Its service's bus writes each signal as it is emitted (`Simulation.run`).
+    var signalsWrittenAtOnce = false
     private let scheduler: Scheduler
     private let network: SimulatedNetwork
     private let history: History
@@ -100,6 +102,8 @@ public final class SimulatedPeer {
         switch kind {
         case .kill:
             network.resetStreams(of: host)
+            // Announced perhaps, the note that the signal was written not yet: announced again.
+            history.killed(self, announcementsNotNoted: service.store.unannounced().map(\.message.id))
             // Memory held what the disk refused, or a RemovePeer the disk stopped half-way (the
             // next start finishes it, reporting its failures again).
             if service.store.holdsUnrecordedChanges || !service.store.interruptedRemovals.isEmpty

@@ -163,9 +163,11 @@ public struct Simulation {
     }
 
     /// Runs the schedule, keeping only the steps in `keep` (all if nil); `fullLog` keeps every
-    /// line of the log, not only the last few hundred.
-    public func run(keeping keep: Set<Int>? = nil, fullLog: Bool = false) -> Outcome {
-        let world = World(seed: seed, peerCount: peerCount, fullLog: fullLog)
+    /// line of the log, not only the last few hundred. `signalsWrittenAtOnce`: the model before
+    /// the bus wrote signals a moment late (`SimulatedService.emitted`), under which a seed found
+    /// before it still runs as it was found.
+    public func run(keeping keep: Set<Int>? = nil, fullLog: Bool = false, signalsWrittenAtOnce: Bool = false) -> Outcome {
+        let world = World(seed: seed, peerCount: peerCount, fullLog: fullLog, signalsWrittenAtOnce: signalsWrittenAtOnce)
         for (index, step) in schedule.enumerated() where keep?.contains(index) ?? true {
             world.scheduler.after(step.time) { world.perform(step.action) }
         }
@@ -214,7 +216,7 @@ final class World {
     private var contentRandom: SplitMix64
     private var contentCounter = 0
 
-    init(seed: UInt64, peerCount: Int, fullLog: Bool) {
+    init(seed: UInt64, peerCount: Int, fullLog: Bool, signalsWrittenAtOnce: Bool) {
         contentRandom = SplitMix64(seed: Seeds.derive(seed, 6))
         network = SimulatedNetwork(scheduler: scheduler, seed: Seeds.derive(seed, 1))
         history = History(scheduler: scheduler, keepsFullLog: fullLog)
@@ -224,6 +226,7 @@ final class World {
                                        scheduler: scheduler, network: network, history: history))
         }
         self.peers = peers
+        for peer in peers { peer.signalsWrittenAtOnce = signalsWrittenAtOnce }
         if fullLog {
             for peer in peers { peer.disk.trace = { [history] in history.note("\(peer.name) \($0)") } }
         }

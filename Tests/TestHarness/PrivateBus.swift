@@ -51,6 +51,10 @@ public final class PrivateBus {
         try self.init(in: directory, configArguments: ["--config-file=" + config])
     }
 
+    /// Sends `dbus-daemon` a signal (SIGSTOP: nobody's messages are read, so a client's writes
+    /// back up once its socket buffer is full).
+    public func signal(_ signal: Int32) { process.signal(signal) }
+
     public func stop() {
         process.signal(SIGTERM)
         if process.wait(timeout: 5) == nil { process.kill() }

@@ -36,8 +36,10 @@ enum MessageJournalRecordType: UInt8 {
     /// peer str8, instance str8, seq u64: a removed peer's duplicate mark for one of its sender
     /// instances (tombstone file only).
     case forgottenMark = 8
-    /// No fields: every `received` record before it was announced (`MessageReceived`). Those
-    /// after the last one are announced again when the store is opened.
+    /// No fields: every `received` record before it was announced (`MessageReceived`, the
+    /// signal written to the bus); or id str8: those up to the one with that message id (later
+    /// ones were still on their way to the bus). Those not covered are announced again when the
+    /// store is opened.
     case announced = 9
     /// No fields: `RemovePeer` began; every queued message has failed. A store opened with it
     /// lists the peer in `interruptedRemovals`, for the service to finish the removal.
@@ -175,6 +177,12 @@ struct MessageJournalRecord {
         return r.seal()
     }
 
+    static func announced(through messageID: String) -> [UInt8] {
+        var r = MessageJournalRecord(.announced, capacity: 1 + messageID.utf8.count)
+        r.str8(messageID)
+        return r.seal()
+    }
+
     static func removing() -> [UInt8] {
         var r = MessageJournalRecord(.removing, capacity: 0)
         return r.seal()
@@ -211,6 +219,8 @@ struct MessageJournalReader {
         defer { pos += n }
         return pos..<(pos + n)
     }
+
+    var isAtEnd: Bool { pos == end }
 
     mutating func u8() throws -> UInt8 { bytes[try take(1).lowerBound] }
 

@@ -5,8 +5,8 @@ import Foundation
 ///
 /// Promise: every change is written (one write(2), no user-space buffer) before the call that
 /// made it returns, so a kill -9 loses nothing written; and it is on the disk (synced) once
-/// `writesDurable` reaches the `writesMade` the call left, so a power loss loses nothing
-/// durable. Whoever confirms something (a `Send` reply, an ACK to the peer, an event) waits for
+/// `writesDurable` reaches the `writesMade` the call left (or, for what concerns one peer,
+/// `writesDurable(peer:)` its `lastWrite(peer:)`), so a power loss loses nothing durable. Whoever confirms something (a `Send` reply, an ACK to the peer, an event) waits for
 /// that (`TextDelivery` does); a queued message is not even offered for sending (`pending`)
 /// before. With `.everyWrite` each call syncs before it returns; with `.batched` the caller
 /// syncs batches of writes on another thread (`takeSyncBatch`, `finishSync`): group commit.
@@ -141,13 +141,22 @@ public final class MessageStore {
         peers.keys.sorted()
     }
 
+    /// The number of the last write to `peer`'s journal: what a change to it waits for.
+    public func lastWrite(peer: String) -> UInt64 { peers[peer]?.lastWrite ?? 0 }
+
+    /// Every write to `peer`'s journal up to this number is on the disk (everything, for a peer
+    /// with no journal). Ahead of `writesDurable` while another journal awaits a rewrite the disk
+    /// refuses: what concerns only this peer (a `Send`'s reply, its TEXTs, ACKs, deliveries)
+    /// need not wait for that.
+    public func writesDurable(peer: String) -> UInt64 { peers[peer]?.durableThrough ?? .max }
+
     /// The peer's queued messages that are durable, oldest (lowest seq) first: what to send on
     /// (re)connection. (A message not yet on the disk is never sent: were it lost in a crash after
     /// the peer stored it, its seq would be given again to another message, which the peer would
     /// drop as a duplicate.)
     public func pending(peer: String) -> [OutgoingMessage] {
         guard let state = peers[peer] else { return [] }
-        return state.outbox[state.outboxHead...].filter { $0.status == .queued && $0.write <= writesDurable }.map {
+        return state.outbox[state.outboxHead...].filter { $0.status == .queued && $0.write <= state.durableThrough }.map {
             OutgoingMessage(seq: $0.seq, id: $0.id, sentAtMs: $0.timeMs, text: $0.text)
         }
     }
@@ -161,7 +170,7 @@ public final class MessageStore {
         while index < state.outbox.count, result.count < limit {
             let entry = state.outbox[index]
             // Queued entries are in write order: the first one not yet durable ends the durable ones.
-            if entry.status == .queued && entry.write > writesDurable { break }
+            if entry.status == .queued && entry.write > state.durableThrough { break }
             if entry.status == .queued {
                 result.append(OutgoingMessage(seq: entry.seq, id: entry.id, sentAtMs: entry.timeMs, text: entry.text))
             }
@@ -374,8 +383,9 @@ public final class MessageStore {
 
     /// Stores a message from the peer, unless it is a duplicate: its `seq` is at or below the
     /// highest already stored from that sender instance. Returns true when new and stored (the
-    /// caller emits `MessageReceived` at once: the same write notes it as announced, so a kill -9
-    /// after it never announces it twice), false for a duplicate; either way the caller then
+    /// caller emits `MessageReceived` at once and, once the signal has surely reached the bus,
+    /// `noteAnnounced`: a machine that stops before that note is written announces it again when
+    /// it starts, with the same id), false for a duplicate; either way the caller then
     /// acknowledges. Relies on each sender instance's messages arriving in sequence order (a
     /// stream transport). Throws `invalidArgument` (seq 0, malformed ids) or `io`; then nothing
     /// was stored and the caller must not acknowledge.
@@ -393,34 +403,37 @@ public final class MessageStore {
             // Stored before the peer was removed (its ACK may never have reached it).
             return false
         }
-        let state = try stateCreatingJournal(peer: peer)
-        // Compacted before rather than after: nothing may come between the write that notes the
-        // message announced and the caller's announcement (a crash in a compaction there left a
-        // message stored, noted, never announced: simulation seed 202).
-        compactIfDue(state)
-        try persistBeforeChange(
-            state,
-            MessageJournalRecord.received(
-                instance: senderInstance, seq: seq, sentAtMs: sentAtMs, receivedAtMs: nowMs, id: id, text: text)
-                + MessageJournalRecord.announced())
+        let state: MessageStorePeer
+        do {
+            state = try stateCreatingJournal(peer: peer)
+            compactIfDue(state)
+            try persistBeforeChange(
+                state,
+                MessageJournalRecord.received(
+                    instance: senderInstance, seq: seq, sentAtMs: sentAtMs, receivedAtMs: nowMs, id: id, text: text))
+        } catch MessageStoreError.io(let error) {
+            warn("cannot store a message from \(peer): \(error); it stays with its sender, who sends it again")
+            throw MessageStoreError.io(error)
+        }
         state.addReceived(
             instance: senderInstance, seq: seq, sentAtMs: sentAtMs, receivedAtMs: nowMs, id: id, text: text,
             limits: limits)
-        state.unannounced = []
         return true
     }
 
-    /// The caller announced (`MessageReceived`) the messages `unannounced` returned for `peer`:
-    /// says so in the journal (written, synced with the next batch), so they are not announced again.
-    public func noteAnnounced(peer: String) {
-        guard let state = peers[peer], !state.unannounced.isEmpty else { return }
-        state.unannounced = []
-        persistAfterChange(state, MessageJournalRecord.announced())
+    /// The announcement of `messageID` from `peer` (`MessageReceived`), and every one before it,
+    /// has reached the user (the signal is written to the bus): the journal says so (written,
+    /// synced with the next batch), so none of them is announced again.
+    public func noteAnnounced(peer: String, through messageID: String) {
+        guard let state = peers[peer], let index = state.unannounced.firstIndex(where: { $0.id == messageID }) else { return }
+        let all = index == state.unannounced.count - 1
+        state.unannounced.removeFirst(index + 1)
+        persistAfterChange(state, all ? MessageJournalRecord.announced() : MessageJournalRecord.announced(through: messageID))
     }
 
-    /// Messages stored but, as far as the disk knows, never announced: a power loss kept a
-    /// `received` record but tore the note written with it, or the journal was rewritten
-    /// meanwhile. Announce them (perhaps again: a message's id tells a repeat), then
+    /// Messages stored but, as far as the disk knows, never announced: the machine stopped (a
+    /// kill -9, a power loss) before the note that their signal reached the bus was written or
+    /// synced. Announce them (perhaps again: a message's id tells a repeat), then
     /// `noteAnnounced`. Per peer (sorted), oldest first.
     public func unannounced() -> [(peer: String, message: StoredMessage)] {
         peers.keys.sorted().flatMap { peer in
@@ -437,8 +450,7 @@ public final class MessageStore {
     private func persistBeforeChange(_ state: MessageStorePeer, _ records: [UInt8]) throws {
         if state.unsaved {
             // Memory holds transitions an earlier failed write lost; store them first.
-            try state.journal.rewrite(records: state.snapshot(historyLimit: limits.historyPerPeer))
-            state.unsaved = false
+            try rewrite(state)
         }
         let before = state.journal.length
         try state.journal.append(records)
@@ -451,12 +463,21 @@ public final class MessageStore {
         }
     }
 
+    /// Rewrites `state`'s journal from memory (synced: everything in it is durable).
+    private func rewrite(_ state: MessageStorePeer) throws {
+        try state.journal.rewrite(records: state.snapshot(historyLimit: limits.historyPerPeer))
+        state.unsaved = false
+        state.durableThrough = state.lastWrite
+    }
+
     /// Counts a write to `state`'s journal; syncs it now in `.everyWrite` mode.
     private func wrote(_ state: MessageStorePeer) throws {
         writesMade += 1
+        state.lastWrite = writesMade
         switch syncMode {
         case .everyWrite:
             try state.journal.sync()
+            state.durableThrough = writesMade
             // Unless a change another journal could not record waits for its rewrite.
             if !peers.values.contains(where: \.unsaved) { writesDurable = writesMade }
         case .batched:
@@ -482,13 +503,13 @@ public final class MessageStore {
             }
         }
         do {
-            try state.journal.rewrite(records: state.snapshot(historyLimit: limits.historyPerPeer))
-            state.unsaved = false
+            try rewrite(state)
             // A rewrite syncs: with a sync per write, nothing else can be waiting.
             if syncMode == .everyWrite && !peers.values.contains(where: \.unsaved) { writesDurable = writesMade }
         } catch {
             warn("cannot rewrite the journal of \(state.peer): \(error); will retry")
             writesMade += 1
+            state.lastWrite = writesMade
             rewritesFailing = true
         }
     }
@@ -529,6 +550,12 @@ public final class MessageStore {
             warn("\(error); rewriting the journals of that sync")
             for peer in batch.peers { peers[peer]?.unsaved = true }
         }
+        // A journal that awaits a rewrite counts once rewritten (its synced writes are durable
+        // indeed, but a change after them is in memory only).
+        for peer in batch.peers {
+            guard let state = peers[peer], !state.unsaved else { continue }
+            state.durableThrough = max(state.durableThrough, min(batch.through, state.lastWrite))
+        }
         pendingThrough = max(pendingThrough, batch.through)
         if rewriteUnsaved() == nil { writesDurable = max(writesDurable, pendingThrough) }
     }
@@ -552,8 +579,7 @@ public final class MessageStore {
         defer { rewritesFailing = refused != nil }
         for state in peers.values.filter(\.unsaved).sorted(by: { $0.peer < $1.peer }) {
             do {
-                try state.journal.rewrite(records: state.snapshot(historyLimit: limits.historyPerPeer))
-                state.unsaved = false
+                try rewrite(state)
             } catch {
                 warn("cannot rewrite the journal of \(state.peer): \(error); will retry")
                 refused = refused ?? error
@@ -568,8 +594,7 @@ public final class MessageStore {
     private func compactIfDue(_ state: MessageStorePeer) {
         guard state.journal.wantsCompaction(slack: limits.compactionSlackBytes) else { return }
         do {
-            try state.journal.rewrite(records: state.snapshot(historyLimit: limits.historyPerPeer))
-            state.unsaved = false
+            try rewrite(state)
         } catch {
             warn("cannot compact the journal of \(state.peer): \(error)")
             state.journal.postponeCompaction()
@@ -590,6 +615,9 @@ public final class MessageStore {
         let state = MessageStorePeer(peer: peer, journal: file)
         state.lastSeq = start
         state.ackedUpTo = start
+        // Created synced; a change waiting for an earlier journal of this peer waits no more.
+        state.lastWrite = writesMade
+        state.durableThrough = writesMade
         restoreForgottenMarks(into: state)
         peers[peer] = state
         return state
@@ -640,7 +668,14 @@ public final class MessageStore {
                         instance: instance, seq: seq, sentAtMs: sentAtMs, receivedAtMs: receivedAtMs, id: id,
                         text: text, limits: limits)
                 case .announced:
-                    state.unannounced = []
+                    if r.isAtEnd {
+                        state.unannounced = []
+                    } else {
+                        let messageID = try r.str8()
+                        if let index = state.unannounced.firstIndex(where: { $0.id == messageID }) {
+                            state.unannounced.removeFirst(index + 1)
+                        }
+                    }
                     sawAnnouncedMarker = true
                 case .removing:
                     state.removing = true
@@ -831,7 +866,8 @@ final class MessageStorePeer {
     var outboxHead = 0
     var queuedCount = 0
     var queuedBytes = 0
-    /// Oldest first; trimmed to the history limit when it reaches about twice that (amortised).
+    /// Oldest first; trimmed to the history limit when it reaches about twice that (amortised),
+    /// keeping every unannounced message (they wait for their note, milliseconds).
     var history: [MessageStoreEntry] = []
     /// Per sender instance: the highest seq stored (duplicate detection), and recency for the cap.
     var senders: [String: SenderMark] = [:]
@@ -839,8 +875,11 @@ final class MessageStorePeer {
     private var nextOrdinal: UInt64 = 0
     /// Memory holds changes a failed write kept from the journal; rewrite before the next append.
     var unsaved = false
+    /// The store's number of the last write to this journal, and the highest one known synced.
+    var lastWrite: UInt64 = 0
+    var durableThrough: UInt64 = 0
     /// Received messages the journal does not say were announced, oldest first (a suffix of the
-    /// received ones in `history`).
+    /// received ones in `history`): announced, their note not yet written, or not announced yet.
     var unannounced: [MessageStoreEntry] = []
     /// `RemovePeer` began (`beginForgetting`) and did not finish.
     var removing = false
@@ -852,8 +891,15 @@ final class MessageStorePeer {
 
     private func appendHistory(_ entry: MessageStoreEntry, limit: Int) {
         history.append(entry)
-        let keep = max(limit, 0)
-        if history.count >= 2 * keep + 64 { history.removeFirst(history.count - keep) }
+        if history.count >= 2 * max(limit, 0) + 64 { trimHistory(to: limit) }
+    }
+
+    /// Keeps the newest `limit` entries, and every unannounced one: the journal must keep those
+    /// until their announcement is noted, or a crash would never announce them.
+    private func trimHistory(to limit: Int) {
+        var drop = history.count - max(limit, 0)
+        if let first = unannounced.first, let at = history.firstIndex(where: { $0 === first }) { drop = min(drop, at) }
+        if drop > 0 { history.removeFirst(drop) }
     }
 
     func addOutgoing(status: MessageStatus, seq: UInt64, timeMs: UInt64, id: String, text: String, historyLimit: Int,
@@ -970,8 +1016,7 @@ final class MessageStorePeer {
     /// The journal's live contents (records, without the magic): state, duplicate marks, queued
     /// messages older than the history window, then the window. Trims the window in memory too.
     func snapshot(historyLimit: Int) -> [UInt8] {
-        let keep = max(historyLimit, 0)
-        if history.count > keep { history.removeFirst(history.count - keep) }
+        trimHistory(to: historyLimit)
         var out = MessageJournalRecord.state(lastSeq: lastSeq, ackedUpTo: ackedUpTo)
         for (instance, mark) in sendersByAge {
             out += MessageJournalRecord.watermark(instance: instance, seq: mark.seq)

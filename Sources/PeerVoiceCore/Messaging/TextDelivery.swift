@@ -7,11 +7,13 @@
 /// after the sync: no order of "synced" and "announced" survives a power loss between the two,
 /// and a message that outlived a crash unannounced would never be announced, its sender's resend
 /// being dropped as a duplicate (found by the simulation, seeds 20 and 141). So a message is
-/// announced as soon as it is written, the same write noting it announced (a kill -9 repeats
-/// nothing: `MessagingTests.testKilledReceiver…`), and what a power loss left without that
-/// note is announced again when the service starts (`announceUnannounced`); a power loss can
-/// also lose the record itself, and then the resend is announced again. A repeat carries the
-/// same message id. Pure and driven from outside: the
+/// announced as soon as it is written, and noted announced once the announcement has surely
+/// reached the user (`whenAnnounced`: the daemon's signal written to the bus; a kill -9 between
+/// the emit and that write lost the signal: campaign seed 12). What the machine stopped before
+/// noting, or a power loss took the note of, is announced again when the service starts
+/// (`announceUnannounced`); a power loss can also lose the record itself, and then the resend
+/// is announced again. A repeat carries the same message id, and none follows a note that
+/// stayed on the disk. Pure and driven from outside: the
 /// daemon runs it on its links and timers (`MessageDelivery`), the simulation on simulated ones.
 /// Used from one thread.
 ///
@@ -26,11 +28,13 @@ public final class TextDelivery<Link: AnyObject> {
     private let transmit: (Link, Frame) -> Void
     private let dropLink: (Link, String) -> Void
     private let emit: (ServiceEvent) -> Void
+    private let whenAnnounced: (@escaping () -> Void) -> Void
     /// The open link of each connected peer, with its half of delivery (runs, window, ACKs).
     private var links: [PeerID: OpenLink] = [:]
-    /// What waits for the disk, by the store write it needs, oldest first.
-    private var waiting: [(write: UInt64, action: () -> Void)] = []
-    private var waitingHead = 0
+    /// What waits for the disk, by the store write it needs, oldest first: for every journal
+    /// (`waiting`), or for one peer's (`waitingForPeer`).
+    private var waiting = DurabilityQueue()
+    private var waitingForPeer: [PeerID: DurabilityQueue] = [:]
 
     /// Outbox batches read from the store at a time while the window has room.
     static var sendBatch: Int { 64 }
@@ -38,49 +42,53 @@ public final class TextDelivery<Link: AnyObject> {
     /// - Parameters:
     ///   - now, nowMs: the clocks (the simulation's are simulated).
     ///   - transmit: sends a frame (TEXT, ACK) on a link given to `linkOpened`.
-    ///   - drop: closes a link without a goodbye (storing a message failed: the peer resends it).
+    ///   - drop: closes a link without a goodbye (a message that cannot be stored for another
+    ///     reason than the disk's: the peer resends it).
     ///   - emit: `MessageReceived`, `MessageDelivered`, `MessageFailed`.
+    ///   - whenAnnounced: runs its argument once every event `emit` took so far has reached the
+    ///     user (the daemon: written to the bus), not at all if it cannot.
     public init(store: MessageStore, now: @escaping () -> ContinuousClock.Instant, nowMs: @escaping () -> UInt64,
                 transmit: @escaping (Link, Frame) -> Void, drop: @escaping (Link, String) -> Void,
-                emit: @escaping (ServiceEvent) -> Void) {
+                emit: @escaping (ServiceEvent) -> Void, whenAnnounced: @escaping (@escaping () -> Void) -> Void) {
         self.store = store
         self.now = now
         self.nowMs = nowMs
         self.transmit = transmit
         self.dropLink = drop
         self.emit = emit
+        self.whenAnnounced = whenAnnounced
     }
 
     // MARK: Durability
 
     /// Runs `action` once every store write made so far is durable: at once if it is.
     public func whenDurable(_ action: @escaping () -> Void) {
-        let write = store.writesMade
-        if write <= store.writesDurable && waitingHead == waiting.count {
-            action()
-        } else {
-            waiting.append((write, action))
-        }
+        if waiting.queues(action, write: store.writesMade, durable: store.writesDurable) { return }
+        action()
+    }
+
+    /// Runs `action` once every write made so far to `peer`'s journal is durable, whatever the
+    /// others' (one awaiting a rewrite the full disk refuses holds nothing of this peer back).
+    public func whenDurable(for peer: PeerID, _ action: @escaping () -> Void) {
+        let key = peer.description
+        var queue = waitingForPeer[peer] ?? DurabilityQueue()
+        let queued = queue.queues(action, write: store.lastWrite(peer: key), durable: store.writesDurable(peer: key))
+        if queued { waitingForPeer[peer] = queue } else { action() }
     }
 
     /// The store made more writes durable (after `MessageStore.finishSync`): runs what waited for them, in order.
     public func durabilityAdvanced() {
-        while waitingHead < waiting.count, waiting[waitingHead].write <= store.writesDurable {
-            let action = waiting[waitingHead].action
-            waitingHead += 1
-            action()
+        // Taken out before they run: an action may wait for the disk in turn.
+        var ready = waiting.takeDurable(store.writesDurable)
+        for peer in waitingForPeer.keys.sorted() {
+            ready += waitingForPeer[peer]!.takeDurable(store.writesDurable(peer: peer.description))
+            if waitingForPeer[peer]!.isEmpty { waitingForPeer[peer] = nil }
         }
-        if waitingHead == waiting.count {
-            waiting.removeAll(keepingCapacity: true)
-            waitingHead = 0
-        } else if waitingHead >= 1024, waitingHead * 2 >= waiting.count {
-            waiting.removeFirst(waitingHead)
-            waitingHead = 0
-        }
+        ready.forEach { $0() }
     }
 
     /// How many actions wait for the disk (for tests and bounds).
-    public var waitingForDisk: Int { waiting.count - waitingHead }
+    public var waitingForDisk: Int { waiting.count + waitingForPeer.values.reduce(0) { $0 + $1.count } }
 
     // MARK: Sending
 
@@ -96,7 +104,7 @@ public final class TextDelivery<Link: AnyObject> {
         } catch {
             throw .failed("could not store the message: \(error)")
         }
-        whenDurable { [weak self] in self?.sendQueuedMessages(to: peer) }
+        whenDurable(for: peer) { [weak self] in self?.sendQueuedMessages(to: peer) }
     }
 
     /// `Send`'s error when the disk refused: what is wrong and what to do, and that nothing was kept.
@@ -148,15 +156,21 @@ public final class TextDelivery<Link: AnyObject> {
     }
 
     /// At start: announces the messages the journal does not say were announced (the machine
-    /// stopped between storing and announcing them, or before noting it).
+    /// stopped between storing them and noting their announcement), and notes them once that
+    /// reached the user.
     public func announceUnannounced() {
-        var peers: Set<String> = []
+        var newest: [String: String] = [:]
         for (peer, message) in store.unannounced() {
             guard let id = PeerID(peer) else { continue }
             emit(.messageReceived(id, messageID: message.id, text: message.text))
-            peers.insert(peer)
+            newest[peer] = message.id
         }
-        for peer in peers.sorted() { store.noteAnnounced(peer: peer) }
+        guard !newest.isEmpty else { return }
+        whenAnnounced { [store] in
+            for (peer, messageID) in newest.sorted(by: { $0.key < $1.key }) {
+                store.noteAnnounced(peer: peer, through: messageID)
+            }
+        }
     }
 
     // MARK: Links
@@ -173,15 +187,25 @@ public final class TextDelivery<Link: AnyObject> {
     }
 
     /// A TEXT from `peer`, which runs the instance `senderInstance`: stored and announced once
-    /// written, acknowledged (after the read, `inputDrained`) once durable. One that does not
+    /// written (noted announced once that reached the user), acknowledged (after the read,
+    /// `inputDrained`) once durable. One that does not
     /// continue the run waits for the resend its sender will make.
     public func received(_ text: TextFrame, from peer: PeerID, senderInstance: InstanceID) {
         guard let open = links[peer], open.delivery.continuesRun(previousSeq: text.previousSeq) else { return }
         do {
             let isNew = try store.receive(peer: peer.description, senderInstance: senderInstance.hex, seq: text.seq,
                                           id: text.messageID.hex, text: text.text, sentAtMs: text.sentAtMs, nowMs: nowMs())
-            if isNew { emit(.messageReceived(peer, messageID: text.messageID.hex, text: text.text)) }
+            if isNew {
+                let messageID = text.messageID.hex
+                emit(.messageReceived(peer, messageID: messageID, text: text.text))
+                whenAnnounced { [store] in store.noteAnnounced(peer: peer.description, through: messageID) }
+            }
             open.delivery.accepted(seq: text.seq)
+        } catch MessageStoreError.io {
+            // The disk refused (the store said why). Not acknowledged, and the run ends here (the
+            // TEXTs after it do not continue it), so the sender sends it again when the run stalls
+            // (2 s), on this link. Closing the link instead made it flap while the disk was full,
+            // each new link's resend closing it again, voice and transfers with it (seed 18).
         } catch {
             // Not acknowledged, so the sender keeps it and sends it again on the next link.
             links[peer] = nil
@@ -194,7 +218,7 @@ public final class TextDelivery<Link: AnyObject> {
         guard let open = links[peer] else { return }
         let delivered = store.acknowledge(peer: peer.description, upTo: seq)
         if !delivered.isEmpty {
-            whenDurable { [emit] in
+            whenDurable(for: peer) { [emit] in
                 for messageID in delivered { emit(.messageDelivered(peer, messageID: messageID)) }
             }
         }
@@ -207,7 +231,7 @@ public final class TextDelivery<Link: AnyObject> {
     public func inputDrained(from peer: PeerID) {
         guard let open = links[peer], let upTo = open.delivery.takeAck() else { return }
         let link = open.link
-        whenDurable { [weak self] in
+        whenDurable(for: peer) { [weak self] in
             guard let self, links[peer]?.link === link else { return }
             transmit(link, .ack(seq: upTo))
         }
@@ -242,6 +266,41 @@ public final class TextDelivery<Link: AnyObject> {
                 transmit(open.link, .text(text))
                 if !open.delivery.hasRoom { return }
             }
+        }
+    }
+
+    /// Actions waiting for the store's writes to become durable, in order: one runs once the
+    /// durable count reaches the write it noted, and never before an earlier one.
+    private struct DurabilityQueue {
+        private var entries: [(write: UInt64, action: () -> Void)] = []
+        private var head = 0
+
+        var count: Int { entries.count - head }
+        var isEmpty: Bool { head == entries.count }
+
+        /// Queues `action` unless `write` is durable and nothing waits before it (then the
+        /// caller runs it now: false).
+        mutating func queues(_ action: @escaping () -> Void, write: UInt64, durable: UInt64) -> Bool {
+            if write <= durable && isEmpty { return false }
+            entries.append((write, action))
+            return true
+        }
+
+        /// Takes the actions whose writes are durable, in order.
+        mutating func takeDurable(_ durable: UInt64) -> [() -> Void] {
+            var ready: [() -> Void] = []
+            while head < entries.count, entries[head].write <= durable {
+                ready.append(entries[head].action)
+                head += 1
+            }
+            if head == entries.count {
+                entries.removeAll(keepingCapacity: true)
+                head = 0
+            } else if head >= 1024, head * 2 >= entries.count {
+                entries.removeFirst(head)
+                head = 0
+            }
+            return ready
         }
     }
 

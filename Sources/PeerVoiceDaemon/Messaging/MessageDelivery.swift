@@ -16,10 +16,19 @@ final class MessageDelivery: LinkComponent {
     private var delivery: TextDelivery<PeerLink>!
     private let syncer = JournalSyncer()
     private var timers: [EventSource] = []
+    private let eventsWritten: (@escaping (Bool) -> Void) -> Void
+    /// One bus flush at a time (each is a task on GLib's thread pool: one per message starved
+    /// it in a burst of 10,000): the notes the running one covers, and those for the next.
+    private var flushing = false
+    private var notesForNextFlush: [() -> Void] = []
 
     /// `store` syncs in batches (`.batched`): this component runs them on its sync thread.
-    init(store: MessageStore, links: PeerLinks, clock: WallClock, emit: @escaping (ServiceEvent) -> Void) {
+    /// `eventsWritten` calls back once the events emitted so far are written to the bus (true),
+    /// or could not be (false): a `MessageReceived` is noted announced only then.
+    init(store: MessageStore, links: PeerLinks, clock: WallClock, emit: @escaping (ServiceEvent) -> Void,
+         eventsWritten: @escaping (@escaping (Bool) -> Void) -> Void) {
         self.store = store
+        self.eventsWritten = eventsWritten
         delivery = TextDelivery(
             store: store, now: { .now }, nowMs: { clock.nowMs() },
             transmit: { link, frame in link.send(frame) },
@@ -27,7 +36,8 @@ final class MessageDelivery: LinkComponent {
                 Log.error("\(reason)")
                 link.drop(reason: "local storage failed")
             },
-            emit: emit)
+            emit: emit,
+            whenAnnounced: { [weak self] note in self?.afterTheNextFlush(note) })
         links.register(self, frames: [.text, .ack])
     }
 
@@ -56,8 +66,12 @@ final class MessageDelivery: LinkComponent {
         try delivery.enqueue(text, id: messageID, for: peer, nowMs: nowMs)
     }
 
-    /// Runs `action` once everything written so far is on the disk (`Send`'s reply).
-    func whenDurable(_ action: @escaping () -> Void) { delivery.whenDurable(action) }
+    /// Runs `action` once everything written so far to these peers' journals is on the disk
+    /// (`Send`'s reply), whatever the other journals'.
+    func whenDurable(for peers: [PeerID], _ action: @escaping () -> Void) {
+        guard let first = peers.first else { return action() }
+        delivery.whenDurable(for: first) { [weak self] in self?.whenDurable(for: Array(peers.dropFirst()), action) }
+    }
 
     func hasPending(for peer: PeerID) -> Bool { delivery.hasPending(for: peer) }
 
@@ -105,6 +119,29 @@ final class MessageDelivery: LinkComponent {
 
     /// One ACK per read rather than per message, once what it acknowledges is on the disk.
     func inputDrained(on link: PeerLink, from peer: Peer) { delivery.inputDrained(from: peer.id) }
+
+    /// Runs `note` once the events emitted so far are written to the bus (not at all if they
+    /// cannot be): after the running flush if it started after them, else after the next one.
+    private func afterTheNextFlush(_ note: @escaping () -> Void) {
+        notesForNextFlush.append(note)
+        flushIfIdle()
+    }
+
+    private func flushIfIdle() {
+        guard !flushing, !notesForNextFlush.isEmpty else { return }
+        flushing = true
+        let notes = notesForNextFlush
+        notesForNextFlush = []
+        eventsWritten { [weak self] written in
+            guard let self else { return }
+            flushing = false
+            if written {
+                notes.forEach { $0() }
+                syncWrites()
+            }
+            flushIfIdle()
+        }
+    }
 
     private func expire() {
         defer { syncWrites() }
