@@ -44,7 +44,7 @@ final class Transfers: ChannelHandler, LinkComponent {
     let downloadFolder: String
     private let store: TransferStore
     private let channels: Channels
-    private let hashing: any ContentHashing
+    private let hashes: ContentHashes
     private let clock: WallClock
     private let disk = SerialThread(name: "peervoice-files")
     private var transfers: [TransferID: Transfer] = [:]
@@ -74,12 +74,12 @@ final class Transfers: ChannelHandler, LinkComponent {
 
     /// Loads the transfers of earlier runs: unfinished ones get objects again (paused, or
     /// waiting); ended incoming ones are kept, without objects, to answer a re-offer.
-    init(store: TransferStore, links peerLinks: PeerLinks, channels: Channels, hashing: any ContentHashing, clock: WallClock,
+    init(store: TransferStore, links peerLinks: PeerLinks, channels: Channels, hashes: ContentHashes, clock: WallClock,
          downloadFolder: String) {
         self.store = store
         self.clock = clock
         self.channels = channels
-        self.hashing = hashing
+        self.hashes = hashes
         self.downloadFolder = downloadFolder
         do {
             try channels.register(try ChannelName(TransferWire.channel), handler: self)
@@ -250,7 +250,8 @@ final class Transfers: ChannelHandler, LinkComponent {
         let fileSources = zip(transfer.manifest.entries, transfer.record.sources).filter { $0.0.kind == .file }.map(\.1)
         let plan = TransferSender.Plan(id: transfer.id, manifest: transfer.manifest, sources: fileSources,
                                        identities: transfer.record.identities,
-                                       followLinks: files.map { $0.path.components.count == 1 }, hashing: hashing)
+                                       followLinks: files.map { $0.path.components.count == 1 },
+                                       hashing: hashing(to: transfer.peer))
         let (streamHandle, report) = (entry.handle, reporter(entry.handle.serial))
         threads[streamHandle.serial] = NamedThread(name: "peervoice-send") {
             TransferSender(fd: fd, plan: plan, handle: streamHandle, report: report).run()
@@ -269,11 +270,15 @@ final class Transfers: ChannelHandler, LinkComponent {
         }
         answer(nil)
         let entry = newStream(peer: stream.peer, direction: .incoming, transferred: 0)
-        let (fd, hashing, handle, report) = (stream.socket, hashing, entry.handle, reporter(entry.handle.serial))
+        let (fd, hashing, handle, report) = (stream.socket, hashing(to: stream.peer), entry.handle, reporter(entry.handle.serial))
         threads[handle.serial] = NamedThread(name: "peervoice-recv") {
             TransferReceiver(fd: fd, hashing: hashing, handle: handle, report: report).run()
         }
     }
+
+    /// The file hash of a stream with `peer`: its link's (the one the stream runs on; a link
+    /// that replaced it has the same terms, or the stream ended with the old one).
+    private func hashing(to peer: PeerID) -> any ContentHashing { hashes.hashing(on: links[peer]) }
 
     func streamEnded(_ stream: IncomingStream, reason: String) {
         // The stream's thread sees the reset itself and reports it.
@@ -406,8 +411,9 @@ final class Transfers: ChannelHandler, LinkComponent {
 
     // MARK: Links
 
-    /// Our HELLO offers transfers (they need channels too, which `Channels` offers).
-    var offeredCapabilities: Capabilities { TransferWire.capability }
+    /// Our HELLO offers transfers (they need channels too, which `Channels` offers) and the
+    /// file hashes beyond BLAKE2b-256 we have.
+    var offeredCapabilities: Capabilities { TransferWire.capability.union(hashes.capabilities) }
 
     /// Why a link at `negotiated` cannot carry transfers, for a person (`who` names the peer);
     /// nil when it can. They need channels too.
