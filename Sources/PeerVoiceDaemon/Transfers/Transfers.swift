@@ -33,11 +33,14 @@ final class Transfers: ChannelHandler, LinkComponent {
         let direction: TransferDirection
         /// The transfer it carries: outgoing from the start, incoming once its OFFER came.
         var transferID: TransferID?
+        /// The hash of its files: its link's (``ContentHashes``).
+        let hashing: any ContentHashing
 
-        init(handle: TransferStreamHandle, peer: PeerID, direction: TransferDirection) {
+        init(handle: TransferStreamHandle, peer: PeerID, direction: TransferDirection, hashing: any ContentHashing) {
             self.handle = handle
             self.peer = peer
             self.direction = direction
+            self.hashing = hashing
         }
     }
 
@@ -251,7 +254,7 @@ final class Transfers: ChannelHandler, LinkComponent {
         let plan = TransferSender.Plan(id: transfer.id, manifest: transfer.manifest, sources: fileSources,
                                        identities: transfer.record.identities,
                                        followLinks: files.map { $0.path.components.count == 1 },
-                                       hashing: hashing(to: transfer.peer))
+                                       hashing: entry.hashing)
         let (streamHandle, report) = (entry.handle, reporter(entry.handle.serial))
         threads[streamHandle.serial] = NamedThread(name: "peervoice-send") {
             TransferSender(fd: fd, plan: plan, handle: streamHandle, report: report).run()
@@ -270,15 +273,11 @@ final class Transfers: ChannelHandler, LinkComponent {
         }
         answer(nil)
         let entry = newStream(peer: stream.peer, direction: .incoming, transferred: 0)
-        let (fd, hashing, handle, report) = (stream.socket, hashing(to: stream.peer), entry.handle, reporter(entry.handle.serial))
+        let (fd, hashing, handle, report) = (stream.socket, entry.hashing, entry.handle, reporter(entry.handle.serial))
         threads[handle.serial] = NamedThread(name: "peervoice-recv") {
             TransferReceiver(fd: fd, hashing: hashing, handle: handle, report: report).run()
         }
     }
-
-    /// The file hash of a stream with `peer`: its link's (the one the stream runs on; a link
-    /// that replaced it has the same terms, or the stream ended with the old one).
-    private func hashing(to peer: PeerID) -> any ContentHashing { hashes.hashing(on: links[peer]) }
 
     func streamEnded(_ stream: IncomingStream, reason: String) {
         // The stream's thread sees the reset itself and reports it.
@@ -286,8 +285,10 @@ final class Transfers: ChannelHandler, LinkComponent {
 
     // MARK: Stream events
 
+    /// A stream with `peer` on its link now: its files are hashed as the link's terms say.
     private func newStream(peer: PeerID, direction: TransferDirection, transferred: UInt64) -> StreamEntry {
-        let entry = StreamEntry(handle: TransferStreamHandle(serial: nextSerial, transferred: transferred), peer: peer, direction: direction)
+        let entry = StreamEntry(handle: TransferStreamHandle(serial: nextSerial, transferred: transferred), peer: peer, direction: direction,
+                                hashing: hashes.hashing(on: links[peer]))
         nextSerial += 1
         streams[entry.handle.serial] = entry
         return entry
@@ -319,7 +320,7 @@ final class Transfers: ChannelHandler, LinkComponent {
         switch event {
         case .accepted(let position):
             let resumed = position == .start ? "" : ", resuming from \(position) (\(transfer.manifest.bytes(before: position)) of \(transfer.manifest.totalBytes) bytes)"
-            Log.info("\(transfer.logName): \(transfer.peer) accepted\(resumed)")
+            Log.info("\(transfer.logName): \(transfer.peer) accepted\(resumed); files hashed with \(entry.hashing.algorithm)")
             handle(transfer, .peerAccepted)
         case .placed(let name, let savedAs):
             transfer.placed[name] = savedAs
