@@ -40,13 +40,13 @@ public protocol ContentHashing: Sendable {
     func makeHasher() -> any ContentHasher
 }
 
-/// The hash of a transfer's files (docs/PROTOCOL.md §15.4): 32 bytes either way.
+/// The hash of a transfer's files (docs/PROTOCOL.md §15.1): 32 bytes either way.
 public enum ContentHashAlgorithm: Sendable, Equatable, CustomStringConvertible {
     /// Every link that carries transfers can (version 9).
     case blake2b256
     /// A link where both sides announce ``Capabilities/sha256FileHashes`` (version 10): about
-    /// twice BLAKE2b's speed on a CPU with SHA instructions, the larger part of a transfer's
-    /// CPU cost at both ends.
+    /// twice BLAKE2b's speed on a CPU with SHA instructions (with BLAKE2b, hashing at both ends
+    /// was the largest share of a transfer's CPU: bench/files/README.md).
     case sha256
 
     /// Its name for people (in the error of a file that fails it).

@@ -144,7 +144,7 @@ public struct Capabilities: OptionSet, Hashable, Sendable {
     /// Bit 9: file transfers (docs/PROTOCOL.md §15), from version 9.
     public static let transfers = Capabilities(rawValue: 1 << 9)
     /// Bit 10: hashes a transfer's files with SHA-256 instead of BLAKE2b-256 (docs/PROTOCOL.md
-    /// §15.4), from version 10.
+    /// §15.1), from version 10.
     public static let sha256FileHashes = Capabilities(rawValue: 1 << 10)
 }
 
