@@ -90,7 +90,7 @@ let package = Package(
         .testTarget(name: "PeerVoiceCoreTests", dependencies: ["PeerVoiceCore", "SeededRandom", "CoreTestSupport"]),
         .testTarget(name: "SimulationTests", dependencies: ["PeerVoiceSimulation", "PeerVoiceCore", "SeededRandom"]),
         .testTarget(name: "SodiumTests", dependencies: ["Sodium", "PeerVoiceCore", "CoreTestSupport"]),
-        .testTarget(name: "OpenSSLCryptoTests", dependencies: ["OpenSSLCrypto", "PeerVoiceCore"]),
+        .testTarget(name: "OpenSSLCryptoTests", dependencies: ["OpenSSLCrypto", "PeerVoiceCore", "CoreTestSupport"]),
         .testTarget(name: "OpusTests", dependencies: ["Opus", "PeerVoiceCore"]),
         // Mumble's control messages through protobuf-c, on bytes written out from Mumble.proto.
         .testTarget(name: "MumbleProtobufTests", dependencies: ["MumbleProtobuf", "PeerVoiceCore"]),

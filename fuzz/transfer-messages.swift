@@ -42,6 +42,8 @@ struct FuzzHasher: ContentHasher {
 }
 
 struct FuzzHashing: ContentHashing {
+    var algorithm: ContentHashAlgorithm { .blake2b256 }
+
     func makeHasher() -> any ContentHasher { FuzzHasher() }
 }
 

@@ -1,5 +1,6 @@
 import Foundation
 import GIO
+import OpenSSLCrypto
 import PeerVoiceCore
 import Sodium
 
@@ -131,7 +132,8 @@ final class PeerVoiceService {
         channels = Channels(links: links)
         do {
             transfers = Transfers(store: try TransferStore(directory: state + "/transfers"), links: links, channels: channels,
-                                  hashing: crypto, clock: clock, downloadFolder: Self.downloadFolder(options))
+                                  hashes: ContentHashes(blake2b256: crypto, sha256: OpenSSLSHA256()), clock: clock,
+                                  downloadFolder: Self.downloadFolder(options))
         } catch {
             throw .failed("cannot use the state directory \(state): \(error.localizedDescription)")
         }

@@ -4,6 +4,8 @@ import PeerVoiceCore
 /// PeerVoiceCore's ``ContentHashing`` with libsodium: BLAKE2b-256 in pieces
 /// (`crypto_generichash_init`, `_update`, `_final`), the hash `b2sum -l 256` prints.
 extension LibSodium: ContentHashing {
+    public var algorithm: ContentHashAlgorithm { .blake2b256 }
+
     public func makeHasher() -> any ContentHasher { BLAKE2bHasher() }
 }
 

@@ -27,6 +27,8 @@ struct TestHasher: ContentHasher {
 }
 
 struct TestHashing: ContentHashing {
+    var algorithm = ContentHashAlgorithm.blake2b256
+
     func makeHasher() -> any ContentHasher { TestHasher() }
 }
 
@@ -41,8 +43,8 @@ final class TransferSessionTests: XCTestCase {
         .file(try! TransferPath("d/b.txt"), size: UInt64(b.count)), .file(try! TransferPath("d/zero"), size: 0),
     ])
 
-    private func offeredReceiver() throws -> IncomingTransferSession {
-        var receiver = IncomingTransferSession(hashing: TestHashing())
+    private func offeredReceiver(hashing: ContentHashAlgorithm = .blake2b256) throws -> IncomingTransferSession {
+        var receiver = IncomingTransferSession(hashing: TestHashing(algorithm: hashing))
         guard case .offered(let offeredID, let offered) = try receiver.received(.offer(id, manifest)) else {
             XCTFail("OFFER was not an offer")
             return receiver
@@ -136,12 +138,16 @@ final class TransferSessionTests: XCTestCase {
         XCTAssertEqual(try late.received(.complete), .completed)
     }
 
+    /// The error names the hash the stream used (the link's: SHA-256 between two version-10 sides).
     func testAFileThatArrivesDifferentFailsItsFileEnd() throws {
-        var receiver = try offeredReceiver()
-        var sender = OutgoingTransferSession(id: id, manifest: manifest)
-        _ = try sender.received(receiver.accept(from: .start, hasher: TestHasher()))
-        XCTAssertThrowsError(try run(sender: &sender, receiver: &receiver, contents: [a, b, []], chunk: 100, changeHash: 1)) {
-            XCTAssertEqual($0 as? TransferProtocolError, .hashMismatch(fileIndex: 1))
+        for (algorithm, name) in [(ContentHashAlgorithm.blake2b256, "BLAKE2b-256"), (.sha256, "SHA-256")] {
+            var receiver = try offeredReceiver(hashing: algorithm)
+            var sender = OutgoingTransferSession(id: id, manifest: manifest)
+            _ = try sender.received(receiver.accept(from: .start, hasher: TestHasher()))
+            XCTAssertThrowsError(try run(sender: &sender, receiver: &receiver, contents: [a, b, []], chunk: 100, changeHash: 1)) {
+                XCTAssertEqual($0 as? TransferProtocolError, .hashMismatch(fileIndex: 1, algorithm))
+                XCTAssertEqual("\($0)", "file 2 arrived different from what was sent (its \(name) hash does not match)")
+            }
         }
     }
 

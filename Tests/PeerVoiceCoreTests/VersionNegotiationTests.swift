@@ -14,27 +14,29 @@ final class VersionNegotiationTests: XCTestCase {
     // MARK: Preambles
 
     func testThePreambleAnnouncesTheLowestThenTheHighestVersion() {
-        XCTAssertEqual(Preamble.bytes, preamble(6, 9))
+        XCTAssertEqual(Preamble.bytes, preamble(6, 10))
         XCTAssertEqual(Preamble.bytes(announcing: VersionRange(only: 6)), preamble(6, 0), "one version: bytes 6-7 are 0, as version 6 sent them")
         XCTAssertEqual(Preamble.bytes(announcing: range(7, 9)), preamble(7, 9))
         XCTAssertEqual(VersionRange.supported, range(Wire.minimumProtocolVersion, Wire.protocolVersion))
     }
 
-    /// Each peer's preamble against this side's 6-9: what it speaks, or why it is refused.
+    /// Each peer's preamble against this side's 6-10: what it speaks, or why it is refused.
     func testAPreambleIsAcceptedWhenItSharesAVersionWithThisSide() {
         let table: [(bytes: [UInt8], outcome: Result<VersionRange, WireError>)] = [
             (preamble(6, 0), .success(VersionRange(only: 6))),   // version 6 (the previous release)
             (preamble(6, 7), .success(range(6, 7))),             // the release that brought channels
             (preamble(6, 8), .success(range(6, 8))),             // the release that brought the dial proof
-            (preamble(6, 9), .success(range(6, 9))),             // this release
+            (preamble(6, 9), .success(range(6, 9))),             // the release that brought file transfers
+            (preamble(6, 10), .success(range(6, 10))),           // this release
             (preamble(7, 0), .success(VersionRange(only: 7))),
             (preamble(8, 9), .success(range(8, 9))),
             (preamble(9, 10), .success(range(9, 10))),           // a newer side that still speaks 9
             (preamble(6, 0xABCD), .success(range(6, 0xABCD))),
             (preamble(5, 0), .failure(.unsupportedVersion(5))),   // version 5: one version, too old
             (preamble(5, 7), .failure(.unsupportedVersion(5))),   // up to 5, bytes 6-7 meant nothing
-            (preamble(10, 0), .failure(.unsupportedVersion(10))),
-            (preamble(10, 11), .failure(.unsupportedVersions(range(10, 11)))),
+            (preamble(10, 11), .success(range(10, 11))),         // a newer side that still speaks 10
+            (preamble(11, 0), .failure(.unsupportedVersion(11))),
+            (preamble(11, 12), .failure(.unsupportedVersions(range(11, 12)))),
             (preamble(7, 3), .failure(.invalidVersionRange(lowest: 7, highest: 3))),
         ]
         for (bytes, outcome) in table {
@@ -51,11 +53,11 @@ final class VersionNegotiationTests: XCTestCase {
         assertThrows(WireError.unsupportedVersion(5)) { try old.next() }
 
         var newer = FrameDecoder()
-        newer.append(preamble(10, 11).prefix(7))
-        XCTAssertNil(try newer.next(), "10-11 needs bytes 6-7 to be told apart from 10 alone")
+        newer.append(preamble(11, 12).prefix(7))
+        XCTAssertNil(try newer.next(), "11-12 needs bytes 6-7 to be told apart from 11 alone")
         XCTAssertNil(newer.peerVersions)
-        newer.append(preamble(10, 11).suffix(1))
-        assertThrows(WireError.unsupportedVersions(range(10, 11))) { try newer.next() }
+        newer.append(preamble(11, 12).suffix(1))
+        assertThrows(WireError.unsupportedVersions(range(11, 12))) { try newer.next() }
 
         var current = FrameDecoder()
         current.append(preamble(6, 0) + Frame.keepalive.encoded())
@@ -155,6 +157,39 @@ final class VersionNegotiationTests: XCTestCase {
                        "bravo runs PeerVoice protocol 8; file transfers came with protocol 9: update it")
         XCTAssertEqual(TransferWire.protocolVersion, 9)
         XCTAssertEqual(TransferWire.capability.rawValue, 0x200)
+        XCTAssertEqual(ContentHashes.sha256Version, 10)
+        XCTAssertEqual(Capabilities.sha256FileHashes.rawValue, 0x400)
+    }
+
+    /// A transfer stream hashes its files with SHA-256 only where both sides announced it at
+    /// version 10; with a version-9 side (or one that does not announce it), BLAKE2b-256 as before.
+    func testTransfersHashWithSHA256OnlyWhereBothSidesAnnounceItAtVersion10() throws {
+        struct Named: ContentHashing {
+            let algorithm: ContentHashAlgorithm
+            func makeHasher() -> any ContentHasher { fatalError("not hashed here") }
+        }
+        let both = ContentHashes(blake2b256: Named(algorithm: .blake2b256), sha256: Named(algorithm: .sha256))
+        let blake2bOnly = ContentHashes(blake2b256: Named(algorithm: .blake2b256), sha256: nil)
+        XCTAssertEqual(both.capabilities, .sha256FileHashes)
+        XCTAssertEqual(blake2bOnly.capabilities, [])
+        let local = ours.union([.channels, .transfers])
+        func link(_ peer: VersionRange, _ features: Capabilities, localHashes: ContentHashes = both) throws -> LinkProtocol {
+            try LinkProtocol.negotiate(local: .supported, localCapabilities: local.union(localHashes.capabilities), peerPreamble: peer,
+                                       peerCapabilities: features.union(.highestVersion(peer.highest)))
+        }
+        let cases: [(String, LinkProtocol, ContentHashes, ContentHashAlgorithm)] = [
+            ("two version-10 sides", try link(range(6, 10), [.text, .channels, .transfers, .sha256FileHashes]), both, .sha256),
+            ("a version-9 peer", try link(range(6, 9), [.text, .channels, .transfers]), both, .blake2b256),
+            ("a version-9 peer that sets bit 10 anyway", try link(range(6, 9), [.text, .channels, .transfers, .sha256FileHashes]), both,
+             .blake2b256),
+            ("a version-10 peer without the bit", try link(range(6, 10), [.text, .channels, .transfers]), both, .blake2b256),
+            ("this side without SHA-256", try link(range(6, 10), [.text, .channels, .transfers, .sha256FileHashes],
+                                                   localHashes: blake2bOnly), blake2bOnly, .blake2b256),
+        ]
+        for (what, negotiated, hashes, expected) in cases {
+            XCTAssertEqual(hashes.hashing(on: negotiated).algorithm, expected, what)
+        }
+        XCTAssertEqual(both.hashing(on: nil).algorithm, .blake2b256, "no link known")
     }
 
     /// HELLO's capabilities field: features in bits 0-15, the highest version in bits 16-31

@@ -113,6 +113,9 @@ final class TransferTests: XCTestCase {
             XCTAssertEqual(watch.waitForState(path, Self.finished, timeout: 300), "complete", "\(path): \(watch.property(path, "Error")?.string ?? "")")
         }
         print("200 MiB and a tree each way at once: \(String(format: "%.1f", Date().timeIntervalSince(started))) s (debug build)")
+        for side in [a, b] {
+            XCTAssertTrue(side.log.contains("accepted; files hashed with SHA-256"), "two version-10 sides: SHA-256 (PROTOCOL.md §15.1)")
+        }
         XCTAssertEqual(try tree(inbox("bravo")), try tree(path("alpha")).filter { !$0.key.hasSuffix("/link") })
         XCTAssertEqual(try tree(inbox("alpha")), try tree(path("bravo")).filter { !$0.key.hasSuffix("/link") })
         XCTAssertEqual(watchA.transferred(outAB), watchA.property(outAB, "Size")?.uint64)
@@ -573,7 +576,7 @@ final class TransferTests: XCTestCase {
         try b.restart()
         XCTAssertEqual(watchA.waitForState(outgoing, Self.finished, timeout: 120), "failed", a.log.suffix(2_000).description)
         XCTAssertEqual(watchA.property(outgoing, "Error")?.string,
-                       "file 1 arrived different from what was sent (its BLAKE2b-256 hash does not match)")
+                       "file 1 arrived different from what was sent (its SHA-256 hash does not match)", "two version-10 sides hash with SHA-256")
         XCTAssertGreaterThan(resumedAt(a.log).first ?? 0, 0, "it resumed rather than start again")
         XCTAssertTrue(eventually(timeout: 10) { (try? FileManager.default.contentsOfDirectory(atPath: self.inbox("bravo")))?.isEmpty == true },
                       "nothing lands, the part is removed")

@@ -5,6 +5,8 @@ import PeerVoiceCore
 /// `h = (h ^ word) &* odd` (a bijection of `h` for every word, so changing any one word of a file
 /// changes every state after it), then the length is mixed in and the state spread to 32 bytes.
 struct SimulatedContentHashing: ContentHashing {
+    var algorithm: ContentHashAlgorithm { .blake2b256 }
+
     func makeHasher() -> any ContentHasher { Hasher() }
 
     struct Hasher: ContentHasher {

@@ -8,7 +8,7 @@ public enum TransferMessage: Equatable, Sendable {
     case data(ArraySlice<UInt8>)
     /// The next `length` bytes of the current file are zeros (a hole in a sparse file).
     case hole(length: UInt64)
-    /// The file at `fileIndex` is over; `hash` is BLAKE2b-256 of its whole content.
+    /// The file at `fileIndex` is over; `hash` is its whole content's (the stream's ``ContentHashAlgorithm``).
     case fileEnd(fileIndex: Int, hash: [UInt8])
     /// The receiver takes the transfer, and wants its data from `position` on.
     case accept(TransferPosition)

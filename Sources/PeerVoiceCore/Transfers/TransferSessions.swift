@@ -97,7 +97,7 @@ public struct IncomingTransferSession {
                 throw .shortFile(fileIndex: fileIndex, announced: files[fileIndex].size, sent: position.offset)
             }
             let got = hasher!.finish()
-            guard got == hash else { throw .hashMismatch(fileIndex: fileIndex) }
+            guard got == hash else { throw .hashMismatch(fileIndex: fileIndex, hashing.algorithm) }
             position = TransferPosition(fileIndex: fileIndex + 1, offset: 0)
             hasher = position.fileIndex < files.count ? hashing.makeHasher() : nil
             return .fileVerified(fileIndex: fileIndex)
@@ -206,7 +206,8 @@ public enum TransferProtocolError: Error, Equatable, Sendable, CustomStringConve
     case unexpected(TransferMessageType, String)
     case tooManyBytes(fileIndex: Int, announced: UInt64)
     case shortFile(fileIndex: Int, announced: UInt64, sent: UInt64)
-    case hashMismatch(fileIndex: Int)
+    /// The file's hash (made with the algorithm named) is not the sender's.
+    case hashMismatch(fileIndex: Int, ContentHashAlgorithm)
     case positionOutside(TransferPosition)
 
     public var description: String {
@@ -214,7 +215,7 @@ public enum TransferProtocolError: Error, Equatable, Sendable, CustomStringConve
         case .unexpected(let type, let when): "\(type) \(when)"
         case .tooManyBytes(let index, let announced): "more bytes for file \(index + 1) than the \(announced) it announced"
         case .shortFile(let index, let announced, let sent): "file \(index + 1) ended after \(sent) of the \(announced) bytes it announced"
-        case .hashMismatch(let index): "file \(index + 1) arrived different from what was sent (its BLAKE2b-256 hash does not match)"
+        case .hashMismatch(let index, let algorithm): "file \(index + 1) arrived different from what was sent (its \(algorithm) hash does not match)"
         case .positionOutside(let position): "ACCEPT from \(position), outside the offer"
         }
     }

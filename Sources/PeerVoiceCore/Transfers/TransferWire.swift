@@ -32,6 +32,6 @@ public enum TransferWire {
     public static let maxDataBytes = 1024 * 1024
     /// Longest text in ABORT, in bytes of UTF-8.
     public static let maxReasonBytes = 1_024
-    /// Bytes of a file's content hash (BLAKE2b-256).
+    /// Bytes of a file's content hash (BLAKE2b-256 or SHA-256: ``ContentHashAlgorithm``).
     public static let hashBytes = 32
 }

@@ -143,6 +143,9 @@ public struct Capabilities: OptionSet, Hashable, Sendable {
     public static let channels = Capabilities(rawValue: 1 << 8)
     /// Bit 9: file transfers (docs/PROTOCOL.md §15), from version 9.
     public static let transfers = Capabilities(rawValue: 1 << 9)
+    /// Bit 10: hashes a transfer's files with SHA-256 instead of BLAKE2b-256 (docs/PROTOCOL.md
+    /// §15.1), from version 10.
+    public static let sha256FileHashes = Capabilities(rawValue: 1 << 10)
 }
 
 /// The HELLO frame: who the sender is and where it can be reached.

@@ -124,6 +124,7 @@ extension Capabilities {
         (.hostedCalls, 6, "hosted calls"),
         (.channels, 7, "app channels"),
         (.transfers, 9, "file transfers"),
+        (.sha256FileHashes, 10, "SHA-256 file hashes"),
     ]
 
     /// The features that exist at `version` (every unknown bit counts as newer than it).

@@ -33,18 +33,21 @@ final class Transfers: ChannelHandler, LinkComponent {
         let direction: TransferDirection
         /// The transfer it carries: outgoing from the start, incoming once its OFFER came.
         var transferID: TransferID?
+        /// The hash of its files: its link's (``ContentHashes``).
+        let hashing: any ContentHashing
 
-        init(handle: TransferStreamHandle, peer: PeerID, direction: TransferDirection) {
+        init(handle: TransferStreamHandle, peer: PeerID, direction: TransferDirection, hashing: any ContentHashing) {
             self.handle = handle
             self.peer = peer
             self.direction = direction
+            self.hashing = hashing
         }
     }
 
     let downloadFolder: String
     private let store: TransferStore
     private let channels: Channels
-    private let hashing: any ContentHashing
+    private let hashes: ContentHashes
     private let clock: WallClock
     private let disk = SerialThread(name: "peervoice-files")
     private var transfers: [TransferID: Transfer] = [:]
@@ -74,12 +77,12 @@ final class Transfers: ChannelHandler, LinkComponent {
 
     /// Loads the transfers of earlier runs: unfinished ones get objects again (paused, or
     /// waiting); ended incoming ones are kept, without objects, to answer a re-offer.
-    init(store: TransferStore, links peerLinks: PeerLinks, channels: Channels, hashing: any ContentHashing, clock: WallClock,
+    init(store: TransferStore, links peerLinks: PeerLinks, channels: Channels, hashes: ContentHashes, clock: WallClock,
          downloadFolder: String) {
         self.store = store
         self.clock = clock
         self.channels = channels
-        self.hashing = hashing
+        self.hashes = hashes
         self.downloadFolder = downloadFolder
         do {
             try channels.register(try ChannelName(TransferWire.channel), handler: self)
@@ -250,7 +253,8 @@ final class Transfers: ChannelHandler, LinkComponent {
         let fileSources = zip(transfer.manifest.entries, transfer.record.sources).filter { $0.0.kind == .file }.map(\.1)
         let plan = TransferSender.Plan(id: transfer.id, manifest: transfer.manifest, sources: fileSources,
                                        identities: transfer.record.identities,
-                                       followLinks: files.map { $0.path.components.count == 1 }, hashing: hashing)
+                                       followLinks: files.map { $0.path.components.count == 1 },
+                                       hashing: entry.hashing)
         let (streamHandle, report) = (entry.handle, reporter(entry.handle.serial))
         threads[streamHandle.serial] = NamedThread(name: "peervoice-send") {
             TransferSender(fd: fd, plan: plan, handle: streamHandle, report: report).run()
@@ -269,7 +273,7 @@ final class Transfers: ChannelHandler, LinkComponent {
         }
         answer(nil)
         let entry = newStream(peer: stream.peer, direction: .incoming, transferred: 0)
-        let (fd, hashing, handle, report) = (stream.socket, hashing, entry.handle, reporter(entry.handle.serial))
+        let (fd, hashing, handle, report) = (stream.socket, entry.hashing, entry.handle, reporter(entry.handle.serial))
         threads[handle.serial] = NamedThread(name: "peervoice-recv") {
             TransferReceiver(fd: fd, hashing: hashing, handle: handle, report: report).run()
         }
@@ -281,8 +285,10 @@ final class Transfers: ChannelHandler, LinkComponent {
 
     // MARK: Stream events
 
+    /// A stream with `peer` on its link now: its files are hashed as the link's terms say.
     private func newStream(peer: PeerID, direction: TransferDirection, transferred: UInt64) -> StreamEntry {
-        let entry = StreamEntry(handle: TransferStreamHandle(serial: nextSerial, transferred: transferred), peer: peer, direction: direction)
+        let entry = StreamEntry(handle: TransferStreamHandle(serial: nextSerial, transferred: transferred), peer: peer, direction: direction,
+                                hashing: hashes.hashing(on: links[peer]))
         nextSerial += 1
         streams[entry.handle.serial] = entry
         return entry
@@ -314,7 +320,7 @@ final class Transfers: ChannelHandler, LinkComponent {
         switch event {
         case .accepted(let position):
             let resumed = position == .start ? "" : ", resuming from \(position) (\(transfer.manifest.bytes(before: position)) of \(transfer.manifest.totalBytes) bytes)"
-            Log.info("\(transfer.logName): \(transfer.peer) accepted\(resumed)")
+            Log.info("\(transfer.logName): \(transfer.peer) accepted\(resumed); files hashed with \(entry.hashing.algorithm)")
             handle(transfer, .peerAccepted)
         case .placed(let name, let savedAs):
             transfer.placed[name] = savedAs
@@ -406,8 +412,9 @@ final class Transfers: ChannelHandler, LinkComponent {
 
     // MARK: Links
 
-    /// Our HELLO offers transfers (they need channels too, which `Channels` offers).
-    var offeredCapabilities: Capabilities { TransferWire.capability }
+    /// Our HELLO offers transfers (they need channels too, which `Channels` offers) and the
+    /// file hashes beyond BLAKE2b-256 we have.
+    var offeredCapabilities: Capabilities { TransferWire.capability.union(hashes.capabilities) }
 
     /// Why a link at `negotiated` cannot carry transfers, for a person (`who` names the peer);
     /// nil when it can. They need channels too.
