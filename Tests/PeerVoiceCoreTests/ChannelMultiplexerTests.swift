@@ -5,8 +5,10 @@ import XCTest
 /// as tables of exchanges between two multiplexers, A the link's initiator and B its responder.
 final class ChannelMultiplexerTests: XCTestCase {
     private let chess = try! ChannelName("org.example.Chess")
-    /// Small windows so the tables stay readable: 64 KiB per stream, credit back in 16 KiB steps.
-    private static let limits = ChannelLimits(streamWindowBytes: 65_536, windowUpdateBytes: 16_384, maxStreams: 4)
+    /// Small windows so the tables stay readable: 64 KiB per stream, credit back in 16 KiB steps,
+    /// growing to 256 KiB at most.
+    private static let limits = ChannelLimits(streamWindowBytes: 65_536, windowUpdateBytes: 16_384,
+                                              maxStreamWindowBytes: 262_144, maxStreams: 4)
 
     /// Two ends of a link and what the last frame meant on arrival.
     private struct Link {
@@ -116,8 +118,16 @@ final class ChannelMultiplexerTests: XCTestCase {
             ("taking less than a step gives nothing back yet", [.send(65_536), .take(16_383)], 0, 49_153, []),
             ("a step's worth comes back in one WINDOW", [.send(65_536), .take(16_384)], 16_384, 49_152, [16_384]),
             ("what was taken is given back together", [.send(40_000), .take(10_000), .take(10_000)], 45_536, 20_000, [20_000]),
-            ("a reader that keeps up keeps the sender going",
-             [.send(65_536), .take(65_536), .send(65_536), .take(65_536)], 65_536, 0, [65_536, 65_536]),
+            ("a reader that keeps up keeps the sender going; the window that held it back doubles",
+             [.send(65_536), .take(65_536), .send(65_536), .take(65_536)], 131_072, 0, [131_072, 65_536]),
+            ("it doubles while the sender uses it all, up to its largest",
+             [.send(65_536), .take(65_536), .send(131_072), .take(131_072), .send(262_144), .take(262_144)],
+             262_144, 0, [131_072, 262_144, 262_144]),
+            ("a reader that falls behind does not make it grow",
+             [.send(65_536), .take(16_384), .take(16_384), .take(16_384), .take(16_384)], 65_536, 0,
+             [16_384, 16_384, 16_384, 16_384]),
+            ("nor does a sender that keeps credit to spare",
+             [.send(16_384), .take(16_384), .send(16_384), .take(16_384)], 65_536, 0, [16_384, 16_384]),
             ("a stopped reader stops the sender at one window", [.send(65_536), .send(0)], 0, 65_536, []),
         ]
         for (name, steps, credit, buffered, windows) in cases {
@@ -160,7 +170,8 @@ final class ChannelMultiplexerTests: XCTestCase {
             try link.toB(link.a.data(flowing, payload: [UInt8](repeating: 0, count: 65_536), endOfMessage: false, sentAtUs: 0))
             try link.toA(link.b.delivered(flowing, bytes: 65_536))
         }
-        XCTAssertEqual(link.a.sendCredit(flowing), 65_536)
+        // (Its window doubled once, the first time all of it was in flight.)
+        XCTAssertEqual(link.a.sendCredit(flowing), 131_072)
         XCTAssertEqual(link.b.bufferedBytes(of: stalled), 65_536)
         XCTAssertEqual(link.b.receivedDataBytes, 11 * 65_536)
     }

@@ -171,7 +171,7 @@ final class LinkChannels {
             endpoint.finish(abort: true)
             endpoint.endedAbruptly("\(who) ended the stream abruptly: \(reason)")
         case .feedback(let receivedBytes, let delayUs):
-            rate.feedback(receivedBytes: receivedBytes, delayUs: delayUs, nowUs: Self.monotonicUs())
+            rate.feedback(receivedBytes: receivedBytes, delayUs: delayUs, nowUs: Self.monotonicUs(), transport: link.transportReport)
             pump()
         }
     }
@@ -266,7 +266,7 @@ final class LinkChannels {
     private var chunkBytes: Int {
         switch link.transport {
         case .bluetooth: ChannelChunking.bluetoothChunkBytes
-        case .ip: ChannelChunking.ipChunkBytes(windowBytes: rate.windowBytes)
+        case .ip: rate.chunkBytes
         }
     }
 
@@ -368,7 +368,7 @@ final class LinkChannels {
         let header = streams.dataHeader(id, payloadBytes: payloadBytes, endOfMessage: endOfMessage, sentAtUs: Self.clockUs())
         sendBuffer.replaceSubrange(SealedFrameLayout.bodyOffset..<Self.payloadOffset, with: header)
         link.sendChannelFrameInPlace(&sendBuffer, bodyBytes: header.count + payloadBytes)
-        rate.sent(payloadBytes)
+        rate.sent(payloadBytes, nowUs: Self.monotonicUs())
     }
 
     /// Reads every datagram waiting (a bounded number per turn) and sends each at once, or drops
