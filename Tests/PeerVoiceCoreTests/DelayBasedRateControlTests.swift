@@ -190,9 +190,11 @@ final class DelayBasedRateControlTests: XCTestCase {
     }
 
     func testAStandingQueueShrinksTheWindowToItsFloor() {
-        // From 2 s on, 20 ms of queue that stays: both the one-way delay and TCP's round trip show it.
+        // From 2 s on, 20 ms of queue that stays: both the one-way delay and TCP's round trip show
+        // it. (The 40 ms path's target is 5 ms: an eighth of its round trip.)
         let queueUs = { (ms: Int) in ms >= 2_000 ? 20_000 : 0 }
-        let control = drive(durationMs: 4_000, roundTripUs: 40_000, delayUs: queueUs) { self.tcp(40_000, queueUs: Int64(queueUs($0))) }
+        let control = drive(durationMs: 6_000, roundTripUs: 40_000, delayUs: queueUs) { self.tcp(40_000, queueUs: Int64(queueUs($0))) }
+        XCTAssertEqual(control.targetUs, 5_000)
         XCTAssertEqual(control.windowBytes, DelayBasedRateControl.Parameters().minWindowBytes)
         XCTAssertEqual(control.queueingUs, 20_000)
     }

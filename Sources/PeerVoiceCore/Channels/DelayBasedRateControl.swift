@@ -20,9 +20,13 @@
 ///   own slowness only the one-way delay, jitter the smoothed round trip more than the minimum.
 public struct DelayBasedRateControl: Sendable {
     public struct Parameters: Sendable, Equatable {
-        /// The queueing delay the window aims at.
+        /// The queueing delay the window aims at...
         public var targetQueueingUs: Int64
-        /// Above this queueing delay the window is halved (at most once per window of data).
+        /// ...or this share of the round trip where that is more: a call over a long path waits
+        /// that round trip anyway, and there a few milliseconds of jitter are no queue.
+        public var targetRoundTripShare: Double
+        /// Above this queueing delay the window is halved (at most once per window of data); it
+        /// grows with the target.
         public var backOffQueueingUs: Int64
         public var initialWindowBytes: Int
         public var minWindowBytes: Int
@@ -47,13 +51,14 @@ public struct DelayBasedRateControl: Sendable {
         public var roundTripBucketUs: Int64
         public var roundTripHistoryBuckets: Int
 
-        public init(targetQueueingUs: Int64 = 2_500, backOffQueueingUs: Int64 = 12_500,
+        public init(targetQueueingUs: Int64 = 2_500, targetRoundTripShare: Double = 1.0 / 8, backOffQueueingUs: Int64 = 12_500,
                     initialWindowBytes: Int = 16 * 1024, minWindowBytes: Int = 2 * 1024,
                     maxWindowBytes: Int = 8 << 20, gain: Double = 1, windowShareGain: Double = 1.0 / 8,
                     segmentBytes: Int = 1448, baseBucketUs: Int64 = 60_000_000, baseHistoryBuckets: Int = 10,
                     currentFilterUs: Int64 = 10_000, currentFilterRoundTrips: Int64 = 1, maxCurrentFilterUs: Int64 = 250_000,
                     roundTripBucketUs: Int64 = 1_000_000, roundTripHistoryBuckets: Int = 10) {
             self.targetQueueingUs = targetQueueingUs
+            self.targetRoundTripShare = targetRoundTripShare
             self.backOffQueueingUs = backOffQueueingUs
             self.initialWindowBytes = initialWindowBytes
             self.minWindowBytes = minWindowBytes
@@ -106,9 +111,14 @@ public struct DelayBasedRateControl: Sendable {
     /// The smallest recent round-trip time seen, if any chunk was acknowledged yet.
     public var roundTripUs: Int64? { roundTrip.value }
 
+    /// The queue aimed at on this path (``Parameters/targetQueueingUs``, more on a long one).
+    public var targetUs: Int64 {
+        max(parameters.targetQueueingUs, Int64(parameters.targetRoundTripShare * Double(roundTripUs ?? 0)))
+    }
+
     /// How big the next DATA may be (``ChannelChunking/ipChunkBytes(windowBytes:roundTripUs:targetQueueingUs:)``).
     public var chunkBytes: Int {
-        ChannelChunking.ipChunkBytes(windowBytes: windowBytes, roundTripUs: roundTripUs, targetQueueingUs: parameters.targetQueueingUs)
+        ChannelChunking.ipChunkBytes(windowBytes: windowBytes, roundTripUs: roundTripUs, targetQueueingUs: targetUs)
     }
 
     /// Whether `bytes` more may go now (always when nothing is in flight, so one chunk larger than
@@ -135,9 +145,9 @@ public struct DelayBasedRateControl: Sendable {
         guard newlyAcknowledged > 0 else { return }
         queueingUs = (recent.first?.offset ?? 0) - (baseDelay.value ?? 0)
         if let transport { queueingUs = min(queueingUs, transport.queueingUs) }
-        let target = parameters.targetQueueingUs
+        let target = targetUs
         if acknowledgedSinceBackOff != .max { acknowledgedSinceBackOff += newlyAcknowledged }
-        if queueingUs > parameters.backOffQueueingUs {
+        if queueingUs > parameters.backOffQueueingUs * target / parameters.targetQueueingUs {
             inSlowStart = false
             if acknowledgedSinceBackOff >= windowBytes {
                 windowBytes /= 2
