@@ -6,9 +6,9 @@ public struct ChannelLimits: Sendable, Equatable {
     /// Credit given back to the sender in steps of at least this many bytes (fewer WINDOW frames).
     public var windowUpdateBytes: Int
     /// How far a stream's window may grow, doubling, while the window and not the app is what
-    /// holds the sender back (a path whose round trip holds more than a window: the peer had
-    /// used up its credit while the app took everything). Linux's TCP send buffer's default
-    /// largest size, so the stream is not the smaller window on the link.
+    /// holds the sender back (see ``ChannelMultiplexer/delivered(_:bytes:nowUs:roundTripUs:)``).
+    /// Linux's TCP send buffer's default largest size, so the stream is not the smaller window
+    /// on the link.
     public var maxStreamWindowBytes: Int
     /// Streams open at once on one link, counting both sides' (more are refused).
     public var maxStreams: Int
@@ -110,6 +110,9 @@ public struct ChannelMultiplexer: Sendable {
         var receiveWindow: Int
         /// The window granted in all (what the peer's credit returns to as the app reads).
         var grantedWindow: Int
+        /// Since when the app has taken `takenSinceWindowStart` bytes (the window's growth rule).
+        var windowStartUs: UInt64 = 0
+        var takenSinceWindowStart = 0
         /// Received, not yet taken by the app.
         var buffered = 0
         /// Taken by the app, not yet granted back.
@@ -125,6 +128,9 @@ public struct ChannelMultiplexer: Sendable {
     }
 
     public let limits: ChannelLimits
+    /// A window taken in fewer round trips than this grows (a credit round trip is one, and a
+    /// loss repair on the way adds about one more).
+    public static let windowGrowthRoundTrips: Int64 = 4
     private let opensOddStreams: Bool
     private var streams: [StreamID: Stream] = [:]
     private var lastLocalOpen: UInt32
@@ -261,7 +267,12 @@ public struct ChannelMultiplexer: Sendable {
 
     /// The app took `bytes` of what ``ChannelEvent/data(_:_:endOfMessage:)`` handed over; returns
     /// the WINDOW to send when enough credit has come free.
-    public mutating func delivered(_ id: StreamID, bytes: Int) -> ChannelFrame? {
+    ///
+    /// With `nowUs` and the link's `roundTripUs`: when the app took a whole window in less than
+    /// ``windowGrowthRoundTrips`` round trips, the window (a round trip's credit, plus the stalls
+    /// of TCP's loss repairs) is what limits the stream, not the app: the WINDOW doubles it, up
+    /// to ``ChannelLimits/maxStreamWindowBytes`` (QUIC implementations tune theirs this way).
+    public mutating func delivered(_ id: StreamID, bytes: Int, nowUs: UInt64 = 0, roundTripUs: Int64? = nil) -> ChannelFrame? {
         guard var stream = streams[id] else { return nil }
         precondition(bytes >= 0 && bytes <= stream.buffered, "delivered more than was received")
         stream.buffered -= bytes
@@ -269,14 +280,16 @@ public struct ChannelMultiplexer: Sendable {
         var update: ChannelFrame?
         if stream.unadvertised >= limits.windowUpdateBytes && !stream.receivedClose {
             var increment = stream.unadvertised
-            // The peer had all but used up its credit and the app holds nothing back: the window
-            // is what limits the stream (the path holds a window's worth), so it doubles, as TCP's
-            // receive buffer tunes itself.
-            if stream.receiveWindow < limits.windowUpdateBytes, stream.buffered == 0,
-               stream.grantedWindow < limits.maxStreamWindowBytes {
-                let growth = min(stream.grantedWindow, limits.maxStreamWindowBytes - stream.grantedWindow)
-                stream.grantedWindow += growth
-                increment += growth
+            stream.takenSinceWindowStart += stream.unadvertised
+            if let roundTripUs, stream.takenSinceWindowStart >= stream.grantedWindow {
+                if nowUs &- stream.windowStartUs < UInt64(Self.windowGrowthRoundTrips * max(0, roundTripUs)),
+                   stream.grantedWindow < limits.maxStreamWindowBytes {
+                    let growth = min(stream.grantedWindow, limits.maxStreamWindowBytes - stream.grantedWindow)
+                    stream.grantedWindow += growth
+                    increment += growth
+                }
+                stream.windowStartUs = nowUs
+                stream.takenSinceWindowStart = 0
             }
             update = .window(id, increment: UInt32(increment))
             stream.receiveWindow += increment

@@ -16,8 +16,8 @@
 ///   pass through it, and on a short path a queue is still seen within milliseconds;
 /// - where the kernel's TCP tells its round-trip estimate (``TransportReport``), which it
 ///   measures per acknowledgement, unaffected by what waits behind a loss, the queue is the
-///   smaller of the two readings: a queue at a bottleneck raises both, a loss or the receiver's
-///   own slowness only the one-way delay, jitter the smoothed round trip more than the minimum.
+///   smaller of the two readings, each the smallest over the same span: a queue at a bottleneck
+///   raises both, a loss or the receiver's own slowness only the one-way delay.
 public struct DelayBasedRateControl: Sendable {
     public struct Parameters: Sendable, Equatable {
         /// The queueing delay the window aims at...
@@ -83,17 +83,19 @@ public struct DelayBasedRateControl: Sendable {
     public private(set) var acknowledgedBytes: UInt64 = 0
     /// Doubling per window until the queue reaches half the target.
     public private(set) var inSlowStart = true
-    /// The latest estimate of the queue in front of our data.
+    /// The latest estimate of the queue in front of our data...
     public private(set) var queueingUs: Int64 = 0
+    /// ...and what the one-way delay alone said (for the log).
+    public private(set) var oneWayQueueingUs: Int64 = 0
 
     /// Samples as offsets from the first one (so the modulo-2^32 clock arithmetic happens once).
     private var reference: UInt32?
     private var baseDelay: WindowedMinimum
     /// The smallest time from sending a chunk to its FEEDBACK, recently.
     private var roundTrip: WindowedMinimum
-    /// Recent samples (time, offset) for the current-delay filter, each larger than the one
-    /// before (a sample hides every older, larger one), so the first is the smallest.
-    private var recent: [(atUs: UInt64, offset: Int64)] = []
+    /// Recent one-way samples (as offsets) and TCP's queue readings, for the current-delay filter.
+    private var recent = RecentMinimum()
+    private var recentTransport = RecentMinimum()
     /// Chunks in flight: where each ends in the byte count, and when it was sent.
     private var inFlight: [(endBytes: UInt64, atUs: UInt64)] = []
     /// Acknowledged bytes since the last halving; none until a window's worth has come.
@@ -142,9 +144,10 @@ public struct DelayBasedRateControl: Sendable {
         acknowledgedBytes = max(acknowledgedBytes, received)
         measureRoundTrip(nowUs: nowUs)
         record(delayUs, nowUs: nowUs)
+        if let transport { recentTransport.add(transport.queueingUs, nowUs: nowUs, spanUs: currentFilterSpanUs) }
         guard newlyAcknowledged > 0 else { return }
-        queueingUs = (recent.first?.offset ?? 0) - (baseDelay.value ?? 0)
-        if let transport { queueingUs = min(queueingUs, transport.queueingUs) }
+        oneWayQueueingUs = (recent.value ?? 0) - (baseDelay.value ?? 0)
+        queueingUs = min(oneWayQueueingUs, recentTransport.value ?? .max)
         let target = targetUs
         if acknowledgedSinceBackOff != .max { acknowledgedSinceBackOff += newlyAcknowledged }
         if queueingUs > parameters.backOffQueueingUs * target / parameters.targetQueueingUs {
@@ -192,11 +195,7 @@ public struct DelayBasedRateControl: Sendable {
         let reference = reference ?? sample
         self.reference = reference
         let offset = Int64(Int32(bitPattern: sample &- reference))
-        while let last = recent.last, last.offset >= offset { recent.removeLast() }
-        recent.append((nowUs, offset))
-        let span = UInt64(currentFilterSpanUs)
-        let expired = recent.prefix { nowUs &- $0.atUs > span }.count
-        recent.removeFirst(min(expired, recent.count - 1))
+        recent.add(offset, nowUs: nowUs, spanUs: currentFilterSpanUs)
         baseDelay.add(offset, nowUs: nowUs)
     }
 }
@@ -216,6 +215,22 @@ public struct TransportReport: Sendable, Equatable {
 
     /// The queue it shows.
     public var queueingUs: Int64 { max(0, smoothedRoundTripUs - minimumRoundTripUs) }
+}
+
+/// The smallest value of a recent span (the latest value always counts).
+struct RecentMinimum: Sendable {
+    /// Each value larger than the one before (a value hides every older, larger one), so the
+    /// first is the smallest.
+    private var values: [(atUs: UInt64, value: Int64)] = []
+
+    var value: Int64? { values.first?.value }
+
+    mutating func add(_ value: Int64, nowUs: UInt64, spanUs: Int64) {
+        while let last = values.last, last.value >= value { values.removeLast() }
+        values.append((nowUs, value))
+        let expired = values.prefix { nowUs &- $0.atUs > UInt64(spanUs) }.count
+        values.removeFirst(min(expired, values.count - 1))
+    }
 }
 
 /// The smallest value over the last `buckets` spans of `bucketUs` (LEDBAT's base-delay history):

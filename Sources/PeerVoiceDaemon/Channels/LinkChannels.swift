@@ -39,6 +39,9 @@ final class LinkChannels {
     private static let payloadOffset = SealedFrameLayout.bodyOffset + ChannelWire.dataHeaderBytes
     /// Datagrams dropped because the link was busy, for the log.
     private var droppedDatagrams = 0
+    /// When the rate control's state was last logged (debug), at most every `rateLogIntervalUs`.
+    private var lastRateLogUs: UInt64 = 0
+    private static let rateLogIntervalUs: UInt64 = 2_000_000
     /// Over IP, the link's UDP path for datagram streams (made with the first one).
     private var udp: ChannelDatagramPath?
     private var closed = false
@@ -171,7 +174,13 @@ final class LinkChannels {
             endpoint.finish(abort: true)
             endpoint.endedAbruptly("\(who) ended the stream abruptly: \(reason)")
         case .feedback(let receivedBytes, let delayUs):
-            rate.feedback(receivedBytes: receivedBytes, delayUs: delayUs, nowUs: Self.monotonicUs(), transport: link.transportReport)
+            let nowUs = Self.monotonicUs()
+            let transport = link.transportReport
+            rate.feedback(receivedBytes: receivedBytes, delayUs: delayUs, nowUs: nowUs, transport: transport)
+            if nowUs >= lastRateLogUs + Self.rateLogIntervalUs {
+                lastRateLogUs = nowUs
+                logRate(transport)
+            }
             pump()
         }
     }
@@ -444,7 +453,7 @@ final class LinkChannels {
         }
         switch payload.withUnsafeBytes({ endpoint.socket.write($0) }) {
         case .wrote(let count):
-            if let window = streams.delivered(endpoint.id, bytes: count) { send(window) }
+            if let window = delivered(endpoint.id, bytes: count) { send(window) }
             guard count < payload.count else { return }
             endpoint.inbound.append(Array(payload.dropFirst(count)))
             flush(endpoint)
@@ -481,7 +490,7 @@ final class LinkChannels {
             }
             break
         }
-        if taken > 0, let window = streams.delivered(endpoint.id, bytes: taken) { send(window) }
+        if taken > 0, let window = delivered(endpoint.id, bytes: taken) { send(window) }
         if endpoint.inbound.isEmpty {
             endpoint.writeWatch = nil
             if endpoint.peerFinished { endpoint.socket.shutdownWrite() }
@@ -494,6 +503,12 @@ final class LinkChannels {
                 return false
             }
         }
+    }
+
+    /// The multiplexer's `delivered`, with what its window's growth needs: the link's round trip
+    /// (over IP, TCP's; Bluetooth's windows stay as they are).
+    private func delivered(_ id: StreamID, bytes: Int) -> ChannelFrame? {
+        streams.delivered(id, bytes: bytes, nowUs: Self.monotonicUs(), roundTripUs: link.transportReport?.smoothedRoundTripUs)
     }
 
     // MARK: Ending
@@ -521,6 +536,14 @@ final class LinkChannels {
     }
 
     // MARK: Helpers
+
+    private func logRate(_ transport: TransportReport?) {
+        func ms(_ us: Int64?) -> String { us.map { String(format: "%.1f", Double($0) / 1000) } ?? "?" }
+        Log.debug("channels: rate to \(who): window \(rate.windowBytes / 1024) KiB, \(rate.inFlightBytes / 1024) KiB in flight, "
+            + "queue \(ms(rate.queueingUs)) ms (one-way \(ms(rate.oneWayQueueingUs)), TCP \(ms(transport?.queueingUs))), "
+            + "target \(ms(rate.targetUs)) ms, round trip \(ms(rate.roundTripUs)) ms (TCP \(ms(transport?.minimumRoundTripUs))), "
+            + "\(rate.inSlowStart ? "slow start, " : "")chunk \(rate.chunkBytes / 1024) KiB, \(rate.acknowledgedBytes >> 20) MiB acknowledged")
+    }
 
     static func refusal(_ reason: RefuseReason, channel: ChannelName, on who: String) -> String {
         switch reason {
