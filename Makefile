@@ -7,7 +7,7 @@
 #   make test-old-release  this build against the previous release's peervoiced (make old-release)
 #   make check-warnings a fresh build that fails on any compiler warning
 #   make soak           a SOAK_SECONDS (600) call at 5 % loss: latency, memory, underruns
-#   make chaos          SEEDS (1) seeds of the fault campaign against three real daemons, CHAOS_SECONDS (60) each
+#   make chaos          SEEDS (1) seeds of the fault campaign against five real daemons, CHAOS_SECONDS (60) each
 #   make fuzz           each fuzz target FUZZ_SECONDS (600)
 #   make fuzz-long      each fuzz target to 10 million executions (3 h at most), its new coverage kept in fuzz/corpus/
 #   make test-bluetooth-vm  real BlueZ in two QEMU VMs: discover, pair, restart bluetoothd
@@ -175,7 +175,7 @@ screenshots: deps
 
 # Serial on purpose (no --parallel): each suite starts its own private dbus-daemon.
 # Every suite: unit and service tests (private buses, PipeWire), 200 seeds of the simulation (≈40 s, 36 s of CPU),
-# one 40 s seed of the fault campaign (make chaos, ≈50 s),
+# one 36 s seed of the fault campaign (make chaos, ≈45 s),
 # each fuzz target for FUZZ_SMOKE_SECONDS, the Debian package round (test-package), then PeerVoice
 # over real BlueZ in the two VMs. TEST_FILTER narrows the first part and skips the rest.
 test: deps rooms-venv
@@ -184,7 +184,7 @@ test: deps rooms-venv
 	$(SWIFT) build --build-tests $(SWIFT_FLAGS) 2>&1 | scripts/no-warnings.sh
 	$(SWIFT) test $(SWIFT_FLAGS) $(if $(TEST_FILTER),--filter '$(TEST_FILTER)') 2>&1 | scripts/failures-last.sh
 	$(if $(TEST_FILTER),,$(MAKE) --no-print-directory simulate SIMULATION_CONFIGURATION=debug SEEDS=200 FIRST=1)
-	$(if $(TEST_FILTER),,$(MAKE) --no-print-directory chaos SEEDS=1 FIRST=1 CHAOS_SECONDS=40)
+	$(if $(TEST_FILTER),,$(MAKE) --no-print-directory chaos SEEDS=1 FIRST=1 CHAOS_SECONDS=36)
 	$(if $(TEST_FILTER),,$(MAKE) --no-print-directory fuzz-smoke)
 	$(if $(TEST_FILTER),,$(MAKE) --no-print-directory test-package)
 	$(if $(TEST_FILTER),,$(MAKE) --no-print-directory test-bluetooth)
@@ -244,10 +244,12 @@ simulate:
 
 # The seeded fault campaign against real daemons (Tests/ChaosDriver, docs/RELIABILITY.md): SEEDS
 # seeds from FIRST, each CHAOS_SECONDS of texts, file transfers and app streams among three
-# peervoiced while kill -9, SIGSTOP, link cuts, address changes, disk full and clock steps hit them, then up to
+# peervoiced (two of them in a call, each with its own PipeWire) and texts between two more on a LAN of
+# network namespaces with avahi-daemons, while kill -9, SIGSTOP, link cuts, address changes, disk full,
+# clock steps, PipeWire kill -9s and avahi-daemon restarts hit them, then up to
 # CHAOS_SETTLE quiet seconds; stops at the first seed that breaks an invariant, printing the seed,
-# the schedule step and what was expected against what was seen. Root (tmpfs mounts). The debug
-# build; `make test` runs one 40 s seed (47 s wall on the shared 2-core machine).
+# the schedule step and what was expected against what was seen. Root (tmpfs mounts, namespaces). The debug
+# build; `make test` runs one 36 s seed (45 s wall on the shared 2-core machine).
 CHAOS_SECONDS ?= 60
 CHAOS_SETTLE ?= 90
 .PHONY: chaos

@@ -1,5 +1,7 @@
 // libFuzzer target: handshake message 1's dial proof field (docs/SECURITY.md §3.4) as a responder
-// reads it, and the responder's decision on it (DialGate, §11.2), with libsodium's BLAKE2b.
+// reads it, and the responder's decision on it (DialGate, §11.2). One input in 32 runs on
+// libsodium's BLAKE2b and X25519, the others on the simulation's fast stand-in (fuzz/crypto/;
+// FUZZ_CRYPTO=libsodium or stand-in puts every input on one); keys and randomness are deterministic.
 //
 // Input layout (missing bytes read as 0):
 //   byte 0  flags: bit 0 the responder is open to strangers (discoverable); bit 1 the agreed
@@ -28,35 +30,42 @@
 import Glibc
 #endif
 import PeerVoiceCore
-import Sodium
 
-let sodium = LibSodium()
 let label = Array("PeerVoice dial proof".utf8)
 
-func secret(_ seed: UInt8, _ index: UInt8) -> PresenceSecret {
-    PresenceSecret(bytes: sodium.hash(Array("fuzz presence secret".utf8) + [seed, index], key: nil))!
+func secret(_ seed: UInt8, _ index: UInt8, _ crypto: any CryptoPrimitives) -> PresenceSecret {
+    PresenceSecret(bytes: crypto.hash(Array("fuzz presence secret".utf8) + [seed, index], key: nil))!
 }
 
-let identity = try! StaticIdentity(secretKey: sodium.hash(Array("fuzz identity".utf8), key: nil), using: sodium)
+/// The responder's identity on each kind of primitives (computed once).
+let identityOn: [CryptoChoice: StaticIdentity] = Dictionary(uniqueKeysWithValues: [CryptoChoice.libsodium, .standIn].map { choice in
+    let primitives = choice.primitives
+    return (choice, try! StaticIdentity(secretKey: primitives.hash(Array("fuzz identity".utf8), key: nil), using: primitives))
+})
 
 /// The document's proof, written out here rather than through DialProof.make.
-func referenceProof(_ secret: PresenceSecret, epoch: UInt64, commitment: [UInt8]) -> [UInt8] {
+func referenceProof(_ secret: PresenceSecret, epoch: UInt64, commitment: [UInt8], crypto: any CryptoPrimitives) -> [UInt8] {
     var message = label
     for shift in stride(from: 56, through: 0, by: -8) { message.append(UInt8(truncatingIfNeeded: epoch >> UInt64(shift))) }
-    return Array(sodium.hash(message + commitment, key: secret.bytes).prefix(16))
+    return Array(crypto.hash(message + commitment, key: secret.bytes).prefix(16))
 }
 
 @_cdecl("LLVMFuzzerTestOneInput")
 public func fuzz(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
-    var input = Input(Array(UnsafeBufferPointer(start: data, count: size)))
+    let bytes = Array(UnsafeBufferPointer(start: data, count: size))
+    var input = Input(bytes)
+    let choice = CryptoChoice(for: bytes)
+    trace("primitives: \(choice.rawValue)")
+    let identity = identityOn[choice]!
     let flags = input.u8()
     let open = flags & 1 != 0
     let carried = flags & 2 == 0
     let olderCount = min(Int(flags >> 2 & 3), 2)
     let seed = input.u8()
+    let crypto = ReplayableCrypto(choice.primitives, seed: seed)
     // Far from 1970, so that the epochs around it exist.
     var now = 1_000_000 + input.u64() % (1 << 40)
-    let accepted = [secret(seed, 0)] + (0..<olderCount).map { secret(seed, UInt8($0 + 1)) }
+    let accepted = [secret(seed, 0, crypto)] + (0..<olderCount).map { secret(seed, UInt8($0 + 1), crypto) }
     var gate = DialGate()
     /// The reference model's memory: accepted commitments and the epoch their proof was for.
     var remembered: [[UInt8]: UInt64] = [:]
@@ -81,12 +90,12 @@ public func fuzz(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
             let epoch = UInt64(Int(PresenceTag.epoch(unixSeconds: now)) + offset)
             let key: DialProofKey? = switch kind >> 1 & 3 {
             case 1: DialProofKey(secret: accepted[0], epoch: epoch)
-            case 2: DialProofKey(secret: secret(seed, 1), epoch: epoch)
-            case 3: DialProofKey(secret: secret(seed, 9), epoch: epoch)
+            case 2: DialProofKey(secret: secret(seed, 1, crypto), epoch: epoch)
+            case 3: DialProofKey(secret: secret(seed, 9, crypto), epoch: epoch)
             default: nil
             }
             let initiator = try! Handshake(role: .initiator, identity: identity, payload: [],
-                                           dialProof: carried ? .present(key) : .absent, crypto: sodium)
+                                           dialProof: carried ? .present(key) : .absent, crypto: crypto)
             message = try! initiator.writeMessage()
             let keyAccepted = kind >> 1 & 3 == 1 || (kind >> 1 & 3 == 2 && olderCount > 0)
             honestlyProven = keyAccepted && abs(offset) <= 1
@@ -95,7 +104,7 @@ public func fuzz(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
         previous = message
 
         let responder = try! Handshake(role: .responder, identity: identity, payload: [],
-                                       dialProof: carried ? .present(nil) : .absent, crypto: sodium)
+                                       dialProof: carried ? .present(nil) : .absent, crypto: crypto)
         let size = carried ? 49 : 33
         do throws(HandshakeError) {
             try responder.readMessage(message)
@@ -119,7 +128,7 @@ public func fuzz(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
             expected = .answer
         } else if let claim {
             let proven = accepted.flatMap { secret in
-                [epochNow - 1, epochNow, epochNow + 1].filter { referenceProof(secret, epoch: $0, commitment: claim.commitment) == claim.proof }
+                [epochNow - 1, epochNow, epochNow + 1].filter { referenceProof(secret, epoch: $0, commitment: claim.commitment, crypto: crypto) == claim.proof }
             }.first
             if let proven {
                 if remembered[claim.commitment] != nil {
@@ -141,7 +150,7 @@ public func fuzz(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
                 check(expected == .refuse(.notProven), "the model answers a dial without an accepted proof: \(expected)")
             }
         }
-        let decision = gate.decide(claim, openToStrangers: open, secrets: accepted, unixSeconds: now, crypto: sodium)
+        let decision = gate.decide(claim, openToStrangers: open, secrets: accepted, unixSeconds: now, crypto: crypto)
         trace("decision \(decision), expected \(expected)")
         check(decision == expected, "decided \(decision), the document says \(expected)")
         check(gate.rememberedCount == remembered.count, "remembers \(gate.rememberedCount), the model \(remembered.count)")

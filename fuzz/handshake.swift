@@ -1,7 +1,9 @@
 // libFuzzer target: the handshake state machine (Handshake) and the record layer (RecordSealer,
-// RecordOpener, VoiceKeys), with the real cryptography: libsodium through the Sodium module
-// (LibSodium). Only key generation and randomness are made deterministic (keys are BLAKE2b of a
-// counter, public keys X25519 of them, both with libsodium), so that every input replays exactly.
+// RecordOpener, VoiceKeys). One input in 32 runs on the real cryptography, libsodium through the
+// Sodium module (LibSodium), the others on the simulation's fast stand-in (fuzz/crypto/: tampering
+// is detected the same way; FUZZ_CRYPTO=libsodium or stand-in puts every input on one). Key
+// generation and randomness are deterministic (keys are hashes of a counter, public keys X25519 of
+// them), so that every input replays exactly.
 //
 // Input layout (missing bytes read as 0):
 //   byte 0  flags: bit 0 role of side A (0 initiator, 1 responder); bit 1 honest mode (both sides
@@ -26,60 +28,22 @@
 //     predicts every verdict of RecordOpener.open exactly (plaintext, error and counter values),
 //     and the counters (acceptedCount, rejections, newestCounter); forged, truncated or modified
 //     records are always rejected; RecordSealer's bytes match the documented record format.
-import CSodium
 #if canImport(Glibc)
 import Glibc
 #endif
 import PeerVoiceCore
-import Sodium
 
 // MARK: - Cryptography
 
-let sodium = LibSodium()
-let basePoint: [UInt8] = [9] + [UInt8](repeating: 0, count: 31)
-
-/// LibSodium with deterministic key generation and randomness.
-final class DeterministicCrypto: CryptoPrimitives, @unchecked Sendable {
-    private var counter: UInt64 = 0
-    private let seed: UInt8
-
-    init(seed: UInt8) { self.seed = seed }
-
-    private func nextBytes() -> [UInt8] {
-        counter += 1
-        var input: [UInt8] = Array("fuzz".utf8) + [seed]
-        for shift in stride(from: 56, through: 0, by: -8) { input.append(UInt8(truncatingIfNeeded: counter >> UInt64(shift))) }
-        return sodium.hash(input, key: nil)
-    }
-
-    func randomBytes(_ count: Int) -> [UInt8] {
-        var bytes: [UInt8] = []
-        while bytes.count < count { bytes += nextBytes() }
-        return Array(bytes.prefix(count))
-    }
-
-    func x25519KeyPair() -> (publicKey: [UInt8], secretKey: [UInt8]) {
-        let secretKey = nextBytes()
-        guard let publicKey = sodium.x25519(secretKey, basePoint) else { fatalError("X25519 of the base point is zero") }
-        return (publicKey, secretKey)
-    }
-
-    func x25519(_ secretKey: [UInt8], _ publicKey: [UInt8]) -> [UInt8]? { sodium.x25519(secretKey, publicKey) }
-    func hash(_ data: [UInt8], key: [UInt8]?) -> [UInt8] { sodium.hash(data, key: key) }
-    func seal(key: [UInt8], nonce: [UInt8], plaintext: [UInt8], associatedData: [UInt8]) -> [UInt8] {
-        sodium.seal(key: key, nonce: nonce, plaintext: plaintext, associatedData: associatedData)
-    }
-    func open(key: [UInt8], nonce: [UInt8], ciphertext: [UInt8], associatedData: [UInt8]) -> [UInt8]? {
-        sodium.open(key: key, nonce: nonce, ciphertext: ciphertext, associatedData: associatedData)
-    }
-    func wipe(_ bytes: inout [UInt8]) { sodium.wipe(&bytes) }
-}
-
-/// Four fixed long-term identities (computed once: X25519 is the slow part of an input).
-let identities: [StaticIdentity] = (0..<4).map { index in
-    let secret = sodium.hash(Array("fuzz identity".utf8) + [UInt8(index)], key: nil)
-    do { return try StaticIdentity(secretKey: secret, using: sodium) } catch { fatalError("identity \(index): \(error)") }
-}
+/// Four fixed long-term identities on each kind of primitives (computed once: X25519 is the slow
+/// part of an input on libsodium).
+let identitiesOn: [CryptoChoice: [StaticIdentity]] = Dictionary(uniqueKeysWithValues: [CryptoChoice.libsodium, .standIn].map { choice in
+    let primitives = choice.primitives
+    return (choice, (0..<4).map { index in
+        let secret = primitives.hash(Array("fuzz identity".utf8) + [UInt8(index)], key: nil)
+        do { return try StaticIdentity(secretKey: secret, using: primitives) } catch { fatalError("identity \(index): \(error)") }
+    })
+})
 
 // MARK: - Handshake helpers
 
@@ -155,12 +119,12 @@ func makePayload(_ input: inout Input, length: Int, hello: Bool) -> [UInt8] {
 // MARK: - Records
 
 /// Seals like RecordSealer, at any counter (docs/SECURITY.md §4): what a peer holding the key can do.
-func sealRecord(key: [UInt8], direction: RecordDirection, purpose: RecordPurpose, counter: UInt64, plaintext: [UInt8]) -> [UInt8] {
+func sealRecord(crypto: any CryptoPrimitives, key: [UInt8], direction: RecordDirection, purpose: RecordPurpose, counter: UInt64, plaintext: [UInt8]) -> [UInt8] {
     var counterBytes: [UInt8] = []
     for shift in stride(from: 56, through: 0, by: -8) { counterBytes.append(UInt8(truncatingIfNeeded: counter >> UInt64(shift))) }
     let nonce = [direction.rawValue, purpose.rawValue] + [UInt8](repeating: 0, count: 14) + counterBytes
     let associatedData = [direction.rawValue, purpose.rawValue] + counterBytes
-    return counterBytes + sodium.seal(key: key, nonce: nonce, plaintext: plaintext, associatedData: associatedData)
+    return counterBytes + crypto.seal(key: key, nonce: nonce, plaintext: plaintext, associatedData: associatedData)
 }
 
 /// The replay window as docs/SECURITY.md §4 describes it.
@@ -185,6 +149,8 @@ struct WindowModel {
 
 struct RecordHarness {
     var opener: RecordOpener
+    /// What both ends seal and open with.
+    let crypto: any CryptoPrimitives
     let key: [UInt8]
     let direction: RecordDirection
     let purpose: RecordPurpose
@@ -229,7 +195,7 @@ struct RecordHarness {
     }
 
     mutating func sealAuthentic(counter: UInt64, plaintext: [UInt8]) -> [UInt8] {
-        let record = sealRecord(key: key, direction: direction, purpose: purpose, counter: counter, plaintext: plaintext)
+        let record = sealRecord(crypto: crypto, key: key, direction: direction, purpose: purpose, counter: counter, plaintext: plaintext)
         check(record.count == plaintext.count + SealedRecord.overheadBytes, "record size")
         authentic[record] = (counter, plaintext)
         if sent.count < 64 { sent.append(record) }
@@ -287,7 +253,7 @@ struct RecordHarness {
             default:
                 // The sealer refuses at its rekey limit.
                 let limit = UInt64(op >> 3)
-                var small = RecordSealer(key: key, direction: direction, purpose: purpose, crypto: sodium, rekeyLimit: limit)
+                var small = RecordSealer(key: key, direction: direction, purpose: purpose, crypto: crypto, rekeyLimit: limit)
                 for counter in 0...limit {
                     check(small.needsRekey == (counter >= limit), "needsRekey at \(counter) of \(limit)")
                     check(small.shouldRekey == (counter >= limit / 2), "shouldRekey at \(counter) of \(limit)")
@@ -307,7 +273,7 @@ struct RecordHarness {
 
 /// The peer's messages come from the input: A alone.
 func runRaw(_ input: inout Input, role: HandshakeRole, identity: StaticIdentity, payload: [UInt8],
-            pinned: [UInt8]?, crypto: DeterministicCrypto) {
+            pinned: [UInt8]?, crypto: ReplayableCrypto) {
     let handshake: Handshake
     do throws(HandshakeError) {
         handshake = try Handshake(role: role, identity: identity, payload: payload, expectedRemoteStaticKey: pinned, crypto: crypto)
@@ -360,9 +326,9 @@ func runRaw(_ input: inout Input, role: HandshakeRole, identity: StaticIdentity,
         }
     }
     // Records under a key nobody sealed with: everything is refused.
-    let key = sodium.hash(input.take(8), key: nil)
+    let key = crypto.hash(input.take(8), key: nil)
     for mode in [RecordOpener.Mode.stream, .datagram(windowSize: 64)] {
-        var opener = RecordOpener(key: key, direction: .initiatorToResponder, purpose: .link, mode: mode, crypto: sodium)
+        var opener = RecordOpener(key: key, direction: .initiatorToResponder, purpose: .link, mode: mode, crypto: crypto)
         for _ in 0..<4 where !input.isEmpty {
             let record = input.take(input.u16() % 300)
             do throws(RecordError) {
@@ -379,7 +345,7 @@ func runRaw(_ input: inout Input, role: HandshakeRole, identity: StaticIdentity,
 /// Both sides are real; every message passes through input-driven tampering.
 func runHonest(_ input: inout Input, roleA: HandshakeRole, identityA: StaticIdentity, identityB: StaticIdentity,
                payloadA: [UInt8], payloadB: [UInt8], pinA: [UInt8]?, pinB: [UInt8]?, wrongPinA: Bool, wrongPinB: Bool,
-               recordsFromB: Bool, crypto: DeterministicCrypto) {
+               recordsFromB: Bool, crypto: ReplayableCrypto) {
     let roleB: HandshakeRole = roleA == .initiator ? .responder : .initiator
     let a: Handshake
     let b: Handshake
@@ -486,7 +452,7 @@ func runHonest(_ input: inout Input, roleA: HandshakeRole, identityA: StaticIden
     let purposeOp = input.u8()
     if purposeOp & 1 == 0 {
         var sealer = sender.makeLinkSealer()
-        var harness = RecordHarness(opener: receiver.makeLinkOpener(), key: sender.sendKey, direction: sender.sendDirection,
+        var harness = RecordHarness(opener: receiver.makeLinkOpener(), crypto: crypto, key: sender.sendKey, direction: sender.sendDirection,
                                     purpose: .link, model: WindowModel(size: 0))
         harness.run(&input, sealer: &sealer)
     } else {
@@ -518,7 +484,7 @@ func runHonest(_ input: inout Input, roleA: HandshakeRole, identityA: StaticIden
         let mode: RecordOpener.Mode = purposeOp & 128 != 0 && purposeOp & 64 == 0 ? .stream : .datagram(windowSize: requested)
         let size: UInt64 = mode == .stream ? 0 : UInt64(max(64, (requested + 63) / 64 * 64))
         var sealer = senderKeys.makeSealer()
-        var harness = RecordHarness(opener: receiverKeys.makeOpener(mode: mode), key: senderKeys.sendKey,
+        var harness = RecordHarness(opener: receiverKeys.makeOpener(mode: mode), crypto: crypto, key: senderKeys.sendKey,
                                     direction: senderKeys.sendDirection, purpose: .voice, model: WindowModel(size: size))
         harness.run(&input, sealer: &sealer)
     }
@@ -535,9 +501,12 @@ func run(_ bytes: [UInt8]) {
     let flags = input.u8()
     let keys = input.u8()
     let roleA: HandshakeRole = flags & 1 == 0 ? .initiator : .responder
+    let choice = CryptoChoice(for: bytes)
+    trace("primitives: \(choice.rawValue)")
+    let identities = identitiesOn[choice]!
     let identityA = identities[Int(keys & 3)]
     let identityB = identities[Int(keys >> 2 & 3)]
-    let crypto = DeterministicCrypto(seed: keys >> 4)
+    let crypto = ReplayableCrypto(choice.primitives, seed: keys >> 4)
     let hello = flags & 64 != 0
     let lengthA = input.u16() % 1100
     let lengthB = input.u16() % 1100

@@ -20,16 +20,19 @@ import Glibc
 #endif
 import PeerVoiceCore
 
-/// A keyed byte permutation per block: XOR with the key, then rotate the bytes by one.
+/// A keyed byte permutation per block: XOR with the key, then rotate the bytes by one. One array
+/// a block: OCB2 calls it for every block, and allocations are what cost under AddressSanitizer.
 struct StandInCipher: BlockCipher {
-    let key: [UInt8] = (0..<16).map { UInt8(truncatingIfNeeded: $0 &* 37 &+ 11) }
+    static let key: [UInt8] = (0..<16).map { UInt8(truncatingIfNeeded: $0 &* 37 &+ 11) }
     func encrypt(_ block: [UInt8]) -> [UInt8] {
-        let mixed = zip(block, key).map { $0 ^ $1 }
-        return Array(mixed[1...]) + [mixed[0]]
+        var out = [UInt8](repeating: 0, count: 16)
+        for i in 0..<16 { out[(i + 15) & 15] = block[i] ^ Self.key[i] }
+        return out
     }
     func decrypt(_ block: [UInt8]) -> [UInt8] {
-        let unrotated = [block[15]] + Array(block[0..<15])
-        return zip(unrotated, key).map { $0 ^ $1 }
+        var out = [UInt8](repeating: 0, count: 16)
+        for i in 0..<16 { out[i] = block[(i + 15) & 15] ^ Self.key[i] }
+        return out
     }
 }
 

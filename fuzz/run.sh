@@ -12,10 +12,11 @@
 #
 # Environment: SWIFTC (default: swiftc on PATH), FUZZ_OPT (-O; -Onone if -O misbehaves),
 # FUZZ_RSS_MB (2048), FUZZ_TIMEOUT (per-input seconds, 10), FUZZ_NICE (10), FUZZ_JOBS (1: libFuzzer
-# workers per target), FUZZ_DIR (.build/fuzz).
+# workers per target), FUZZ_DIR (.build/fuzz); read by the targets: FUZZ_TRACE=1 (print each step),
+# FUZZ_CRYPTO=libsodium|stand-in (handshake, dial-proof: every input on one kind of primitives).
 #
 # Outputs under FUZZ_DIR: modules/ and lib/ (PeerVoiceCore, Sodium, MumbleProtobuf and the generated
-# MumbleProtoC, instrumented), bin/TARGET,
+# MumbleProtoC, instrumented; SeededRandom and SimulationCrypto, the crypto stand-in, not), bin/TARGET,
 # corpus-TARGET/ (the committed seeds of fuzz/corpus/TARGET plus whatever the runs found),
 # artifacts-TARGET/ (crash-*, leak-*, timeout-*, oom-* reproducers), logs/TARGET.log, coverage/
 # (the llvm-cov build and its profiles).
@@ -36,6 +37,8 @@ FUZZ_JOBS=${FUZZ_JOBS:-1}
 # libFuzzer (coverage, main) and AddressSanitizer everywhere; assertions kept despite -O; Swift 6
 # language mode, as Package.swift builds the modules.
 SWIFT_FLAGS=(-sanitize=fuzzer,address "$FUZZ_OPT" -g -assert-config Debug -swift-version 6 -parse-as-library)
+# What is linked in but not under test (the crypto stand-in), as libsodium is: uninstrumented.
+PLAIN_FLAGS=(-O -g -swift-version 6 -parse-as-library)
 # The C protoc-c generated (Sources/MumbleProtoC), instrumented the same way; libprotobuf-c itself
 # is Debian's, linked as it is (as libsodium is).
 C_FLAGS=(-fsanitize=fuzzer-no-link,address -O1 -g)
@@ -99,6 +102,19 @@ build_libs() {
             -emit-module -emit-module-path "$BUILD_DIR/modules/PeerVoiceCore.swiftmodule" \
             -emit-library -static -o "$BUILD_DIR/lib/libPeerVoiceCore.a" "${core[@]}"
     fi
+    # The crypto targets' stand-in for libsodium (the simulation's DeterministicCrypto, drawing from
+    # SplitMix64), left uninstrumented as libsodium is: it is not under test, and its coverage and
+    # comparisons would only slow the fuzzer and add features that say nothing.
+    if stale "$BUILD_DIR/lib/libSimulationCrypto.a" Tests/SeededRandom/*.swift Tests/Simulation/DeterministicCrypto.swift \
+        "$BUILD_DIR/lib/libPeerVoiceCore.a"; then
+        echo "fuzz: building SeededRandom and SimulationCrypto (uninstrumented)" >&2
+        swiftc_quiet "${PLAIN_FLAGS[@]}" -module-name SeededRandom -wmo \
+            -emit-module -emit-module-path "$BUILD_DIR/modules/SeededRandom.swiftmodule" \
+            -emit-library -static -o "$BUILD_DIR/lib/libSeededRandom.a" Tests/SeededRandom/*.swift
+        swiftc_quiet "${PLAIN_FLAGS[@]}" -module-name SimulationCrypto -wmo -I "$BUILD_DIR/modules" \
+            -emit-module -emit-module-path "$BUILD_DIR/modules/SimulationCrypto.swiftmodule" \
+            -emit-library -static -o "$BUILD_DIR/lib/libSimulationCrypto.a" Tests/Simulation/DeterministicCrypto.swift
+    fi
     if stale "$BUILD_DIR/lib/libSodium.a" "${sodium[@]}" "$BUILD_DIR/lib/libPeerVoiceCore.a"; then
         echo "fuzz: building Sodium (libsodium $(pkg-config --modversion libsodium 2>/dev/null || echo '?'))" >&2
         swiftc_quiet "${SWIFT_FLAGS[@]}" -module-name Sodium -wmo -I "$BUILD_DIR/modules" -I Sources/CSodium \
@@ -127,18 +143,23 @@ build_target() {
     build_libs
     mkdir -p "$BUILD_DIR/bin"
     local out="$BUILD_DIR/bin/$target"
-    local libs=(-L "$BUILD_DIR/lib" -lPeerVoiceCore)
-    # Only the handshake and dial-proof targets need the real cryptography.
-    if [[ $target == handshake || $target == dial-proof ]]; then libs=(-I Sources/CSodium -L "$BUILD_DIR/lib" -lSodium -lPeerVoiceCore -lsodium); fi
+    local libs=(-L "$BUILD_DIR/lib" -lPeerVoiceCore) sources=("fuzz/$target.swift" fuzz/support/*.swift) stand_in=()
+    # Only the handshake and dial-proof targets need cryptography: libsodium, and the simulation's
+    # stand-in for most inputs (fuzz/crypto/CryptoChoice.swift).
+    if [[ $target == handshake || $target == dial-proof ]]; then
+        libs=(-I Sources/CSodium -L "$BUILD_DIR/lib" -lSodium -lSimulationCrypto -lSeededRandom -lPeerVoiceCore -lsodium -lFoundation)
+        sources+=(fuzz/crypto/*.swift)
+        stand_in=("$BUILD_DIR/lib/libSimulationCrypto.a")
+    fi
     # mumble-control decodes through the room's codec: protobuf-c and the generated C.
     if [[ $target == mumble-control ]]; then
         libs=(-I Sources/CProtobufC -I Sources/MumbleProtoC/include -L "$BUILD_DIR/lib" -lMumbleProtobuf -lMumbleProtoC -lPeerVoiceCore -lprotobuf-c)
     fi
-    if stale "$out" "fuzz/$target.swift" fuzz/support/*.swift "$BUILD_DIR/lib/libPeerVoiceCore.a" "$BUILD_DIR/lib/libSodium.a" \
+    if stale "$out" "${sources[@]}" "$BUILD_DIR/lib/libPeerVoiceCore.a" "$BUILD_DIR/lib/libSodium.a" "${stand_in[@]}" \
         "$BUILD_DIR/lib/libMumbleProtobuf.a"; then
         echo "fuzz: building $target" >&2
         swiftc_quiet "${SWIFT_FLAGS[@]}" -module-name "FuzzTarget" -I "$BUILD_DIR/modules" \
-            "fuzz/$target.swift" fuzz/support/*.swift "${libs[@]}" -o "$out"
+            "${sources[@]}" "${libs[@]}" -o "$out"
     fi
 }
 
@@ -159,7 +180,10 @@ run_target() {
     [[ $FUZZ_JOBS -gt 1 ]] && jobs=(-fork="$FUZZ_JOBS" -ignore_crashes=0)
     echo "fuzz: $target for ${seconds}s (log: $log)" >&2
     local status=0 started=$SECONDS
-    nice -n "$FUZZ_NICE" "$BUILD_DIR/bin/$target" \
+    # No allocation stacks while fuzzing: unwinding and storing one per allocation was a fifth of the
+    # handshake target's time. A report still shows the bad access's stack; `repro` shows where the
+    # memory came from. (Options given in ASAN_OPTIONS come later and win.)
+    ASAN_OPTIONS="malloc_context_size=0:$ASAN_OPTIONS" nice -n "$FUZZ_NICE" "$BUILD_DIR/bin/$target" \
         -max_total_time="$seconds" -rss_limit_mb="$FUZZ_RSS_MB" -timeout="$FUZZ_TIMEOUT" \
         -max_len="$max_len" -print_final_stats=1 -artifact_prefix="$artifacts" "${dict[@]}" "${jobs[@]}" \
         "$@" "$corpus" >"$log" 2>&1 || status=$?

@@ -10,6 +10,10 @@ struct ChaosFigures: CustomStringConvertible {
     var sent = 0, refused = 0, received = 0, delivered = 0, failed = 0
     var transfers = 0, transfersComplete = 0, transfersFailed = 0, transferBytes = 0
     var streams = 0, streamsWhole = 0, streamsReset = 0, streamsRefused = 0, streamsCutByKill = 0
+    /// Seconds from the last missing piece's return to the call active on both sides, by piece;
+    /// seconds from avahi-daemon's return to browsing and publishing again (and being found).
+    var callRecoveries: [String: [Double]] = [:]
+    var avahiRecoveries: [Double] = [], avahiInterrupted = 0, avahiFoundAgain = 0
 
     mutating func add(_ other: ChaosFigures) {
         other.faults.forEach { faults[$0.key, default: 0] += $0.value }
@@ -19,6 +23,16 @@ struct ChaosFigures: CustomStringConvertible {
         transfersFailed += other.transfersFailed; transferBytes += other.transferBytes
         streams += other.streams; streamsWhole += other.streamsWhole; streamsReset += other.streamsReset
         streamsRefused += other.streamsRefused; streamsCutByKill += other.streamsCutByKill
+        other.callRecoveries.forEach { callRecoveries[$0.key, default: []] += $0.value }
+        avahiRecoveries += other.avahiRecoveries; avahiInterrupted += other.avahiInterrupted
+        avahiFoundAgain += other.avahiFoundAgain
+    }
+
+    /// "n, median m s, max x s" of some durations.
+    private static func spread(_ seconds: [Double]) -> String {
+        guard !seconds.isEmpty else { return "0" }
+        let sorted = seconds.sorted()
+        return "\(sorted.count), median \(String(format: "%.2f", sorted[sorted.count / 2])) s, max \(String(format: "%.2f", sorted.last!)) s"
     }
 
     var description: String {
@@ -27,7 +41,11 @@ struct ChaosFigures: CustomStringConvertible {
             + "\(received) received, \(delivered) reported delivered, \(failed) failed; "
             + "transfers: \(transfers) accepted, \(transfersComplete) complete, \(transfersFailed) failed, "
             + "\(transferBytes) bytes landed; streams: \(streams) opened, \(streamsWhole) whole, \(streamsReset) reset, "
-            + "\(streamsRefused) refused, \(streamsCutByKill) cut by their receiver's kill -9"
+            + "\(streamsRefused) refused, \(streamsCutByKill) cut by their receiver's kill -9; "
+            + "call active again after: " + (callRecoveries.isEmpty ? "-" : callRecoveries.sorted { $0.key < $1.key }
+                .map { "\($0.key) \(Self.spread($0.value))" }.joined(separator: ", "))
+            + "; avahi-daemon restarts judged: \(Self.spread(avahiRecoveries)) (\(avahiFoundAgain) lost and found again by the other daemon, "
+            + "\(avahiInterrupted) cut short by another)"
     }
 }
 
@@ -52,6 +70,22 @@ final class Node {
 
     /// What libfaketime adds to the daemon's wall clock ("+0", "+25m", "-90m"), read each second.
     let clockFile: String
+
+    /// The node's own PipeWire (the two that hold the call), nil while the schedule has it down,
+    /// and the directory it runs in every time.
+    var pipewire: PipeWireSession?
+    var pipewireDirectory: String?
+    /// The LAN host it runs on (the two LAN nodes), and whether the schedule has its avahi-daemon down.
+    var lanHost: LANHost?
+    var avahiDown = false
+
+    /// `observe()`'s place in the client's signals, and what they said last (since this life began).
+    var cursor = 0
+    var peerStates: [String: String] = [:]
+    var voiceStates: [String: String] = [:]
+    /// When a PeerFound last named each peer name, and the peers found now (address → name).
+    var foundAt: [String: Date] = [:]
+    var nearby: [String: String] = [:]
 
     init(name: String, peer: TestPeer, downloads: String, streamsIn: String, clockFile: String) {
         self.name = name
@@ -126,6 +160,12 @@ final class Campaign {
     /// The faults' kill -9s, so an exit the schedule did not cause is told apart.
     private var expectedExits: Set<pid_t> = []
     private let ctl: String = Binaries.directory + "/peervoicectl"
+    /// The two LAN hosts (delta and echo run there), the call alpha and bravo hold, and the
+    /// avahi-daemon restarts awaiting their checks.
+    private var lan: LANPair?
+    private var call: CallWatch?
+    private let avahi = AvahiWatch()
+    private var lastServiceLook = Date.distantPast
 
     init(seed: UInt64, seconds: Double, settle: Double) throws {
         self.seed = seed
@@ -144,12 +184,27 @@ final class Campaign {
     // MARK: Set-up and tear-down
 
     private func setUp() throws {
-        for name in ["alpha", "bravo", "charlie"] {
+        for (index, name) in ["alpha", "bravo", "charlie"].enumerated() {
             let downloads = directory.path + "/\(name)-downloads", streamsIn = directory.path + "/\(name)-streams"
             try FileManager.default.createDirectory(atPath: streamsIn, withIntermediateDirectories: true)
-            let peer = try TestPeer(name: name, arguments: ["--verbose", "--no-auto-voice", "--download-dir", downloads])
+            // alpha and bravo hold a call, each with its own PipeWire, voice starting as a link
+            // opens (the default), and on the link: the relays carry TCP alone, and voice in UDP
+            // datagrams would go to a relay's port, where nothing listens. charlie has no audio.
+            let pipewireDirectory = directory.path + "/\(name)-pipewire"
+            let pipewire = index < 2 ? try PipeWireSession(directory: pipewireDirectory) : nil
+            let peer: TestPeer
+            do {
+                peer = try TestPeer(name: name, arguments: ["--verbose", pipewire == nil ? "--no-auto-voice" : "--voice-over-link",
+                                                            "--download-dir", downloads],
+                                    environment: pipewire?.environment ?? ["PIPEWIRE_RUNTIME_DIR": pipewireDirectory])
+            } catch {
+                pipewire?.stop()
+                throw error
+            }
             let node = Node(name: name, peer: peer, downloads: downloads, streamsIn: streamsIn,
                             clockFile: directory.path + "/\(name)-clock")
+            node.pipewire = pipewire
+            node.pipewireDirectory = pipewire.map { _ in pipewireDirectory }
             nodes.append(node)
             // The state directory moves onto a 4 MiB tmpfs (the disk-full fault fills it); then
             // the daemon runs with its wall clock under the schedule's control.
@@ -166,6 +221,41 @@ final class Campaign {
                 throw HarnessError("\(nodes[dialler].name) could not pair with \(nodes[dialled].name): \(pairing.connect)")
             }
         }
+        call = CallWatch(nodes[0], nodes[1])
+        try setUpLAN()
+    }
+
+    /// delta and echo: default daemons (listening once discoverable) on two LAN hosts, each in its
+    /// network namespace with its own avahi-daemon; they find each other and pair as people would.
+    private func setUpLAN() throws {
+        let lan = try LANPair()
+        self.lan = lan
+        for (name, host) in [("delta", lan.a), ("echo", lan.b)] {
+            let downloads = directory.path + "/\(name)-downloads"
+            let peer = try TestPeer(name: name, listens: false, arguments: ["--verbose", "--no-auto-voice", "--download-dir", downloads],
+                                    environment: ["DBUS_SYSTEM_BUS_ADDRESS": host.systemBus.address,
+                                                  "PIPEWIRE_RUNTIME_DIR": directory.path + "/\(name)-pipewire"],
+                                    launcher: ["ip", "netns", "exec", host.namespace])
+            let node = Node(name: name, peer: peer, downloads: downloads, streamsIn: directory.path + "/\(name)-streams",
+                            clockFile: directory.path + "/\(name)-clock")
+            node.lanHost = host
+            nodes.append(node)
+            // StartDiscovery answers NotAvailable until the daemon has seen its avahi-daemon.
+            guard eventually(timeout: 10, { (try? peer.client.property("DiscoveryMethods").strings)?.contains("lan") == true }) else {
+                throw HarnessError("\(name) never listed lan among its DiscoveryMethods: \(peer.log.suffix(2_000))")
+            }
+            try peer.client.call("StartDiscovery")
+        }
+        let (delta, echo) = (nodes[3], nodes[4])
+        guard eventually(timeout: 15, {
+            delta.observe()
+            echo.observe()
+            return delta.foundAt[echo.name] != nil && echo.foundAt[delta.name] != nil
+        }) else { throw HarnessError("delta and echo did not find each other on the LAN") }
+        let pairing = delta.peer.pair(with: echo.peer, via: "ip:\(lan.b.address):47800")
+        guard (try? pairing.connect.get())?[0].string == echo.peer.id else {
+            throw HarnessError("delta could not pair with echo: \(pairing.connect)")
+        }
     }
 
     /// Stops everything; the directory (logs, what was sent and received) stays when `keeping`.
@@ -177,10 +267,19 @@ final class Campaign {
             node.listener?.kill()
             if node.stopped { node.peer.daemon.process.signal(SIGCONT) }
             node.peer.kill()
-            node.peer.unmountState()
+            if node.lanHost == nil { node.peer.unmountState() }
             node.peer.shutdown(keepDirectory: keeping)
+            node.pipewire?.stop()
         }
         nodes = []
+        if keeping, let lan {
+            for (name, host) in [("delta", lan.a), ("echo", lan.b)] {
+                try? FileManager.default.copyItem(atPath: host.directory.path + "/avahi-daemon.log",
+                                                  toPath: directory.path + "/\(name)-avahi-daemon.log")
+            }
+        }
+        lan?.stop()
+        lan = nil
         if keeping { say("chaos: seed \(seed): logs, files sent and received kept in \(directory.path)") } else { directory.remove() }
     }
 
@@ -217,7 +316,7 @@ final class Campaign {
             at += schedule.exponential(mean: 0.12)
             let isFault = at >= nextFault
             if isFault { nextFault = at + schedule.exponential(mean: 3) }
-            eventually(timeout: max(0, start.addingTimeInterval(at).timeIntervalSinceNow)) { false }
+            eventually(timeout: max(0, start.addingTimeInterval(at).timeIntervalSinceNow)) { watchServices(); return false }
             runDueUndo(all: false)
             random = SplitMix64(seed: seed &+ UInt64(step) &* 0x9E37_79B9_7F4A_7C15)
             if isFault {
@@ -237,14 +336,27 @@ final class Campaign {
         moved.forEach(tellNewAddress)
         let settled = Date().addingTimeInterval(settle)
         while Date() < settled && violations.isEmpty && !quiet() {
-            dispatchEvents(for: 0.5)
+            eventually(timeout: 0.5) { watchServices(); return false }
             poll(sampling: false)
         }
         // A little longer, so a late duplicate would be seen.
-        dispatchEvents(for: 2)
+        eventually(timeout: 2) { watchServices(); return false }
         poll(sampling: false)
         if violations.isEmpty { check() }
+        figures.callRecoveries = call?.recoveries ?? [:]
+        figures.avahiRecoveries = avahi.recoveries
+        figures.avahiInterrupted = avahi.interrupted
+        figures.avahiFoundAgain = avahi.foundAgain
         return violations
+    }
+
+    /// The call and the avahi-daemon restarts judged from the signals, every 50 ms at most.
+    private func watchServices() {
+        guard Date().timeIntervalSince(lastServiceLook) >= 0.05 else { return }
+        lastServiceLook = Date()
+        nodes.forEach { $0.observe() }
+        if let problem = call?.check() { violation(problem) }
+        avahi.check().forEach(violation)
     }
 
     private func violation(_ what: String) {
@@ -252,6 +364,11 @@ final class Campaign {
     }
 
     private func pick(_ count: Int) -> Int { Int(random.next() % UInt64(count)) }
+
+    private func lanPair() -> (Int, Int)? {
+        let from = 3 + pick(2)
+        return (from, 7 - from)
+    }
 
     private func usablePair() -> (Int, Int)? {
         let from = pick(3), to = (from + 1 + pick(2)) % 3
@@ -261,13 +378,14 @@ final class Campaign {
     // MARK: Workload
 
     private func sendText() {
-        guard let (from, to) = usablePair() else { return }
-        let seq = nextSeq[from * 3 + to, default: 0]
+        // A fifth of the texts go between the LAN daemons.
+        guard let (from, to) = lan != nil && random.uniform() < 0.2 ? lanPair() : usablePair() else { return }
+        let seq = nextSeq[from * 8 + to, default: 0]
         let padding = String(repeating: "x", count: random.uniform() < 0.05 ? 20_000 + pick(40_000) : pick(300))
         let text = "chaos \(seed) \(from)>\(to) #\(seq) \(padding)"
         let result = nodes[from].peer.client.callRecordingOrder("Send", [Variant(nodes[to].peer.id), Variant(text)])
         // Every Send takes its own number, refused or not, so a tag names one call.
-        nextSeq[from * 3 + to] = seq + 1
+        nextSeq[from * 8 + to] = seq + 1
         switch result.result {
         case .success(let reply):
             messages.append(SentMessage(from: from, to: to, seq: seq, step: step, id: reply[0].string ?? "", error: nil))
@@ -407,7 +525,7 @@ final class Campaign {
     private func injectFault() {
         let index = pick(3)
         let node = nodes[index]
-        switch pick(7) {
+        switch pick(9) {
         case 0:
             // kill -9, restarted at once or after up to 3 s; now and then with its clock stepped.
             guard node.peer.isRunning else { return }
@@ -417,6 +535,7 @@ final class Campaign {
             if clockStep != nil { figures.faults["clock-step", default: 0] += 1 }
             expectedExits.insert(node.peer.daemon.process.pid)
             node.peer.kill()
+            node.forgetLife()
             node.killedAt[node.life] = Date()
             node.life += 1
             node.stopped = false
@@ -477,6 +596,36 @@ final class Campaign {
             count("clock-step-running", "\(node.name)'s wall clock \(offset) for \(String(format: "%.1f", seconds)) s")
             setClock(node, offset)
             later(seconds, "clock right \(node.name)") { [unowned self] in setClock(node, "+0") }
+        case 6:
+            // PipeWire killed under the call (WirePlumber and its bus go with it), back after a while.
+            let node = nodes[pick(2)]
+            guard let pipewire = node.pipewire else { return }
+            let seconds = 0.5 + random.uniform() * 5
+            count("pipewire-kill-9", "\(node.name)'s PipeWire, back after \(String(format: "%.1f", seconds)) s")
+            if let pid = pipewire.pids["pipewire"] { kill(pid, SIGKILL) }
+            pipewire.stop()
+            node.pipewire = nil
+            later(seconds, "PipeWire back \(node.name)") { [unowned self] in restartPipeWire(node) }
+        case 7:
+            // A LAN host's avahi-daemon stopped (SIGTERM: goodbyes go out) or killed, and started again.
+            guard lan != nil else { return }
+            let host = 3 + pick(2)
+            let node = nodes[host], other = nodes[7 - host]
+            guard let lanHost = node.lanHost, !node.avahiDown else { return }
+            let graceful = random.uniform() < 0.5, seconds = 0.5 + random.uniform() * 5
+            count("avahi-restart", "\(node.name)'s avahi-daemon \(graceful ? "stopped" : "killed"), back after \(String(format: "%.1f", seconds)) s")
+            avahi.goingDown(node)
+            if graceful { lanHost.stopAvahi() } else { lanHost.killAvahi() }
+            node.avahiDown = true
+            later(seconds, "avahi-daemon back on \(node.name)'s host") { [unowned self] in
+                do {
+                    try lanHost.startAvahi()
+                    node.avahiDown = false
+                    avahi.restarted(node, other: other, graceful: graceful)
+                } catch {
+                    violation("the harness could not start \(node.name)'s avahi-daemon again: \(error)")
+                }
+            }
         default:
             // A burst: the same peer frozen while another's link is cut (combinations are where
             // the defects were).
@@ -493,6 +642,15 @@ final class Campaign {
                 if node.peer.daemon.process.pid == pid { node.peer.daemon.process.signal(SIGCONT) }
                 node.stopped = false
             }
+        }
+    }
+
+    private func restartPipeWire(_ node: Node) {
+        guard node.pipewire == nil, let directory = node.pipewireDirectory else { return }
+        do {
+            node.pipewire = try PipeWireSession(directory: directory)
+        } catch {
+            violation("the harness could not start \(node.name)'s PipeWire again: \(error)")
         }
     }
 
@@ -532,7 +690,7 @@ final class Campaign {
                 expectedExits.insert(node.peer.daemon.process.pid)
             }
             guard node.usable else { continue }
-            if node.listener?.isRunning != true { startListener(node) }
+            if node.lanHost == nil, node.listener?.isRunning != true { startListener(node) }
             if sampling {
                 let pid = node.peer.daemon.process.pid
                 let fds = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/fd").count) ?? 0
@@ -568,7 +726,7 @@ final class Campaign {
                     ?? (side == transfer.from)
             }
         }
-        return messagesDone && transfersDone && streams.allSatisfy { !$0.process.isRunning }
+        return messagesDone && transfersDone && streams.allSatisfy { !$0.process.isRunning } && (call?.settled ?? true) && avahi.settled
     }
 
     /// Receiver's MessageReceived by tag: (receiver, sender id, message id) for each announcement.
@@ -636,7 +794,7 @@ final class Campaign {
                 }
                 if announcements == 0 && !failed.contains(message.id) {
                     violation("'\(message.tag(seed))' (id \(message.id), schedule step \(message.step)) accepted by Send but neither received by "
-                        + "\(nodes[message.to].name) nor reported failed after the settle period")
+                        + "\(nodes[message.to].name) nor reported failed after the settle period; \(historyEntry(of: message))")
                 }
                 if announcements > 0 && failed.contains(message.id) {
                     violation("'\(message.tag(seed))' (id \(message.id), step \(message.step)) was received but its sender reported MessageFailed")
@@ -646,6 +804,16 @@ final class Campaign {
                 }
             }
         }
+    }
+
+    /// Where the receiver's `History` has the message: stored but never announced, or not there.
+    private func historyEntry(of message: SentMessage) -> String {
+        let receiver = nodes[message.to]
+        guard let history = try? receiver.peer.client.call("History", [Variant(nodes[message.from].peer.id), Variant(UInt32(10_000))]) else {
+            return "\(receiver.name)'s History did not answer"
+        }
+        let entry = history[0].children.first { $0[0].string == message.id }
+        return entry.map { "\(receiver.name)'s History holds it (status \($0[1].string ?? "?"))" } ?? "not in \(receiver.name)'s History"
     }
 
     private func checkTransfers() {

@@ -264,7 +264,7 @@ final class HandshakeTests: XCTestCase {
 
 /// Deterministic, insecure stand-in for the primitives: a toy hash, commutative toy "DH", XOR
 /// stream with a toy tag. Enough to exercise the state machines; never a security argument.
-private final class FakeCrypto: CryptoPrimitives, @unchecked Sendable {
+final class FakeCrypto: CryptoPrimitives, @unchecked Sendable {
     private let lock = NSLock()
     private var state: UInt64
     private let fixedHash: [UInt8]?

@@ -66,6 +66,28 @@ final class TransferLifecycleTests: XCTestCase {
         XCTAssertFalse(lifecycle.owesPeerAbort)
     }
 
+    /// An ABORT sent on a stream that then broke may never have arrived: the sender owes it until
+    /// a stream that carried it ended cleanly. So does a sender that removed the peer (the
+    /// link goes with it): a receiver paired again hears it with the next OFFER instead of
+    /// waiting for good (simulation seeds 119 and 134).
+    func testSeeds119And134ASenderOwesItsAbortUntilAStreamCarriedItToTheEnd() {
+        XCTAssertEqual(run(.outgoing, [.streamOpened, .peerAccepted, .failed(by: .local, reason: "the peer was removed"), .streamClosed,
+                                       .streamOpened, .streamClosed, .streamOpened, .peerTold, .streamOpened]),
+                       ["waiting", "active", "failed tell ABORT failed the peer was removed close", "failed",
+                        "failed tell ABORT failed the peer was removed close", "failed",
+                        "failed tell ABORT failed the peer was removed close", "failed", "failed close"])
+        var lifecycle = TransferLifecycle(direction: .outgoing)
+        _ = lifecycle.handle(.streamOpened)
+        _ = lifecycle.handle(.cancelled(by: .local, reason: "stop"))
+        XCTAssertTrue(lifecycle.owesPeerAbort, "an ABORT on a stream that may break is owed")
+        _ = lifecycle.handle(.peerTold)
+        XCTAssertFalse(lifecycle.owesPeerAbort)
+        var ended = TransferLifecycle(direction: .outgoing)
+        _ = ended.handle(.streamOpened)
+        _ = ended.handle(.failed(by: .peer, reason: "no space"))
+        XCTAssertFalse(ended.owesPeerAbort, "the receiver ended it: nothing to tell")
+    }
+
     func testAResumedSenderIsActiveOnlyOnceTheReceiverSaysFromWhere() {
         XCTAssertEqual(run(.outgoing, [.streamOpened, .peerAccepted, .streamClosed, .streamOpened, .peerAccepted, .completed]),
                        ["waiting", "active", "paused", "paused", "active", "complete close"])

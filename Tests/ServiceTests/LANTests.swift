@@ -59,7 +59,7 @@ final class LANTests: XCTestCase {
 
     /// The instance names of the `_peervoice._tcp` services `host`'s avahi-daemon knows.
     private func advertised(on host: LANHost) throws -> [String] {
-        try records(on: host).map { String($0[3]) }
+        try host.instanceNames("_peervoice._tcp")
     }
 
     /// Whether `name` leaves `host`'s avahi-daemon's cache within 5 s, right after its goodbye:
@@ -67,8 +67,8 @@ final class LANTests: XCTestCase {
     /// each goodbye's record (one per interface and protocol) leaves the cache a second after it came.
     private func withdrawn(_ name: String, from host: LANHost) -> Bool {
         eventually(timeout: 5) {
-            guard let cached = try? host.browse("_peervoice._tcp", resolve: false) else { return false }
-            return !cached.contains { $0.split(separator: ";", omittingEmptySubsequences: false)[3] == name }
+            guard let cached = try? host.instanceNames("_peervoice._tcp", resolve: false) else { return false }
+            return !cached.contains(name)
         }
     }
 

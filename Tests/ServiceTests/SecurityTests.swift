@@ -156,9 +156,9 @@ final class SecurityTests: XCTestCase {
     // MARK: Sealed records
 
     /// A bit flipped in a sealed TEXT on its way from A to B, and one in B's first ACK: each side
-    /// drops the record and counts it, the link stays up, and A's resend after 2 s without
-    /// acknowledgement delivers the message (and the one behind it, which B refused to take out
-    /// of order) exactly once.
+    /// drops the record and counts it; the next record, whose counter shows one was lost, ends
+    /// the link (docs/PROTOCOL.md §4.1), and A's resend on the next link delivers the message
+    /// (and the one behind it) exactly once.
     func testFlippedBitInATextRecordIsDroppedAndTheMessageStillArrivesOnce() throws {
         let a = try makePeer("alice")
         let b = try makePeer("bob")
@@ -191,14 +191,12 @@ final class SecurityTests: XCTestCase {
         XCTAssertEqual(relay.applied, 2, "\(relay.events)")
         XCTAssertTrue(b.log.contains("does not authenticate (tampered or forged)); 1 so far"), "B did not count the record")
         XCTAssertTrue(a.log.contains("does not authenticate (tampered or forged)); 1 so far"), "A did not count the record")
-        XCTAssertTrue(a.log.contains("acknowledged nothing for"), "A did not resend")
+        XCTAssertTrue(b.log.contains("records lost or reordered on the way; closing"), "B did not end the link at the gap")
         let received = b.client.signals[markB...].filter { $0.member == "MessageReceived" }
         XCTAssertEqual(received.map { $0.string(1) }, ids, "each message once, in order")
         XCTAssertEqual(received.map { Array($0.string(2).utf8) }, texts.map { Array($0.utf8) })
         XCTAssertEqual(a.client.signals[markA...].filter { $0.member == "MessageDelivered" }.map { $0.string(1) }, ids)
-        XCTAssertEqual(a.states(of: b.id, after: markA), [], "A's link changed state")
-        XCTAssertEqual(b.states(of: a.id, after: markB), [], "B's link changed state")
-        XCTAssertEqual(relay.connections, 1, "the link was redialled")
+        XCTAssertGreaterThanOrEqual(relay.connections, 2, "the link was not dialled again")
         XCTAssertEqual(try history(b, of: a.id).map(\.id), ids)
     }
 

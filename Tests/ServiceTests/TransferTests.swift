@@ -397,6 +397,62 @@ final class TransferTests: XCTestCase {
         }
     }
 
+    /// Simulation seeds 272, 858 and 1649: an end was shown before its record was written, so a
+    /// kill -9 in between brought the old record back and the transfer ended again, differently.
+    /// B declines while its state directory is read-only: neither B's object nor A hears of the
+    /// end until B's record says so (A forgets a transfer its receiver ended: seeds 2461, 2993),
+    /// when the directory is writable again, within a retry of 0.5 s. (A full disk is no test of
+    /// it: the old record goes and its space takes the new one.)
+    func testSeed272_AnEndShowsOnlyOnceItsRecordIsWritten() throws {
+        let (a, b) = try connectedPair()
+        try b.moveStateOntoTmpfs(megabytes: 4)
+        defer { b.unmountState() }
+        let watchA = TransferWatch(a.client), watchB = TransferWatch(b.client)
+        try Data("declined while the disk is read-only".utf8).write(to: URL(fileURLWithPath: path("note.txt")))
+        let outgoing = try watchA.send([path("note.txt")], to: b.id)
+        let incoming = try XCTUnwrap(watchB.waitForIncoming(), b.log)
+        try run("mount -o remount,ro '\(b.daemon.stateDirectory)'")
+        try watchB.call("Decline", on: incoming)
+        dispatchEvents(for: 1.0)
+        XCTAssertEqual(watchB.state(incoming), "waiting", "B showed an end its disk had not recorded: \(b.log.suffix(1_500))")
+        XCTAssertEqual(watchA.state(outgoing), "waiting", "A heard of an end B had not recorded")
+        try run("mount -o remount,rw '\(b.daemon.stateDirectory)'")
+        XCTAssertEqual(watchB.waitForState(incoming, Self.finished, timeout: 5), "declined", b.log.suffix(2_000).description)
+        XCTAssertEqual(watchA.waitForState(outgoing, Self.finished, timeout: 5), "declined", a.log)
+    }
+
+    /// Simulation seeds 119 and 134: A removed B while its offer waited at B, unanswered, and
+    /// no stream ran (B was stopped), so B never heard; paired again, B's person could accept it
+    /// and it waited for good. A sender owes its ABORT until a stream carried it to a clean end,
+    /// also after RemovePeer: A's first stream on the new link tells B (OFFER, then ABORT).
+    func testSeeds119And134_AnOfferWhoseSenderRemovedThePeerFailsAtTheReceiverOncePairedAgain() throws {
+        let (a, b) = try connectedPair()
+        let watchA = TransferWatch(a.client)
+        try Data("left waiting".utf8).write(to: URL(fileURLWithPath: path("note.txt")))
+        let outgoing = try watchA.send([path("note.txt")], to: b.id)
+        let offered = try XCTUnwrap(TransferWatch(b.client).waitForIncoming(), b.log)
+        let id = try XCTUnwrap(TransferWatch(b.client).property(offered, "Id")?.string)
+        XCTAssertEqual(b.stop(), 0, "B did not stop on SIGTERM")
+        try a.client.call("RemovePeer", [Variant(b.id)])
+        XCTAssertEqual(watchA.waitForState(outgoing, Self.finished), "failed", a.log)
+        XCTAssertEqual(watchA.property(outgoing, "Error")?.string, "the peer was removed")
+
+        try b.restart()
+        let watchB = TransferWatch(b.client)
+        var found: String?
+        eventually(timeout: 10) {
+            found = (try? watchB.objects())?.first { $0.value.lookup("Id")?.string == id }?.key
+            return found != nil
+        }
+        let incoming = try XCTUnwrap(found, "B lost the offer: \(b.log)")
+        XCTAssertEqual(watchB.state(incoming), "waiting", "B heard of the removal before the new pairing")
+        XCTAssertNoThrow(try a.pair(with: b).connect.get(), a.log)
+        XCTAssertEqual(watchB.waitForState(incoming, Self.finished), "failed", b.log.suffix(3_000).description)
+        XCTAssertEqual(watchB.property(incoming, "Error")?.string, "the peer was removed")
+        XCTAssertThrowsError(try watchB.call("Accept", on: incoming)) { XCTAssertEqual(($0 as? BusError)?.name, Self.invalidArgument) }
+        XCTAssertEqual(watchA.state(outgoing), "failed")
+    }
+
     /// Chaos seed 3 (`make chaos FIRST=3`): the receiver's state directory filled up while a
     /// transfer ran, so the transfer failed at both ends but the receiver could not record that;
     /// the space came back, then a `kill -9`, and the old record brought the transfer back
@@ -442,7 +498,13 @@ final class TransferTests: XCTestCase {
         let id = try XCTUnwrap(watchB.property(incoming, "Id")?.string)
         try watchB.call("Accept", on: incoming)
         XCTAssertTrue(watchB.waitForTransferred(incoming, atLeast: 1 << 20), b.log)
-        try b.fillState()
+        // Loopback moves 200 MiB in about a second, so A holds still (SIGSTOP) while B's disk
+        // fills: otherwise the transfer can finish before the fill (CI, stop 42).
+        do {
+            a.daemon.process.signal(SIGSTOP)
+            defer { a.daemon.process.signal(SIGCONT) }
+            try b.fillState()
+        }
         XCTAssertEqual(watchB.waitForState(incoming, Self.finished), "failed", b.log)
         let error = watchB.property(incoming, "Error")?.string ?? ""
         XCTAssertTrue(error.contains(b.daemon.stateDirectory), "the error does not name the disk that is full: \(error)")

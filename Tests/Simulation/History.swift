@@ -14,9 +14,6 @@ import PeerVoiceCore
 /// The first violation ends the run.
 public final class History {
     public private(set) var violations: [String] = []
-    /// Defects known and not fixed (docs/RELIABILITY.md, "Still open"), seen in this run: they do
-    /// not fail it, and `make simulate` counts them by seed.
-    public private(set) var findings: [String] = []
     /// What happened, in order (the last lines are printed with a violation).
     public private(set) var log: [String] = []
     private let scheduler: Scheduler
@@ -67,6 +64,8 @@ public final class History {
         var ends: [String: (state: TransferState, losses: Int)] = [:]
         /// The sides whose record of the end is on the disk.
         var endsSaved: Set<String> = []
+        /// The receiver found every file in place and said COMPLETE (its end shows once recorded).
+        var receiverCompleted = false
     }
 
     private var transfers: [TransferID: TransferTrack] = [:]
@@ -100,11 +99,6 @@ public final class History {
     func violation(_ what: String) {
         note("VIOLATION: \(what)")
         violations.append("\(Self.time(scheduler.now)): \(what)")
-    }
-
-    func finding(_ what: String) {
-        note("FINDING: \(what)")
-        if !findings.contains(what) { findings.append(what) }
     }
 
     static func time(_ duration: Duration) -> String {
@@ -223,41 +217,45 @@ public final class History {
         return (track.bytes, track.bytesPerSecond)
     }
 
+    /// The receiver completed the transfer (and tells its sender): exactly the sender's bytes in
+    /// place under each top-level name.
+    func transferCompletedAtReceiver(_ id: TransferID, at peer: SimulatedPeer, placed: [String: [UInt8]?]) {
+        guard var track = transfers[id] else { return violation("\(peer.name) completed transfer \(id.hex), which nobody sent") }
+        for (index, name) in track.names.enumerated() {
+            guard let held = placed[name] ?? nil else {
+                violation("\(peer.name) completed transfer \(id.hex.prefix(8)) without \(name) in place")
+                continue
+            }
+            if held != track.bytes[index] {
+                violation("\(peer.name) completed transfer \(id.hex.prefix(8)), but \(name) holds \(held.count) bytes that are not the sender's \(track.bytes[index].count)")
+            }
+        }
+        track.receiverCompleted = true
+        transfers[id] = track
+    }
+
     /// A side reported how a transfer ended: at most once per side (again only after it lost
-    /// state), never two different ends, `complete` at the sender only after the receiver's, and a
-    /// receiver's `complete` with exactly the sender's bytes in place. (The two sides may end
+    /// state), never two different ends, `complete` at the sender only after the receiver
+    /// completed it. (The two sides may end
     /// differently when each ended it before hearing from the other: a receiver declines while the
     /// link is down, then the sender removes the peer.)
-    func transferEnded(_ id: TransferID, at peer: SimulatedPeer, direction: TransferDirection, state: TransferState,
-                       placed: [String: [UInt8]?]?) {
+    func transferEnded(_ id: TransferID, at peer: SimulatedPeer, direction: TransferDirection, state: TransferState) {
         note("\(peer.name): transfer \(id.hex.prefix(6)) ended \(state.rawValue) (\(direction.rawValue))")
         guard var track = transfers[id] else { return violation("\(peer.name) reported transfer \(id.hex) \(state.rawValue), which nobody sent") }
         let side = "\(peer.id)/\(direction.rawValue)"
         let losses = stateLosses[peer.id, default: 0]
         if let earlier = track.ends[side] {
-            if earlier.state != state && earlier.losses != losses {
-                // The daemon shows an end before its record is written (the disk thread's
-                // save): a machine that stops in between forgets it (docs/RELIABILITY.md).
-                finding("a side announced a transfer's end, lost it with its machine before the record said so, and ended it again differently")
-            } else if earlier.state != state {
+            if earlier.state != state {
                 violation("\(peer.name) reported transfer \(id.hex.prefix(8)) \(state.rawValue) after reporting it \(earlier.state.rawValue)")
             } else if earlier.losses == losses {
                 violation("\(peer.name) reported transfer \(id.hex.prefix(8)) \(state.rawValue) twice without losing state in between")
             }
         }
-        if state == .complete && direction == .outgoing && track.ends["\(track.receiver)/incoming"]?.state != .complete {
-            violation("\(peer.name) reported transfer \(id.hex.prefix(8)) complete before its receiver did")
+        if state == .complete && direction == .outgoing && !track.receiverCompleted {
+            violation("\(peer.name) reported transfer \(id.hex.prefix(8)) complete before its receiver completed it")
         }
-        if state == .complete && direction == .incoming, let placed {
-            for (index, name) in track.names.enumerated() {
-                guard let held = placed[name] ?? nil else {
-                    violation("\(peer.name) reported transfer \(id.hex.prefix(8)) complete without \(name) in place")
-                    continue
-                }
-                if held != track.bytes[index] {
-                    violation("\(peer.name) reported transfer \(id.hex.prefix(8)) complete, but \(name) holds \(held.count) bytes that are not the sender's \(track.bytes[index].count)")
-                }
-            }
+        if state == .complete && direction == .incoming {
+            if !track.receiverCompleted { violation("\(peer.name) reported transfer \(id.hex.prefix(8)) complete, which it never completed") }
             if track.ends[side] == nil {
                 transfersCompleted += 1
                 bytesCompleted += UInt64(track.bytes.reduce(0) { $0 + $1.count })
@@ -287,17 +285,15 @@ public final class History {
     }
 
     /// A listening app's stream ended: a clean end only with every byte written, in order, once;
-    /// a reset with a prefix of them (unless the link lost records: a finding).
-    func appStreamEnded(_ received: [UInt8], at peer: SimulatedPeer, clean: Bool, afterAHole: Bool) {
-        let hole = "a link lost records and went on: an app stream's bytes had a hole, without a reset"
+    /// a reset with a prefix of them.
+    func appStreamEnded(_ received: [UInt8], at peer: SimulatedPeer, clean: Bool) {
         guard received.count >= 8 else {
-            if clean && afterAHole { finding(hole) }
-            if clean && !afterAHole { violation("\(peer.name): an app stream ended cleanly with \(received.count) bytes, not even its key") }
+            if clean { violation("\(peer.name): an app stream ended cleanly with \(received.count) bytes, not even its key") }
             return
         }
         let key = received.withUnsafeBytes { Int(littleEndian: $0.loadUnaligned(as: Int.self)) }
         guard let stream = appStreams[key] else {
-            return afterAHole ? finding(hole) : violation("\(peer.name): an app stream nobody opened (key \(key), \(received.count) bytes, \(clean ? "clean" : "reset"), starts \(Array(received.prefix(12))))")
+            return violation("\(peer.name): an app stream nobody opened (key \(key), \(received.count) bytes, \(clean ? "clean" : "reset"), starts \(Array(received.prefix(12))))")
         }
         note("\(peer.name): app stream \(key) ended \(clean ? "cleanly" : "abruptly") after \(received.count) of \(stream.bytes.count) bytes")
         if stream.ended { violation("\(peer.name): app stream \(key) arrived twice") }
@@ -306,8 +302,6 @@ public final class History {
         let intact = clean ? received == stream.bytes : received.count <= stream.bytes.count && stream.bytes.starts(with: received)
         if intact {
             if clean { appStreamsWhole += 1 }
-        } else if afterAHole {
-            finding(hole)
         } else {
             violation("\(peer.name): app stream \(key) ended \(clean ? "cleanly" : "abruptly") with \(received.count) bytes that are not "
                       + "\(clean ? "" : "a prefix of ")the \(stream.bytes.count) written")

@@ -57,14 +57,10 @@ final class SimulatedAppStreams {
     /// what it carries.
     fileprivate final class Reader: SimulatedChannelStream {
         weak var owner: SimulatedAppStreams?
-        let channels: SimulatedChannels
-        let id: StreamID
         var received: [UInt8] = []
 
-        init(owner: SimulatedAppStreams, channels: SimulatedChannels, id: StreamID) {
+        init(owner: SimulatedAppStreams) {
             self.owner = owner
-            self.channels = channels
-            self.id = id
         }
 
         func channelAccepted() {}
@@ -74,8 +70,7 @@ final class SimulatedAppStreams {
         func channelEnded(clean: Bool, reason: String) {
             guard let owner, owner.service.isAlive else { return }
             owner.readers[ObjectIdentifier(self)] = nil
-            let hole = channels.streamsWithHoles.contains(id)
-            owner.history.appStreamEnded(received, at: owner.service.peer, clean: clean, afterAHole: hole)
+            owner.history.appStreamEnded(received, at: owner.service.peer, clean: clean)
         }
     }
 
@@ -103,7 +98,7 @@ final class SimulatedAppStreams {
 
     /// The peer opens a stream to the app's channel: the app takes it.
     func takeStream(_ id: StreamID, on channels: SimulatedChannels) -> SimulatedChannelStream {
-        let reader = Reader(owner: self, channels: channels, id: id)
+        let reader = Reader(owner: self)
         readers[ObjectIdentifier(reader)] = reader
         return reader
     }

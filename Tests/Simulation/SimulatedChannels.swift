@@ -44,11 +44,6 @@ final class SimulatedChannels {
     /// How long an OPEN waits for the peer's answer (the daemon's `LinkChannels.openTimeout`).
     static let openTimeout: Duration = .seconds(15)
     private var opening: [StreamID: Scheduler.Timer] = [:]
-    /// Streams open when the link lost records: their bytes may have a hole (see `recordsSkipped`).
-    private(set) var streamsWithHoles: Set<StreamID> = []
-    /// The link lost records at least once: frames after that may make no sense (a RESET for a
-    /// stream whose OPEN was lost).
-    private var linkLostRecords = false
 
     init(link: SimulatedLink, scheduler: Scheduler, history: History, owner: String) {
         self.link = link
@@ -97,7 +92,6 @@ final class SimulatedChannels {
     /// Ends the stream at once in both directions; its user hears nothing more.
     func reset(_ id: StreamID) {
         users[id] = nil
-        streamsWithHoles.remove(id)
         outputs[id] = nil
         if let frame = streams.reset(id, reason: .appAborted) { link.send(frame) }
     }
@@ -135,11 +129,7 @@ final class SimulatedChannels {
             if let reply { link.send(reply) }
             event = meaning
         } catch {
-            if linkLostRecords {
-                history.finding("a link lost records and went on: a channel frame made no sense after them (the link ends with a protocol error)")
-            } else {
-                history.violation("\(owner): a channel frame a correct peer never sends: \(error)")
-            }
+            history.violation("\(owner): a channel frame a correct peer never sends: \(error)")
             // As the daemon's link does with a frame it cannot take.
             link.close(goodbye: .protocolError, "protocol error: \(error)")
             return
@@ -162,7 +152,6 @@ final class SimulatedChannels {
             opening.removeValue(forKey: id)?.cancel()
             outputs[id] = nil
             users.removeValue(forKey: id)?.channelEnded(clean: false, reason: "refused: \(reason)")
-            streamsWithHoles.remove(id)
         case .data(let id, let bytes, _):
             guard let user = users[id] else { return }
             if let window = streams.delivered(id, bytes: bytes.count) { link.send(window) }
@@ -175,23 +164,12 @@ final class SimulatedChannels {
             outputs[id] = nil
             if let frame = streams.close(id) { link.send(frame) }
             users.removeValue(forKey: id)?.channelEnded(clean: true, reason: "the other side closed the stream")
-            streamsWithHoles.remove(id)
         case .reset(let id, let reason):
             outputs[id] = nil
             users.removeValue(forKey: id)?.channelEnded(clean: false, reason: "reset by the peer (\(reason))")
-            streamsWithHoles.remove(id)
         case .datagram, .feedback:
             break
         }
-    }
-
-    /// The link lost records and goes on (the daemon's `PeerLink` drops a record that does not
-    /// open and accepts the next; a gap in the counters is fine in stream mode): what every open
-    /// stream receives from now on may miss bytes, and nothing resets it. Noted, so that what a
-    /// stream's user finds wrong afterwards is told apart (a finding, docs/RELIABILITY.md).
-    func recordsSkipped() {
-        linkLostRecords = true
-        streamsWithHoles.formUnion(users.keys)
     }
 
     /// Everything of one read from the link was handled (FEEDBACK, as the daemon sends it).
@@ -209,7 +187,6 @@ final class SimulatedChannels {
         users = [:]
         outputs = [:]
         for user in ended { user.channelEnded(clean: false, reason: "the link closed (\(reason))") }
-        streamsWithHoles = []
     }
 
     // MARK: Bounds

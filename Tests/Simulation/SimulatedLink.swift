@@ -10,16 +10,14 @@ protocol SimulatedLinkOwner: AnyObject {
     /// A channel frame's body (the daemon's link hands these to `LinkChannels`).
     func link(_ link: SimulatedLink, receivedChannelFrame body: [UInt8])
     func linkDidDrainInput(_ link: SimulatedLink)
-    /// Records were lost or reordered on the way (a record opened whose counter skipped some):
-    /// the link goes on, as the daemon's does, and the frames they held are gone.
-    func linkSkippedRecords(_ link: SimulatedLink)
     func linkDidClose(_ link: SimulatedLink, reason: SimulatedLink.CloseReason)
 }
 
 /// One link of a simulated peer, the simulation's model of the daemon's `PeerLink` built from
 /// the same core parts: the preamble and framing (`FrameDecoder`), the key exchange
 /// (`Handshake`), sealed records (`RecordSealer`, `RecordOpener`), the PAIRING exchange
-/// (`PairingExchange`), keepalives and the silence, handshake and pairing limits.
+/// (`PairingExchange`), the rule for records that do not open or skip (`LinkRecordOpener`),
+/// keepalives and the silence, handshake and pairing limits.
 final class SimulatedLink {
     enum Phase { case handshaking, awaitingPairing, open, closed }
 
@@ -35,7 +33,6 @@ final class SimulatedLink {
     static let silenceLimit: Duration = .seconds(4)
     static let handshakeLimit: Duration = .seconds(10)
     static let pairingLimit: Duration = .seconds(65)
-    static let maxRejectedRecords: UInt64 = 8
     static let livenessCheck: Duration = .milliseconds(250)
 
     /// Unique in the run: names the link in the history.
@@ -55,9 +52,9 @@ final class SimulatedLink {
     private var decoder = FrameDecoder()
     private var handshake: Handshake?
     private var sealer: RecordSealer?
-    private var opener: RecordOpener?
-    /// The counter of the last record opened.
-    private var lastCounter: UInt64?
+    private var opener: LinkRecordOpener?
+    /// Where records open.
+    private var plaintextBuffer: [UInt8] = []
     private var timer: Scheduler.Timer?
     private let startedAt: Duration
     private var authenticatedAt: Duration?
@@ -198,7 +195,7 @@ final class SimulatedLink {
         self.result = result
         peerHello = hello
         sealer = result.makeLinkSealer()
-        opener = result.makeLinkOpener()
+        opener = LinkRecordOpener(result.makeLinkOpener())
         decoder.maxBodyBytes = Wire.maxFrameBodyBytes
         phase = .awaitingPairing
         authenticatedAt = scheduler.now
@@ -209,15 +206,13 @@ final class SimulatedLink {
         guard var opener else { return }
         let plaintext: [UInt8]
         do {
-            plaintext = try opener.open(body)
+            let outcome = try opener.open(body, into: &plaintextBuffer)
             self.opener = opener
-            if let newest = opener.newestCounter, let last = lastCounter, newest != last + 1, phase == .open {
-                owner?.linkSkippedRecords(self)
-            }
-            lastCounter = opener.newestCounter
+            guard case .opened(let bytes) = outcome else { return }
+            plaintext = Array(plaintextBuffer[0..<bytes])
         } catch {
             self.opener = opener
-            if opener.rejections.total >= Self.maxRejectedRecords { drop("\(opener.rejections.total) records failed to open") }
+            drop("\(error)")
             return
         }
         if phase == .open, ChannelFrame.isChannelFrame(plaintext) {

@@ -694,10 +694,6 @@ extension SimulatedService: SimulatedLinkOwner {
         }
     }
 
-    func linkSkippedRecords(_ link: SimulatedLink) {
-        channels[link.id]?.recordsSkipped()
-    }
-
     func linkDidDrainInput(_ link: SimulatedLink) {
         perform {
             guard let id = linkOwners[link.id] else { return }

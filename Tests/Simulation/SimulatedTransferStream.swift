@@ -95,10 +95,6 @@ final class SimulatedTransferStream: SimulatedChannelStream {
     private var decoder = TransferMessageDecoder()
     private(set) var isDone = false
     private(set) var isOver = false
-    /// Its link lost records while it ran: it may miss a message, and wait for good.
-    var hasAHole: Bool { streamID.map { channels.streamsWithHoles.contains($0) } ?? false }
-    /// It failed after its link lost records (the bytes it got had a hole: see `SimulatedChannels.recordsSkipped`).
-    private(set) var failedAfterAHole = false
     private var closeTimer: Scheduler.Timer?
 
     // The sender's side.
@@ -215,7 +211,6 @@ final class SimulatedTransferStream: SimulatedChannelStream {
     private func fail(_ reason: String) {
         guard !isDone else { return }
         isDone = true
-        failedAfterAHole = streamID.map { channels.streamsWithHoles.contains($0) } ?? false
         incoming.refuse()
         report(self, .failed(reason))
     }

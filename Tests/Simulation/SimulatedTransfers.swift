@@ -19,12 +19,19 @@ final class SimulatedTransfers {
         var asked = false
         var discardPending = false
         var placed: [String: String] = [:]
+        /// Its record says how it ended (or, outgoing, is gone): only then is the end shown
+        /// (`Transfer.endRecorded` in the daemon; simulation seed 272).
+        var endRecorded: Bool
+        /// Incoming, ended: what goes to the sender (COMPLETE or ABORT, and the stream's close)
+        /// once the record says how it ended (`Transfer.heldForTheRecord`; seeds 2461, 2993).
+        var heldForTheRecord: (tell: TransferMessage?, close: Bool)?
 
         init(id: TransferID, peer: PeerID, manifest: TransferManifest, record: TransferRecord) {
             self.id = id
             self.peer = peer
             self.manifest = manifest
             self.record = record
+            endRecorded = record.lifecycle.state.isFinished
         }
 
         var direction: TransferDirection { record.lifecycle.direction }
@@ -188,16 +195,9 @@ final class SimulatedTransfers {
         case .aborted(let code, let reason):
             handle(transfer, .peerAborted(code, reason: reason))
         case .failed(let reason):
-            // Nothing corrupts what a link carries but the records the network loses or reorders
-            // (the record layer drops those): a transfer that finds its bytes wrong otherwise is a defect.
-            if !reason.hasPrefix("cannot ") {
-                if stream.failedAfterAHole {
-                    history.finding("a link lost records and went on: a transfer stream's bytes had a hole, without a reset "
-                                    + "(the transfer noticed and failed: \(reason))")
-                } else {
-                    history.violation("\(name): transfer \(id.hex.prefix(6)) failed: \(reason)")
-                }
-            }
+            // Nothing corrupts what a link carries (a link whose records were lost or reordered
+            // ends: `LinkRecordOpener`): a transfer that finds its bytes wrong is a defect.
+            if !reason.hasPrefix("cannot ") { history.violation("\(name): transfer \(id.hex.prefix(6)) failed: \(reason)") }
             handle(transfer, .failed(by: .local, reason: reason))
         case .offered, .ended, .opened:
             break
@@ -296,13 +296,12 @@ final class SimulatedTransfers {
         if links[peer] === channels { links[peer] = nil }
     }
 
-    /// `RemovePeer`: its transfers cannot go on.
+    /// `RemovePeer`: its transfers cannot go on; an outgoing one still owes its ABORT (as `Transfers.peerRemoved`).
     func peerRemoved(_ peer: PeerID) {
         for id in transfers.keys.sorted(by: Self.byHex) {
             let transfer = transfers[id]!
             guard transfer.peer == peer, !transfer.state.isFinished else { continue }
             handle(transfer, .failed(by: .local, reason: "the peer was removed"))
-            if transfer.record.lifecycle.owesPeerAbort { handle(transfer, .peerTold) }
         }
     }
 
@@ -358,9 +357,16 @@ final class SimulatedTransfers {
     private func handle(_ transfer: Transfer, _ event: TransferLifecycle.Event) {
         let before = transfer.state
         let reaction = transfer.record.lifecycle.handle(event)
-        if let message = reaction.tell { transfer.stream?.post(message) }
+        if transfer.direction == .incoming && transfer.state.isFinished {
+            // The sender forgets a transfer whose receiver ended it: it hears of the end only
+            // once the receiver's record says so, or a stop in between brings the transfer
+            // back waiting at the receiver, for a sender that forgot it (seeds 2461, 2993).
+            if reaction.tell != nil || reaction.closeStream { transfer.heldForTheRecord = (reaction.tell, reaction.closeStream) }
+        } else {
+            if let message = reaction.tell { transfer.stream?.post(message) }
+            if reaction.closeStream { transfer.stream?.close() }
+        }
         if reaction.sendAccept, let stream = transfer.stream { stream.accept(store: store) }
-        if reaction.closeStream { transfer.stream?.close() }
         if reaction.discardPartial { transfer.discardPending = true }
         let after = transfer.state
         if after != before {
@@ -369,12 +375,21 @@ final class SimulatedTransfers {
             if after.isFinished {
                 transfer.retry?.cancel()
                 transfer.retry = nil
-                history.transferEnded(transfer.id, at: service.peer, direction: transfer.direction, state: after,
-                                      placed: after == .complete && transfer.direction == .incoming ? placedContents(transfer) : nil)
+            }
+            if after == .complete && transfer.direction == .incoming {
+                history.transferCompletedAtReceiver(transfer.id, at: service.peer, placed: placedContents(transfer))
             }
             cleanUpIfIdle(transfer)
         }
         save(transfer)
+    }
+
+    /// The end shows once its record is written (as `Transfers.saved`).
+    private func endRecorded(_ transfer: Transfer) {
+        history.transferEndSaved(transfer.id, at: service.peer, direction: transfer.direction)
+        guard !transfer.endRecorded else { return }
+        transfer.endRecorded = true
+        history.transferEnded(transfer.id, at: service.peer, direction: transfer.direction, state: transfer.state)
     }
 
     /// What the receiver's download folder holds under each file's saved name.
@@ -403,12 +418,17 @@ final class SimulatedTransfers {
         if forget {
             guard store.remove(transfer.id.hex) else { return saveFailed(transfer) }
             unsaved.remove(transfer.id)
-            return history.transferEndSaved(transfer.id, at: service.peer, direction: transfer.direction)
+            return endRecorded(transfer)
         }
         do throws(TransferStoreError) {
             try store.save(transfer.record)
             unsaved.remove(transfer.id)
-            if transfer.state.isFinished { history.transferEndSaved(transfer.id, at: service.peer, direction: transfer.direction) }
+            if transfer.state.isFinished { endRecorded(transfer) }
+            if let held = transfer.heldForTheRecord {
+                transfer.heldForTheRecord = nil
+                if let message = held.tell { transfer.stream?.post(message) }
+                if held.close { transfer.stream?.close() }
+            }
         } catch {
             saveFailed(transfer)
         }

@@ -53,7 +53,6 @@ if let seed = arguments.seed {
     for line in outcome.log { print("  \(line)") }
     print("--- \(outcome.events) events, \(outcome.accepted) messages accepted, \(outcome.received) received, \(outcome.pairings) links opened by people, "
           + "\(outcome.transfersCompleted) of \(outcome.transfersSent) transfers complete (\(outcome.bytesCompleted) bytes)")
-    for finding in outcome.findings { print("FINDING (known open, docs/RELIABILITY.md) \(finding)") }
     if outcome.failed {
         for violation in outcome.violations { print("VIOLATION \(violation)") }
         exit(1)
@@ -68,7 +67,6 @@ var seed = arguments.first
 var ran = 0, events = 0, accepted = 0, received = 0, pairings = 0, transfersSent = 0, transfersCompleted = 0
 var bytesCompleted: UInt64 = 0
 var appStreamsOpened = 0, appStreamsWhole = 0
-var findings: [String: [UInt64]] = [:]
 var failures: [(UInt64, Simulation.Outcome)] = []
 while true {
     if let seconds = arguments.seconds {
@@ -88,16 +86,12 @@ while true {
     bytesCompleted += outcome.bytesCompleted
     appStreamsOpened += outcome.appStreamsOpened
     appStreamsWhole += outcome.appStreamsWhole
-    for finding in outcome.findings { findings[finding.prefix { $0 != "(" }.trimmingCharacters(in: .whitespaces), default: []].append(seed) }
     if outcome.failed { failures.append((seed, outcome)) }
     seed += 1
 }
 let elapsed = clock.now - started
 let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
 print("simulate: seeds \(arguments.first)...\(seed - 1) (\(ran) runs), \(events) events in \(String(format: "%.1f", seconds)) s (\(Int(Double(events) / max(seconds, 0.001))) events/s); \(accepted) messages accepted, \(received) received, \(pairings) links opened by people; \(transfersCompleted) of \(transfersSent) transfers complete at their receivers (\(String(format: "%.1f", Double(bytesCompleted) / 1_048_576)) MiB), \(appStreamsWhole) of \(appStreamsOpened) app streams whole; \(failures.count) failing")
-for (finding, seeds) in findings.sorted(by: { $0.key < $1.key }) {
-    print("known open (docs/RELIABILITY.md), \(seeds.count) seeds: \(finding); seeds \(seeds.prefix(12).map(String.init).joined(separator: " "))\(seeds.count > 12 ? " …" : "")")
-}
 if !failures.isEmpty { print("failing seeds: \(failures.map { String($0.0) }.joined(separator: " "))") }
 for (seed, outcome) in failures.prefix(5) {
     print("\nFAILING seed \(seed): \(outcome.violations[0])")

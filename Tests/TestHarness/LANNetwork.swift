@@ -131,6 +131,11 @@ public final class LANHost {
             .split(separator: "\n").filter { $0.hasPrefix(resolve ? "=" : "+") }.map { Self.unescaped(String($0)) }
     }
 
+    /// The instance names (avahi-browse's field 3) of the `type` services `browse` lists.
+    public func instanceNames(_ type: String, resolve: Bool = true) throws -> [String] {
+        try browse(type, resolve: resolve).map { String($0.split(separator: ";", omittingEmptySubsequences: false)[3]) }
+    }
+
     private static func unescaped(_ line: String) -> String {
         var bytes: [UInt8] = []
         var rest = Array(line.utf8)[...]

@@ -19,6 +19,8 @@ public final class TestPeer {
     private let extraArguments: [String]
     private let environment: [String: String]
     private let binary: String
+    /// What runs the daemon in its place in every life (e.g. `ip netns exec NS`: a computer on a test LAN).
+    private let launcher: [String]
 
     /// The address other peers dial this one at.
     public var address: String { "ip:\(host):\(port)" }
@@ -30,13 +32,15 @@ public final class TestPeer {
 
     /// Starts a bus and a daemon named `name`, listening on `port` (0: any free port, read back
     /// from `ListenAddress`), or not listening at all (`listens` false: the daemon's defaults);
-    /// `environment` is added to the daemon's; `binary` runs another peervoiced than this build's.
+    /// `environment` is added to the daemon's; `binary` runs another peervoiced than this build's;
+    /// `launcher` runs it in each of its lives (see `Daemon`).
     public init(name: String, port: UInt16 = 0, listens: Bool = true, arguments: [String] = ["--verbose"],
-                environment: [String: String] = [:], binary: String = Binaries.peervoiced) throws {
+                environment: [String: String] = [:], binary: String = Binaries.peervoiced, launcher: [String] = []) throws {
         self.name = name
         self.listens = listens
         self.extraArguments = arguments
         self.binary = binary
+        self.launcher = launcher
         // The session bus is always the peer's own (a PipeWire session's environment names
         // WirePlumber's).
         self.environment = environment.filter { $0.key != "DBUS_SESSION_BUS_ADDRESS" }
@@ -52,7 +56,7 @@ public final class TestPeer {
             self.port = port
             daemon = try Daemon(bus: bus, in: directory, name: name,
                                 arguments: (listens ? ["--listen", "127.0.0.1:\(port)"] : []) + arguments, environment: self.environment,
-                                binary: binary)
+                                launcher: launcher, binary: binary)
             try awaitStart(expectedPort: port)
         } catch {
             bus.stop()
@@ -111,7 +115,7 @@ public final class TestPeer {
 
     /// Starts the daemon again (it must have ended) with the same state directory and port,
     /// on `host` if given (a device that moved to another address), with `adding` added to its
-    /// environment and run by `launcher` (see `Daemon`) for this run only.
+    /// environment and run by `launcher` (after the peer's own, see `Daemon`) for this run only.
     public func restart(onHost newHost: String? = nil, adding extraEnvironment: [String: String] = [:],
                         launcher: [String] = []) throws {
         precondition(!daemon.process.isRunning, "restart() of a running daemon")
@@ -121,7 +125,7 @@ public final class TestPeer {
         }
         if let newHost { host = newHost }
         daemon = try Daemon(bus: bus, in: directory, name: name, arguments: listenArguments + extraArguments,
-                            environment: environment.merging(extraEnvironment) { $1 }, launcher: launcher, binary: binary)
+                            environment: environment.merging(extraEnvironment) { $1 }, launcher: self.launcher + launcher, binary: binary)
         try awaitStart(expectedPort: port)
     }
 

@@ -62,6 +62,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 sys.dont_write_bytecode = True
@@ -80,7 +81,8 @@ def systems(args, part, index=1):
     """What a part compares in run `index`; PeerVoice and the baseline build, when there is one,
     take turns going first (whichever went first was the slower in every run of a test here)."""
     builds = ("peervoice", "baseline") if args.baseline_bin_dir else ("peervoice",)
-    return (builds if index % 2 else builds[::-1]) + SYSTEMS[part][1:]
+    chosen = (builds if index % 2 else builds[::-1]) + SYSTEMS[part][1:]
+    return tuple(s for s in chosen if not args.systems or s in args.systems or (s == "baseline" and "peervoice" in args.systems))
 
 
 def sha256(path):
@@ -172,6 +174,56 @@ def process_cpu(pid, children=False):
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
+class ThreadCPU:
+    """Where each thread of the daemons spent a copy, summed by side and thread name
+    (`peervoice-send`: read and hash; `main`: seal or open, and the sockets; `peervoice-recv`:
+    write and hash; `peervoice-sync`: fdatasync), from /proc's schedstat: seconds running, and
+    seconds runnable but waiting for a core (others' work on a shared machine); the rest of the
+    wall time it slept (waiting for the pipeline). A stream's threads end with it, so /proc is
+    sampled every 0.1 s while the copy runs and each thread's last figures kept."""
+
+    def __init__(self, pids):
+        self.pids, self.seen, self.start = pids, {}, {}
+        self.done = threading.Event()
+        self.sample(self.start)
+        self.began = time.monotonic()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+        self.thread.start()
+
+    def sample(self, into):
+        for side, pid in self.pids:
+            try:
+                tasks = os.listdir(f"/proc/{pid}/task")
+            except OSError:
+                continue
+            for tid in tasks:
+                try:
+                    name = open(f"/proc/{pid}/task/{tid}/comm").read().strip()
+                    running, waiting = (int(x) / 1e9 for x in open(f"/proc/{pid}/task/{tid}/schedstat").read().split()[:2])
+                    into[(side, pid, tid)] = ("main" if tid == str(pid) else name, running, waiting)
+                except (OSError, ValueError):
+                    continue
+
+    def run(self):
+        while not self.done.wait(0.1):
+            self.sample(self.seen)
+
+    def stop(self):
+        """{"side thread": [s running, s waiting for a core]} per second of the copy's wall time,
+        for the threads that ran more than 1 % of it."""
+        self.done.set()
+        self.thread.join()
+        self.sample(self.seen)
+        wall = time.monotonic() - self.began
+        totals = {}
+        for key, (name, running, waiting) in self.seen.items():
+            label = f"{key[0]} {name}"
+            _, running0, waiting0 = self.start.get(key, (name, 0.0, 0.0))
+            before = totals.get(label, (0.0, 0.0))
+            totals[label] = (before[0] + running - running0, before[1] + waiting - waiting0)
+        return {label: [round(r / wall, 3), round(w / wall, 3)] for label, (r, w) in sorted(totals.items()) if r / wall > 0.01}
+
+
 def cpu_now(pair, ssh):
     """CPU seconds so far of everything a copy can run in: this script's reaped children (scp, ssh,
     rsync, socat, peervoicectl), sshd's reaped sessions (sshd, sftp-server, rsync), both daemons."""
@@ -224,17 +276,22 @@ def throughput_run(args, part, path, workdir, index, ssh, sources):
         if args.baseline_bin_dir:
             base_downloads = downloads + "-baseline"
             pairs["baseline"] = start_pair(args, path, workdir, label + "-baseline", base_downloads, args.baseline_bin_dir) + (base_downloads,)
+        time.sleep(args.settle_pairs)
         for system in systems(args, part, index):
             pair = pairs.get(system, pairs["peervoice"])
+            threads = ThreadCPU((("A", pair[0].pid), ("B", pair[1].pid))) if system in ("peervoice", "baseline") else None
             cpu_before = cpu_now(pair, ssh)
             elapsed, landed = copy(args, system, path, workdir, label, ssh, source, pair)
             # Each daemon's ~1 % of a core for keepalives and the bus counts against PeerVoice only.
             result[f"{system}-cpu"] = round((cpu_now(pair, ssh) - cpu_before) * 1024 / mib, 2)
+            if threads is not None:
+                result[f"{system}-threads"] = threads.stop()
             if os.path.getsize(landed) != os.path.getsize(source) or sha256(landed) != expected:
                 raise BenchError(f"{system}: what landed differs from the file")
             os.remove(landed)
             result[system] = round(mib / elapsed, 1)
-            log(f"{label}: {system}: {result[system]} MiB/s, {result[system + '-cpu']} CPU s/GiB")
+            log(f"{label}: {system}: {result[system]} MiB/s, {result[system + '-cpu']} CPU s/GiB"
+                + (f", by thread {result[system + '-threads']}" if system + "-threads" in result else ""))
     finally:
         for a, b, _, _ in pairs.values():
             for peer in (a, b):
@@ -295,10 +352,16 @@ def summarize(results, args):
         for system in systems(args, part):
             values = [r[system] for r in runs if system in r]
             cell = f"{medians[system]} [{min(values)}-{max(values)}]" if values else "-"
-            ratio = lambda other: f"{medians[system] / medians[other]:.2f}" if medians[system] and medians[other] else "-"
+            ratio = lambda other: f"{medians[system] / medians[other]:.2f}" if medians[system] and medians.get(other) else "-"
             cpu = channels.median([r.get(f"{system}-cpu") for r in runs])
             lines.append(f"{system:<10} {cell:>22} {ratio(base):>7}" + (f" {ratio('tcp'):>6}" if part == "loopback" else "")
                          + f" {voice.fmt(cpu, '{:.2f}'):>10}")
+            by_thread = [r[f"{system}-threads"] for r in runs if f"{system}-threads" in r]
+            if by_thread:
+                labels = sorted({label for threads in by_thread for label in threads})
+                lines.append("  share of the wall time each thread ran / waited for a core: " + ", ".join(
+                    f"{label} {channels.median([t.get(label, [0, 0])[0] for t in by_thread]):.2f}"
+                    f"/{channels.median([t.get(label, [0, 0])[1] for t in by_thread]):.2f}" for label in labels))
     if results.get("resume"):
         runs = results["resume"]
         lines.append("")
@@ -329,6 +392,11 @@ def main():
     ap.add_argument("--runs", type=int, default=3, help="fresh starts per part (default 3)")
     ap.add_argument("--baseline-bin-dir", help="another build's peervoiced and peervoicectl, measured beside this one")
     ap.add_argument("--parts", default=",".join(PARTS))
+    ap.add_argument("--settle-pairs", type=float, default=8.0,
+                    help="seconds between the daemons pairing and a run's first copy (default 8: without it the first copy "
+                         "of a run was the slower in 16 of 17 pairs, whichever build it was; with 8 s, in 2 of 4)")
+    ap.add_argument("--systems", default="", help="only these of loopback's and the namespaces' systems, e.g. peervoice,scp "
+                    "(peervoice includes the baseline build; default all)")
     ap.add_argument("--mib", type=int, default=1024, help="the file's size in MiB on loopback and 1 Gbit/s (default 1024)")
     ap.add_argument("--lossy-mib", type=int, default=32, help="the file size on the 50 Mbit/s lossy path (default 32)")
     ap.add_argument("--delay-ms", type=float, default=20.0)
@@ -340,6 +408,7 @@ def main():
     a = ap.parse_args()
     a.daemon_args = []
     parts = a.parts.split(",")
+    a.systems = sorted(filter(None, a.systems.split(",")))
     signal.signal(signal.SIGTERM, voice.on_signal)
     signal.signal(signal.SIGINT, voice.on_signal)
     workdir = tempfile.mkdtemp(prefix="pv-bench-files-")
@@ -355,7 +424,7 @@ def main():
                 run(["sh", "-c", f"head -c {mib << 20} /dev/urandom > '{source}'"], timeout=600)
             sources[part] = (source, sha256(source), mib)
         sources["loopback"] = sources["1gbit"]
-        if "loopback" in parts:
+        if "loopback" in parts and (not a.systems or {"scp", "rsync"} & set(a.systems)):
             ssh = channels.OpenSSH(workdir)
         for part in parts:
             path, pw = None, None

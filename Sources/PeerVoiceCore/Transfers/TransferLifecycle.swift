@@ -43,8 +43,10 @@ public struct TransferLifecycle: Equatable, Sendable, Codable {
     public private(set) var error = ""
     /// The receiver's person accepted: after a reconnection or a restart it resumes rather than asks again.
     public private(set) var accepted = false
-    /// Outgoing: it ended here while no stream ran, so the receiver has not heard (it still holds
-    /// partial data): the next stream says so.
+    /// Outgoing: it ended here and the receiver may not have heard (it still holds partial data,
+    /// or waits for it): every later stream says so, until one that carried the ABORT ended
+    /// cleanly (`peerTold`). Kept when the peer is removed, so that a receiver paired again
+    /// learns it (simulation seeds 119, 134).
     public private(set) var owesPeerAbort = false
     /// A stream carries it now (not kept on disk: none runs after a restart).
     public private(set) var streamOpen = false
@@ -157,9 +159,10 @@ public struct TransferLifecycle: Equatable, Sendable, Codable {
     }
 
     /// The end of a running transfer: the peer is told if it did not end it; the receiver's
-    /// partial data goes; an outgoing one with no stream owes the receiver an ABORT.
+    /// partial data goes; an outgoing one owes the receiver an ABORT until it is known to have
+    /// arrived (the stream that carries it now may break first).
     private mutating func ending(by side: TransferSide, code: TransferAbort, reason: String) -> Reaction {
-        if side == .local && direction == .outgoing && !streamOpen { owesPeerAbort = true }
+        if side == .local && direction == .outgoing { owesPeerAbort = true }
         return Reaction(tell: side == .local && streamOpen ? .abort(code, reason: reason) : nil,
                         closeStream: true, discardPartial: direction == .incoming)
     }

@@ -99,8 +99,6 @@ final class PeerLink {
     /// Time allowed for the peer's PAIRING decision once the key exchange is done: its person's
     /// confirmation window, plus slack for the network.
     static let pairingLimit = PeerVoiceBus.pairingConfirmationWindow + .seconds(5)
-    /// Rejected records (tampered, replayed) tolerated before the link is closed.
-    static let maxRejectedRecords: UInt64 = 8
 
     enum Phase: Equatable {
         /// `refusing`: an incoming dial refused before message 2, waiting out the refusal delay.
@@ -141,7 +139,7 @@ final class PeerLink {
     /// The responder has sent message 2: from then on a failure closes at once.
     private var answered = false
     private var sealer: RecordSealer?
-    private var opener: RecordOpener?
+    private var opener: LinkRecordOpener?
     /// The PAIRING exchange: statuses and decisions both ways (PeerVoiceCore).
     private var pairing = PairingExchange()
     private var timer: EventSource?
@@ -366,7 +364,7 @@ final class PeerLink {
         self.result = result
         peerHello = hello
         sealer = result.makeLinkSealer()
-        opener = result.makeLinkOpener()
+        opener = LinkRecordOpener(result.makeLinkOpener())
         decoder.maxBodyBytes = Wire.maxFrameBodyBytes
         phase = .awaitingPairing
         authenticatedAt = clock.now
@@ -381,16 +379,23 @@ final class PeerLink {
         let plaintext: ArraySlice<UInt8>
         do {
             // Every record opens into one buffer: no allocation per record on the bulk path.
-            plaintext = plaintextBuffer[0..<(try opener.open(body, into: &plaintextBuffer))]
+            let outcome = try opener.open(body, into: &plaintextBuffer)
             self.opener = opener
-        } catch {
-            // A record that does not open is dropped and counted; the frames around it still
-            // count (TEXT carries its predecessor's seq, so a lost one is noticed and resent).
-            self.opener = opener
-            Log.info("link \(remote): dropped a record (\(error)); \(opener.rejections.total) so far")
-            if opener.rejections.total >= Self.maxRejectedRecords {
-                drop(reason: "\(opener.rejections.total) records failed to open")
+            switch outcome {
+            case .opened(let bytes):
+                plaintext = plaintextBuffer[0..<bytes]
+            case .dropped(let error):
+                // Dropped and counted; the frames after it still count unless a gap in the
+                // counters shows that it held one of the peer's (`LinkRecordOpener`).
+                Log.info("link \(remote): dropped a record (\(error)); \(opener.rejections.total) so far")
+                return
             }
+        } catch {
+            // Records lost on the way, or too many that do not open: the layers above start
+            // again on the next link rather than read a stream with a hole.
+            self.opener = opener
+            Log.info("link \(remote): \(error); closing")
+            drop(reason: "\(error)")
             return
         }
         if phase == .open, let type = plaintext.first, !Self.isOwnFrame(type) {

@@ -30,6 +30,14 @@ final class Transfer {
     var shownTransferred: UInt64 = 0
     /// A notification or the app was asked about it this run (incoming, waiting).
     var asked = false
+    /// Its record on disk says how it ended (or, outgoing, is gone): only then is the end shown,
+    /// since a `kill -9` before the write would bring back the old record and perhaps another
+    /// end (simulation seed 272). True for what the record of an earlier run said.
+    var endRecorded: Bool
+    /// Incoming, ended: what goes to the sender (COMPLETE or ABORT, then the stream's close) once
+    /// the record says how it ended; the sender forgets a transfer its receiver ended, so a
+    /// `kill -9` before the write would leave the receiver waiting for it (simulation seeds 2461, 2993).
+    var heldForTheRecord: (tell: TransferMessage?, close: Bool)?
 
     init(number: Int?, id: TransferID, peer: PeerID, manifest: TransferManifest, record: TransferRecord) {
         self.number = number
@@ -37,6 +45,7 @@ final class Transfer {
         self.peer = peer
         self.manifest = manifest
         self.record = record
+        endRecorded = record.lifecycle.state.isFinished
     }
 
     var direction: TransferDirection { record.lifecycle.direction }

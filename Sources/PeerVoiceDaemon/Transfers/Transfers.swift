@@ -428,11 +428,13 @@ final class Transfers: ChannelHandler, LinkComponent {
         links[peer.id] = nil
     }
 
-    /// `peer` was removed: its transfers cannot go on.
+    /// `peer` was removed: its transfers cannot go on. An outgoing one still owes the receiver
+    /// its ABORT: if the peer is paired again, the next stream tells it, rather than leave a
+    /// receiver waiting for good (simulation seeds 119, 134); the record goes after
+    /// `TransferStore.keepFinishedMs` otherwise.
     func peerRemoved(_ peer: PeerID) {
         for transfer in transfers.values where transfer.peer == peer && !transfer.state.isFinished {
             handle(transfer, .failed(by: .local, reason: "the peer was removed"))
-            if transfer.lifecycle.owesPeerAbort { handle(transfer, .peerTold) }
         }
     }
 
@@ -448,7 +450,7 @@ final class Transfers: ChannelHandler, LinkComponent {
         case "Decline", "Cancel":
             do throws(ServiceError) {
                 try method == "Decline" ? decline(transfer) : cancel(transfer)
-                completion(.success(()))
+                afterTheRecord { completion(.success(())) }
             } catch {
                 completion(.failure(error))
             }
@@ -490,7 +492,7 @@ final class Transfers: ChannelHandler, LinkComponent {
             if let problem {
                 Log.info("\(transfer.logName): cannot accept: \(problem)")
                 handle(transfer, .failed(by: .local, reason: problem))
-                return completion(.failure(.failed(problem)))
+                return afterTheRecord { completion(.failure(.failed(problem))) }
             }
             Log.info("\(transfer.logName): accepted")
             handle(transfer, .personAccepted)
@@ -521,11 +523,15 @@ final class Transfers: ChannelHandler, LinkComponent {
     private func handle(_ transfer: Transfer, _ event: TransferLifecycle.Event) {
         let before = transfer.state
         let reaction = transfer.lifecycle.handle(event)
-        if let message = reaction.tell { transfer.stream?.post(.send(message)) }
+        if transfer.direction == .incoming && transfer.state.isFinished {
+            if reaction.tell != nil || reaction.closeStream { transfer.heldForTheRecord = (reaction.tell, reaction.closeStream) }
+        } else {
+            if let message = reaction.tell { transfer.stream?.post(.send(message)) }
+            if reaction.closeStream { transfer.stream?.post(.close) }
+        }
         if reaction.sendAccept, let stream = transfer.stream {
             stream.post(.accept(IncomingPlan(folder: transfer.record.folder, idHex: transfer.id.hex, id: transfer.id, store: store)))
         }
-        if reaction.closeStream { transfer.stream?.post(.close) }
         if reaction.discardPartial { transfer.discardPending = true }
         let after = transfer.state
         if after != before {
@@ -560,8 +566,8 @@ final class Transfers: ChannelHandler, LinkComponent {
 
     /// Writes the record on the disk thread (an outgoing one that owes nothing more goes).
     private func save(_ transfer: Transfer) {
-        let (store, record, id) = (store, transfer.record, transfer.id)
-        let forget = transfer.direction == .outgoing && transfer.state.isFinished && !transfer.lifecycle.owesPeerAbort
+        let (store, record, id, ended) = (store, transfer.record, transfer.id, transfer.state.isFinished)
+        let forget = transfer.direction == .outgoing && ended && !transfer.lifecycle.owesPeerAbort
         onDisk({ () -> String? in
             if forget {
                 // A record left behind would bring the ended transfer back at the next start,
@@ -574,15 +580,26 @@ final class Transfers: ChannelHandler, LinkComponent {
             } catch {
                 return "\(error)"
             }
-        }, then: { [weak self] error in self?.saved(id, error: error) })
+        }, then: { [weak self] error in self?.saved(id, ended: ended, error: error) })
     }
 
     /// A record the disk refused is written again every 500 ms until it is: else a restart
     /// brings back what the old record said (an incoming transfer that failed came back paused,
-    /// waiting forever for a sender that had forgotten it: chaos seed 3).
-    private func saved(_ id: TransferID, error: String?) {
+    /// waiting forever for a sender that had forgotten it: chaos seed 3). A record that says how
+    /// the transfer ended, written, lets the end show.
+    private func saved(_ id: TransferID, ended: Bool, error: String?) {
         guard let error else {
             unsaved.remove(id)
+            guard ended, let transfer = transfers[id], transfer.state.isFinished else { return }
+            if !transfer.endRecorded {
+                transfer.endRecorded = true
+                publish(transfer, withProgress: true)
+            }
+            if let held = transfer.heldForTheRecord {
+                transfer.heldForTheRecord = nil
+                if let message = held.tell { transfer.stream?.post(.send(message)) }
+                if held.close { transfer.stream?.post(.close) }
+            }
             return
         }
         if unsaved.insert(id).inserted {
@@ -606,9 +623,11 @@ final class Transfers: ChannelHandler, LinkComponent {
     }
 
     /// Shows the transfer's object; `Transferred` is brought up to date only `withProgress`
-    /// (at state changes and on the progress timer: at most 4 times a second otherwise).
+    /// (at state changes and on the progress timer: at most 4 times a second otherwise). An end
+    /// shows once its record is written (`Transfer.endRecorded`): until then the object shows
+    /// what it showed before.
     private func publish(_ transfer: Transfer, withProgress: Bool = false) {
-        guard transfer.number != nil else { return }
+        guard transfer.number != nil, !transfer.state.isFinished || transfer.endRecorded else { return }
         if withProgress { transfer.shownTransferred = transfer.transferred }
         show(transfer.snapshot)
     }
@@ -639,6 +658,12 @@ final class Transfers: ChannelHandler, LinkComponent {
     private func add(_ transfer: Transfer) {
         transfers[transfer.id] = transfer
         if let number = transfer.number { numbered[number] = transfer }
+    }
+
+    /// `done` once the disk thread has written what is queued (a caller whose method ended a
+    /// transfer is answered after the end shows, or after the write failed: then it shows later).
+    private func afterTheRecord(_ done: @escaping () -> Void) {
+        onDisk({ () }, then: { done() })
     }
 
     /// Runs `work` on the disk thread, then `done` with its result on the main loop.
