@@ -234,6 +234,33 @@ final class DelayBasedRateControlTests: XCTestCase {
         XCTAssertEqual(control.roundTripUs, 50)
     }
 
+    func testFeedbacksHandledTogetherDoNotShrinkAWindowThatHeldTheSenderBack() {
+        // A window of 1 MiB, all in flight (the sender had more); then 16 FEEDBACKs in one read
+        // of the link, nothing sent between them, the queue at its base: the flight-size rule
+        // counts what was in flight when the sender last sent, not what is left after each.
+        var control = DelayBasedRateControl()
+        var nowUs: UInt64 = 0
+        while control.windowBytes < 1 << 20 {
+            while control.allows(16_384) { control.sent(16_384, nowUs: nowUs) }
+            nowUs += 1_000
+            control.feedback(receivedBytes: control.sentBytes, delayUs: 500, nowUs: nowUs)
+        }
+        while control.allows(16_384) { control.sent(16_384, nowUs: nowUs) }
+        let window = control.windowBytes, flight = control.inFlightBytes
+        XCTAssertGreaterThanOrEqual(flight, window - 16_384)
+        nowUs += 1_000
+        let start = control.acknowledgedBytes
+        for part in 1...16 {
+            control.feedback(receivedBytes: start + UInt64(flight * part / 16), delayUs: 500, nowUs: nowUs)
+        }
+        XCTAssertEqual(control.inFlightBytes, 0)
+        XCTAssertGreaterThanOrEqual(control.windowBytes, window, "the window held the sender back: it may grow, not shrink")
+        // A sender that then has little to send keeps no more than twice that (or the first window).
+        control.sent(4_096, nowUs: nowUs)
+        control.feedback(receivedBytes: control.sentBytes, delayUs: 500, nowUs: nowUs + 1_000)
+        XCTAssertEqual(control.windowBytes, DelayBasedRateControl.Parameters().initialWindowBytes)
+    }
+
     func testFeedbackBeyondWhatWasSentAcknowledgesNoMore() {
         var control = DelayBasedRateControl()
         control.sent(1_000, nowUs: 0)

@@ -100,6 +100,10 @@ public struct DelayBasedRateControl: Sendable {
     private var inFlight: [(endBytes: UInt64, atUs: UInt64)] = []
     /// Acknowledged bytes since the last halving; none until a window's worth has come.
     private var acknowledgedSinceBackOff: Int = .max
+    /// What was in flight right after the last chunk went: the flight that the acknowledgements
+    /// since then belong to. Several FEEDBACKs handled with no sending between them (one read of
+    /// the link) each see less in flight than the one before; the last one, as good as nothing.
+    private var inFlightAtLastSendBytes = 0
 
     public init(parameters: Parameters = Parameters()) {
         self.parameters = parameters
@@ -133,6 +137,7 @@ public struct DelayBasedRateControl: Sendable {
     public mutating func sent(_ bytes: Int, nowUs: UInt64) {
         sentBytes &+= UInt64(bytes)
         inFlight.append((sentBytes, nowUs))
+        inFlightAtLastSendBytes = inFlightBytes
     }
 
     /// A CHANNEL_FEEDBACK: the receiver's total of DATA bytes received, and its delay sample.
@@ -169,7 +174,7 @@ public struct DelayBasedRateControl: Sendable {
             windowBytes += Int(change.rounded(.towardZero))
         }
         // Growth only while the window is what limits the sender (LEDBAT's flight-size rule).
-        let limit = max(parameters.initialWindowBytes, 2 * (inFlightBytes + newlyAcknowledged))
+        let limit = max(parameters.initialWindowBytes, 2 * inFlightAtLastSendBytes)
         windowBytes = max(parameters.minWindowBytes, min(windowBytes, parameters.maxWindowBytes, limit))
     }
 
