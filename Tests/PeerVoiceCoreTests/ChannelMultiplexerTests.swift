@@ -5,8 +5,10 @@ import XCTest
 /// as tables of exchanges between two multiplexers, A the link's initiator and B its responder.
 final class ChannelMultiplexerTests: XCTestCase {
     private let chess = try! ChannelName("org.example.Chess")
-    /// Small windows so the tables stay readable: 64 KiB per stream, credit back in 16 KiB steps.
-    private static let limits = ChannelLimits(streamWindowBytes: 65_536, windowUpdateBytes: 16_384, maxStreams: 4)
+    /// Small windows so the tables stay readable: 64 KiB per stream, credit back in 16 KiB steps,
+    /// growing to 256 KiB at most.
+    private static let limits = ChannelLimits(streamWindowBytes: 65_536, windowUpdateBytes: 16_384,
+                                              maxStreamWindowBytes: 262_144, maxStreams: 4)
 
     /// Two ends of a link and what the last frame meant on arrival.
     private struct Link {
@@ -147,6 +149,33 @@ final class ChannelMultiplexerTests: XCTestCase {
             XCTAssertEqual(link.b.bufferedBytes(of: id), buffered, "\(name): B's buffer")
             XCTAssertLessThanOrEqual(link.b.bufferedBytes(of: id), Self.limits.streamWindowBytes, name)
             XCTAssertEqual(sentWindows, windows, name)
+        }
+    }
+
+    func testAWindowTakenWithinAFewRoundTripsDoublesUpToItsLargest() throws {
+        // A 40 ms round trip: a window taken within 160 ms held the sender back; one taken slower
+        // was the app's pace (or the path's), and stays. The first window's clock starts at 0.
+        let fast = [UInt32](repeating: 16_384, count: 7) + [81_920] + [UInt32](repeating: 16_384, count: 7) + [147_456]
+            + [UInt32](repeating: 16_384, count: 4)
+        let cases: [(name: String, msPerStep: UInt64, windows: [UInt32])] = [
+            ("16 KiB every 10 ms: 64 then 128 KiB taken in 40 and 80 ms, doubling to the largest, 256 KiB", 10, fast),
+            ("16 KiB every 50 ms: 64 KiB in 200 ms, the window stays", 50, [UInt32](repeating: 16_384, count: 20)),
+        ]
+        for (name, msPerStep, expected) in cases {
+            var link = Link()
+            let id = try link.openAccepted(chess)
+            var windows: [UInt32] = []
+            var nowUs: UInt64 = 1_000_000
+            for _ in 0..<20 {
+                try link.toB(link.a.data(id, payload: [UInt8](repeating: 0, count: 16_384), endOfMessage: false, sentAtUs: 0))
+                nowUs += msPerStep * 1000
+                let window = try XCTUnwrap(link.b.delivered(id, bytes: 16_384, nowUs: nowUs, roundTripUs: 40_000), name)
+                guard case .window(_, let increment) = window else { return XCTFail(name) }
+                windows.append(increment)
+                try link.toA(window)
+            }
+            XCTAssertEqual(windows, expected, name)
+            XCTAssertLessThanOrEqual(link.a.sendCredit(id), Self.limits.maxStreamWindowBytes, name)
         }
     }
 

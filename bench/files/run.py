@@ -29,7 +29,7 @@ Parts (--parts, all by default):
   lossy       the same two namespaces joined instead through tunrelay.py (TUN devices, this kernel has
               no netem): --delay-ms one way in each direction (20: 40 ms round trip), --loss-percent of
               the packets dropped in each direction (1), each TUN shaped by tbf to 50 Mbit/s (a 50 ms
-              queue); --lossy-mib MiB (32 by default: PeerVoice moves ~0.2 MiB/s there, see the README);
+              queue); --lossy-mib MiB (32 by default: PeerVoice moves ~4 MiB/s there, see the README);
               peervoice and tcp
   resume      on the 1 Gbit/s namespaces: a peervoice transfer whose link is cut (A's veth down) once
               B has 40 % of the file, for --cut-s seconds (longer than the link's keepalive), then

@@ -5,15 +5,23 @@ public struct ChannelLimits: Sendable, Equatable {
     public var streamWindowBytes: Int
     /// Credit given back to the sender in steps of at least this many bytes (fewer WINDOW frames).
     public var windowUpdateBytes: Int
+    /// How far a stream's window may grow, doubling, while the window and not the app is what
+    /// holds the sender back (see ``ChannelMultiplexer/delivered(_:bytes:nowUs:roundTripUs:)``).
+    /// Linux's TCP send buffer's default largest size, so the stream is not the smaller window
+    /// on the link.
+    public var maxStreamWindowBytes: Int
     /// Streams open at once on one link, counting both sides' (more are refused).
     public var maxStreams: Int
 
-    public init(streamWindowBytes: Int = 256 * 1024, windowUpdateBytes: Int = 64 * 1024, maxStreams: Int = 256) {
+    public init(streamWindowBytes: Int = 256 * 1024, windowUpdateBytes: Int = 64 * 1024,
+                maxStreamWindowBytes: Int = 4 << 20, maxStreams: Int = 256) {
         precondition(streamWindowBytes >= ChannelWire.maxMessageBytes && streamWindowBytes <= Int(ChannelWire.maxWindowBytes),
                      "a window holds at least one whole message")
         precondition(windowUpdateBytes > 0 && windowUpdateBytes <= streamWindowBytes)
+        precondition(maxStreamWindowBytes >= streamWindowBytes && maxStreamWindowBytes <= Int(ChannelWire.maxWindowBytes))
         self.streamWindowBytes = streamWindowBytes
         self.windowUpdateBytes = windowUpdateBytes
+        self.maxStreamWindowBytes = maxStreamWindowBytes
         self.maxStreams = maxStreams
     }
 }
@@ -79,9 +87,10 @@ public enum ChannelProtocolError: Error, Equatable, Sendable, CustomStringConver
 ///
 /// Flow control is per stream and per direction: a receiver grants ``ChannelLimits/streamWindowBytes``
 /// when the stream opens and gives back what its app has taken, in steps of at least
-/// ``ChannelLimits/windowUpdateBytes``; a sender never sends more than it was granted. So a
-/// receiver holds at most one window per stream however fast the sender is, and a slow reader
-/// stops only its own stream.
+/// ``ChannelLimits/windowUpdateBytes`` (doubling the window, up to
+/// ``ChannelLimits/maxStreamWindowBytes``, while the window is what holds the sender back); a
+/// sender never sends more than it was granted. So a receiver holds at most one window per
+/// stream however fast the sender is, and a slow reader stops only its own stream.
 public struct ChannelMultiplexer: Sendable {
     enum Phase: Equatable, Sendable {
         /// We sent OPEN; no answer yet.
@@ -99,6 +108,11 @@ public struct ChannelMultiplexer: Sendable {
         var sendCredit: Int
         /// Bytes the peer may still send.
         var receiveWindow: Int
+        /// The window granted in all (what the peer's credit returns to as the app reads).
+        var grantedWindow: Int
+        /// Since when the app has taken `takenSinceWindowStart` bytes (the window's growth rule).
+        var windowStartUs: UInt64 = 0
+        var takenSinceWindowStart = 0
         /// Received, not yet taken by the app.
         var buffered = 0
         /// Taken by the app, not yet granted back.
@@ -114,6 +128,9 @@ public struct ChannelMultiplexer: Sendable {
     }
 
     public let limits: ChannelLimits
+    /// A window taken in fewer round trips than this grows (a credit round trip is one, and a
+    /// loss repair on the way adds about one more).
+    public static let windowGrowthRoundTrips: Int64 = 4
     private let opensOddStreams: Bool
     private var streams: [StreamID: Stream] = [:]
     private var lastLocalOpen: UInt32
@@ -176,7 +193,7 @@ public struct ChannelMultiplexer: Sendable {
         let id = StreamID(rawValue: lastLocalOpen == 0 ? (opensOddStreams ? 1 : 2) : lastLocalOpen + 2)
         lastLocalOpen = id.rawValue
         let window = mode.isReliable ? limits.streamWindowBytes : 0
-        streams[id] = Stream(mode: mode, channel: channel, phase: .opening, sendCredit: 0, receiveWindow: window)
+        streams[id] = Stream(mode: mode, channel: channel, phase: .opening, sendCredit: 0, receiveWindow: window, grantedWindow: window)
         return (id, .open(id, mode: mode, window: UInt32(window), datagramPort: mode == .datagrams ? datagramPort : 0, channel: channel))
     }
 
@@ -186,6 +203,7 @@ public struct ChannelMultiplexer: Sendable {
         guard var stream = streams[id], stream.phase == .offered else { return nil }
         stream.phase = .open
         stream.receiveWindow = stream.mode.isReliable ? limits.streamWindowBytes : 0
+        stream.grantedWindow = stream.receiveWindow
         streams[id] = stream
         return .accept(id, window: UInt32(stream.receiveWindow), datagramPort: stream.mode == .datagrams ? datagramPort : 0)
     }
@@ -249,15 +267,32 @@ public struct ChannelMultiplexer: Sendable {
 
     /// The app took `bytes` of what ``ChannelEvent/data(_:_:endOfMessage:)`` handed over; returns
     /// the WINDOW to send when enough credit has come free.
-    public mutating func delivered(_ id: StreamID, bytes: Int) -> ChannelFrame? {
+    ///
+    /// With `nowUs` and the link's `roundTripUs`: when the app took a whole window in less than
+    /// ``windowGrowthRoundTrips`` round trips, the window (a round trip's credit, plus the stalls
+    /// of TCP's loss repairs) is what limits the stream, not the app: the WINDOW doubles it, up
+    /// to ``ChannelLimits/maxStreamWindowBytes`` (QUIC implementations tune theirs this way).
+    public mutating func delivered(_ id: StreamID, bytes: Int, nowUs: UInt64 = 0, roundTripUs: Int64? = nil) -> ChannelFrame? {
         guard var stream = streams[id] else { return nil }
         precondition(bytes >= 0 && bytes <= stream.buffered, "delivered more than was received")
         stream.buffered -= bytes
         stream.unadvertised += bytes
         var update: ChannelFrame?
         if stream.unadvertised >= limits.windowUpdateBytes && !stream.receivedClose {
-            update = .window(id, increment: UInt32(stream.unadvertised))
-            stream.receiveWindow += stream.unadvertised
+            var increment = stream.unadvertised
+            stream.takenSinceWindowStart += stream.unadvertised
+            if let roundTripUs, stream.takenSinceWindowStart >= stream.grantedWindow {
+                if nowUs &- stream.windowStartUs < UInt64(Self.windowGrowthRoundTrips * max(0, roundTripUs)),
+                   stream.grantedWindow < limits.maxStreamWindowBytes {
+                    let growth = min(stream.grantedWindow, limits.maxStreamWindowBytes - stream.grantedWindow)
+                    stream.grantedWindow += growth
+                    increment += growth
+                }
+                stream.windowStartUs = nowUs
+                stream.takenSinceWindowStart = 0
+            }
+            update = .window(id, increment: UInt32(increment))
+            stream.receiveWindow += increment
             stream.unadvertised = 0
         }
         streams[id] = stream
@@ -288,7 +323,7 @@ public struct ChannelMultiplexer: Sendable {
             lastRemoteOpen = id.rawValue
             guard streams.count < limits.maxStreams else { return (nil, .refuse(id, .tooManyStreams)) }
             var stream = Stream(mode: mode, channel: channel, phase: .offered,
-                                sendCredit: mode.isReliable ? Int(window) : 0, receiveWindow: 0)
+                                sendCredit: mode.isReliable ? Int(window) : 0, receiveWindow: 0, grantedWindow: 0)
             stream.peerDatagramPort = mode == .datagrams ? datagramPort : 0
             streams[id] = stream
             return (.openRequested(id, channel, mode), nil)

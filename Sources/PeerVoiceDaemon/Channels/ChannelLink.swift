@@ -16,6 +16,9 @@ protocol ChannelLink: AnyObject {
     var pendingOutputBytes: Int { get }
     /// Bytes the kernel holds in the socket's send queue, not yet on their way (nil: unknown).
     var kernelQueuedOutputBytes: Int? { get }
+    /// Over IP, what the kernel's TCP knows of the path (nil over Bluetooth, or when the kernel
+    /// does not say).
+    var transportReport: TransportReport? { get }
     /// Called whenever the link's own output queue has emptied.
     var outputDrained: () -> Void { get set }
     /// The link's keys, once its handshake is done (channel datagram keys derive from them).

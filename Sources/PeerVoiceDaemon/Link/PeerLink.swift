@@ -255,6 +255,7 @@ final class PeerLink {
         return (local, remote)
     }
     var kernelQueuedOutputBytes: Int? { connection.kernelQueuedBytes(bluetooth: transport == .bluetooth) }
+    var transportReport: TransportReport? { transport == .ip ? connection.tcpReport() : nil }
 
     /// Closes on purpose, telling the peer why (a `userDisconnected` goodbye means "do not redial").
     func close(goodbye reason: GoodbyeReason, logReason: String) {

@@ -1,5 +1,6 @@
 import GIO
 import Glibc
+import PeerVoiceCore
 
 /// A byte stream over a non-blocking file descriptor (a TCP socket, or the RFCOMM socket BlueZ
 /// hands over), driven by main-loop fd watches. Writes that the kernel cannot take at once wait
@@ -45,6 +46,22 @@ final class StreamConnection {
         let unsentQueue: UInt = 0x894B  // SIOCOUTQNSD (linux/sockios.h)
         guard ioctl(socket.fd, unsentQueue, &value) == 0 else { return nil }
         return Int(value)
+    }
+
+    /// What the kernel's TCP knows of the path (TCP_INFO); nil for other sockets.
+    func tcpReport() -> TransportReport? {
+        guard !isClosed else { return nil }
+        // struct tcp_info (linux/tcp.h), u32 fields at these bytes; tcpi_min_rtt came with
+        // Linux 4.6, and Glibc's copy of the struct stops before it.
+        let smoothedOffset = 68, minimumOffset = 148
+        return withUnsafeTemporaryAllocation(byteCount: 232, alignment: 8) { info -> TransportReport? in
+            var length = socklen_t(info.count)
+            guard getsockopt(socket.fd, Int32(IPPROTO_TCP), TCP_INFO, info.baseAddress, &length) == 0,
+                  Int(length) >= minimumOffset + 4 else { return nil }
+            func field(_ offset: Int) -> UInt32 { info.load(fromByteOffset: offset, as: UInt32.self) }
+            guard field(minimumOffset) > 0, field(minimumOffset) != UInt32.max else { return nil }
+            return TransportReport(smoothedRoundTripUs: Int64(field(smoothedOffset)), minimumRoundTripUs: Int64(field(minimumOffset)))
+        }
     }
 
     init(socket: Socket) {
