@@ -272,7 +272,9 @@ public struct ChannelMultiplexer: Sendable {
     /// ``windowGrowthRoundTrips`` round trips, the window (a round trip's credit, plus the stalls
     /// of TCP's loss repairs) is what limits the stream, not the app: the WINDOW doubles it, up
     /// to ``ChannelLimits/maxStreamWindowBytes`` (QUIC implementations tune theirs this way).
-    public mutating func delivered(_ id: StreamID, bytes: Int, nowUs: UInt64 = 0, roundTripUs: Int64? = nil) -> ChannelFrame? {
+    /// `roundTripUs` is asked only then, once a window (the daemon's costs a system call).
+    public mutating func delivered(_ id: StreamID, bytes: Int, nowUs: UInt64 = 0,
+                                   roundTripUs: @autoclosure () -> Int64? = nil) -> ChannelFrame? {
         guard var stream = streams[id] else { return nil }
         precondition(bytes >= 0 && bytes <= stream.buffered, "delivered more than was received")
         stream.buffered -= bytes
@@ -281,7 +283,7 @@ public struct ChannelMultiplexer: Sendable {
         if stream.unadvertised >= limits.windowUpdateBytes && !stream.receivedClose {
             var increment = stream.unadvertised
             stream.takenSinceWindowStart += stream.unadvertised
-            if let roundTripUs, stream.takenSinceWindowStart >= stream.grantedWindow {
+            if stream.takenSinceWindowStart >= stream.grantedWindow, let roundTripUs = roundTripUs() {
                 if nowUs &- stream.windowStartUs < UInt64(Self.windowGrowthRoundTrips * max(0, roundTripUs)),
                    stream.grantedWindow < limits.maxStreamWindowBytes {
                     let growth = min(stream.grantedWindow, limits.maxStreamWindowBytes - stream.grantedWindow)

@@ -517,7 +517,8 @@ final class LinkChannels {
     }
 
     /// The multiplexer's `delivered`, with what its window's growth needs: the link's round trip
-    /// (over IP, TCP's; Bluetooth's windows stay as they are).
+    /// (over IP, TCP's, read only when a window's growth is judged; Bluetooth's windows stay as
+    /// they are).
     private func delivered(_ id: StreamID, bytes: Int) -> ChannelFrame? {
         streams.delivered(id, bytes: bytes, nowUs: Self.monotonicUs(), roundTripUs: link.transportReport?.smoothedRoundTripUs)
     }
