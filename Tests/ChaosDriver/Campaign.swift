@@ -11,6 +11,9 @@ struct ChaosFigures: CustomStringConvertible {
     /// Announced again (same id) by a receiver's next life: killed before it noted the first.
     var announcedAgain = 0
     var transfers = 0, transfersComplete = 0, transfersFailed = 0, transferBytes = 0
+    /// Transfer ends a client learned only from `PropertiesChanged`: the polls never saw them
+    /// (the service was killed, or the object went, before the next one).
+    var endsOnlySignalled = 0
     var streams = 0, streamsWhole = 0, streamsReset = 0, streamsRefused = 0, streamsCutByKill = 0
     /// Seconds from the last missing piece's return to the call active on both sides, by piece;
     /// seconds from avahi-daemon's return to browsing and publishing again (and being found).
@@ -24,6 +27,7 @@ struct ChaosFigures: CustomStringConvertible {
         delivered += other.delivered; failed += other.failed
         transfers += other.transfers; transfersComplete += other.transfersComplete
         transfersFailed += other.transfersFailed; transferBytes += other.transferBytes
+        endsOnlySignalled += other.endsOnlySignalled
         streams += other.streams; streamsWhole += other.streamsWhole; streamsReset += other.streamsReset
         streamsRefused += other.streamsRefused; streamsCutByKill += other.streamsCutByKill
         other.callRecoveries.forEach { callRecoveries[$0.key, default: []] += $0.value }
@@ -43,7 +47,7 @@ struct ChaosFigures: CustomStringConvertible {
         return "faults \(faults.values.reduce(0, +)) (\(kinds)); messages: \(sent) accepted, \(refused) refused, "
             + "\(received) received (\(announcedAgain) announced again after a kill), \(delivered) reported delivered, \(failed) failed; "
             + "transfers: \(transfers) accepted, \(transfersComplete) complete, \(transfersFailed) failed, "
-            + "\(transferBytes) bytes landed; streams: \(streams) opened, \(streamsWhole) whole, \(streamsReset) reset, "
+            + "\(transferBytes) bytes landed (\(endsOnlySignalled) ends seen only in PropertiesChanged); streams: \(streams) opened, \(streamsWhole) whole, \(streamsReset) reset, "
             + "\(streamsRefused) refused, \(streamsCutByKill) cut by their receiver's kill -9; "
             + "call active again after: " + (callRecoveries.isEmpty ? "-" : callRecoveries.sorted { $0.key < $1.key }
                 .map { "\($0.key) \(Self.spread($0.value))" }.joined(separator: ", "))
@@ -158,6 +162,8 @@ final class Campaign {
     private var seen: [Int: [String: SeenTransfer]] = [:]
     /// Transfer ids each daemon lists now (a finished transfer is not listed after a restart).
     private var listed: [Int: Set<String>] = [:]
+    /// Per node, how many of its watch's `PropertiesChanged` are folded into `seen`.
+    private var foldedChanges: [Int: Int] = [:]
     private var streams: [SentStream] = []
     private var violations: [String] = []
     /// The faults' kill -9s, so an exit the schedule did not cause is told apart.
@@ -712,7 +718,23 @@ final class Campaign {
                     try? node.watch.call("Accept", on: path)
                 }
             }
+            foldChanges(index, node)
         }
+    }
+
+    /// What the bus carried between polls: an end a client was told of counts as seen even when
+    /// the service was killed before the next poll (and lists it no more after its restart).
+    private func foldChanges(_ index: Int, _ node: Node) {
+        let changes = node.watch.changes
+        for change in changes.dropFirst(foldedChanges[index] ?? 0) {
+            guard let id = change.id, let state = change.properties["State"]?.string, Self.finals.contains(state) else { continue }
+            var entry = seen[index]?[id] ?? SeenTransfer(state: state, destination: "")
+            entry.state = state
+            if entry.finals.insert(state).inserted, !(listed[index]?.contains(id) ?? false) { figures.endsOnlySignalled += 1 }
+            if let destination = change.properties["Destination"]?.string, !destination.isEmpty { entry.destination = destination }
+            seen[index, default: [:]][id] = entry
+        }
+        foldedChanges[index] = changes.count
     }
 
     /// Everything accepted has come to an end the user can see.

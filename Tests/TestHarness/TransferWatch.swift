@@ -3,28 +3,41 @@ import GIO
 import PeerVoiceBus
 
 /// One peer's transfer objects as a client sees them: their properties now (`GetManagedObjects`,
-/// `Properties.Get`), every `PropertiesChanged` they sent since the watch began, and the
-/// methods of `org.example.PeerVoice.Transfer`.
+/// `Properties.Get`), every `PropertiesChanged` they sent since the watch began (with the `Id`
+/// each object was announced with), and the methods of `org.example.PeerVoice.Transfer`.
 public final class TransferWatch {
     /// One `PropertiesChanged` of a transfer object.
     public struct Change {
         public let path: String
         public let properties: [String: Variant]
         public let at: Date
+        /// The transfer's `Id`, from the `InterfacesAdded` that announced the object (nil when
+        /// the watch began after it).
+        public let id: String?
     }
 
     public let client: APIClient
     public private(set) var changes: [Change] = []
+    /// Each transfer object's `Id` by the announcing service's unique bus name and the path: a
+    /// restarted service numbers its objects from the start again.
+    private var ids: [String: String] = [:]
     private var subscription: SignalSubscription?
+    private var addedSubscription: SignalSubscription?
 
     public init(_ client: APIClient) {
         self.client = client
+        addedSubscription = client.connection.subscribe(sender: APIClient.name, interface: "org.freedesktop.DBus.ObjectManager",
+                                                        member: "InterfacesAdded") { [unowned self] signal in
+            guard let path = signal.arguments[0].string, path.hasPrefix(PeerVoiceBus.transfersPath + "/"),
+                  let id = signal.arguments[1].lookup(PeerVoiceBus.transferInterface)?.lookup("Id")?.string else { return }
+            ids[signal.sender + " " + path] = id
+        }
         subscription = client.connection.subscribe(sender: APIClient.name, interface: "org.freedesktop.DBus.Properties",
                                                    member: "PropertiesChanged") { [unowned self] signal in
             guard signal.path.hasPrefix(PeerVoiceBus.transfersPath + "/"), signal.arguments[0].string == PeerVoiceBus.transferInterface else { return }
             var properties: [String: Variant] = [:]
             for entry in signal.arguments[1].children { properties[entry[0].string!] = entry[1].unboxed }
-            changes.append(Change(path: signal.path, properties: properties, at: Date()))
+            changes.append(Change(path: signal.path, properties: properties, at: Date(), id: ids[signal.sender + " " + signal.path]))
         }
     }
 
