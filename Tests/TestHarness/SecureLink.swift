@@ -58,6 +58,8 @@ public final class SecureLink: @unchecked Sendable {
     private var decoder = FrameDecoder()
     /// The records' cipher, from the agreed version (before the key exchange starts).
     private var cipher: LinkCipher?
+    /// What this side seals and opens records with, once the peer's preamble has come.
+    public var recordCipher: LinkCipher.Algorithm? { cipher?.algorithm }
     private var sealer: RecordSealer?
     private var opener: RecordOpener?
     private var lastSent = Date()
