@@ -85,11 +85,11 @@ let package = Package(
         // Seeded randomness for tests and benchmarks; assertions and handshake runs for the core's tests.
         .target(name: "SeededRandom", path: "Tests/SeededRandom"),
         .target(name: "CoreTestSupport", dependencies: ["PeerVoiceCore"], path: "Tests/CoreTestSupport"),
-        .target(name: "TestHarness", dependencies: ["GIO", "PeerVoiceBus", "PeerVoiceCore", "Sodium", "SeededRandom"],
+        .target(name: "TestHarness", dependencies: ["GIO", "PeerVoiceBus", "PeerVoiceCore", "Sodium", "OpenSSLCrypto", "SeededRandom"],
                 path: "Tests/TestHarness"),
         .testTarget(name: "PeerVoiceCoreTests", dependencies: ["PeerVoiceCore", "SeededRandom", "CoreTestSupport"]),
         .testTarget(name: "SimulationTests", dependencies: ["PeerVoiceSimulation", "PeerVoiceCore", "SeededRandom"]),
-        .testTarget(name: "SodiumTests", dependencies: ["Sodium", "PeerVoiceCore", "CoreTestSupport"]),
+        .testTarget(name: "SodiumTests", dependencies: ["Sodium", "OpenSSLCrypto", "PeerVoiceCore", "CoreTestSupport"]),
         .testTarget(name: "OpenSSLCryptoTests", dependencies: ["OpenSSLCrypto", "PeerVoiceCore", "CoreTestSupport"]),
         .testTarget(name: "OpusTests", dependencies: ["Opus", "PeerVoiceCore"]),
         // Mumble's control messages through protobuf-c, on bytes written out from Mumble.proto.

@@ -119,12 +119,17 @@ func makePayload(_ input: inout Input, length: Int, hello: Bool) -> [UInt8] {
 // MARK: - Records
 
 /// Seals like RecordSealer, at any counter (docs/SECURITY.md §4): what a peer holding the key can do.
-func sealRecord(crypto: any CryptoPrimitives, key: [UInt8], direction: RecordDirection, purpose: RecordPurpose, counter: UInt64, plaintext: [UInt8]) -> [UInt8] {
+func sealRecord(aead: any RecordAEAD, direction: RecordDirection, purpose: RecordPurpose, counter: UInt64, plaintext: [UInt8]) -> [UInt8] {
     var counterBytes: [UInt8] = []
     for shift in stride(from: 56, through: 0, by: -8) { counterBytes.append(UInt8(truncatingIfNeeded: counter >> UInt64(shift))) }
-    let nonce = [direction.rawValue, purpose.rawValue] + [UInt8](repeating: 0, count: 14) + counterBytes
+    // 14 zero bytes in XChaCha20-Poly1305's 24-byte nonce, 2 in AES-256-GCM's 12.
+    let nonce = [direction.rawValue, purpose.rawValue] + [UInt8](repeating: 0, count: aead.nonceBytes - 10) + counterBytes
     let associatedData = [direction.rawValue, purpose.rawValue] + counterBytes
-    return counterBytes + crypto.seal(key: key, nonce: nonce, plaintext: plaintext, associatedData: associatedData)
+    var sealed = [UInt8](repeating: 0, count: plaintext.count + 16)
+    plaintext.withUnsafeBytes { plaintext in
+        sealed.withUnsafeMutableBytes { aead.seal(nonce: nonce, plaintext: plaintext, associatedData: associatedData, into: $0) }
+    }
+    return counterBytes + sealed
 }
 
 /// The replay window as docs/SECURITY.md §4 describes it.
@@ -149,9 +154,8 @@ struct WindowModel {
 
 struct RecordHarness {
     var opener: RecordOpener
-    /// What both ends seal and open with.
-    let crypto: any CryptoPrimitives
-    let key: [UInt8]
+    /// What both ends seal and open with, keyed with the sender's key.
+    let aead: any RecordAEAD
     let direction: RecordDirection
     let purpose: RecordPurpose
     var model: WindowModel
@@ -195,7 +199,7 @@ struct RecordHarness {
     }
 
     mutating func sealAuthentic(counter: UInt64, plaintext: [UInt8]) -> [UInt8] {
-        let record = sealRecord(crypto: crypto, key: key, direction: direction, purpose: purpose, counter: counter, plaintext: plaintext)
+        let record = sealRecord(aead: aead, direction: direction, purpose: purpose, counter: counter, plaintext: plaintext)
         check(record.count == plaintext.count + SealedRecord.overheadBytes, "record size")
         authentic[record] = (counter, plaintext)
         if sent.count < 64 { sent.append(record) }
@@ -253,7 +257,7 @@ struct RecordHarness {
             default:
                 // The sealer refuses at its rekey limit.
                 let limit = UInt64(op >> 3)
-                var small = RecordSealer(key: key, direction: direction, purpose: purpose, crypto: crypto, rekeyLimit: limit)
+                var small = RecordSealer(aead: aead, direction: direction, purpose: purpose, rekeyLimit: limit)
                 for counter in 0...limit {
                     check(small.needsRekey == (counter >= limit), "needsRekey at \(counter) of \(limit)")
                     check(small.shouldRekey == (counter >= limit / 2), "shouldRekey at \(counter) of \(limit)")
@@ -451,8 +455,14 @@ func runHonest(_ input: inout Input, roleA: HandshakeRole, identityA: StaticIden
     let (sender, receiver) = recordsFromB ? (resultB, resultA) : (resultA, resultB)
     let purposeOp = input.u8()
     if purposeOp & 1 == 0 {
-        var sealer = sender.makeLinkSealer()
-        var harness = RecordHarness(opener: receiver.makeLinkOpener(), crypto: crypto, key: sender.sendKey, direction: sender.sendDirection,
+        // A link at protocol 10 (XChaCha20-Poly1305) or 11 (AES-256-GCM, the stand-in's on either primitives).
+        let cipher = LinkCipher(version: purposeOp & 2 == 0 ? 10 : 11, aesGCM: standInPrimitives)
+        trace("link records: \(cipher.algorithm)")
+        check(cipher.rekeyLimit == (cipher.algorithm == .aes256GCM ? LinkCipher.aes256GCMRekeyLimit : RecordSealer.defaultRekeyLimit), "rekey limit")
+        let aead: any RecordAEAD = cipher.algorithm == .aes256GCM
+            ? standInPrimitives.aes256GCM(key: sender.sendKey) : XChaCha20Poly1305Key(key: sender.sendKey, crypto: crypto)
+        var sealer = sender.makeLinkSealer(cipher)
+        var harness = RecordHarness(opener: receiver.makeLinkOpener(cipher), aead: aead, direction: sender.sendDirection,
                                     purpose: .link, model: WindowModel(size: 0))
         harness.run(&input, sealer: &sealer)
     } else {
@@ -484,7 +494,7 @@ func runHonest(_ input: inout Input, roleA: HandshakeRole, identityA: StaticIden
         let mode: RecordOpener.Mode = purposeOp & 128 != 0 && purposeOp & 64 == 0 ? .stream : .datagram(windowSize: requested)
         let size: UInt64 = mode == .stream ? 0 : UInt64(max(64, (requested + 63) / 64 * 64))
         var sealer = senderKeys.makeSealer()
-        var harness = RecordHarness(opener: receiverKeys.makeOpener(mode: mode), crypto: crypto, key: senderKeys.sendKey,
+        var harness = RecordHarness(opener: receiverKeys.makeOpener(mode: mode), aead: XChaCha20Poly1305Key(key: senderKeys.sendKey, crypto: crypto),
                                     direction: senderKeys.sendDirection, purpose: .voice, model: WindowModel(size: size))
         harness.run(&input, sealer: &sealer)
     }

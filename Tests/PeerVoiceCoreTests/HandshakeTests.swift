@@ -205,11 +205,11 @@ final class HandshakeTests: XCTestCase {
     func testResultChannelsTalkToEachOther() throws {
         let (initiator, responder) = try makePair()
         try exchange(initiator, responder)
-        var sealer = try XCTUnwrap(initiator.result).makeLinkSealer()
-        var opener = try XCTUnwrap(responder.result).makeLinkOpener()
+        var sealer = try XCTUnwrap(initiator.result).makeLinkSealer(.xChaCha20Poly1305)
+        var opener = try XCTUnwrap(responder.result).makeLinkOpener(.xChaCha20Poly1305)
         XCTAssertEqual(try opener.open(try sealer.seal([1, 2, 3])), [1, 2, 3])
-        var back = try XCTUnwrap(responder.result).makeLinkSealer()
-        var backOpener = try XCTUnwrap(initiator.result).makeLinkOpener()
+        var back = try XCTUnwrap(responder.result).makeLinkSealer(.xChaCha20Poly1305)
+        var backOpener = try XCTUnwrap(initiator.result).makeLinkOpener(.xChaCha20Poly1305)
         XCTAssertEqual(try backOpener.open(try back.seal([4])), [4])
     }
 

@@ -14,20 +14,21 @@ final class VersionNegotiationTests: XCTestCase {
     // MARK: Preambles
 
     func testThePreambleAnnouncesTheLowestThenTheHighestVersion() {
-        XCTAssertEqual(Preamble.bytes, preamble(6, 10))
+        XCTAssertEqual(Preamble.bytes, preamble(6, 11))
         XCTAssertEqual(Preamble.bytes(announcing: VersionRange(only: 6)), preamble(6, 0), "one version: bytes 6-7 are 0, as version 6 sent them")
         XCTAssertEqual(Preamble.bytes(announcing: range(7, 9)), preamble(7, 9))
         XCTAssertEqual(VersionRange.supported, range(Wire.minimumProtocolVersion, Wire.protocolVersion))
     }
 
-    /// Each peer's preamble against this side's 6-10: what it speaks, or why it is refused.
+    /// Each peer's preamble against this side's 6-11: what it speaks, or why it is refused.
     func testAPreambleIsAcceptedWhenItSharesAVersionWithThisSide() {
         let table: [(bytes: [UInt8], outcome: Result<VersionRange, WireError>)] = [
             (preamble(6, 0), .success(VersionRange(only: 6))),   // version 6 (the previous release)
             (preamble(6, 7), .success(range(6, 7))),             // the release that brought channels
             (preamble(6, 8), .success(range(6, 8))),             // the release that brought the dial proof
             (preamble(6, 9), .success(range(6, 9))),             // the release that brought file transfers
-            (preamble(6, 10), .success(range(6, 10))),           // this release
+            (preamble(6, 10), .success(range(6, 10))),           // the release that brought SHA-256 file hashes
+            (preamble(6, 11), .success(range(6, 11))),           // this release
             (preamble(7, 0), .success(VersionRange(only: 7))),
             (preamble(8, 9), .success(range(8, 9))),
             (preamble(9, 10), .success(range(9, 10))),           // a newer side that still speaks 9
@@ -35,8 +36,9 @@ final class VersionNegotiationTests: XCTestCase {
             (preamble(5, 0), .failure(.unsupportedVersion(5))),   // version 5: one version, too old
             (preamble(5, 7), .failure(.unsupportedVersion(5))),   // up to 5, bytes 6-7 meant nothing
             (preamble(10, 11), .success(range(10, 11))),         // a newer side that still speaks 10
-            (preamble(11, 0), .failure(.unsupportedVersion(11))),
-            (preamble(11, 12), .failure(.unsupportedVersions(range(11, 12)))),
+            (preamble(11, 12), .success(range(11, 12))),         // a newer side that still speaks 11
+            (preamble(12, 0), .failure(.unsupportedVersion(12))),
+            (preamble(12, 13), .failure(.unsupportedVersions(range(12, 13)))),
             (preamble(7, 3), .failure(.invalidVersionRange(lowest: 7, highest: 3))),
         ]
         for (bytes, outcome) in table {
@@ -53,11 +55,11 @@ final class VersionNegotiationTests: XCTestCase {
         assertThrows(WireError.unsupportedVersion(5)) { try old.next() }
 
         var newer = FrameDecoder()
-        newer.append(preamble(11, 12).prefix(7))
-        XCTAssertNil(try newer.next(), "11-12 needs bytes 6-7 to be told apart from 11 alone")
+        newer.append(preamble(12, 13).prefix(7))
+        XCTAssertNil(try newer.next(), "12-13 needs bytes 6-7 to be told apart from 12 alone")
         XCTAssertNil(newer.peerVersions)
-        newer.append(preamble(11, 12).suffix(1))
-        assertThrows(WireError.unsupportedVersions(range(11, 12))) { try newer.next() }
+        newer.append(preamble(12, 13).suffix(1))
+        assertThrows(WireError.unsupportedVersions(range(12, 13))) { try newer.next() }
 
         var current = FrameDecoder()
         current.append(preamble(6, 0) + Frame.keepalive.encoded())
@@ -158,6 +160,7 @@ final class VersionNegotiationTests: XCTestCase {
         XCTAssertEqual(TransferWire.protocolVersion, 9)
         XCTAssertEqual(TransferWire.capability.rawValue, 0x200)
         XCTAssertEqual(ContentHashes.sha256Version, 10)
+        XCTAssertEqual(LinkCipher.aes256GCMVersion, 11)
         XCTAssertEqual(Capabilities.sha256FileHashes.rawValue, 0x400)
     }
 

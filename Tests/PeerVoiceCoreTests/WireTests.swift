@@ -9,8 +9,8 @@ final class WireTests: XCTestCase {
     // MARK: - Preamble
 
     func testPreambleBytes() {
-        // Version 8 announces 6 (its lowest, the one a version-6 receiver checks) to 8.
-        XCTAssertEqual(Preamble.bytes, [0x50, 0x56, 0x4C, 0x4B, 0x00, 0x06, 0x00, 0x0A])
+        // Version 11 announces 6 (its lowest, the one a version-6 receiver checks) to 11.
+        XCTAssertEqual(Preamble.bytes, [0x50, 0x56, 0x4C, 0x4B, 0x00, 0x06, 0x00, 0x0B])
         XCTAssertEqual(Preamble.byteCount, 8)
     }
 
@@ -482,7 +482,7 @@ final class WireTests: XCTestCase {
                        "frame of 1000000 bytes is over the limit (70000 bytes; 1024 during the handshake)")
         XCTAssertEqual(WireError.unknownFrameType(0x0A).description, "unknown frame type 0x0a")
         XCTAssertEqual(WireError.unsupportedVersion(1).description,
-                       "peer speaks protocol version 1; this side speaks versions 6-10")
+                       "peer speaks protocol version 1; this side speaks versions 6-11")
         XCTAssertEqual(WireError.trailingBytes(.ack, count: 1).description, "ACK frame has 1 unexpected trailing byte")
         XCTAssertEqual(WireError.frameTooShort(.text, bodyBytes: 9, requiredBytes: 33).description,
                        "TEXT frame of 9 bytes is too short (needs 33)")

@@ -14,8 +14,8 @@ final class MessagingTests: XCTestCase {
     private static let failed = "org.example.PeerVoice.Error.Failed"
     private static let unknownPeer = "org.example.PeerVoice.Error.UnknownPeer"
     private static let tooLarge = "org.example.PeerVoice.Error.TooLarge"
-    /// PVLK, versions 6 to 10.
-    private static let preamble: [UInt8] = [0x50, 0x56, 0x4C, 0x4B, 0x00, 0x06, 0x00, 0x0A]
+    /// PVLK, versions 6 to 11.
+    private static let preamble: [UInt8] = [0x50, 0x56, 0x4C, 0x4B, 0x00, 0x06, 0x00, 0x0B]
 
     private let started = StartedPeers()
 

@@ -516,7 +516,7 @@ final class SecurityTests: XCTestCase {
         let a = try makePeer("alice")
         let b = try makePeer("bob")
         let preamble = Preamble.bytes
-        XCTAssertEqual(preamble, [0x50, 0x56, 0x4C, 0x4B, 0x00, 0x06, 0x00, 0x0A])
+        XCTAssertEqual(preamble, [0x50, 0x56, 0x4C, 0x4B, 0x00, 0x06, 0x00, 0x0B])
 
         // Stalls in the middle of message 1.
         let stalled = try TCPStream.connect(port: a.port)

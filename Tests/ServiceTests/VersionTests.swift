@@ -83,6 +83,24 @@ final class VersionTests: XCTestCase {
         }
     }
 
+    /// A link at version 10 seals its records with XChaCha20-Poly1305, one at 11 with AES-256-GCM
+    /// (the peer built from the core picks the cipher from the agreed version, as the daemon does):
+    /// text goes both ways on each, so the daemon sealed and opened with the same cipher.
+    func testAVersion10LinkSealsWithXChaChaAndAVersion11LinkWithAESGCM() throws {
+        let b = try started.make("bob")
+        for (versions, cipher) in [(range(6, 10), LinkCipher.Algorithm.xChaCha20Poly1305), (range(6, 11), .aes256GCM)] {
+            let (link, id) = try pairedPeer(with: b, versions: versions, capabilities: Capabilities.text.union(.highestVersion(versions.highest)),
+                                            name: "v\(versions.highest)")
+            defer { link.close() }
+            XCTAssertEqual(link.recordCipher, cipher)
+            XCTAssertTrue(eventually(timeout: 5) { b.log.contains("\(id) connected (incoming over ip, protocol \(versions.highest) with text messages, key") }, b.log)
+            _ = try framesUpToAText(from: b, to: id, over: link)
+            let mark = b.mark
+            try link.sendText(seq: 1, previousSeq: 0, text: "sealed with \(cipher)")
+            XCTAssertNotNil(b.client.waitForSignalIndex("MessageReceived", after: mark, timeout: 5) { $0.string(2) == "sealed with \(cipher)" })
+        }
+    }
+
     /// A side of this version that does not announce presence gets no PRESENCE, and a PRESENCE from it
     /// is a frame of a feature its link does not carry: GOODBYE with reason 2.
     func testAFeatureOnlyOneSideAnnouncedStaysOffTheLink() throws {

@@ -130,3 +130,30 @@ public final class DeterministicCrypto: CryptoPrimitives, @unchecked Sendable {
         return value
     }
 }
+
+extension DeterministicCrypto: AESGCMPrimitives {
+    /// A stand-in with AES-256-GCM's nonce size: the stand-in seal under a key derived from `key`
+    /// with a label, so a record sealed as one cipher does not open as the other (as with the real
+    /// ones, when an edited preamble made two sides choose differently).
+    public func aes256GCM(key: [UInt8]) -> any RecordAEAD {
+        StandInAESGCM(key: hash(Array("stand-in AES-256-GCM".utf8), key: key), crypto: self)
+    }
+}
+
+/// The stand-in's "AES-256-GCM": 12-byte nonces, 16-byte tags, nothing hidden.
+struct StandInAESGCM: RecordAEAD {
+    let key: [UInt8]
+    let crypto: DeterministicCrypto
+
+    var nonceBytes: Int { 12 }
+
+    func seal(nonce: [UInt8], plaintext: UnsafeRawBufferPointer, associatedData: [UInt8], into output: UnsafeMutableRawBufferPointer) {
+        precondition(nonce.count == nonceBytes, "AES-GCM nonces have 12 bytes here")
+        crypto.seal(key: key, nonce: nonce, plaintext: plaintext, associatedData: associatedData, into: output)
+    }
+
+    func open(nonce: [UInt8], ciphertext: UnsafeRawBufferPointer, associatedData: [UInt8], into output: UnsafeMutableRawBufferPointer) -> Bool {
+        precondition(nonce.count == nonceBytes, "AES-GCM nonces have 12 bytes here")
+        return crypto.open(key: key, nonce: nonce, ciphertext: ciphertext, associatedData: associatedData, into: output)
+    }
+}

@@ -58,6 +58,8 @@ final class SimulatedLink {
     private var timer: Scheduler.Timer?
     private let startedAt: Duration
     private var authenticatedAt: Duration?
+    /// Seals the link's records at protocol 11 (the stand-in's AES-256-GCM).
+    private var aesGCM: (any AESGCMPrimitives)?
     private var lastReceived: Duration
     private var lastSent: Duration
 
@@ -73,7 +75,8 @@ final class SimulatedLink {
         lastSent = startedAt
     }
 
-    func start(hello: Hello, identity: StaticIdentity, pinnedKey: [UInt8]?, crypto: any CryptoPrimitives) {
+    func start(hello: Hello, identity: StaticIdentity, pinnedKey: [UInt8]?, crypto: any CryptoPrimitives, aesGCM: any AESGCMPrimitives) {
+        self.aesGCM = aesGCM
         end.onBytes = { [weak self] bytes in self?.received(bytes) }
         end.onClose = { [weak self] in self?.finish(.other("the stream closed")) }
         decoder.maxBodyBytes = Handshake.maxMessageBytes
@@ -187,15 +190,18 @@ final class SimulatedLink {
             end.send(Wire.lengthPrefixed(try handshake.writeMessage()))
             lastSent = scheduler.now
         }
-        guard let result = handshake.result else { return }
+        guard let result = handshake.result, let aesGCM else { return }
         guard case .hello(let hello) = try Frame(body: result.remotePayload) else {
             throw WireError.unknownFrameType(result.remotePayload.first ?? 0)
         }
         self.handshake = nil
         self.result = result
         peerHello = hello
-        sealer = result.makeLinkSealer()
-        opener = LinkRecordOpener(result.makeLinkOpener())
+        // Every simulated service speaks this version; the preamble has come before message 2.
+        let agreed = decoder.peerVersions.flatMap { decoder.supportedVersions.agreed(with: $0) } ?? Wire.minimumProtocolVersion
+        let cipher = LinkCipher(version: agreed, aesGCM: aesGCM)
+        sealer = result.makeLinkSealer(cipher)
+        opener = LinkRecordOpener(result.makeLinkOpener(cipher))
         decoder.maxBodyBytes = Wire.maxFrameBodyBytes
         phase = .awaitingPairing
         authenticatedAt = scheduler.now

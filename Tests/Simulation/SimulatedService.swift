@@ -471,7 +471,7 @@ final class SimulatedService {
         var pinned: [UInt8]?
         if case .peer(let id) = dialled, let record = peers[id], record.paired { pinned = record.key.bytes }
         let hello = try! Hello(instanceID: instance, capabilities: [.text], listenPort: 47800, voicePort: 0, name: peer.name)
-        link.start(hello: hello, identity: peer.identity, pinnedKey: pinned, crypto: peer.crypto)
+        link.start(hello: hello, identity: peer.identity, pinnedKey: pinned, crypto: peer.crypto, aesGCM: peer.crypto)
     }
 
     private func connectFailed(_ record: Record, _ error: ServiceError) {

@@ -1,3 +1,4 @@
+import OpenSSLCrypto
 import PeerVoiceCore
 import Sodium
 import XCTest
@@ -19,13 +20,24 @@ final class HandshakeVectorTests: XCTestCase {
     /// The same keys at a version whose message 1 carries the dial proof (§3.4): the responder's
     /// presence secret is 32 bytes 0x42, the epoch 1960644.
     func testPublishedVectorWithADialProof() throws {
-        let key = DialProofKey(secret: PresenceSecret(bytes: [UInt8](repeating: 0x42, count: 32))!, epoch: 1_960_644)
         // SECURITY.md §8 publishes the handshake's part of it (the sealed PAIRING examples and the
         // peer-id hashes after it belong to the first vector).
-        XCTAssertEqual(Array(try vector(dialProof: .present(key)).prefix(Self.expectedWithDialProof.count)), Self.expectedWithDialProof)
+        XCTAssertEqual(Array(try vector(dialProof: .present(Self.dialProofKey)).prefix(Self.expectedWithDialProof.count)),
+                       Self.expectedWithDialProof)
     }
 
-    private func vector(dialProof: DialProofField) throws -> [String] {
+    /// The records of a link at version 11 (AES-256-GCM) after the same handshake: the KEEPALIVE
+    /// and the PAIRING exchange. The values were computed from SECURITY.md §4 alone with Python's
+    /// `cryptography` (`AESGCM(k).encrypt(d || p || 00 00 || u64be(c), body, d || p || u64be(c))`).
+    func testPublishedRecordsAtVersion11() throws {
+        let lines = try vector(dialProof: .present(Self.dialProofKey), cipher: LinkCipher(version: 11, aesGCM: OpenSSLAESGCM()))
+        XCTAssertEqual(lines.filter { $0.hasPrefix("record ") || $0.hasPrefix("pairing_") }, Self.expectedAtVersion11)
+    }
+
+    private static let dialProofKey = DialProofKey(secret: PresenceSecret(bytes: [UInt8](repeating: 0x42, count: 32))!, epoch: 1_960_644)
+
+    /// The lines SECURITY.md §8 publishes; records sealed with `cipher` (that of a link at 10 or older unless given).
+    private func vector(dialProof: DialProofField, cipher: LinkCipher = .xChaCha20Poly1305) throws -> [String] {
         let crypto = LibSodium()
         let responderField: DialProofField = if case .present = dialProof { .present(nil) } else { .absent }
         let initiator = try Handshake(role: .initiator,
@@ -44,17 +56,17 @@ final class HandshakeVectorTests: XCTestCase {
         }
         let i = try XCTUnwrap(initiator.result)
         let r = try XCTUnwrap(responder.result)
-        var sealer = i.makeLinkSealer()
+        var sealer = i.makeLinkSealer(cipher)
         let record = try sealer.seal(Frame.keepalive.encodedBody())
         // PROTOCOL.md §7.3's example: I known, R asking, both accept; each side's records from counter 0.
-        var initiatorSealer = i.makeLinkSealer(), responderSealer = r.makeLinkSealer()
+        var initiatorSealer = i.makeLinkSealer(cipher), responderSealer = r.makeLinkSealer(cipher)
         let pairing = [
             try initiatorSealer.seal(Frame.pairing(.known).encodedBody()),
             try responderSealer.seal(Frame.pairing(.asking).encodedBody()),
             try responderSealer.seal(Frame.pairing(.accept).encodedBody()),
             try initiatorSealer.seal(Frame.pairing(.accept).encodedBody()),
         ]
-        var openerAtR = r.makeLinkOpener(), openerAtI = i.makeLinkOpener()
+        var openerAtR = r.makeLinkOpener(cipher), openerAtI = i.makeLinkOpener(cipher)
         XCTAssertEqual(try openerAtR.open(pairing[0]), [0x06, 0x03])
         XCTAssertEqual(try openerAtI.open(pairing[1]), [0x06, 0x02])
         XCTAssertEqual(try openerAtI.open(pairing[2]), [0x06, 0x01])
@@ -93,7 +105,7 @@ final class HandshakeVectorTests: XCTestCase {
     func testTheDocumentPublishesTheseValues() throws {
         let document = try String(contentsOfFile: URL(fileURLWithPath: #filePath)
             .deletingLastPathComponent().appendingPathComponent("../../docs/SECURITY.md").path, encoding: .utf8)
-        for line in Self.expected {
+        for line in Self.expected + Self.expectedWithDialProof + Self.expectedAtVersion11 {
             let value = try XCTUnwrap(line.split(separator: " ").last)
             XCTAssertTrue(document.contains(value), "SECURITY.md lacks \(line)")
         }
@@ -135,5 +147,13 @@ final class HandshakeVectorTests: XCTestCase {
         "k_exp fa84a7653807874e4e102bbd0f2b7c5435bc708c19c2abdbfd6a4f6c9475f9c4",
         "record 0000000000000000a4c8710ebe78cf686d891b6cbe8714a46f",
         "voice 2b5d8e26ce8bf784357757f9e73a95139a17003e15cd0c2634d70ede4a8f995a",
+    ]
+
+    static let expectedAtVersion11: [String] = [
+        "record 00000000000000007e2e4776578810345d55b7f96b520b688e",
+        "pairing_I_known 00000000000000007c4d0b29626feebe05f0d3d7c35d363ab7ac",
+        "pairing_R_asking 0000000000000000742af084c584531e925207120665a19cf5f0",
+        "pairing_R_accept 00000000000000019a6b2f8e28a73f99657e2f8bbc6ffece1fa8",
+        "pairing_I_accept 0000000000000001ff79b83be15bc21ae503badc8e097f5edcb6",
     ]
 }

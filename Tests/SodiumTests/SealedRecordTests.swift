@@ -201,8 +201,8 @@ final class SealedRecordTests: XCTestCase {
 
     func testLinkChannelsBothWays() throws {
         let (i, r) = try completedLink()
-        var iSealer = i.makeLinkSealer(), rOpener = r.makeLinkOpener()
-        var rSealer = r.makeLinkSealer(), iOpener = i.makeLinkOpener()
+        var iSealer = i.makeLinkSealer(.xChaCha20Poly1305), rOpener = r.makeLinkOpener(.xChaCha20Poly1305)
+        var rSealer = r.makeLinkSealer(.xChaCha20Poly1305), iOpener = i.makeLinkOpener(.xChaCha20Poly1305)
         let body = Frame.keepalive.encodedBody()
         let toResponder = try iSealer.seal(body)
         let toInitiator = try rSealer.seal(body)

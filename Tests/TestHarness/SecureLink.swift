@@ -1,5 +1,6 @@
 import Foundation
 import Glibc
+import OpenSSLCrypto
 import PeerVoiceCore
 import Sodium
 
@@ -39,6 +40,8 @@ public enum SecureLinkError: Error, CustomStringConvertible, Equatable {
 /// peervoiced does, so the daemon does not drop a link the test keeps quiet for a while.
 public final class SecureLink: @unchecked Sendable {
     public static let crypto = LibSodium()
+    /// What a link at protocol 11 or later seals its records with.
+    public static let aesGCM = OpenSSLAESGCM()
 
     public let stream: TCPStream
     public let role: HandshakeRole
@@ -53,6 +56,10 @@ public final class SecureLink: @unchecked Sendable {
     private let sendLock = NSLock()
     private var handshake: Handshake?
     private var decoder = FrameDecoder()
+    /// The records' cipher, from the agreed version (before the key exchange starts).
+    private var cipher: LinkCipher?
+    /// What this side seals and opens records with, once the peer's preamble has come.
+    public var recordCipher: LinkCipher.Algorithm? { cipher?.algorithm }
     private var sealer: RecordSealer?
     private var opener: RecordOpener?
     private var lastSent = Date()
@@ -193,6 +200,7 @@ public final class SecureLink: @unchecked Sendable {
         handshakeInputs = nil
         let ours = (try? Preamble.check(preamble, supporting: VersionRange(lowest: 1, highest: .max)!)) ?? .supported
         let agreed = decoder.peerVersions.flatMap { ours.agreed(with: $0) } ?? ours.highest
+        cipher = LinkCipher(version: agreed, aesGCM: Self.aesGCM)
         do {
             handshake = try Handshake(role: role, identity: identity, payload: Frame.hello(hello).encodedBody(),
                                       expectedRemoteStaticKey: inputs.expectedRemoteStaticKey,
@@ -204,11 +212,11 @@ public final class SecureLink: @unchecked Sendable {
     }
 
     private func complete() {
-        guard let result = handshake?.result else { return }
+        guard let result = handshake?.result, let cipher else { return }
         completed = result
         handshake = nil
-        sendLock.withLock { sealer = result.makeLinkSealer() }
-        opener = result.makeLinkOpener()
+        sendLock.withLock { sealer = result.makeLinkSealer(cipher) }
+        opener = result.makeLinkOpener(cipher)
         decoder.maxBodyBytes = Wire.maxFrameBodyBytes
     }
 

@@ -33,14 +33,16 @@ public struct HandshakeResult: Sendable {
     public var initiatorToResponderKey: [UInt8] { role == .initiator ? sendKey : receiveKey }
     public var responderToInitiatorKey: [UInt8] { role == .initiator ? receiveKey : sendKey }
 
-    /// The sealer for every frame body this side sends on the link (stream records).
-    public func makeLinkSealer() -> RecordSealer {
-        RecordSealer(key: sendKey, direction: sendDirection, purpose: .link, crypto: crypto)
+    /// The sealer for every frame body this side sends on the link (stream records), with the
+    /// cipher of the version the link runs at.
+    public func makeLinkSealer(_ cipher: LinkCipher) -> RecordSealer {
+        RecordSealer(aead: cipher.keyed(sendKey, crypto: crypto), direction: sendDirection, purpose: .link,
+                     rekeyLimit: cipher.rekeyLimit)
     }
 
     /// The opener for the peer's frame bodies on the link, in ``RecordOpener/Mode/stream`` mode.
-    public func makeLinkOpener() -> RecordOpener {
-        RecordOpener(key: receiveKey, direction: receiveDirection, purpose: .link, mode: .stream, crypto: crypto)
+    public func makeLinkOpener(_ cipher: LinkCipher) -> RecordOpener {
+        RecordOpener(aead: cipher.keyed(receiveKey, crypto: crypto), direction: receiveDirection, purpose: .link, mode: .stream)
     }
 
     /// Keys of a voice session in which this side sends under `localSessionID` and the peer under

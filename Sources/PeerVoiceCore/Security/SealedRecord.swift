@@ -15,8 +15,8 @@ public enum RecordPurpose: UInt8, Sendable {
 
 /// A sealed record: `counter (u64, big-endian) || ciphertext || tag (16)`.
 ///
-/// Nonce (24 bytes): `direction || purpose || 14 zero bytes || counter (u64 BE)`.
-/// Associated data (10 bytes): `direction || purpose || counter (u64 BE)`.
+/// Nonce (24 bytes for XChaCha20-Poly1305, 12 for AES-256-GCM): `direction || purpose || zero
+/// bytes || counter (u64 BE)`. Associated data (10 bytes): `direction || purpose || counter (u64 BE)`.
 /// See docs/SECURITY.md §4.
 public enum SealedRecord {
     /// The counter in front of the ciphertext.
@@ -26,9 +26,10 @@ public enum SealedRecord {
     /// The shortest valid record (empty plaintext).
     public static let minimumBytes = overheadBytes
 
-    static func nonce(direction: RecordDirection, purpose: RecordPurpose, counter: UInt64) -> [UInt8] {
+    /// `bytes` long: the AEAD's nonce size (``RecordAEAD/nonceBytes``).
+    static func nonce(direction: RecordDirection, purpose: RecordPurpose, counter: UInt64, bytes: Int = CryptoSize.nonce) -> [UInt8] {
         var nonce: [UInt8] = [direction.rawValue, purpose.rawValue]
-        nonce += [UInt8](repeating: 0, count: CryptoSize.nonce - 2 - 8)
+        nonce += [UInt8](repeating: 0, count: bytes - 2 - 8)
         nonce.appendBigEndian(counter)
         return nonce
     }
@@ -80,17 +81,20 @@ public struct RecordSealer: Sendable {
     /// Counter of the next record; also how many records were sealed.
     public private(set) var nextCounter: UInt64 = 0
     public let rekeyLimit: UInt64
-    private let key: [UInt8]
-    private let crypto: any CryptoPrimitives
+    private let aead: any RecordAEAD
 
-    /// `rekeyLimit` is for tests; keep the default.
+    /// XChaCha20-Poly1305 under `key`. `rekeyLimit` is for tests; keep the default.
     public init(key: [UInt8], direction: RecordDirection, purpose: RecordPurpose, crypto: any CryptoPrimitives,
                 rekeyLimit: UInt64 = RecordSealer.defaultRekeyLimit) {
         precondition(key.count == CryptoSize.key, "record keys have \(CryptoSize.key) bytes")
-        self.key = key
+        self.init(aead: XChaCha20Poly1305Key(key: key, crypto: crypto), direction: direction, purpose: purpose, rekeyLimit: rekeyLimit)
+    }
+
+    /// Seals with `aead` (keyed for this stream alone), at most `rekeyLimit` records.
+    public init(aead: any RecordAEAD, direction: RecordDirection, purpose: RecordPurpose, rekeyLimit: UInt64) {
+        self.aead = aead
         self.direction = direction
         self.purpose = purpose
-        self.crypto = crypto
         self.rekeyLimit = rekeyLimit
     }
 
@@ -99,25 +103,14 @@ public struct RecordSealer: Sendable {
     /// True at the limit: ``seal(_:)`` refuses.
     public var needsRekey: Bool { nextCounter >= rekeyLimit }
 
-    fileprivate func sealBody(_ body: UnsafeMutableRawBufferPointer, plaintextBytes: Int, counter: UInt64) {
-        crypto.seal(key: key, nonce: SealedRecord.nonce(direction: direction, purpose: purpose, counter: counter),
-                    plaintext: UnsafeRawBufferPointer(rebasing: body[0..<plaintextBytes]),
-                    associatedData: SealedRecord.associatedData(direction: direction, purpose: purpose, counter: counter),
-                    into: body)
-    }
-
     /// `counter || ciphertext || tag`; the counter then advances.
     public mutating func seal(_ plaintext: [UInt8]) throws(RecordError) -> [UInt8] {
-        guard nextCounter < rekeyLimit else { throw .needsRekey(counter: nextCounter) }
-        let counter = nextCounter
-        nextCounter += 1
-        var record: [UInt8] = []
-        record.reserveCapacity(SealedRecord.overheadBytes + plaintext.count)
-        record.appendBigEndian(counter)
-        record += crypto.seal(key: key,
-                              nonce: SealedRecord.nonce(direction: direction, purpose: purpose, counter: counter),
-                              plaintext: plaintext,
-                              associatedData: SealedRecord.associatedData(direction: direction, purpose: purpose, counter: counter))
+        var record = [UInt8](repeating: 0, count: SealedRecord.overheadBytes + plaintext.count)
+        record.replaceSubrange(SealedRecord.headerBytes..<(SealedRecord.headerBytes + plaintext.count), with: plaintext)
+        let sealed = record.withUnsafeMutableBytes { bytes in
+            Result { () throws(RecordError) in try sealInPlace(bytes, plaintextBytes: plaintext.count) }
+        }
+        try sealed.get()
         return record
     }
 }
@@ -135,7 +128,10 @@ extension RecordSealer {
             record[index] = UInt8(truncatingIfNeeded: counter >> (8 * UInt64(SealedRecord.headerBytes - 1 - index)))
         }
         let body = UnsafeMutableRawBufferPointer(rebasing: record[SealedRecord.headerBytes..<(SealedRecord.headerBytes + plaintextBytes + CryptoSize.tag)])
-        sealBody(body, plaintextBytes: plaintextBytes, counter: counter)
+        aead.seal(nonce: SealedRecord.nonce(direction: direction, purpose: purpose, counter: counter, bytes: aead.nonceBytes),
+                  plaintext: UnsafeRawBufferPointer(rebasing: body[0..<plaintextBytes]),
+                  associatedData: SealedRecord.associatedData(direction: direction, purpose: purpose, counter: counter),
+                  into: body)
     }
 }
 
@@ -170,18 +166,22 @@ public struct RecordOpener: Sendable {
     public private(set) var rejections = RecordRejections()
     /// Records opened successfully.
     public private(set) var acceptedCount: UInt64 = 0
-    private let key: [UInt8]
-    private let crypto: any CryptoPrimitives
+    private let aead: any RecordAEAD
     private var window: ReplayWindow
 
+    /// XChaCha20-Poly1305 under `key`.
     public init(key: [UInt8], direction: RecordDirection, purpose: RecordPurpose, mode: Mode,
                 crypto: any CryptoPrimitives) {
         precondition(key.count == CryptoSize.key, "record keys have \(CryptoSize.key) bytes")
-        self.key = key
+        self.init(aead: XChaCha20Poly1305Key(key: key, crypto: crypto), direction: direction, purpose: purpose, mode: mode)
+    }
+
+    /// Opens with `aead` (keyed for this stream alone).
+    public init(aead: any RecordAEAD, direction: RecordDirection, purpose: RecordPurpose, mode: Mode) {
+        self.aead = aead
         self.direction = direction
         self.purpose = purpose
         self.mode = mode
-        self.crypto = crypto
         switch mode {
         case .stream: window = ReplayWindow(size: 0)
         case .datagram(let size): window = ReplayWindow(size: size)
@@ -211,15 +211,15 @@ public struct RecordOpener: Sendable {
         let counter = record.bigEndianUInt64()
         let plaintextBytes = record.count - SealedRecord.overheadBytes
         if plaintext.count < plaintextBytes { plaintext += [UInt8](repeating: 0, count: plaintextBytes - plaintext.count) }
-        let nonce = SealedRecord.nonce(direction: direction, purpose: purpose, counter: counter)
+        let aead = aead
+        let nonce = SealedRecord.nonce(direction: direction, purpose: purpose, counter: counter, bytes: aead.nonceBytes)
         let associatedData = SealedRecord.associatedData(direction: direction, purpose: purpose, counter: counter)
-        let (crypto, key) = (crypto, key)
         // Decrypted straight from the record's storage: no copy of the record.
         let opened = plaintext.withUnsafeMutableBytes { output in
             let output = UnsafeMutableRawBufferPointer(rebasing: output[0..<plaintextBytes])
             let decrypt = { (bytes: UnsafeRawBufferPointer) in
-                crypto.open(key: key, nonce: nonce, ciphertext: UnsafeRawBufferPointer(rebasing: bytes[SealedRecord.headerBytes...]),
-                            associatedData: associatedData, into: output)
+                aead.open(nonce: nonce, ciphertext: UnsafeRawBufferPointer(rebasing: bytes[SealedRecord.headerBytes...]),
+                          associatedData: associatedData, into: output)
             }
             return record.withContiguousStorageIfAvailable { decrypt(UnsafeRawBufferPointer($0)) }
                 ?? Array(record).withUnsafeBytes(decrypt)
@@ -234,14 +234,21 @@ public struct RecordOpener: Sendable {
             acceptedCount += 1
             return plaintextBytes
         case .replayed:
-            crypto.wipe(&plaintext)
+            Self.erase(&plaintext, bytes: plaintextBytes)
             rejections.replayed += 1
             throw .replayed(counter: counter)
         case .tooOld(let newest):
-            crypto.wipe(&plaintext)
+            Self.erase(&plaintext, bytes: plaintextBytes)
             rejections.tooOld += 1
             throw .tooOld(counter: counter, newest: newest)
         }
+    }
+}
+
+extension RecordOpener {
+    /// Zeros the plaintext of a record that authenticated but is refused (a replay).
+    private static func erase(_ plaintext: inout [UInt8], bytes: Int) {
+        plaintext.withUnsafeMutableBytes { _ = UnsafeMutableRawBufferPointer(rebasing: $0[0..<bytes]).initializeMemory(as: UInt8.self, repeating: 0) }
     }
 }
 

@@ -115,8 +115,9 @@ extension Capabilities {
     public static let impliedByVersion6: Capabilities = [.presence, .hostedCalls]
 
     /// Each feature, the version it came with, and its name in messages for a person, kept only
-    /// here (``TransferWire`` reads its own from it). (Version 8 brought no feature bit:
-    /// the dial proof in handshake message 1, ``DialProof/protocolVersion``.)
+    /// here (``TransferWire`` reads its own from it). (Versions 8 and 11 brought no feature bit:
+    /// the dial proof in handshake message 1, ``DialProof/protocolVersion``; link records sealed
+    /// with AES-256-GCM, ``LinkCipher/aes256GCMVersion``.)
     static let catalogue: [(feature: Capabilities, version: UInt16, name: String)] = [
         (.text, 1, "text messages"),
         (.voice, 1, "voice"),

@@ -1,4 +1,4 @@
-/// Constants of the peer-link wire protocol (version 10, docs/PROTOCOL.md) and its framing layer.
+/// Constants of the peer-link wire protocol (version 11, docs/PROTOCOL.md) and its framing layer.
 ///
 /// The framing layer (preamble, `u32` length prefix, body) is independent of what a body
 /// contains, so that the protocol (since version 2) can seal each body with an AEAD without touching it: see
@@ -7,8 +7,9 @@ public enum Wire {
     /// The newest protocol version this implementation speaks: the highest its ``Preamble``
     /// announces (``VersionRange/supported``). Version 8's message 1 carries the dial proof
     /// (``DialProof/protocolVersion``); version 9 brought file transfers (``TransferWire``),
-    /// version 10 their SHA-256 file hashes (``ContentHashes``).
-    public static let protocolVersion: UInt16 = ContentHashes.sha256Version
+    /// version 10 their SHA-256 file hashes (``ContentHashes``), version 11 link records sealed
+    /// with AES-256-GCM (``LinkCipher``).
+    public static let protocolVersion: UInt16 = LinkCipher.aes256GCMVersion
 
     /// The oldest version it still speaks, with a side of the previous release: the lowest its
     /// ``Preamble`` announces.

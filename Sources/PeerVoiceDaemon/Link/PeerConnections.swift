@@ -1,4 +1,5 @@
 import GIO
+import OpenSSLCrypto
 import PeerVoiceCore
 import Sodium
 
@@ -38,6 +39,8 @@ final class PeerConnections {
     private let instance: InstanceID
     private let identity: StaticIdentity
     private let crypto: LibSodium
+    /// Links at protocol 11 or later seal their records with it (`LinkCipher`).
+    private let aesGCM = OpenSSLAESGCM()
     private let ip: IPTransport
     private let registry: PeerRegistry
     private let links: PeerLinks
@@ -319,7 +322,7 @@ final class PeerConnections {
             // Its presence secret proves the dial, so that it answers us while not discoverable.
             proofKey = peer.presenceSecret.map { DialProofKey(secret: $0, epoch: PresenceTag.epoch(unixSeconds: clock.nowMs() / 1000)) }
         }
-        link.start(hello: hello(), identity: identity, pinnedKey: pinned?.bytes, proofKey: proofKey, crypto: crypto)
+        link.start(hello: hello(), identity: identity, pinnedKey: pinned?.bytes, proofKey: proofKey, crypto: crypto, aesGCM: aesGCM)
     }
 
     /// `reason`: for the peer object's `StateReason`, when a person can act on it.

@@ -135,7 +135,10 @@ final class PeerLink {
     /// What the key exchange needs, kept until the peer's preamble says which version (hence
     /// which message 1) the link runs at: the initiator waits for it before message 1.
     private var handshakeInputs: (payload: [UInt8], identity: StaticIdentity, pinnedKey: [UInt8]?,
-                                  proofKey: DialProofKey?, crypto: any CryptoPrimitives)?
+                                  proofKey: DialProofKey?, crypto: any CryptoPrimitives, aesGCM: any AESGCMPrimitives)?
+    /// What the link's records are sealed with: fixed by the agreed version when the key
+    /// exchange starts, before the first record.
+    private var cipher: LinkCipher?
     /// The responder has sent message 2: from then on a failure closes at once.
     private var answered = false
     private var sealer: RecordSealer?
@@ -162,7 +165,8 @@ final class PeerLink {
     /// has come (message 1's layout depends on the version it agrees).
     /// `pinnedKey`: the key the peer must present (we never reveal ourselves to another one).
     /// `proofKey`: what a dial proves with (the responder's presence secret), when we have it.
-    func start(hello: Hello, identity: StaticIdentity, pinnedKey: [UInt8]?, proofKey: DialProofKey?, crypto: any CryptoPrimitives) {
+    func start(hello: Hello, identity: StaticIdentity, pinnedKey: [UInt8]?, proofKey: DialProofKey?, crypto: any CryptoPrimitives,
+               aesGCM: any AESGCMPrimitives) {
         localCapabilities = hello.capabilities
         connection.onBytes = { [unowned self] bytes in received(bytes) }
         connection.onClose = { [unowned self] reason in
@@ -173,7 +177,7 @@ final class PeerLink {
         }
         connection.onDrained = { [unowned self] in outputDrained() }
         decoder.maxBodyBytes = Handshake.maxMessageBytes
-        handshakeInputs = (Frame.hello(hello).encodedBody(), identity, pinnedKey, proofKey, crypto)
+        handshakeInputs = (Frame.hello(hello).encodedBody(), identity, pinnedKey, proofKey, crypto, aesGCM)
         connection.start()
         connection.send(Preamble.bytes)
         timer = Timer.every(.milliseconds(250)) { [weak self] in
@@ -340,6 +344,7 @@ final class PeerLink {
         handshakeInputs = nil
         // The preamble check refused versions we share none of, so there is an agreed one.
         let agreed = decoder.peerVersions.flatMap { decoder.supportedVersions.agreed(with: $0) } ?? Wire.minimumProtocolVersion
+        cipher = LinkCipher(version: agreed, aesGCM: inputs.aesGCM)
         let proof: DialProofField = DialProof.isCarried(atVersion: agreed)
             ? .present(isOutgoing ? inputs.proofKey : nil) : .absent
         handshake = try Handshake(role: isOutgoing ? .initiator : .responder, identity: inputs.identity,
@@ -356,15 +361,15 @@ final class PeerLink {
             lastSent = clock.now
             answered = true
         }
-        guard let result = handshake.result else { return }
+        guard let result = handshake.result, let cipher else { return }
         guard case .hello(let hello) = try Frame(body: result.remotePayload) else {
             throw WireError.unknownFrameType(result.remotePayload.first ?? 0)
         }
         self.handshake = nil
         self.result = result
         peerHello = hello
-        sealer = result.makeLinkSealer()
-        opener = LinkRecordOpener(result.makeLinkOpener())
+        sealer = result.makeLinkSealer(cipher)
+        opener = LinkRecordOpener(result.makeLinkOpener(cipher))
         decoder.maxBodyBytes = Wire.maxFrameBodyBytes
         phase = .awaitingPairing
         authenticatedAt = clock.now
@@ -466,7 +471,8 @@ final class PeerLink {
     private func sendSealed(body: [UInt8]) {
         guard var sealer, phase != .closed else { return }
         if sealer.shouldRekey {
-            // 2^47 records on one link: a new link brings fresh keys long before nonces run out.
+            // Half the cipher's limit on one link (2^47 records, or 2^24 with AES-256-GCM): a new
+            // link brings fresh keys long before the cipher's bounds are near.
             drop(reason: "rekeying: the link's record counter is half used")
             return
         }
