@@ -1,13 +1,13 @@
 import Foundation
 import Glibc
+import GIO
 @testable import PeerVoiceDaemon
 import XCTest
 
 /// `StreamPipe` alone: the in-memory stream between the main loop and a transfer's thread.
 final class StreamPipeTests: XCTestCase {
     func testARingHoldsAtMostItsCapacityAndWakesItsWriterOnlyWhenAQuarterIsFree() throws {
-        let (writer, reader) = try StreamPipe.ends(capacity: 64)
-        XCTAssertTrue(Self.isSignalled(writer.outbound.writable.fd), "an empty ring takes bytes")
+        let (writer, reader) = try StreamPipe.ends(toOwner: 64, fromOwner: 64)
         XCTAssertFalse(Self.isSignalled(reader.inbound.readable.fd), "nothing to read yet")
         let bytes = (0..<100).map { UInt8($0) }
         XCTAssertEqual(Self.write(bytes, to: writer), .wrote(64), "a write takes what fits")
@@ -27,8 +27,27 @@ final class StreamPipeTests: XCTestCase {
         XCTAssertEqual(Self.read(100, from: reader), .wouldBlock)
     }
 
+    func testTheServiceHearsWhatTheOwnerTookInStepsAndWhenItIsGone() throws {
+        // The main loop credits the peer for what the owner took, not for what went into the ring.
+        let (service, owner) = try StreamPipe.ends(toOwner: 1 << 20)
+        var taken: [Int] = []
+        let bytes = [UInt8](repeating: 7, count: 200 * 1024)
+        XCTAssertEqual(Self.write(bytes, to: service), .wrote(bytes.count))
+        XCTAssertEqual(service.creditable(afterWriting: bytes.count), 0, "no credit for bytes still in the ring")
+        let watch = try XCTUnwrap(service.watchTaken { taken.append($0) })
+        defer { watch.cancel() }
+        XCTAssertEqual(Self.read(StreamPipe.takenStepBytes - 1, from: owner), .bytes(Array(bytes[0..<(StreamPipe.takenStepBytes - 1)])))
+        XCTAssertFalse(Self.isSignalled(service.outbound.writable.fd), "less than a step taken: nothing to tell yet")
+        XCTAssertEqual(Self.read(1, from: owner), .bytes([7]))
+        XCTAssertTrue(iterateMainContext(timeout: 5) { taken == [StreamPipe.takenStepBytes] }, "a step taken is heard: \(taken)")
+        XCTAssertEqual(Self.read(100, from: owner), .bytes(Array(repeating: 7, count: 100)))
+        XCTAssertEqual(Self.read(bytes.count, from: owner), .bytes(Array(repeating: 7, count: bytes.count - StreamPipe.takenStepBytes - 100)))
+        owner.close()
+        XCTAssertTrue(iterateMainContext(timeout: 5) { taken.reduce(0, +) == bytes.count }, "the rest is heard when the owner closes: \(taken)")
+    }
+
     func testEndOfFileComesAfterTheLastByteAndStaysReadable() throws {
-        let (writer, reader) = try StreamPipe.ends(capacity: 64)
+        let (writer, reader) = try StreamPipe.ends(toOwner: 64, fromOwner: 64)
         XCTAssertEqual(Self.write(Array("hello".utf8), to: writer), .wrote(5))
         writer.shutdownWrite()
         XCTAssertEqual(Self.write(Array("late".utf8), to: writer), .failed(EPIPE), "no byte after the end")
@@ -42,7 +61,7 @@ final class StreamPipeTests: XCTestCase {
     }
 
     func testAnAbortIsSeenAtOnceByTheOtherEndAndDropsWhatWasHeld() throws {
-        let (one, other) = try StreamPipe.ends(capacity: 64)
+        let (one, other) = try StreamPipe.ends(toOwner: 64, fromOwner: 64)
         XCTAssertEqual(Self.write(Array("unread".utf8), to: one), .wrote(6))
         XCTAssertEqual(Self.write(Array(repeating: 1, count: 64), to: other), .wrote(64))
         XCTAssertFalse(Self.isSignalled(other.outbound.writable.fd))
@@ -54,14 +73,14 @@ final class StreamPipeTests: XCTestCase {
     }
 
     func testClosingCleanlyEndsBothDirectionsButClosingWithBytesUnreadResets() throws {
-        let (client, server) = try StreamPipe.ends(capacity: 64)
+        let (client, server) = try StreamPipe.ends(toOwner: 64, fromOwner: 64)
         XCTAssertEqual(Self.write(Array("bye".utf8), to: server), .wrote(3))
         XCTAssertEqual(Self.read(64, from: client), .bytes(Array("bye".utf8)))
         client.close()
         XCTAssertEqual(Self.read(64, from: server), .endOfFile, "a clean close ends its writing")
         XCTAssertEqual(Self.write([1], to: server), .failed(EPIPE), "nobody reads any more")
 
-        let (sender, receiver) = try StreamPipe.ends(capacity: 64)
+        let (sender, receiver) = try StreamPipe.ends(toOwner: 64, fromOwner: 64)
         XCTAssertEqual(Self.write(Array("never read".utf8), to: sender), .wrote(10))
         receiver.close()
         XCTAssertEqual(Self.read(64, from: sender), .failed(ECONNRESET), "as TCP does, bytes left unread reset the stream")
@@ -69,7 +88,7 @@ final class StreamPipeTests: XCTestCase {
 
     func testAProducerAndAConsumerOnTwoThreadsMoveEveryByteInOrder() throws {
         // An odd capacity and uneven writes and reads: every copy wraps somewhere new.
-        let (producer, consumer) = try StreamPipe.ends(capacity: 65_537)
+        let (producer, consumer) = try StreamPipe.ends(toOwner: 65_537)
         let total = 48 << 20
         let thread = Thread {
             var sent = 0

@@ -200,7 +200,7 @@ final class LinkChannels {
         }
         let pair: (service: StreamIO, owner: StreamOwnerEnd)
         do {
-            pair = try handler.streamEnds.makeEnds(mode: mode)
+            pair = try handler.streamEnds.makeEnds(mode: mode, windowBytes: streams.limits.maxStreamWindowBytes)
         } catch {
             Log.warning("channels: cannot make the ends of a stream from \(who): \(error)")
             return send(streams.refuse(id, reason: .appDidNotAnswer))
@@ -230,7 +230,7 @@ final class LinkChannels {
         pending.timer.cancel()
         let pair: (service: StreamIO, owner: StreamOwnerEnd)
         do {
-            pair = try pending.ends.makeEnds(mode: pending.mode)
+            pair = try pending.ends.makeEnds(mode: pending.mode, windowBytes: streams.limits.maxStreamWindowBytes)
         } catch {
             send(streams.reset(id, reason: .unspecified))
             return pending.completion(.failure(.failed("cannot make the ends of the stream: \(error)")))
@@ -242,6 +242,11 @@ final class LinkChannels {
 
     private func start(_ endpoint: StreamEndpoint) {
         endpoints[endpoint.id] = endpoint
+        endpoint.takenWatch = endpoint.end.watchTaken { [weak self, weak endpoint] taken in
+            guard let self, let endpoint, taken > 0 else { return }
+            if let window = delivered(endpoint.id, bytes: taken) { send(window) }
+            finishIfDone(endpoint)
+        }
         if endpoint.mode == .datagrams {
             endpoint.readWatch = endpoint.end.watchReadable { [weak self, weak endpoint] in
                 guard let self, let endpoint else { return false }
@@ -471,7 +476,7 @@ final class LinkChannels {
         }
         switch payload.withUnsafeBytes({ endpoint.end.write($0) }) {
         case .wrote(let count):
-            if let window = delivered(endpoint.id, bytes: count) { send(window) }
+            if let window = delivered(endpoint.id, bytes: endpoint.end.creditable(afterWriting: count)) { send(window) }
             guard count < payload.count else { return }
             endpoint.inbound.append(Array(payload.dropFirst(count)))
             flush(endpoint)
@@ -508,7 +513,7 @@ final class LinkChannels {
             }
             break
         }
-        if taken > 0, let window = delivered(endpoint.id, bytes: taken) { send(window) }
+        if taken > 0, let window = delivered(endpoint.id, bytes: endpoint.end.creditable(afterWriting: taken)) { send(window) }
         if endpoint.inbound.isEmpty {
             endpoint.writeWatch = nil
             if endpoint.peerFinished { endpoint.end.shutdownWrite() }

@@ -25,6 +25,8 @@ final class StreamEndpoint {
 
     var readWatch: EventSource?
     var writeWatch: EventSource?
+    /// Where credit follows what the owner took (a pipe): the watch that hears of it.
+    var takenWatch: EventSource?
     /// In its link's queue of streams with something to read.
     var isQueued = false
     /// The app's direction ended (end of file read, CLOSE sent).
@@ -45,6 +47,7 @@ final class StreamEndpoint {
     func finish(abort: Bool) {
         readWatch = nil
         writeWatch = nil
+        takenWatch = nil
         inbound = []
         if abort { end.abort() } else { end.close() }
     }

@@ -39,6 +39,13 @@ protocol StreamIO: AnyObject {
     func watchReadable(_ action: @escaping () -> Bool) -> EventSource
     /// The same for a write taking bytes (or failing).
     func watchWritable(_ action: @escaping () -> Bool) -> EventSource
+    /// How many of `count` bytes just written the peer gets credit for now: all (a socket: what
+    /// the kernel took, the app takes it from there), or none (a pipe: credit follows what the
+    /// owner took, `watchTaken`).
+    func creditable(afterWriting count: Int) -> Int
+    /// Calls `action` on the main loop with the bytes the owner took, each time it took some,
+    /// until it closes its end (a pipe); nil where credit follows writes (a socket).
+    func watchTaken(_ action: @escaping (Int) -> Void) -> EventSource?
     /// This direction is over: the other end reads end of file after everything written.
     func shutdownWrite()
     /// Ends the stream abruptly: the other end's next read or write fails (ECONNRESET) where the
@@ -55,15 +62,16 @@ enum StreamEndKind {
     case pipe
 
     /// A new stream's two connected ends: the service keeps `service`, the owner gets `owner`.
-    /// Pipes carry byte streams only (`mode` .stream).
-    func makeEnds(mode: StreamMode) throws(SystemError) -> (service: StreamIO, owner: StreamOwnerEnd) {
+    /// Pipes carry byte streams only (`mode` .stream); their ring towards the owner holds
+    /// `windowBytes`, the most the peer may have sent that the owner has not taken.
+    func makeEnds(mode: StreamMode, windowBytes: Int) throws(SystemError) -> (service: StreamIO, owner: StreamOwnerEnd) {
         switch self {
         case .socket:
             let (service, app) = try StreamSocket.pair(for: mode)
             return (service, .socket(app))
         case .pipe:
             precondition(mode == .stream, "in-memory pipes carry byte streams only")
-            let (service, owner) = try StreamPipe.ends()
+            let (service, owner) = try StreamPipe.ends(toOwner: windowBytes)
             return (service, .pipe(owner))
         }
     }

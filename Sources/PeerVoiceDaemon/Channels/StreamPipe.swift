@@ -10,19 +10,28 @@ import Synchronization
 /// the buffer it seals, and writes what it opened straight into the ring; each byte is copied once
 /// in and once out, with no system call but at the moments a ring fills or runs dry.
 ///
-/// It keeps what the socket gave: a ring holds at most `capacity` bytes (the rest waits where
-/// it waited for a full socket); each direction ends cleanly (`shutdownWrite`: end of file after
+/// It keeps what the socket gave, and bounds better: the ring towards the owner holds a whole
+/// stream window, and the main loop gives the peer credit only for what the owner took from it
+/// (`takeConsumed`), so the peer's bytes wait in the ring and nowhere else (with a socket, credit
+/// went back when the kernel took the bytes, and a slow owner left a window's worth queued in the
+/// service, copied twice); each direction ends cleanly (`shutdownWrite`: end of file after
 /// the last byte) or abruptly (`abort`: the other end's next read or write fails with
 /// ECONNRESET, bytes still in the rings thrown away); closing an end with bytes unread resets, as
 /// TCP does.
 enum StreamPipe {
-    /// Bytes each direction holds at most.
-    static let capacity = 1 << 20
+    /// Bytes the direction from the owner holds at most.
+    static let fromOwnerBytes = 1 << 20
+    /// How much the owner takes before the main loop hears of it (the stream's WINDOW updates
+    /// go in steps of this size too).
+    static let takenStepBytes = 64 * 1024
 
-    /// A new stream's two ends, each reading what the other writes.
-    static func ends(capacity: Int = StreamPipe.capacity) throws(SystemError) -> (End, End) {
-        let (one, other) = (try Direction(capacity: capacity), try Direction(capacity: capacity))
-        return (End(inbound: one, outbound: other), End(inbound: other, outbound: one))
+    /// A new stream's two ends, each reading what the other writes: the service's (reads
+    /// `fromOwner` bytes at most in its ring, wakes its writer each quarter of it) and the
+    /// owner's (reads `toOwner` bytes at most: a stream window).
+    static func ends(toOwner: Int, fromOwner: Int = StreamPipe.fromOwnerBytes) throws(SystemError) -> (service: End, owner: End) {
+        let toService = try Direction(capacity: fromOwner, writerWakeBytes: fromOwner / 4)
+        let toOwner = try Direction(capacity: toOwner, writerWakeBytes: min(takenStepBytes, toOwner / 4))
+        return (End(inbound: toService, outbound: toOwner), End(inbound: toOwner, outbound: toService))
     }
 
     /// One end: reads `inbound`, writes `outbound`. Either thread may hold it; the main loop's end
@@ -55,6 +64,17 @@ enum StreamPipe {
 
         func shutdownWrite() { outbound.endWriting() }
 
+        /// Credit for what the owner took from the ring, not for what went into it.
+        func creditable(afterWriting count: Int) -> Int { 0 }
+
+        func watchTaken(_ action: @escaping (Int) -> Void) -> EventSource? {
+            FDWatch.add(fd: outbound.writable.fd, events: .readable) { [outbound] _ in
+                let (taken, readerGone) = outbound.takeConsumed()
+                action(taken)
+                return !readerGone
+            }
+        }
+
         func abort() {
             guard !closed.exchange(true, ordering: .relaxed) else { return }
             inbound.reset()
@@ -77,25 +97,28 @@ enum StreamPipe {
     /// look and to advance; the bytes are copied outside it, the writer only into the free part
     /// and the reader only out of the filled part, so the two never touch the same byte. The two
     /// wake-ups mirror the state, level-triggered like a socket's: `readable` while bytes or an
-    /// end wait, `writable` while at least a quarter of the ring is free (so a writer wakes to
-    /// a useful amount of room, not to every read) or the reader is gone.
+    /// end wait; `writable` once the reader took `writerWakeBytes` since the writer last looked
+    /// (a write that found the ring full, or `takeConsumed`), so a writer wakes to a useful amount
+    /// of room, not to every read, or when the reader is gone.
     ///
     /// `@unchecked Sendable`: `storage` is shared as described, everything else is in the `Mutex`
     /// or immutable.
     final class Direction: @unchecked Sendable {
         let capacity: Int
+        private let writerWakeBytes: Int
         /// Readable while a read would not block.
         let readable: EventFD
         /// Readable (a descriptor to poll for input) while a write would not block.
         let writable: EventFD
         private let storage: UnsafeMutableRawPointer
         private let state = Mutex(State())
-        private var writableFloor: Int { capacity / 4 }
 
         private struct State {
             /// Bytes ever written and read: the ring holds `written - read`, from `read % capacity`.
             var written = 0
             var read = 0
+            /// `read` when the writer last looked.
+            var readSeenByWriter = 0
             /// The writer shut its side down: end of file after the last byte.
             var writerDone = false
             /// The reader closed: writes fail (EPIPE).
@@ -109,10 +132,10 @@ enum StreamPipe {
             var writer: pthread_t?
         }
 
-        fileprivate init(capacity: Int) throws(SystemError) {
-            precondition(capacity >= 4)
+        fileprivate init(capacity: Int, writerWakeBytes: Int) throws(SystemError) {
+            precondition(capacity >= 4 && writerWakeBytes > 0 && writerWakeBytes <= capacity)
             guard let readable = EventFD(), let writable = EventFD() else { throw SystemError(call: "eventfd", code: errno) }
-            (self.capacity, self.readable, self.writable) = (capacity, readable, writable)
+            (self.capacity, self.writerWakeBytes, self.readable, self.writable) = (capacity, writerWakeBytes, readable, writable)
             storage = .allocate(byteCount: capacity, alignment: 16)
             state.withLock { updateReadiness(&$0) }
         }
@@ -149,7 +172,12 @@ enum StreamPipe {
                 if state.reset { return .none(.failed(ECONNRESET)) }
                 if state.readerGone || state.writerDone { return .none(.failed(EPIPE)) }
                 let free = capacity - (state.written - state.read)
-                if free == 0 { return .none(.wouldBlock) }
+                if free == 0 {
+                    // Woken once the reader has made room enough.
+                    state.readSeenByWriter = state.read
+                    updateReadiness(&state)
+                    return .none(.wouldBlock)
+                }
                 return .bytes(start: state.written % capacity, count: min(free, bytes.count))
             }
             guard case .bytes(let start, let count) = span else {
@@ -164,6 +192,18 @@ enum StreamPipe {
                 updateReadiness(&state)
             }
             return .wrote(count)
+        }
+
+        /// Writer's thread: bytes the reader took since the writer last looked (after a reset,
+        /// what was dropped too), and whether the reader is gone (closed, or reset): nothing
+        /// more will be taken.
+        func takeConsumed() -> (taken: Int, readerGone: Bool) {
+            state.withLock { state in
+                let taken = state.read - state.readSeenByWriter
+                state.readSeenByWriter = state.read
+                updateReadiness(&state)
+                return (taken, state.readerGone || state.reset)
+            }
         }
 
         /// The writer is done: the reader gets end of file after the last byte.
@@ -201,7 +241,7 @@ enum StreamPipe {
                 if canRead { readable.signal() } else { readable.clear() }
                 state.readableSignalled = canRead
             }
-            let canWrite = capacity - (state.written - state.read) >= writableFloor || state.readerGone || state.reset
+            let canWrite = state.read - state.readSeenByWriter >= writerWakeBytes || state.readerGone || state.reset
             if canWrite != state.writableSignalled {
                 if canWrite { writable.signal() } else { writable.clear() }
                 state.writableSignalled = canWrite

@@ -60,6 +60,10 @@ final class StreamSocket: StreamIO {
         FDWatch.add(fd: fd, events: .writable) { _ in action() }
     }
 
+    func creditable(afterWriting count: Int) -> Int { count }
+
+    func watchTaken(_ action: @escaping (Int) -> Void) -> EventSource? { nil }
+
     /// The peer's direction is over: the app reads end of file after everything written.
     func shutdownWrite() {
         guard !closed else { return }

@@ -153,8 +153,12 @@ final class TransferConnection {
                 continue
             }
             side.produce()
-            // A full read may have left more in the pipe: read on before sleeping.
-            if read != .more { wait(timeout: side.idleTimeout) }
+            let produced = hasOutput
+            // What was just queued goes now: the pipe wakes a writer only once it found it full.
+            if case .failed(let reason) = flush() { return TransferStreamEnd(reason: reason, clean: false) }
+            // A full read may have left more in the pipe, and a pipe that took everything may
+            // take more: go on before sleeping.
+            if read != .more && !(produced && !hasOutput) { wait(timeout: side.idleTimeout) }
         }
     }
 
@@ -206,8 +210,8 @@ final class TransferConnection {
         }
     }
 
-    /// Sleeps until the pipe can be read (or written, while output waits) or a command comes,
-    /// at most `timeout` (nil: no limit).
+    /// Sleeps until the pipe can be read (or written, while output waits: only after a write
+    /// found it full) or a command comes, at most `timeout` (nil: no limit).
     private func wait(timeout: Duration?) {
         var fds = [pollfd(fd: end.inbound.readable.fd, events: Int16(POLLIN), revents: 0),
                    pollfd(fd: mailbox.wakeFD, events: Int16(POLLIN), revents: 0),
