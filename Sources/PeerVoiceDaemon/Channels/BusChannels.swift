@@ -101,14 +101,16 @@ final class BusChannelOwner: ChannelHandler {
         watch = connection.watchName(client, appeared: { _ in }, vanished: vanished)
     }
 
+    var streamEnds: StreamEndKind { .socket }
+
     func newStream(_ stream: IncomingStream, answer: @escaping (RefuseReason?) -> Void) {
-        defer { close(stream.socket) }
+        defer { stream.end.close() }
         guard let path = paths[stream.channel] else { return answer(.notRegistered) }
         let properties = Variant(dictionary: [("mode", Variant(stream.mode.description)), ("name", Variant(stream.peerName)),
                                               ("stream", Variant(stream.id.rawValue))])
         let arguments = Variant(tuple: [Variant(stream.peer.description), Variant(stream.channel.value), Variant(handle: 0), properties])
         connection.callAsyncReceivingFDs(destination: client, path: path, interface: BusChannels.handlerInterface, method: "NewStream",
-                                         arguments: arguments, fds: [stream.socket], timeout: Channels.answerTimeout) { [client] result in
+                                         arguments: arguments, fds: [stream.end.descriptor], timeout: Channels.answerTimeout) { [client] result in
             switch result {
             case .success(let reply):
                 reply.fds.forEach { close($0) }

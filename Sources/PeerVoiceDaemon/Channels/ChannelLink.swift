@@ -43,16 +43,20 @@ struct IncomingStream {
     let channel: ChannelName
     let mode: StreamMode
     let id: StreamID
-    /// The owner's end of the stream's socket: the owner closes it.
-    let socket: Int32
+    /// The owner's end, of the kind its handler takes (`ChannelHandler.streamEnds`): the owner
+    /// closes it.
+    let end: StreamOwnerEnd
 }
 
-/// Who owns a registered channel: an app on the bus (`BusChannelOwner`) or a component of the
-/// service itself (file transfers). Every stream reaches it as a socket descriptor either way.
+/// Who owns a registered channel: an app on the bus (`BusChannelOwner`), whose streams reach it
+/// as socket descriptors, or a component of the service itself (file transfers), whose streams
+/// reach it as in-memory pipes.
 protocol ChannelHandler: AnyObject {
+    /// Sockets (an app on the bus) or pipes (a component on a thread of its own).
+    var streamEnds: StreamEndKind { get }
     /// A peer opened a stream to one of this handler's channels. Answer once: nil takes the
-    /// stream (the owner now has `stream.socket`), a reason refuses it (the handler closes the
-    /// socket). The opener waits for this answer, at most `Channels.answerTimeout`.
+    /// stream (the owner now has `stream.end`), a reason refuses it (the handler closes the
+    /// end). The opener waits for this answer, at most `Channels.answerTimeout`.
     func newStream(_ stream: IncomingStream, answer: @escaping (RefuseReason?) -> Void)
     /// A stream this handler took ended abruptly (`reason`: words for a person), not by a clean
     /// end of file.

@@ -6,9 +6,10 @@ import PeerVoiceCore
 /// `BusChannels`; components of the service itself (file transfers) use the same two calls:
 ///
 /// - `register(_:handler:)`: a `ChannelHandler` gets every stream a peer opens to the name, as
-///   a socket descriptor;
-/// - `openStream(to:channel:mode:endedAbruptly:completion:)`: a stream to a peer's channel,
-///   completed with this side's descriptor once the peer's owner has taken the other end.
+///   a socket descriptor (an app) or an in-memory pipe's end (a component: `StreamPipe`);
+/// - `openStream(to:channel:mode:endedAbruptly:completion:)` (`openPipeStream` for a
+///   component): a stream to a peer's channel, completed with this side's end once the peer's
+///   owner has taken the other end.
 ///
 /// Streams end with their link: they are not carried across a reconnection. A link component
 /// (`PeerLinks`): the channel frames are its own, raw (its codec is `ChannelFrame`), and only
@@ -51,9 +52,22 @@ final class Channels: LinkComponent {
     }
 
     /// Opens a stream to the app that registered `channel` on `peer`, which must have an open
-    /// link that carries channels (`NotConnected`, or `NotAvailable` naming the version to update).
+    /// link that carries channels (`NotConnected`, or `NotAvailable` naming the version to update);
+    /// completes with this side's socket (an app on the bus gets it).
     func openStream(to peer: PeerID, channel: ChannelName, mode: StreamMode, endedAbruptly: @escaping (String) -> Void,
                     completion: @escaping (Result<Int32, ServiceError>) -> Void) {
+        open(to: peer, channel: channel, mode: mode, ends: .socket, endedAbruptly: endedAbruptly) { completion($0.map(\.descriptor)) }
+    }
+
+    /// The same for a component of the service that runs a byte stream on a thread of its own:
+    /// completes with this side's end of an in-memory pipe (`StreamPipe`).
+    func openPipeStream(to peer: PeerID, channel: ChannelName, endedAbruptly: @escaping (String) -> Void,
+                        completion: @escaping (Result<StreamPipe.End, ServiceError>) -> Void) {
+        open(to: peer, channel: channel, mode: .stream, ends: .pipe, endedAbruptly: endedAbruptly) { completion($0.map(\.pipe)) }
+    }
+
+    private func open(to peer: PeerID, channel: ChannelName, mode: StreamMode, ends: StreamEndKind, endedAbruptly: @escaping (String) -> Void,
+                      completion: @escaping (Result<StreamOwnerEnd, ServiceError>) -> Void) {
         guard let link = links[peer] else {
             if let open = peerLinks.link(of: peer),
                let why = open.negotiated?.whyOff(.channels, who: open.peerHello?.name ?? peer.description) {
@@ -61,7 +75,7 @@ final class Channels: LinkComponent {
             }
             return completion(.failure(.notConnected("\(peer) is not connected: Connect to it first")))
         }
-        link.open(channel, mode: mode, endedAbruptly: endedAbruptly, completion: completion)
+        link.open(channel, mode: mode, ends: ends, endedAbruptly: endedAbruptly, completion: completion)
     }
 
     // MARK: Links

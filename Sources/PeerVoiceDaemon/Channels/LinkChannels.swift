@@ -28,7 +28,7 @@ final class LinkChannels {
     /// Our OPENs waiting for an answer.
     private var opening: [StreamID: PendingOpen] = [:]
     /// Streams the peer opened whose owner has not answered: the service's end of each.
-    private var offered: [StreamID: StreamSocket] = [:]
+    private var offered: [StreamID: StreamIO] = [:]
     /// Streams with something to read from their app, in turn.
     private var readyQueue: [StreamID] = []
     /// The pending turn that sends (`schedulePump`).
@@ -50,8 +50,9 @@ final class LinkChannels {
     private struct PendingOpen {
         let channel: ChannelName
         let mode: StreamMode
+        let ends: StreamEndKind
         let endedAbruptly: (String) -> Void
-        let completion: (Result<Int32, ServiceError>) -> Void
+        let completion: (Result<StreamOwnerEnd, ServiceError>) -> Void
         let timer: EventSource
     }
 
@@ -68,10 +69,10 @@ final class LinkChannels {
 
     // MARK: Opening
 
-    /// Opens a stream to the peer's `channel`; `completion` gets this side's end (the caller
-    /// owns it) once the peer's owner took it, or the reason it did not.
-    func open(_ channel: ChannelName, mode: StreamMode, endedAbruptly: @escaping (String) -> Void,
-              completion: @escaping (Result<Int32, ServiceError>) -> Void) {
+    /// Opens a stream to the peer's `channel`; `completion` gets this side's end, of the kind
+    /// `ends` asks for (the caller owns it), once the peer's owner took it, or the reason it did not.
+    func open(_ channel: ChannelName, mode: StreamMode, ends: StreamEndKind, endedAbruptly: @escaping (String) -> Void,
+              completion: @escaping (Result<StreamOwnerEnd, ServiceError>) -> Void) {
         guard !closed else { return completion(.failure(.notConnected("the link to \(who) closed"))) }
         guard let (id, frame) = streams.open(channel, mode: mode, datagramPort: mode == .datagrams ? datagramPort() : 0) else {
             return completion(.failure(.notAvailable("the link to \(who) carries \(streams.limits.maxStreams) streams already: close one first")))
@@ -81,7 +82,7 @@ final class LinkChannels {
             send(streams.reset(id, reason: .unspecified))
             pending.completion(.failure(.rejected("\(who) did not answer the stream to \(channel) within \(Self.openTimeout)")))
         }
-        opening[id] = PendingOpen(channel: channel, mode: mode, endedAbruptly: endedAbruptly, completion: completion, timer: timer)
+        opening[id] = PendingOpen(channel: channel, mode: mode, ends: ends, endedAbruptly: endedAbruptly, completion: completion, timer: timer)
         Log.debug("channels: opening \(id) (\(mode)) to \(channel) on \(who)")
         send(frame)
     }
@@ -122,7 +123,7 @@ final class LinkChannels {
             pending.completion(.failure(.notConnected("the link to \(who) closed before it answered the stream to \(pending.channel)")))
             opening[id] = nil
         }
-        for socket in offered.values { socket.abort() }
+        for end in offered.values { end.abort() }
         offered = [:]
         udp = nil
         for endpoint in endpoints.values {
@@ -157,7 +158,7 @@ final class LinkChannels {
         case .datagram(let id, let bytes):
             guard let endpoint = endpoints[id] else { return }
             // Dropped when the app's queue is full: datagrams never wait.
-            _ = bytes.withUnsafeBytes { endpoint.socket.write($0) }
+            _ = bytes.withUnsafeBytes { endpoint.end.write($0) }
         case .creditAvailable(let id):
             if let endpoint = endpoints[id], endpoint.readWatch == nil { enqueue(endpoint) }
         case .endOfStream(let id):
@@ -191,15 +192,21 @@ final class LinkChannels {
             Log.debug("channels: \(who) opened \(id) to \(channel), which nobody registered")
             return send(streams.refuse(id, reason: .notRegistered))
         }
-        let pair: (service: StreamSocket, app: Int32)
+        // A component of the service takes byte streams only: a peer opening anything else to
+        // one of its channels is refused, as an app refuses.
+        guard handler.streamEnds == .socket || mode == .stream else {
+            Log.debug("channels: \(who) opened \(id) to \(channel) as \(mode), which its owner does not take")
+            return send(streams.refuse(id, reason: .appRefused))
+        }
+        let pair: (service: StreamIO, owner: StreamOwnerEnd)
         do {
-            pair = try StreamSocket.pair(for: mode)
+            pair = try handler.streamEnds.makeEnds(mode: mode, windowBytes: streams.limits.maxStreamWindowBytes)
         } catch {
-            Log.warning("channels: cannot make a socket for a stream from \(who): \(error)")
+            Log.warning("channels: cannot make the ends of a stream from \(who): \(error)")
             return send(streams.refuse(id, reason: .appDidNotAnswer))
         }
         offered[id] = pair.service
-        let stream = IncomingStream(peer: peer, peerName: peerName, channel: channel, mode: mode, id: id, socket: pair.app)
+        let stream = IncomingStream(peer: peer, peerName: peerName, channel: channel, mode: mode, id: id, end: pair.owner)
         handler.newStream(stream) { [weak self, weak handler] refusal in
             guard let self, let service = offered.removeValue(forKey: id) else { return }
             if let refusal {
@@ -212,7 +219,7 @@ final class LinkChannels {
             }
             send(frame)
             Log.debug("channels: \(id) (\(mode)) from \(who) to \(channel) accepted")
-            start(StreamEndpoint(id: id, channel: channel, socket: service) { [weak handler] reason in
+            start(StreamEndpoint(id: id, channel: channel, end: service) { [weak handler] reason in
                 handler?.streamEnded(stream, reason: reason)
             })
         }
@@ -221,22 +228,27 @@ final class LinkChannels {
     private func accepted(_ id: StreamID) {
         guard let pending = opening.removeValue(forKey: id) else { return }
         pending.timer.cancel()
-        let pair: (service: StreamSocket, app: Int32)
+        let pair: (service: StreamIO, owner: StreamOwnerEnd)
         do {
-            pair = try StreamSocket.pair(for: pending.mode)
+            pair = try pending.ends.makeEnds(mode: pending.mode, windowBytes: streams.limits.maxStreamWindowBytes)
         } catch {
             send(streams.reset(id, reason: .unspecified))
-            return pending.completion(.failure(.failed("cannot make a socket for the stream: \(error)")))
+            return pending.completion(.failure(.failed("cannot make the ends of the stream: \(error)")))
         }
         Log.debug("channels: \(who) accepted \(id) to \(pending.channel)")
-        start(StreamEndpoint(id: id, channel: pending.channel, socket: pair.service, endedAbruptly: pending.endedAbruptly))
-        pending.completion(.success(pair.app))
+        start(StreamEndpoint(id: id, channel: pending.channel, end: pair.service, endedAbruptly: pending.endedAbruptly))
+        pending.completion(.success(pair.owner))
     }
 
     private func start(_ endpoint: StreamEndpoint) {
         endpoints[endpoint.id] = endpoint
+        endpoint.takenWatch = endpoint.end.watchTaken { [weak self, weak endpoint] taken in
+            guard let self, let endpoint, taken > 0 else { return }
+            if let window = delivered(endpoint.id, bytes: taken) { send(window) }
+            finishIfDone(endpoint)
+        }
         if endpoint.mode == .datagrams {
-            endpoint.readWatch = FDWatch.add(fd: endpoint.socket.fd, events: .readable) { [weak self, weak endpoint] _ in
+            endpoint.readWatch = endpoint.end.watchReadable { [weak self, weak endpoint] in
                 guard let self, let endpoint else { return false }
                 return forwardDatagrams(endpoint)
             }
@@ -249,7 +261,7 @@ final class LinkChannels {
 
     private func armRead(_ endpoint: StreamEndpoint) {
         guard endpoint.readWatch == nil, !endpoint.appFinished else { return }
-        endpoint.readWatch = FDWatch.add(fd: endpoint.socket.fd, events: .readable) { [weak self, weak endpoint] _ in
+        endpoint.readWatch = endpoint.end.watchReadable { [weak self, weak endpoint] in
             guard let self, let endpoint else { return false }
             endpoint.readWatch = nil
             enqueue(endpoint)
@@ -337,12 +349,12 @@ final class LinkChannels {
         }
         let credit = streams.sendCredit(id)
         guard credit > 0 else { return .waitingForCredit }
-        let result: StreamSocket.ReadResult
+        let result: StreamReadResult
         if endpoint.mode == .messages {
-            result = readBuffer.withUnsafeMutableBytes { endpoint.socket.read(into: $0) }
+            result = readBuffer.withUnsafeMutableBytes { endpoint.end.read(into: $0) }
         } else {
             let range = Self.payloadOffset..<(Self.payloadOffset + min(credit, chunkBytes))
-            result = sendBuffer.withUnsafeMutableBytes { endpoint.socket.read(into: UnsafeMutableRawBufferPointer(rebasing: $0[range])) }
+            result = sendBuffer.withUnsafeMutableBytes { endpoint.end.read(into: UnsafeMutableRawBufferPointer(rebasing: $0[range])) }
         }
         switch result {
         case .bytes(let count):
@@ -396,7 +408,7 @@ final class LinkChannels {
     private func forwardDatagrams(_ endpoint: StreamEndpoint) -> Bool {
         for _ in 0..<64 {
             let result = readBuffer.withUnsafeMutableBytes {
-                endpoint.socket.read(into: UnsafeMutableRawBufferPointer(rebasing: $0[0..<ChannelWire.maxDatagramBytes]))
+                endpoint.end.read(into: UnsafeMutableRawBufferPointer(rebasing: $0[0..<ChannelWire.maxDatagramBytes]))
             }
             switch result {
             case .bytes(let count):
@@ -462,9 +474,9 @@ final class LinkChannels {
             endpoint.inbound.append(Array(payload))
             return
         }
-        switch payload.withUnsafeBytes({ endpoint.socket.write($0) }) {
+        switch payload.withUnsafeBytes({ endpoint.end.write($0) }) {
         case .wrote(let count):
-            if let window = delivered(endpoint.id, bytes: count) { send(window) }
+            if let window = delivered(endpoint.id, bytes: endpoint.end.creditable(afterWriting: count)) { send(window) }
             guard count < payload.count else { return }
             endpoint.inbound.append(Array(payload.dropFirst(count)))
             flush(endpoint)
@@ -481,7 +493,7 @@ final class LinkChannels {
     private func flush(_ endpoint: StreamEndpoint) {
         var taken = 0
         while let first = endpoint.inbound.first {
-            let result = first.withUnsafeBytes { endpoint.socket.write(UnsafeRawBufferPointer(rebasing: $0[endpoint.inboundOffset...])) }
+            let result = first.withUnsafeBytes { endpoint.end.write(UnsafeRawBufferPointer(rebasing: $0[endpoint.inboundOffset...])) }
             switch result {
             case .wrote(let count):
                 taken += count
@@ -501,13 +513,13 @@ final class LinkChannels {
             }
             break
         }
-        if taken > 0, let window = delivered(endpoint.id, bytes: taken) { send(window) }
+        if taken > 0, let window = delivered(endpoint.id, bytes: endpoint.end.creditable(afterWriting: taken)) { send(window) }
         if endpoint.inbound.isEmpty {
             endpoint.writeWatch = nil
-            if endpoint.peerFinished { endpoint.socket.shutdownWrite() }
+            if endpoint.peerFinished { endpoint.end.shutdownWrite() }
             finishIfDone(endpoint)
         } else if endpoint.writeWatch == nil {
-            endpoint.writeWatch = FDWatch.add(fd: endpoint.socket.fd, events: .writable) { [weak self, weak endpoint] _ in
+            endpoint.writeWatch = endpoint.end.watchWritable { [weak self, weak endpoint] in
                 guard let self, let endpoint else { return false }
                 endpoint.writeWatch = nil
                 flush(endpoint)

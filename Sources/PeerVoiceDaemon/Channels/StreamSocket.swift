@@ -1,29 +1,11 @@
+import GIO
 import Glibc
 import PeerVoiceCore
 
 /// The service's end of one stream's socket: non-blocking reads of what the app writes, writes of
 /// what the peer sent, and the two ways a stream ends (a clean end of file, or an abort). Every
 /// call goes through `systemCall`-style error handling here, so `LinkChannels` deals only in results.
-final class StreamSocket {
-    /// What one read from the app gave.
-    enum ReadResult: Equatable {
-        /// `count` bytes (a whole message or datagram in those modes) are in the buffer.
-        case bytes(Int)
-        case wouldBlock
-        /// The app shut its end down (or closed it): a clean end of its direction.
-        case endOfFile
-        /// A message or datagram longer than the buffer: `count` bytes in all.
-        case tooLarge(Int)
-        case failed(Int32)
-    }
-
-    enum WriteResult: Equatable {
-        case wrote(Int)
-        case wouldBlock
-        /// The app closed its end, or its socket failed.
-        case failed(Int32)
-    }
-
+final class StreamSocket: StreamIO {
     let fd: Int32
     let mode: StreamMode
     /// A TCP connection over loopback (stream mode), which an abort resets.
@@ -40,7 +22,7 @@ final class StreamSocket {
     deinit { close() }
 
     /// One read: up to `buffer.count` bytes of the byte stream, or one message or datagram.
-    func read(into buffer: UnsafeMutableRawBufferPointer) -> ReadResult {
+    func read(into buffer: UnsafeMutableRawBufferPointer) -> StreamReadResult {
         while true {
             // MSG_TRUNC: a message or datagram reports its whole length, so an oversized one is noticed.
             let flags = mode == .stream ? 0 : Int32(MSG_TRUNC)
@@ -58,7 +40,7 @@ final class StreamSocket {
     }
 
     /// Writes bytes (stream), or one message or datagram, without blocking.
-    func write(_ bytes: UnsafeRawBufferPointer) -> WriteResult {
+    func write(_ bytes: UnsafeRawBufferPointer) -> StreamWriteResult {
         while true {
             let count = send(fd, bytes.baseAddress, bytes.count, Int32(MSG_NOSIGNAL | MSG_DONTWAIT))
             if count >= 0 { return .wrote(count) }
@@ -69,6 +51,18 @@ final class StreamSocket {
             }
         }
     }
+
+    func watchReadable(_ action: @escaping () -> Bool) -> EventSource {
+        FDWatch.add(fd: fd, events: .readable) { _ in action() }
+    }
+
+    func watchWritable(_ action: @escaping () -> Bool) -> EventSource {
+        FDWatch.add(fd: fd, events: .writable) { _ in action() }
+    }
+
+    func creditable(afterWriting count: Int) -> Int { count }
+
+    func watchTaken(_ action: @escaping (Int) -> Void) -> EventSource? { nil }
 
     /// The peer's direction is over: the app reads end of file after everything written.
     func shutdownWrite() {

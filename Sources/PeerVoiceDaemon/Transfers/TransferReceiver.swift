@@ -38,8 +38,8 @@ final class TransferReceiver: TransferStreamSide {
     /// A final word was reported (complete, aborted, failed): no more data is taken.
     private(set) var isDone = false
 
-    init(fd: Int32, hashing: any ContentHashing, handle: TransferStreamHandle, report: @escaping @Sendable (TransferStreamEvent) -> Void) {
-        connection = TransferConnection(fd: fd, mailbox: handle.mailbox)
+    init(end: StreamPipe.End, hashing: any ContentHashing, handle: TransferStreamHandle, report: @escaping @Sendable (TransferStreamEvent) -> Void) {
+        connection = TransferConnection(end: end, mailbox: handle.mailbox)
         self.hashing = hashing
         self.handle = handle
         self.report = report

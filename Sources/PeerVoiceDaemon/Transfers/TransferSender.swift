@@ -36,9 +36,9 @@ final class TransferSender: TransferStreamSide {
     private(set) var isDone = false
     let idleTimeout: Duration? = nil
 
-    init(fd: Int32, plan: Plan, handle: TransferStreamHandle, report: @escaping @Sendable (TransferStreamEvent) -> Void) {
+    init(end: StreamPipe.End, plan: Plan, handle: TransferStreamHandle, report: @escaping @Sendable (TransferStreamEvent) -> Void) {
         self.plan = plan
-        connection = TransferConnection(fd: fd, mailbox: handle.mailbox)
+        connection = TransferConnection(end: end, mailbox: handle.mailbox)
         self.handle = handle
         self.report = report
         session = OutgoingTransferSession(id: plan.id, manifest: plan.manifest)

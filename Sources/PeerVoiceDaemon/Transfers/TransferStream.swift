@@ -84,10 +84,11 @@ struct TransferStreamEnd: Sendable {
     let clean: Bool
 }
 
-/// A stream's socket as its thread sees it: non-blocking, polled together with the mailbox's
-/// pipe, with the messages decoded as they come and what waits to be sent.
+/// A stream's end as its thread sees it: the in-memory pipe to the main loop (`StreamPipe`),
+/// polled together with the mailbox, with the messages decoded as they come and what waits to be
+/// sent.
 final class TransferConnection {
-    let fd: Int32
+    private let end: StreamPipe.End
     private let mailbox: StreamMailbox<TransferStreamCommand>
     var decoder = TransferMessageDecoder()
     /// Messages waiting to be sent, in order, and how much of the first went.
@@ -98,14 +99,13 @@ final class TransferConnection {
     /// How long a closing stream waits for the other side to close its direction too.
     private static let closeTimeout: Duration = .seconds(5)
 
-    /// Takes ownership of `fd`.
-    init(fd: Int32, mailbox: StreamMailbox<TransferStreamCommand>) {
-        self.fd = fd
+    /// Closes `end` when it goes (a reset if bytes were left unread, as a socket would).
+    init(end: StreamPipe.End, mailbox: StreamMailbox<TransferStreamCommand>) {
+        self.end = end
         self.mailbox = mailbox
-        _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)
     }
 
-    deinit { close(fd) }
+    deinit { end.close() }
 
     var hasOutput: Bool { !output.isEmpty }
 
@@ -115,7 +115,7 @@ final class TransferConnection {
 
     /// Runs the stream until it ends. Each turn: the main loop's commands, what waits is
     /// written, one read is decoded and handed to `side`, `side` queues what is due, then the
-    /// thread sleeps in `poll` on the socket and the mailbox. `.close` ends our direction once
+    /// thread sleeps in `poll` on the pipe and the mailbox. `.close` ends our direction once
     /// everything queued went and waits (at most 5 s) for the other side to end its own.
     func run(_ side: TransferStreamSide) -> TransferStreamEnd {
         var closing = false
@@ -153,8 +153,12 @@ final class TransferConnection {
                 continue
             }
             side.produce()
-            // A full read may have left more in the socket: read on before sleeping.
-            if read != .more { wait(timeout: side.idleTimeout) }
+            let produced = hasOutput
+            // What was just queued goes now: the pipe wakes a writer only once it found it full.
+            if case .failed(let reason) = flush() { return TransferStreamEnd(reason: reason, clean: false) }
+            // A full read may have left more in the pipe, and a pipe that took everything may
+            // take more: go on before sleeping.
+            if read != .more && !(produced && !hasOutput) { wait(timeout: side.idleTimeout) }
         }
     }
 
@@ -168,48 +172,56 @@ final class TransferConnection {
         case failed(String)
     }
 
-    /// Writes what waits, as far as the socket takes it now.
+    /// Writes what waits, as far as the pipe takes it now.
     private func flush() -> Outcome {
         while let first = output.first {
-            let count = first.withUnsafeBytes { send(fd, $0.baseAddress! + outputOffset, $0.count - outputOffset, Int32(MSG_NOSIGNAL)) }
-            if count < 0 {
-                if errno == EINTR { continue }
-                if errno == EAGAIN || errno == EWOULDBLOCK { return .progress }
-                return .failed(Self.describe(errno))
-            }
-            outputOffset += count
-            if outputOffset == first.count {
-                output.removeFirst()
-                outputOffset = 0
+            let result = first.withUnsafeBytes { end.write(UnsafeRawBufferPointer(rebasing: $0[outputOffset...])) }
+            switch result {
+            case .wrote(let count):
+                outputOffset += count
+                if outputOffset == first.count {
+                    output.removeFirst()
+                    outputOffset = 0
+                }
+            case .wouldBlock:
+                return .progress
+            case .failed(let code):
+                return .failed(Self.describe(code))
             }
         }
         return .progress
     }
 
-    /// One read of what the socket holds into the decoder (one at a time, so the decoder's buffer
+    /// One read of what the pipe holds into the decoder (one at a time, so the decoder's buffer
     /// stays at about one read and one message).
     private func fill() -> Outcome {
-        while true {
-            let count = decoder.append(readingAtMost: Self.readBytes) { buffer in recv(fd, buffer.baseAddress, buffer.count, 0) }
-            if count > 0 { return count == Self.readBytes ? .more : .progress }
-            if count == 0 { return .endOfStream }
-            if errno == EINTR { continue }
-            if errno == EAGAIN || errno == EWOULDBLOCK { return .progress }
-            return .failed(Self.describe(errno))
+        var result = StreamReadResult.wouldBlock
+        decoder.append(readingAtMost: Self.readBytes) { buffer in
+            result = end.read(into: UnsafeMutableRawBufferPointer(buffer))
+            if case .bytes(let count) = result { return count }
+            return 0
+        }
+        switch result {
+        case .bytes(let count): return count == Self.readBytes ? .more : .progress
+        case .wouldBlock: return .progress
+        case .endOfFile: return .endOfStream
+        case .failed(let code): return .failed(Self.describe(code))
+        case .tooLarge: return .failed("a message where bytes were expected")  // only message and datagram ends say so
         }
     }
 
-    /// Sleeps until the socket can be read (or written, while output waits) or a command comes,
-    /// at most `timeout` (nil: no limit).
+    /// Sleeps until the pipe can be read (or written, while output waits: only after a write
+    /// found it full) or a command comes, at most `timeout` (nil: no limit).
     private func wait(timeout: Duration?) {
-        var fds = [pollfd(fd: fd, events: Int16(POLLIN) | (hasOutput ? Int16(POLLOUT) : 0), revents: 0),
-                   pollfd(fd: mailbox.wakeFD, events: Int16(POLLIN), revents: 0)]
+        var fds = [pollfd(fd: end.inbound.readable.fd, events: Int16(POLLIN), revents: 0),
+                   pollfd(fd: mailbox.wakeFD, events: Int16(POLLIN), revents: 0),
+                   pollfd(fd: end.outbound.writable.fd, events: Int16(POLLIN), revents: 0)]
         let milliseconds = timeout.map { Int32(clamping: $0.components.seconds * 1000 + $0.components.attoseconds / 1_000_000_000_000_000) } ?? -1
-        while poll(&fds, 2, milliseconds) < 0 && errno == EINTR {}
+        while poll(&fds, hasOutput ? 3 : 2, milliseconds) < 0 && errno == EINTR {}
     }
 
-    /// Ends our direction (the peer reads end of file after what was sent).
-    private func shutdownWrite() { _ = shutdown(fd, Int32(SHUT_WR)) }
+    /// Ends our direction (the other side reads end of file after what was sent).
+    private func shutdownWrite() { end.shutdownWrite() }
 
     static func describe(_ code: Int32) -> String {
         code == ECONNRESET || code == EPIPE ? "the stream ended abruptly (the link dropped)" : String(cString: strerror(code))

@@ -209,17 +209,17 @@ final class Transfers: ChannelHandler, LinkComponent {
             return handle(transfer, .failed(by: .local, reason: whyOff))
         }
         transfer.opening = true
-        channels.openStream(to: transfer.peer, channel: try! ChannelName(TransferWire.channel), mode: .stream,
-                            endedAbruptly: { _ in }) { [weak self, weak transfer] result in
+        channels.openPipeStream(to: transfer.peer, channel: try! ChannelName(TransferWire.channel),
+                                endedAbruptly: { _ in }) { [weak self, weak transfer] result in
             // The stream's own thread notices an abrupt end; nothing to do here.
             guard let self, let transfer else {
-                if case .success(let fd) = result { close(fd) }
+                if case .success(let end) = result { end.close() }
                 return
             }
             transfer.opening = false
             switch result {
-            case .success(let fd):
-                runSender(transfer, fd: fd)
+            case .success(let end):
+                runSender(transfer, end: end)
             case .failure(let error):
                 Log.info("\(transfer.logName): no stream to \(transfer.peer): \(error.message)")
                 retryLater(transfer)
@@ -236,10 +236,10 @@ final class Transfers: ChannelHandler, LinkComponent {
         }
     }
 
-    private func runSender(_ transfer: Transfer, fd: Int32) {
+    private func runSender(_ transfer: Transfer, end: StreamPipe.End) {
         // Cancelled meanwhile with nothing to tell: the receiver never hears of it.
         guard !transfer.state.isFinished || transfer.lifecycle.owesPeerAbort else {
-            close(fd)
+            end.close()
             return
         }
         let entry = newStream(peer: transfer.peer, direction: .outgoing, transferred: transfer.transferred)
@@ -257,25 +257,28 @@ final class Transfers: ChannelHandler, LinkComponent {
                                        hashing: entry.hashing)
         let (streamHandle, report) = (entry.handle, reporter(entry.handle.serial))
         threads[streamHandle.serial] = NamedThread(name: "peervoice-send") {
-            TransferSender(fd: fd, plan: plan, handle: streamHandle, report: report).run()
+            TransferSender(end: end, plan: plan, handle: streamHandle, report: report).run()
         }
         handle(transfer, .streamOpened)
     }
 
     // MARK: Receiving (ChannelHandler)
 
+    /// Each stream runs on a thread of its own, which reads and writes the pipe's end.
+    var streamEnds: StreamEndKind { .pipe }
+
     func newStream(_ stream: IncomingStream, answer: @escaping (RefuseReason?) -> Void) {
         let running = streams.values.filter { $0.peer == stream.peer && $0.direction == .incoming }.count
         guard running < Self.maxIncomingStreamsPerPeer else {
             Log.info("transfers: \(stream.peer) already runs \(running) transfer streams: one more refused")
-            close(stream.socket)
+            stream.end.close()
             return answer(.tooManyStreams)
         }
         answer(nil)
         let entry = newStream(peer: stream.peer, direction: .incoming, transferred: 0)
-        let (fd, hashing, handle, report) = (stream.socket, entry.hashing, entry.handle, reporter(entry.handle.serial))
+        let (end, hashing, handle, report) = (stream.end.pipe, entry.hashing, entry.handle, reporter(entry.handle.serial))
         threads[handle.serial] = NamedThread(name: "peervoice-recv") {
-            TransferReceiver(fd: fd, hashing: hashing, handle: handle, report: report).run()
+            TransferReceiver(end: end, hashing: hashing, handle: handle, report: report).run()
         }
     }
 
