@@ -60,37 +60,26 @@ final class SerialThread {
 }
 
 /// Commands from the main loop to one transfer stream's thread, which sleeps in `poll` on its
-/// socket and on `wakeFD`: posting a command writes a byte to the pipe behind `wakeFD`.
+/// pipe and on `wakeFD`: posting a command signals the eventfd behind `wakeFD`.
 final class StreamMailbox<Command: Sendable>: Sendable {
-    let wakeFD: Int32
-    private let postFD: Int32
+    private let wake: EventFD
     private let commands = Mutex<[Command]>([])
 
     init() {
-        var ends: [Int32] = [-1, -1]
-        if pipe(&ends) != 0 { fatalError("pipe: \(String(cString: strerror(errno)))") }
-        for end in ends {
-            _ = fcntl(end, F_SETFL, O_NONBLOCK)
-            _ = fcntl(end, F_SETFD, FD_CLOEXEC)
-        }
-        (wakeFD, postFD) = (ends[0], ends[1])
+        guard let wake = EventFD() else { fatalError("eventfd: \(String(cString: strerror(errno)))") }
+        self.wake = wake
     }
 
-    deinit {
-        close(wakeFD)
-        close(postFD)
-    }
+    var wakeFD: Int32 { wake.fd }
 
     func post(_ command: Command) {
         commands.withLock { $0.append(command) }
-        var byte: UInt8 = 1
-        _ = write(postFD, &byte, 1)
+        wake.signal()
     }
 
-    /// The commands posted since the last call, oldest first; empties the pipe.
+    /// The commands posted since the last call, oldest first; clears the wake-up.
     func take() -> [Command] {
-        var sink = [UInt8](repeating: 0, count: 64)
-        while read(wakeFD, &sink, sink.count) > 0 {}
+        wake.clear()
         return commands.withLock { queued in
             defer { queued = [] }
             return queued
