@@ -106,6 +106,7 @@ public func fuzz(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
         let responder = try! Handshake(role: .responder, identity: identity, payload: [],
                                        dialProof: carried ? .present(nil) : .absent, crypto: crypto)
         let size = carried ? 49 : 33
+        count(.readMessage)
         do throws(HandshakeError) {
             try responder.readMessage(message)
             check(message.count == size && message.first == 0x21, "accepted a message 1 of \(message.count) bytes")
@@ -150,6 +151,7 @@ public func fuzz(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
                 check(expected == .refuse(.notProven), "the model answers a dial without an accepted proof: \(expected)")
             }
         }
+        count(.decide)
         let decision = gate.decide(claim, openToStrangers: open, secrets: accepted, unixSeconds: now, crypto: crypto)
         trace("decision \(decision), expected \(expected)")
         check(decision == expected, "decided \(decision), the document says \(expected)")

@@ -167,6 +167,7 @@ struct RecordHarness {
 
     mutating func deliver(_ record: [UInt8]) {
         let before = (opener.newestCounter, opener.acceptedCount)
+        count(.open)
         let result = Result { () throws(RecordError) in try opener.open(record) }
         trace("record of \(record.count) bytes (counter \(record.prefix(8).reduce(UInt64(0)) { $0 << 8 | UInt64($1) })): \(result)")
         let expected: Result<[UInt8], RecordError>
@@ -299,6 +300,7 @@ func runRaw(_ input: inout Input, role: HandshakeRole, identity: StaticIdentity,
             case .send: _ = writeInTurn(handshake, payloadCount: payload.count)
             case .receive:
                 let message = input.take(input.u16() % 1100)
+                count(.readMessage)
                 do throws(HandshakeError) { try handshake.readMessage(message) } catch { thrown = error }
             case .complete, .failed: break
             }
@@ -311,6 +313,7 @@ func runRaw(_ input: inout Input, role: HandshakeRole, identity: StaticIdentity,
         case 2:
             // Read whatever the turn.
             let message = input.take(input.u16() % 1100)
+            count(.readMessage)
             do throws(HandshakeError) {
                 try handshake.readMessage(message)
                 guard case .receive = actionBefore else { check(false, "readMessage() succeeded at \(actionBefore)"); break }
@@ -320,6 +323,7 @@ func runRaw(_ input: inout Input, role: HandshakeRole, identity: StaticIdentity,
             guard case .receive(let expected) = actionBefore else { break }
             let size = expected.allowedByteCounts(withDialProof: false).count == 1 ? 33 : Handshake.identityMessageOverhead + Int(op >> 2) * 4
             let message = [expected.rawValue] + input.fill(size - 1)
+            count(.readMessage)
             do throws(HandshakeError) { try handshake.readMessage(message) } catch { thrown = error }
         }
         checkConsistent(handshake)
@@ -335,6 +339,7 @@ func runRaw(_ input: inout Input, role: HandshakeRole, identity: StaticIdentity,
         var opener = RecordOpener(key: key, direction: .initiatorToResponder, purpose: .link, mode: mode, crypto: crypto)
         for _ in 0..<4 where !input.isEmpty {
             let record = input.take(input.u16() % 300)
+            count(.open)
             do throws(RecordError) {
                 _ = try opener.open(record)
                 check(false, "a record from the input opened under a random key")
@@ -399,6 +404,7 @@ func runHonest(_ input: inout Input, roleA: HandshakeRole, identityA: StaticIden
         history.append(original)
         for delivery in 0..<(op & 8 != 0 ? 2 : 1) {
             if delivery == 1 { duplicated = true }
+            count(.readMessage)
             do throws(HandshakeError) {
                 try reader.readMessage(message)
             } catch {

@@ -12,7 +12,8 @@
 #
 # Environment: SWIFTC (default: swiftc on PATH), FUZZ_OPT (-O; -Onone if -O misbehaves),
 # FUZZ_RSS_MB (2048), FUZZ_TIMEOUT (per-input seconds, 10), FUZZ_NICE (10), FUZZ_JOBS (1: libFuzzer
-# workers per target), FUZZ_DIR (.build/fuzz); read by the targets: FUZZ_TRACE=1 (print each step),
+# workers per target), FUZZ_PARALLEL (`build` and `all`: targets at once, default the cores),
+# FUZZ_DIR (.build/fuzz); read by the targets: FUZZ_TRACE=1 (print each step),
 # FUZZ_CRYPTO=libsodium|stand-in (handshake, dial-proof: every input on one kind of primitives).
 #
 # Outputs under FUZZ_DIR: modules/ and lib/ (PeerVoiceCore, Sodium, MumbleProtobuf and the generated
@@ -33,6 +34,7 @@ FUZZ_RSS_MB=${FUZZ_RSS_MB:-2048}
 FUZZ_TIMEOUT=${FUZZ_TIMEOUT:-10}
 FUZZ_NICE=${FUZZ_NICE:-10}
 FUZZ_JOBS=${FUZZ_JOBS:-1}
+FUZZ_PARALLEL=${FUZZ_PARALLEL:-$(nproc)}
 
 # libFuzzer (coverage, main) and AddressSanitizer everywhere; assertions kept despite -O; Swift 6
 # language mode, as Package.swift builds the modules.
@@ -194,10 +196,12 @@ run_target() {
 # One line per run, then the crash report if there is one.
 summarize() {
     local target=$1 log=$2 status=$3 seconds=$4
-    local execs rate cov ft corp rss
+    local execs rate cov ft corp rss calls
     execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
     rate=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log" | tail -1)
     rss=$(sed -n 's/^stat::peak_rss_mb: *//p' "$log" | tail -1)
+    # What the target counted (fuzz/support/FuzzInput.swift, Call): "N Name" each.
+    calls=$(sed -n 's/^stat::calls_\([^:]*\): *\(.*\)/\2 \1/p' "$log" | paste -sd, - | sed 's/,/, /g')
     cov=$( (grep -o 'cov: [0-9]*' "$log" || true) | tail -1 | cut -d' ' -f2)
     ft=$( (grep -o 'ft: [0-9]*' "$log" || true) | tail -1 | cut -d' ' -f2)
     corp=$( (grep -o 'corp: [0-9]*/[0-9]*[a-zA-Z]*' "$log" || true) | tail -1 | cut -d' ' -f2)
@@ -209,7 +213,7 @@ summarize() {
         unit=$(sed -n 's/.*Test unit written to //p' "$log" | tail -1)
         [[ -n $unit ]] && echo "reproduce: fuzz/run.sh repro $target $unit (FUZZ_TRACE=1 prints the steps)" >&2
     fi
-    echo "fuzz $target: ${execs:-?} executions in ${seconds}s (${rate:-?} exec/s), cov ${cov:-?}, ft ${ft:-?}, corpus ${corp:-?}, peak RSS ${rss:-?} MB: $result"
+    echo "fuzz $target: ${execs:-?} executions in ${seconds}s (${rate:-?} exec/s)${calls:+ making $calls calls}, cov ${cov:-?}, ft ${ft:-?}, corpus ${corp:-?}, peak RSS ${rss:-?} MB: $result"
 }
 
 # The sources each target is about (for `coverage`).
@@ -266,6 +270,33 @@ keep() {
     echo "fuzz $target: fuzz/corpus/$target has $(find "fuzz/corpus/$target" -type f | wc -l) inputs (was $before)"
 }
 
+# Runs `$1 TARGET ARGS...` for each of TARGETS, FUZZ_PARALLEL at a time (each target is one
+# single-threaded swiftc or fuzzer); each one's output is printed whole, in TARGETS order; fails
+# when any failed.
+each_target() {
+    local step=$1 outputs target i failed=0
+    shift
+    outputs=$(mktemp -d)
+    local -a pids=()
+    for i in "${!TARGETS[@]}"; do
+        while [[ $(jobs -rp | wc -l) -ge $FUZZ_PARALLEL ]]; do wait -n || true; done
+        target=${TARGETS[$i]}
+        (
+            status=0
+            "$step" "$target" "$@" >"$outputs/$i" 2>&1 || status=$?
+            echo "$status" >"$outputs/$i.status"
+        ) &
+        pids[i]=$!
+    done
+    for i in "${!TARGETS[@]}"; do
+        wait "${pids[i]}" || true
+        cat "$outputs/$i"
+        [[ $(cat "$outputs/$i.status") -eq 0 ]] || failed=1
+    done
+    rm -rf "$outputs"
+    return "$failed"
+}
+
 # Everything is parsed before anything runs (the last line), so editing this file while a long run
 # is under way does not derail it.
 main() {
@@ -287,12 +318,10 @@ main() {
             for target in "$@"; do keep "$target"; done ;;
         all)
             [[ $# -ge 1 ]] || die "usage: fuzz/run.sh all SECONDS [ARGS...]"
-            seconds=$1
-            shift
-            for target in "${TARGETS[@]}"; do build_target "$target"; done
-            failed=0
-            for target in "${TARGETS[@]}"; do run_target "$target" "$seconds" "$@" || failed=1; done
-            exit "$failed" ;;
+            # The shared libraries first, once; then the targets' own builds and runs side by side.
+            build_libs
+            each_target build_target || exit 1
+            each_target run_target "$@" ;;
         repro)
             [[ $# -ge 2 ]] || die "usage: fuzz/run.sh repro TARGET FILE..."
             target=$1

@@ -20,6 +20,38 @@ func check(_ condition: @autoclosure () -> Bool, _ message: @autoclosure () -> S
     if !condition() { fatalError("invariant violated: \(message())", file: file, line: line) }
 }
 
+/// The calls into the code under test that a target counts. A target that runs a script makes many
+/// of them per execution (a dial-proof input decides about 50 dials), so the campaign's figures give
+/// both. Printed at a normal exit (a time or run limit) as `stat::calls_NAME: N` after libFuzzer's
+/// own stats; a run stopped by SIGINT prints none (libFuzzer leaves without exit handlers).
+enum Call: Int, CaseIterable {
+    case readMessage, open, decide
+
+    var name: String {
+        switch self {
+        case .readMessage: "Handshake.readMessage"
+        case .open: "RecordOpener.open"
+        case .decide: "DialGate.decide"
+        }
+    }
+}
+
+nonisolated(unsafe) private var callCounts: [Int] = []
+
+/// Counts one call of `call`.
+func count(_ call: Call) {
+    if callCounts.isEmpty {
+        callCounts = Array(repeating: 0, count: Call.allCases.count)
+        atexit {
+            for call in Call.allCases where callCounts[call.rawValue] > 0 {
+                let line = "stat::calls_\(call.name): \(callCounts[call.rawValue])\n"
+                _ = line.withCString { write(2, $0, strlen($0)) }
+            }
+        }
+    }
+    callCounts[call.rawValue] += 1
+}
+
 /// The fuzzer's bytes, read front to back, big-endian; past the end every byte reads as 0.
 struct Input {
     let bytes: [UInt8]
