@@ -233,7 +233,9 @@ check-warnings: deps
 # The deterministic simulation of the core (docs/RELIABILITY.md): SEEDS seeds from FIRST; prints
 # the seeds run and, for each failing seed, a shrunk schedule and the `make simulate SEED=… KEEP=…`
 # that replays it with its log. SIMULATE_SECONDS=T runs seeds until T seconds have passed (a long
-# run). An optimised build by default; `make test` runs it from the debug build it already has.
+# run). Seeds run on one thread per core (each seed's world on one thread: a seed replays the same
+# whatever the count). An optimised build by default; `make test` runs it from the debug build it
+# already has (200 seeds: 43.7 s on one thread, 20.3 s on two).
 # (SEEDS and FIRST default here, not globally: `make chaos` takes a SEEDS of its own.)
 SIMULATION_CONFIGURATION ?= release
 .PHONY: simulate

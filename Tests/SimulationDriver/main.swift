@@ -1,5 +1,6 @@
 import Foundation
 import PeerVoiceSimulation
+import Synchronization
 
 // `make simulate SEEDS=N`: runs seeds, prints what ran and, for a failing seed, a shrunk
 // reproduction and the command that replays it. See docs/RELIABILITY.md.
@@ -7,6 +8,7 @@ import PeerVoiceSimulation
 //   simulate --seeds N [--first S]     seeds S ..< S+N (S = 1)
 //   simulate --seconds T [--first S]   seeds from S until T seconds have passed (a long run)
 //   simulate --seed S [--keep 3,7,9]   one seed, only those schedule steps, with its log
+//   --jobs J                           seeds on J threads at once (default: one per core)
 
 struct Arguments {
     var seeds = 100
@@ -15,6 +17,7 @@ struct Arguments {
     var seed: UInt64?
     var keep: Set<Int>?
     var shrink = true
+    var jobs = ProcessInfo.processInfo.activeProcessorCount
 
     init(_ arguments: [String]) {
         var iterator = arguments.dropFirst().makeIterator()
@@ -26,6 +29,7 @@ struct Arguments {
             case "--seed": seed = UInt64(iterator.next() ?? "")
             case "--keep": keep = Set((iterator.next() ?? "").split(separator: ",").compactMap { Int($0) })
             case "--no-shrink": shrink = false
+            case "--jobs": jobs = max(1, Int(iterator.next() ?? "") ?? jobs)
             default:
                 FileHandle.standardError.write(Data("simulate: unknown argument \(argument)\n".utf8))
                 exit(2)
@@ -61,44 +65,64 @@ if let seed = arguments.seed {
     exit(0)
 }
 
+/// What the seeds run add up to.
+struct Totals {
+    var ran = 0, events = 0, accepted = 0, received = 0, pairings = 0, transfersSent = 0, transfersCompleted = 0
+    var bytesCompleted: UInt64 = 0
+    var appStreamsOpened = 0, appStreamsWhole = 0
+    /// Each failing seed and its first violation.
+    var failures: [(seed: UInt64, violation: String)] = []
+
+    mutating func add(_ outcome: Simulation.Outcome, seed: UInt64) {
+        ran += 1
+        events += outcome.events
+        accepted += outcome.accepted
+        received += outcome.received
+        pairings += outcome.pairings
+        transfersSent += outcome.transfersSent
+        transfersCompleted += outcome.transfersCompleted
+        bytesCompleted += outcome.bytesCompleted
+        appStreamsOpened += outcome.appStreamsOpened
+        appStreamsWhole += outcome.appStreamsWhole
+        if let violation = outcome.violations.first { failures.append((seed, violation)) }
+    }
+}
+
+/// Runs seeds from `first` on `jobs` threads, each seed's world wholly on the thread that took it
+/// (a simulation is single-threaded; worlds share nothing), until `seeds` have run or `seconds`
+/// have passed. The seeds run are `first ..< next`: a thread finishes the seed it took.
+func runSeeds(first: UInt64, seeds: Int, seconds: Double?, jobs: Int) -> (totals: Totals, next: UInt64) {
+    let clock = ContinuousClock()
+    let started = clock.now
+    let next = Atomic<UInt64>(first)
+    let totals = Mutex(Totals())
+    DispatchQueue.concurrentPerform(iterations: jobs) { _ in
+        while true {
+            if let seconds, clock.now - started >= .seconds(seconds) { return }
+            let seed = next.add(1, ordering: .relaxed).oldValue
+            if seconds == nil, seed >= first + UInt64(seeds) { return }
+            let outcome = Simulation(seed: seed).run()
+            totals.withLock { $0.add(outcome, seed: seed) }
+        }
+    }
+    let taken = next.load(ordering: .relaxed)
+    return (totals.withLock { $0 }, seconds == nil ? first + UInt64(seeds) : taken)
+}
+
 let clock = ContinuousClock()
 let started = clock.now
-var seed = arguments.first
-var ran = 0, events = 0, accepted = 0, received = 0, pairings = 0, transfersSent = 0, transfersCompleted = 0
-var bytesCompleted: UInt64 = 0
-var appStreamsOpened = 0, appStreamsWhole = 0
-var failures: [(UInt64, Simulation.Outcome)] = []
-while true {
-    if let seconds = arguments.seconds {
-        if clock.now - started >= .seconds(seconds) { break }
-    } else if ran >= arguments.seeds {
-        break
-    }
-    let simulation = Simulation(seed: seed)
-    let outcome = simulation.run()
-    ran += 1
-    events += outcome.events
-    accepted += outcome.accepted
-    received += outcome.received
-    pairings += outcome.pairings
-    transfersSent += outcome.transfersSent
-    transfersCompleted += outcome.transfersCompleted
-    bytesCompleted += outcome.bytesCompleted
-    appStreamsOpened += outcome.appStreamsOpened
-    appStreamsWhole += outcome.appStreamsWhole
-    if outcome.failed { failures.append((seed, outcome)) }
-    seed += 1
-}
+let (totals, next) = runSeeds(first: arguments.first, seeds: arguments.seeds, seconds: arguments.seconds, jobs: arguments.jobs)
+let failures = totals.failures.sorted { $0.seed < $1.seed }
 let elapsed = clock.now - started
 let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
-print("simulate: seeds \(arguments.first)...\(seed - 1) (\(ran) runs), \(events) events in \(String(format: "%.1f", seconds)) s (\(Int(Double(events) / max(seconds, 0.001))) events/s); \(accepted) messages accepted, \(received) received, \(pairings) links opened by people; \(transfersCompleted) of \(transfersSent) transfers complete at their receivers (\(String(format: "%.1f", Double(bytesCompleted) / 1_048_576)) MiB), \(appStreamsWhole) of \(appStreamsOpened) app streams whole; \(failures.count) failing")
-if !failures.isEmpty { print("failing seeds: \(failures.map { String($0.0) }.joined(separator: " "))") }
-for (seed, outcome) in failures.prefix(5) {
-    print("\nFAILING seed \(seed): \(outcome.violations[0])")
+print("simulate: seeds \(arguments.first)...\(next - 1) (\(totals.ran) runs on \(arguments.jobs) thread\(arguments.jobs == 1 ? "" : "s")), \(totals.events) events in \(String(format: "%.1f", seconds)) s (\(Int(Double(totals.events) / max(seconds, 0.001))) events/s); \(totals.accepted) messages accepted, \(totals.received) received, \(totals.pairings) links opened by people; \(totals.transfersCompleted) of \(totals.transfersSent) transfers complete at their receivers (\(String(format: "%.1f", Double(totals.bytesCompleted) / 1_048_576)) MiB), \(totals.appStreamsWhole) of \(totals.appStreamsOpened) app streams whole; \(failures.count) failing")
+if !failures.isEmpty { print("failing seeds: \(failures.map { String($0.seed) }.joined(separator: " "))") }
+for (seed, violation) in failures.prefix(5) {
+    print("\nFAILING seed \(seed): \(violation)")
     let simulation = Simulation(seed: seed)
     var keep = Array(simulation.schedule.indices)
     if arguments.shrink {
-        let (shrunk, runs) = Shrinker(simulation: simulation).shrink(signature: Shrinker.signature(outcome.violations[0]))
+        let (shrunk, runs) = Shrinker(simulation: simulation).shrink(signature: Shrinker.signature(violation))
         keep = shrunk
         print("shrunk from \(simulation.schedule.count) to \(keep.count) schedule steps in \(runs) runs:")
     }
