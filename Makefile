@@ -557,8 +557,9 @@ bench-fec: bench-venv
 # of the wire decoder, the handshake and record layer (real libsodium) and the jitter buffer.
 # `make fuzz` runs each target FUZZ_SECONDS (crashes, leaks and timeouts fail it; reproducers go to
 # .build/fuzz/artifacts-TARGET/); `make fuzz-smoke` is the short bounded run of every target: 10 s
-# each in `make test`, one target per core at a time (it starts from the kept corpus, so it replays what the long runs found; the
-# finding is `make fuzz-long`'s job), which keeps CI under its 25 minutes with the fault campaign.
+# each in `make test`, one target per core at a time (it starts from the kept corpus, so it replays
+# what the long runs found; the finding is `make fuzz-long`'s job), which keeps CI under its 25
+# minutes with the fault campaign.
 FUZZ_SECONDS ?= 600
 FUZZ_SMOKE_SECONDS ?= 10
 SWIFTC ?= swiftc

@@ -12,7 +12,7 @@
 #
 # Environment: SWIFTC (default: swiftc on PATH), FUZZ_OPT (-O; -Onone if -O misbehaves),
 # FUZZ_RSS_MB (2048), FUZZ_TIMEOUT (per-input seconds, 10), FUZZ_NICE (10), FUZZ_JOBS (1: libFuzzer
-# workers per target), FUZZ_PARALLEL (`build` and `all`: targets at once, default the cores),
+# workers per target), FUZZ_PARALLEL (`all`: targets built and run at once, default the cores),
 # FUZZ_DIR (.build/fuzz); read by the targets: FUZZ_TRACE=1 (print each step),
 # FUZZ_CRYPTO=libsodium|stand-in (handshake, dial-proof: every input on one kind of primitives).
 #

@@ -89,29 +89,28 @@ struct Totals {
 }
 
 /// Runs seeds from `first` on `jobs` threads, each seed's world wholly on the thread that took it
-/// (a simulation is single-threaded; worlds share nothing), until `seeds` have run or `seconds`
-/// have passed. The seeds run are `first ..< next`: a thread finishes the seed it took.
-func runSeeds(first: UInt64, seeds: Int, seconds: Double?, jobs: Int) -> (totals: Totals, next: UInt64) {
-    let clock = ContinuousClock()
-    let started = clock.now
+/// (a simulation is single-threaded; worlds share nothing), until `seeds` have run or, given a
+/// deadline, until it. The seeds run are `first ..< next`: a thread finishes the seed it took.
+func runSeeds(first: UInt64, seeds: Int, until deadline: ContinuousClock.Instant?, jobs: Int) -> (totals: Totals, next: UInt64) {
     let next = Atomic<UInt64>(first)
     let totals = Mutex(Totals())
     DispatchQueue.concurrentPerform(iterations: jobs) { _ in
         while true {
-            if let seconds, clock.now - started >= .seconds(seconds) { return }
+            if let deadline, ContinuousClock.now >= deadline { return }
             let seed = next.add(1, ordering: .relaxed).oldValue
-            if seconds == nil, seed >= first + UInt64(seeds) { return }
+            if deadline == nil, seed >= first + UInt64(seeds) { return }
             let outcome = Simulation(seed: seed).run()
             totals.withLock { $0.add(outcome, seed: seed) }
         }
     }
     let taken = next.load(ordering: .relaxed)
-    return (totals.withLock { $0 }, seconds == nil ? first + UInt64(seeds) : taken)
+    return (totals.withLock { $0 }, deadline == nil ? first + UInt64(seeds) : taken)
 }
 
 let clock = ContinuousClock()
 let started = clock.now
-let (totals, next) = runSeeds(first: arguments.first, seeds: arguments.seeds, seconds: arguments.seconds, jobs: arguments.jobs)
+let (totals, next) = runSeeds(first: arguments.first, seeds: arguments.seeds,
+                              until: arguments.seconds.map { started + .seconds($0) }, jobs: arguments.jobs)
 let failures = totals.failures.sorted { $0.seed < $1.seed }
 let elapsed = clock.now - started
 let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18

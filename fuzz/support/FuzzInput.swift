@@ -9,8 +9,12 @@ let tracing = getenv("FUZZ_TRACE") != nil
 
 func trace(_ line: @autoclosure () -> String) {
     guard tracing else { return }
-    let text = line() + "\n"
-    _ = text.withCString { write(2, $0, strlen($0)) }
+    printToStandardError(line())
+}
+
+/// Writes `line` and a newline to standard error, unbuffered, as libFuzzer's own output is.
+func printToStandardError(_ line: String) {
+    _ = (line + "\n").withCString { write(2, $0, strlen($0)) }
 }
 
 /// Traps (libFuzzer records a crash) when an invariant does not hold.
@@ -44,8 +48,7 @@ func count(_ call: Call) {
         callCounts = Array(repeating: 0, count: Call.allCases.count)
         atexit {
             for call in Call.allCases where callCounts[call.rawValue] > 0 {
-                let line = "stat::calls_\(call.name): \(callCounts[call.rawValue])\n"
-                _ = line.withCString { write(2, $0, strlen($0)) }
+                printToStandardError("stat::calls_\(call.name): \(callCounts[call.rawValue])")
             }
         }
     }
