@@ -40,7 +40,8 @@ DATADIR = $(PREFIX)/share
 # systemd's user-unit search path includes /usr/lib/systemd/user and /usr/local/lib/systemd/user.
 USERUNITDIR = $(PREFIX)/lib/systemd/user
 
-# Debian packages needed to build (one list; add packages here).
+# Debian packages needed to build and install (one list; add packages here). help2man writes the
+# man pages `make install` installs (and the package ships).
 PACKAGES := \
 	libglib2.0-dev \
 	pkg-config \
@@ -54,7 +55,8 @@ PACKAGES := \
 	gettext \
 	libwebrtc-audio-processing-dev \
 	libprotobuf-c-dev \
-	protobuf-c-compiler
+	protobuf-c-compiler \
+	help2man
 
 # Debian packages the tests (and `make run`) need besides PACKAGES: dbus-daemon for the private
 # buses, libglib2.0-bin for gdbus, python3-gi for the benchmarks (bench/); pipewire, pipewire-bin
