@@ -10,6 +10,8 @@ struct ChaosFigures: CustomStringConvertible {
     var sent = 0, refused = 0, received = 0, delivered = 0, failed = 0
     /// Announced again (same id) by a receiver's next life: killed before it noted the first.
     var announcedAgain = 0
+    /// `MessageDelivered` or `MessageFailed` reported again by a sender's next life, likewise.
+    var reportedAgain = 0
     var transfers = 0, transfersComplete = 0, transfersFailed = 0, transferBytes = 0
     /// Transfer ends a client learned only from `PropertiesChanged`: the polls never saw them
     /// (the service was killed, or the object went, before the next one).
@@ -23,7 +25,7 @@ struct ChaosFigures: CustomStringConvertible {
     mutating func add(_ other: ChaosFigures) {
         other.faults.forEach { faults[$0.key, default: 0] += $0.value }
         sent += other.sent; refused += other.refused; received += other.received
-        announcedAgain += other.announcedAgain
+        announcedAgain += other.announcedAgain; reportedAgain += other.reportedAgain
         delivered += other.delivered; failed += other.failed
         transfers += other.transfers; transfersComplete += other.transfersComplete
         transfersFailed += other.transfersFailed; transferBytes += other.transferBytes
@@ -45,7 +47,8 @@ struct ChaosFigures: CustomStringConvertible {
     var description: String {
         let kinds = faults.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", ")
         return "faults \(faults.values.reduce(0, +)) (\(kinds)); messages: \(sent) accepted, \(refused) refused, "
-            + "\(received) received (\(announcedAgain) announced again after a kill), \(delivered) reported delivered, \(failed) failed; "
+            + "\(received) received (\(announcedAgain) announced again after a kill), \(delivered) reported delivered, \(failed) failed "
+            + "(\(reportedAgain) reported again after a kill); "
             + "transfers: \(transfers) accepted, \(transfersComplete) complete, \(transfersFailed) failed, "
             + "\(transferBytes) bytes landed (\(endsOnlySignalled) ends seen only in PropertiesChanged); streams: \(streams) opened, \(streamsWhole) whole, \(streamsReset) reset, "
             + "\(streamsRefused) refused, \(streamsCutByKill) cut by their receiver's kill -9; "
@@ -742,8 +745,12 @@ final class Campaign {
         let received = receivedTags()
         let failed = Set(nodes.indices.flatMap { index in
             nodes[index].peer.client.signals("MessageFailed").map { "\(index) \($0.string(1))" } })
+        let delivered = Set(nodes.indices.flatMap { index in
+            nodes[index].peer.client.signals("MessageDelivered").map { "\(index) \($0.string(1))" } })
+        // Received, and its sender told its user so; or failed.
         let messagesDone = messages.allSatisfy { message in
-            message.error != nil || received[message.tag(seed)] != nil || failed.contains("\(message.from) \(message.id)")
+            message.error != nil || failed.contains("\(message.from) \(message.id)")
+                || (received[message.tag(seed)] != nil && delivered.contains("\(message.from) \(message.id)"))
         }
         let transfersDone = transfers.allSatisfy { transfer in
             [transfer.from, transfer.to].allSatisfy { side in
@@ -782,15 +789,19 @@ final class Campaign {
         var byTag: [String: SentMessage] = [:]
         for message in messages { byTag[message.tag(seed)] = message }
         for (index, node) in nodes.enumerated() {
+            // Reported (delivered or failed) once per life of the sending daemon at most: again
+            // only by a later life, killed before it noted its report written (seed 12).
+            let reports = node.peer.client.signals("MessageFailed") + node.peer.client.signals("MessageDelivered")
             let failed = Set(node.peer.client.signals("MessageFailed").map { $0.string(1) })
-            let deliveredSignals = node.peer.client.signals("MessageDelivered").map { $0.string(1) }
-            let delivered = Set(deliveredSignals)
+            let delivered = Set(node.peer.client.signals("MessageDelivered").map { $0.string(1) })
             figures.failed += failed.count
             figures.delivered += delivered.count
-            if deliveredSignals.count != delivered.count {
-                violation("\(node.name) reported MessageDelivered more than once for a message: expected once each, "
-                    + "saw \(deliveredSignals.count) for \(delivered.count) messages")
+            let byLife = Set(reports.map { "\($0.sender) \($0.string(1))" })
+            if byLife.count != reports.count {
+                violation("\(node.name) reported a message's outcome more than once in one life: \(reports.count) reports, "
+                    + "\(byLife.count) messages and lives")
             }
+            figures.reportedAgain += byLife.count - failed.union(delivered).count
             // Per-sender order on this receiver: first announcements in Send's order.
             var highest: [Int: Int] = [:]
             var announced: Set<String> = []
@@ -836,6 +847,10 @@ final class Campaign {
                 }
                 if delivered.contains(message.id) && announcements == 0 {
                     violation("'\(message.tag(seed))' reported delivered but never announced by \(nodes[message.to].name)")
+                }
+                if announcements > 0 && !delivered.contains(message.id) {
+                    violation("'\(message.tag(seed))' (id \(message.id), step \(message.step)) was received but \(node.name) never "
+                        + "reported it delivered after the settle period")
                 }
             }
         }

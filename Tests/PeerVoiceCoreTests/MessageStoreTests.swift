@@ -150,6 +150,7 @@ final class MessageStoreTests: XCTestCase {
         for n in 1...200 {
             _ = try store.enqueue(peer: peer, id: id(1000 + n), text: "outgoing \(n)", nowMs: 2)
             _ = store.acknowledge(peer: peer, upTo: UInt64(n))
+            store.noteOutcomesAnnounced(peer: peer, through: id(1000 + n))
         }
         // Compaction happened: the early messages are gone from the file.
         let contents = try Data(contentsOf: URL(fileURLWithPath: journalPath(peer)))
@@ -221,6 +222,55 @@ final class MessageStoreTests: XCTestCase {
         // A cumulative acknowledgement covering a failed message leaves it failed.
         XCTAssertEqual(reopened.acknowledge(peer: peer, upTo: 3), [id(3)])
         XCTAssertEqual(statuses(reopened, peer), [.delivered, .failed, .delivered])
+    }
+
+    /// After a clock step back a later message can look older: it fails only with those queued
+    /// before it, so outcomes keep the order of sequence numbers (`noteOutcomesAnnounced`).
+    func testExpiryGoesInTheOrderMessagesWereQueued() throws {
+        let store = try open(MessageStoreLimits(expiryMs: 1000))
+        _ = try store.enqueue(peer: peer, id: id(1), text: "a", nowMs: 1000)
+        _ = try store.enqueue(peer: peer, id: id(2), text: "b", nowMs: 0)  // the clock stepped back
+        XCTAssertTrue(store.expire(nowMs: 1500).isEmpty, "the second failed before the first")
+        XCTAssertEqual(store.expire(nowMs: 2000).map(\.id), [id(1), id(2)])
+    }
+
+    /// `MessageDelivered` and `MessageFailed` a kill -9 kept from the bus (campaign seed 12's
+    /// window): the store lists every outcome not noted announced at the next start, in order,
+    /// and none once noted, also past a compaction that dropped them from the history window.
+    func testOutcomesNotNotedAnnouncedAreListedAtTheNextStartAndNotedOnesNever() throws {
+        let limits = MessageStoreLimits(expiryMs: 1000, historyPerPeer: 2, compactionSlackBytes: 0)
+        let store = try open(limits)
+        for n in 1...4 { _ = try store.enqueue(peer: peer, id: id(n), text: "m\(n)", nowMs: UInt64(n)) }
+        XCTAssertEqual(store.acknowledge(peer: peer, upTo: 2), [id(1), id(2)])
+        XCTAssertEqual(store.expire(nowMs: 1003).map(\.id), [id(3)])
+        func listed(_ store: MessageStore) -> [String] {
+            store.unannouncedOutcomes().map { "\($0.message.id.suffix(1)) \($0.message.status)" }
+        }
+        XCTAssertEqual(listed(store), ["1 delivered", "2 delivered", "3 failed"])
+        XCTAssertEqual(listed(try open(limits)), ["1 delivered", "2 delivered", "3 failed"], "a kill -9 now")
+
+        store.noteOutcomesAnnounced(peer: peer, through: id(2))
+        XCTAssertEqual(listed(try open(limits)), ["3 failed"])
+
+        // Compactions (slack 0) while 3 waits: the history window (2) moves past it.
+        for n in 5...40 {
+            _ = try store.receive(peer: peer, senderInstance: instanceA, seq: UInt64(n), id: id(100 + n), text: "in",
+                                  sentAtMs: 0, nowMs: 5)
+            store.noteAnnounced(peer: peer, through: id(100 + n))
+        }
+        XCTAssertFalse(store.history(peer: peer, max: 100).map(\.id).contains(id(3)))
+        let reopened = try open(limits)
+        XCTAssertEqual(listed(reopened), ["3 failed"])
+        XCTAssertEqual(reopened.pending(peer: peer).map(\.id), [id(4)])
+        store.noteOutcomesAnnounced(peer: peer, through: id(3))
+        XCTAssertEqual(listed(try open(limits)), [])
+
+        // Noted by the restarted store: the same.
+        let restarted = try open(limits)
+        XCTAssertEqual(restarted.acknowledge(peer: peer, upTo: 4), [id(4)])
+        XCTAssertEqual(listed(try open(limits)), ["4 delivered"])
+        restarted.noteOutcomesAnnounced(peer: peer, through: id(4))
+        XCTAssertEqual(listed(try open(limits)), [])
     }
 
     func testForgetFailsQueuedMessagesAndDeletesFiles() throws {

@@ -24,8 +24,8 @@ final class TextDeliveryTests: XCTestCase {
         try? FileManager.default.removeItem(atPath: directory)
     }
 
-    private func makeDelivery(_ store: MessageStore) -> TextDelivery<Link> {
-        TextDelivery(store: store, now: { .now }, nowMs: { 1_000 },
+    private func makeDelivery(_ store: MessageStore, nowMs: UInt64 = 1_000) -> TextDelivery<Link> {
+        TextDelivery(store: store, now: { .now }, nowMs: { nowMs },
                      transmit: { [unowned self] link, frame in sent.append((link, frame)) },
                      drop: { _, _ in XCTFail("no link is dropped here") },
                      emit: { [unowned self] in events.append($0) },
@@ -144,6 +144,88 @@ final class TextDeliveryTests: XCTestCase {
         secondsNote()
         XCTAssertEqual(try MessageStore(directory: directory).unannounced().map(\.message.id), [],
                        "both signals written, yet a restart would announce them again")
+    }
+
+    /// Seed 12's window on the sender's side: a kill -9 before GDBus wrote `MessageDelivered`
+    /// or `MessageFailed` lost the signal, and nothing said it again. Now each is noted once
+    /// written, and a restart before that reports it again, same id; after the note, never.
+    func testADeliveredOrFailedSignalNotWrittenBeforeAKillIsReportedAgainWithTheSameID() throws {
+        let limits = MessageStoreLimits(expiryMs: 1000)
+        let store = try MessageStore(directory: directory, limits: limits, syncMode: .batched)
+        let delivery = makeDelivery(store)  // its clock says 1,000 ms
+        delivery.linkOpened(Link(), to: peer)
+        let ids = (1...3).map { String(format: "%032x", $0) }
+        try delivery.enqueue("one", id: ids[0], for: peer, nowMs: 0)
+        try delivery.enqueue("two", id: ids[1], for: peer, nowMs: 500)
+        sync(store, delivery)
+        delivery.acknowledged(upTo: 1, from: peer)
+        delivery.expire()  // the second is 500 ms old: it stays
+        sync(store, delivery)
+        XCTAssertEqual(events, [.messageDelivered(peer, messageID: ids[0])])
+
+        // Killed before the signal was written: the journal as the kill leaves it.
+        func restart() throws -> [ServiceEvent] {
+            let restarted = makeDelivery(try MessageStore(directory: directory, limits: limits, syncMode: .batched))
+            let before = (events.count, waitingForAnnouncements.count)
+            restarted.announceUnannounced()
+            defer {
+                events.removeLast(events.count - before.0)  // that life ends here; the first one goes on
+                waitingForAnnouncements.removeLast(waitingForAnnouncements.count - before.1)
+            }
+            return Array(events[before.0...])
+        }
+        XCTAssertEqual(try restart(), [.messageDelivered(peer, messageID: ids[0])], "reported again, same id")
+
+        announcementsWritten()
+        XCTAssertEqual(try restart(), [], "written and noted, yet reported again")
+
+        // A failure (the second expired) and a delivery whose writes to the bus are still on their way.
+        try delivery.enqueue("three", id: ids[2], for: peer, nowMs: 1000)
+        sync(store, delivery)
+        let later = makeDelivery(store, nowMs: 1_600)  // the same store, its clock 600 ms later
+        later.expire()
+        sync(store, later)
+        delivery.acknowledged(upTo: 3, from: peer)
+        sync(store, delivery)
+        let reason = "not delivered within 0 days"
+        XCTAssertEqual(Array(events.suffix(2)), [.messageFailed(peer, messageID: ids[1], reason: reason),
+                                                 .messageDelivered(peer, messageID: ids[2])])
+        XCTAssertEqual(try restart(), [.messageFailed(peer, messageID: ids[1], reason: reason),
+                                       .messageDelivered(peer, messageID: ids[2])])
+        announcementsWritten()
+        XCTAssertEqual(try restart(), [])
+    }
+
+    /// `RemovePeer`'s failures have the same window: the journal, which notes the removal, goes
+    /// only once they were written, so a kill before that finishes the removal again at the next
+    /// start, reporting them again. A peer back meanwhile gets a journal of its own.
+    func testARemovalKeepsItsNoteUntilItsFailuresReachedTheUser() throws {
+        let store = try MessageStore(directory: directory, syncMode: .batched)
+        let delivery = makeDelivery(store)
+        let id = String(format: "%032x", 1)
+        try delivery.enqueue("one", id: id, for: peer, nowMs: 1)
+        sync(store, delivery)
+        var forgotten = 0
+        XCTAssertEqual(try delivery.forget(peer) { forgotten += 1 }, 1)
+        XCTAssertEqual(forgotten, 1)
+        XCTAssertEqual(events, [.messageFailed(peer, messageID: id, reason: "the peer was removed")])
+        XCTAssertEqual(try MessageStore(directory: directory).interruptedRemovals, [peer.description],
+                       "a kill now would not report the failure again")
+
+        announcementsWritten()
+        XCTAssertEqual(try MessageStore(directory: directory).interruptedRemovals, [])
+        XCTAssertEqual(try MessageStore(directory: directory).knownPeers, [], "the journal stayed")
+
+        // Removed again, and back before the failure was written: its new message is kept.
+        try delivery.enqueue("two", id: String(format: "%032x", 2), for: peer, nowMs: 2)
+        sync(store, delivery)
+        XCTAssertEqual(try delivery.forget(peer) {}, 1)
+        try delivery.enqueue("three", id: String(format: "%032x", 3), for: peer, nowMs: 3)
+        sync(store, delivery)
+        announcementsWritten()
+        let reopened = try MessageStore(directory: directory)
+        XCTAssertEqual(reopened.interruptedRemovals, [])
+        XCTAssertEqual(reopened.pending(peer: peer.description).map(\.seq), [3], "numbering goes on after a removal")
     }
 
     func testAnACKForALinkThatClosedMeanwhileIsNotSent() throws {

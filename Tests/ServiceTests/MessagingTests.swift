@@ -405,6 +405,65 @@ final class MessagingTests: XCTestCase {
         print("seed 12: \(byOld.count) of 12 signals written before the kill, \(byNew.count) announced after the restart")
     }
 
+    /// Seed 12's window on the sender's side: `MessageDelivered` emitted, and the sender killed
+    /// before GDBus wrote it, was never reported. A's dbus-daemon is stopped so A's signals back
+    /// up unwritten while B acknowledges 1,000 texts (about 250 bytes of signal each, more in the
+    /// kernel: several socket buffers); A is killed. Each delivery is reported once by each of A's lives at most,
+    /// and every one by one of them.
+    func testSeed12_ADeliveryWhoseSignalAKillCaughtUnwrittenIsReportedAfterTheRestart() throws {
+        let a = try makePeer("alice", fixedPort: true)
+        let b = try makePeer("bob", fixedPort: true)
+        try pair(a, b)
+        let logA = MessageLog(a)
+        let oldA = try XCTUnwrap(a.client.signals("PeerStateChanged").last?.sender)
+
+        // B holds still, so the texts wait unacknowledged while A's bus still answers Send.
+        b.daemon.process.signal(SIGSTOP)
+        var bHeld = true
+        defer { if bHeld { b.daemon.process.signal(SIGCONT) } }
+        let calls = (0..<1_000).map { a.client.callAsync("Send", [Variant(b.id), Variant("text \($0)")]) }
+        XCTAssertTrue(eventually(timeout: 30) { calls.allSatisfy(\.isDone) }, "Send did not answer")
+        let ids = try calls.map { try XCTUnwrap(try $0.result?.get()[0].string) }
+
+        a.bus.signal(SIGSTOP)
+        var aBusHeld = true
+        defer { if aBusHeld { a.bus.signal(SIGCONT) } }
+        b.daemon.process.signal(SIGCONT)
+        bHeld = false
+        // B stored them all (and acknowledged each once on its disk); A's reports are emitted.
+        XCTAssertTrue(eventually(timeout: 30) { (try? self.history(b, of: a.id, max: 1_000).count) == ids.count },
+                      "B did not store the 1,000 texts")
+        dispatchEvents(for: 1)
+        a.kill()
+        a.bus.signal(SIGCONT)
+        aBusHeld = false
+        dispatchEvents(for: 0.5)
+        logA.update()
+        let beforeRestart = Set(logA.delivered.map(\.id))
+        XCTAssertLessThan(beforeRestart.count, ids.count, "every signal was written before the kill: this tests nothing")
+
+        try a.restart()
+        let allReported = eventually(timeout: 20) {
+            logA.update()
+            return Set(logA.delivered.map(\.id)).isSuperset(of: ids)
+        }
+        XCTAssertTrue(allReported, "reported \(Set(logA.delivered.map(\.id)).intersection(ids).count) of \(ids.count) "
+                      + "delivered after the restart; \(beforeRestart.count) were written before the kill")
+        dispatchEvents(for: 0.3)
+        logA.update()
+        let byOld = logA.delivered.filter { $0.sender == oldA }.map(\.id)
+        let byNew = logA.delivered.filter { $0.sender != oldA }.map(\.id)
+        XCTAssertEqual(byOld.count, Set(byOld).count, "the old A reported a delivery twice")
+        XCTAssertEqual(byNew.count, Set(byNew).count, "the new A reported a delivery twice")
+        XCTAssertEqual(Set(logA.delivered.map(\.peer)), [b.id])
+        XCTAssertEqual(logA.failed.count, 0)
+        let historyA = try history(a, of: b.id, max: 1_000)
+        XCTAssertEqual(historyA.map(\.id), ids, "A's History")
+        XCTAssertEqual(Set(historyA.map(\.status)), ["delivered"])
+        print("seed 12, sender: \(byOld.count) of \(ids.count) MessageDelivered written before the kill, "
+              + "\(byNew.count) reported after the restart")
+    }
+
     /// Chaos seed 18: alpha's and bravo's links to charlie flapped, six times in a row: connected,
     /// then "the peer closed the connection" at once. charlie's state directory was full: each new
     /// link brought the queued TEXTs again, charlie could not store them and closed the link, and
@@ -886,7 +945,7 @@ final class MessagingTests: XCTestCase {
 /// The message signals one peer's client has seen, read once each in arrival order.
 private final class MessageLog {
     struct Received { let peer: String; let id: String; let text: String; let sender: String }
-    struct Delivered { let peer: String; let id: String }
+    struct Delivered { let peer: String; let id: String; let sender: String }
     struct Failed { let peer: String; let id: String; let reason: String }
 
     private let client: APIClient
@@ -909,7 +968,7 @@ private final class MessageLog {
             case "MessageReceived":
                 received.append(Received(peer: signal.string(0), id: signal.string(1), text: signal.string(2), sender: signal.sender))
             case "MessageDelivered":
-                delivered.append(Delivered(peer: signal.string(0), id: signal.string(1)))
+                delivered.append(Delivered(peer: signal.string(0), id: signal.string(1), sender: signal.sender))
             case "MessageFailed":
                 failed.append(Failed(peer: signal.string(0), id: signal.string(1), reason: signal.string(2)))
             default:

@@ -8,11 +8,14 @@ import PeerVoiceCore
 ///   (same id) only after a crash that came before the receiver noted the announcement written
 ///   (a kill -9) or lost that note (a power loss, or a kill while memory held what the disk
 ///   refused), never once the note is on the disk;
-/// - `MessageDelivered` only for a message the receiver stored, once, never with `MessageFailed`;
+/// - `MessageDelivered` only for a message the receiver stored, never with `MessageFailed`; it
+///   and `MessageFailed` again (same id) only after a crash that came before the sender noted
+///   the signal written (a kill -9) or lost that note;
 /// - a link opened by people (not two pinned keys) only after both people accepted that link's
 ///   code, and both were shown the same code;
 /// - at the end (`finish`), every message `Send` accepted was announced by its receiver or
-///   reported failed, unless its sender was reinstalled (the person threw it away).
+///   reported failed, and its sender reported it delivered or failed, unless the sender was
+///   reinstalled (the person threw it away).
 ///
 /// The first violation ends the run.
 public final class History {
@@ -40,8 +43,11 @@ public final class History {
         /// The receiver was killed after it last announced the message, before its note that
         /// the signal was written: the restart announces it again.
         var killedBeforeNote = false
-        /// The sender's losses of state when it last reported the message failed.
-        var stateLossesAtFailure = 0
+        /// The sender's losses of state when it last reported the message delivered or failed.
+        var stateLossesAtOutcome = 0
+        /// The sender was killed after it last reported the outcome, before its note that the
+        /// signal was written: the restart reports it again.
+        var outcomeKilledBeforeNote = false
     }
 
     /// Per peer id, its crashes that lost state so far: a power loss (what was not synced), or a
@@ -169,9 +175,12 @@ public final class History {
                 return violation("\(peer.name) reported \(messageID) delivered to \(to), which it never queued for it")
             }
             if !message.stored { violation("\(peer.name) reported \(messageID) delivered, but \(to) never stored it") }
-            if message.delivered > 0 { violation("\(peer.name) reported \(messageID) delivered twice") }
+            if message.delivered > 0 && !repeatAllowed(message, at: peer) {
+                violation("\(peer.name) reported \(messageID) delivered twice, its report noted written before")
+            }
             if message.failed > 0 { violation("\(peer.name) reported \(messageID) delivered after reporting it failed") }
             message.delivered += 1
+            noteOutcome(&message, at: peer)
             messages[messageID] = message
         case .messageFailed(_, let messageID, let reason):
             note("\(peer.name): MessageFailed \(messageID.prefix(8)) (\(reason))")
@@ -180,16 +189,27 @@ public final class History {
             }
             if message.delivered > 0 { violation("\(peer.name) reported \(messageID) failed after reporting it delivered") }
             // A RemovePeer a crash interrupted reports its failures again (same ids) when it is
-            // finished at the next start; never twice without such a loss in between.
-            if message.failed > 0 && stateLosses[peer.id, default: 0] == message.stateLossesAtFailure {
-                violation("\(peer.name) reported \(messageID) failed twice without losing state in between")
+            // finished at the next start.
+            if message.failed > 0 && !repeatAllowed(message, at: peer) {
+                violation("\(peer.name) reported \(messageID) failed twice, its report noted written before")
             }
-            message.stateLossesAtFailure = stateLosses[peer.id, default: 0]
             message.failed += 1
+            noteOutcome(&message, at: peer)
             messages[messageID] = message
         default:
             break
         }
+    }
+
+    /// A sender reports an outcome again only after it lost state, or was killed before noting
+    /// its report written.
+    private func repeatAllowed(_ message: Message, at peer: SimulatedPeer) -> Bool {
+        message.outcomeKilledBeforeNote || stateLosses[peer.id, default: 0] != message.stateLossesAtOutcome
+    }
+
+    private func noteOutcome(_ message: inout Message, at peer: SimulatedPeer) {
+        message.stateLossesAtOutcome = stateLosses[peer.id, default: 0]
+        message.outcomeKilledBeforeNote = false
     }
 
     func removed(_ id: PeerID, by peer: SimulatedPeer) { note("\(peer.name): RemovePeer \(id.base32.prefix(6))") }
@@ -205,9 +225,13 @@ public final class History {
     /// The receiver `MessageReceived` came from stored it and emitted the signal (the bus writes it later).
     func stored(_ messageID: String) { messages[messageID]?.stored = true }
 
-    /// `peer` was killed (-9) with these messages' announcements not noted written.
-    func killed(_ peer: SimulatedPeer, announcementsNotNoted messageIDs: [String]) {
+    /// `peer` was killed (-9) with these messages' announcements, and these outcomes' reports,
+    /// not noted written.
+    func killed(_ peer: SimulatedPeer, announcementsNotNoted messageIDs: [String], outcomesNotNoted outcomeIDs: [String]) {
         for id in messageIDs where messages[id]?.received ?? 0 > 0 { messages[id]!.killedBeforeNote = true }
+        for id in outcomeIDs where messages[id].map({ $0.delivered + $0.failed > 0 }) ?? false {
+            messages[id]!.outcomeKilledBeforeNote = true
+        }
     }
 
     func started(_ peer: SimulatedPeer) { note("\(peer.name) started as \(peer.id.base32.prefix(6))") }
@@ -376,17 +400,22 @@ public final class History {
         violation("\(stuck.count) accepted messages were still undelivered after the network healed, e.g. \(stuck[0]) from \(first.sender) to \(first.receiver)")
     }
 
-    /// Every accepted message was announced by its receiver or reported failed.
+    /// Every accepted message was announced by its receiver or reported failed, and its sender
+    /// told its user which.
     func finish() {
         var lost: [String] = []
+        var unreported: [String] = []
         for key in messageOrder {
             let message = messages[key]!
             guard message.accepted, !message.abandoned else { continue }
             if message.received == 0 && message.failed == 0 { lost.append(key) }
+            if message.delivered == 0 && message.failed == 0 { unreported.append(key) }
         }
-        if !lost.isEmpty {
-            let first = messages[lost[0]]!
-            violation("\(lost.count) accepted messages were neither delivered nor reported failed, e.g. \(lost[0]) from \(first.sender) to \(first.receiver)")
+        if let key = lost.first, let first = messages[key] {
+            violation("\(lost.count) accepted messages were neither delivered nor reported failed, e.g. \(key) from \(first.sender) to \(first.receiver)")
+        }
+        if let key = unreported.first, let first = messages[key] {
+            violation("\(unreported.count) accepted messages were never reported delivered or failed by their sender, e.g. \(key) from \(first.sender) to \(first.receiver)")
         }
     }
 }

@@ -195,14 +195,11 @@ final class SimulatedService {
     }
 
     /// GDBus writes a signal to the bus from its worker thread a moment after the emit, and a
-    /// crash in between loses it (campaign seed 12): so does the model with `MessageReceived`,
-    /// which the service announces again after a restart unless noted written. The daemon's
-    /// `MessageDelivered` and `MessageFailed` have the same window and nothing repeats them
-    /// (docs/RELIABILITY.md, still open): they reach the user at once here.
+    /// crash in between loses it (campaign seed 12): so does the model, and the service
+    /// announces again after a restart what it had not noted written.
     private func emitted(_ event: ServiceEvent) {
         guard isAlive, !peer.disk.isStopped else { return }
-        guard case .messageReceived(_, let messageID, _) = event else { return history.event(event, at: peer) }
-        history.stored(messageID)
+        if case .messageReceived(_, let messageID, _) = event { history.stored(messageID) }
         unwrittenEvents.append(event)
         scheduleBusWrite()
     }

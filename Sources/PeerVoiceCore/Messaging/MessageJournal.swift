@@ -44,6 +44,10 @@ enum MessageJournalRecordType: UInt8 {
     /// No fields: `RemovePeer` began; every queued message has failed. A store opened with it
     /// lists the peer in `interruptedRemovals`, for the service to finish the removal.
     case removing = 10
+    /// seq u64: the outcome of every outgoing message up to that one (`MessageDelivered`,
+    /// `MessageFailed`: outcomes come in sequence order) reached the user. Outcomes after it are
+    /// announced again when the store is opened. Journals without one announced them all.
+    case outcomesAnnounced = 11
 }
 
 /// Status byte of an `outgoing` record.
@@ -180,6 +184,12 @@ struct MessageJournalRecord {
     static func announced(through messageID: String) -> [UInt8] {
         var r = MessageJournalRecord(.announced, capacity: 1 + messageID.utf8.count)
         r.str8(messageID)
+        return r.seal()
+    }
+
+    static func outcomesAnnounced(through seq: UInt64) -> [UInt8] {
+        var r = MessageJournalRecord(.outcomesAnnounced)
+        r.u64(seq)
         return r.seal()
     }
 

@@ -227,9 +227,10 @@ public final class MessageStore {
     }
 
     /// The peer has every message up to `seq`. Returns the ids that became delivered, oldest
-    /// first (the caller emits `MessageDelivered` for each); repeated or stale acknowledgements
-    /// return nothing. Failed messages stay failed. An acknowledgement beyond the last sequence
-    /// number we assigned is clamped, so it can never swallow messages not yet sent.
+    /// first (the caller emits `MessageDelivered` for each, then `noteOutcomesAnnounced` once the
+    /// signals reached the user); repeated or stale acknowledgements return nothing. Failed
+    /// messages stay failed. An acknowledgement beyond the last sequence number we assigned is
+    /// clamped, so it can never swallow messages not yet sent.
     public func acknowledge(peer: String, upTo seq: UInt64) -> [String] {
         guard let state = peers[peer] else { return [] }
         if seq > state.lastSeq {
@@ -243,19 +244,25 @@ public final class MessageStore {
         return delivered.map(\.id)
     }
 
-    /// Fails every queued message older than `limits.expiryMs` at `nowMs`. Returns them per peer
-    /// (peers sorted), oldest first; the caller emits `MessageFailed` for each.
+    /// Fails the queued messages older than `limits.expiryMs` at `nowMs`, in the order they were
+    /// queued: one waits for those before it (after a clock step back, a later message can look
+    /// older), so outcomes come in sequence order (`noteOutcomesAnnounced`). Returns them per
+    /// peer (peers sorted), oldest first; the caller emits `MessageFailed` for each, then
+    /// `noteOutcomesAnnounced` once the signals reached the user.
     public func expire(nowMs: UInt64) -> [(peer: String, id: String)] {
         var result: [(peer: String, id: String)] = []
         for peer in peers.keys.sorted() {
             guard let state = peers[peer], state.queuedCount > 0 else { continue }
-            let expired = state.outbox[state.outboxHead...].filter {
-                $0.status == .queued && nowMs >= $0.timeMs && nowMs - $0.timeMs >= limits.expiryMs
+            var expired: [MessageStoreEntry] = []
+            for entry in state.outbox[state.outboxHead...] where entry.status == .queued {
+                guard nowMs >= entry.timeMs, nowMs - entry.timeMs >= limits.expiryMs else { break }
+                expired.append(entry)
             }
             guard !expired.isEmpty else { continue }
             var records: [UInt8] = []
             for entry in expired {
                 state.markFailed(entry)
+                state.unannouncedOutcomes.append(entry)
                 records += MessageJournalRecord.failed(seq: entry.seq)
             }
             state.tidyOutbox()
@@ -301,9 +308,10 @@ public final class MessageStore {
         return queued.map(\.id)
     }
 
-    /// Deletes the journal of a peer `beginForgetting` began to remove, durably.
+    /// Deletes the journal of a peer `beginForgetting` began to remove, durably (nothing if the
+    /// removal was finished meanwhile, and the peer perhaps back).
     public func finishForgetting(peer: String) throws {
-        guard let state = peers[peer] else { return }
+        guard let state = peers[peer], state.removing else { return }
         try state.journal.remove()
         peers[peer] = nil
         unsynced.remove(peer)
@@ -352,6 +360,7 @@ public final class MessageStore {
             }
             merged.lastSeq = next
             merged.unannounced = []  // announced when they came, under the old names
+            merged.outcomesAnnounced(through: merged.lastSeq)
             for state in states {
                 for (instance, mark) in state.senders {
                     merged.noteSender(instance: instance, seq: mark.seq, cap: limits.maxSenderInstancesPerPeer)
@@ -439,6 +448,26 @@ public final class MessageStore {
         peers.keys.sorted().flatMap { peer in
             peers[peer]!.unannounced.map {
                 (peer, StoredMessage(id: $0.id, status: .received, timeMs: $0.timeMs, text: $0.text, seq: $0.seq))
+            }
+        }
+    }
+
+    /// The outcomes (`MessageDelivered`, `MessageFailed`) of the messages to `peer` up to
+    /// `messageID` have reached the user (the signals are written to the bus): the journal says
+    /// so, and none of them is announced again.
+    public func noteOutcomesAnnounced(peer: String, through messageID: String) {
+        guard let state = peers[peer], let entry = state.unannouncedOutcomes.first(where: { $0.id == messageID }) else { return }
+        state.outcomesAnnounced(through: entry.seq)
+        persistAfterChange(state, MessageJournalRecord.outcomesAnnounced(through: entry.seq))
+    }
+
+    /// Outgoing messages delivered or failed whose outcome, as far as the disk knows, never
+    /// reached the user (a kill -9 between the emit and the bus write). Announce them (perhaps
+    /// again, same id), then `noteOutcomesAnnounced`. Per peer (sorted), in sequence order.
+    public func unannouncedOutcomes() -> [(peer: String, message: StoredMessage)] {
+        peers.keys.sorted().flatMap { peer in
+            peers[peer]!.unannouncedOutcomes.map {
+                (peer, StoredMessage(id: $0.id, status: $0.status, timeMs: $0.timeMs, text: $0.text, seq: $0.seq))
             }
         }
     }
@@ -602,7 +631,12 @@ public final class MessageStore {
     }
 
     private func stateCreatingJournal(peer: String) throws -> MessageStorePeer {
-        if let state = peers[peer] { return state }
+        if let state = peers[peer] {
+            guard state.removing else { return state }
+            // Back while its removal waited to delete the journal (until its failures reached
+            // the user): the removal is finished first.
+            try finishForgetting(peer: peer)
+        }
         // A peer removed earlier continues its numbering: its receiver may remember our
         // sequence numbers and would drop reused ones as duplicates.
         let start = max(forgottenSeqs[peer] ?? 0, forgottenSeqs[Self.floorName] ?? 0)
@@ -611,10 +645,11 @@ public final class MessageStore {
             storage: storage, path: journalPath(peer),
             records: MessageJournalRecord.state(lastSeq: start, ackedUpTo: start)
                 + marks.flatMap { MessageJournalRecord.watermark(instance: $0.instance, seq: $0.seq) }
-                + MessageJournalRecord.announced())
+                + MessageJournalRecord.announced() + MessageJournalRecord.outcomesAnnounced(through: start))
         let state = MessageStorePeer(peer: peer, journal: file)
         state.lastSeq = start
         state.ackedUpTo = start
+        state.outcomesAnnouncedThrough = start
         // Created synced; a change waiting for an earlier journal of this peer waits no more.
         state.lastWrite = writesMade
         state.durableThrough = writesMade
@@ -628,6 +663,7 @@ public final class MessageStore {
         var unknown = 0
         var malformed = 0
         var sawAnnouncedMarker = false
+        var sawOutcomesMarker = false
         for body in loaded.bodies {
             do {
                 var r = try MessageJournalReader(loaded.bytes, body: body)
@@ -651,16 +687,22 @@ public final class MessageStore {
                     case .delivered: .delivered
                     case .failed: .failed
                     }
-                    state.addOutgoing(
+                    let entry = state.addOutgoing(
                         status: mapped, seq: seq, timeMs: timeMs, id: id, text: text,
                         historyLimit: limits.historyPerPeer)
+                    // Announced unless an `outcomesAnnounced` record after it says so.
+                    if mapped != .queued { state.unannouncedOutcomes.append(entry) }
                 case .acknowledged:
                     _ = state.acknowledge(upTo: try r.u64())
                 case .failed:
                     if let entry = state.queuedEntry(seq: try r.u64()) {
                         state.markFailed(entry)
+                        state.unannouncedOutcomes.append(entry)
                         state.tidyOutbox()
                     }
+                case .outcomesAnnounced:
+                    state.outcomesAnnounced(through: try r.u64())
+                    sawOutcomesMarker = true
                 case .received:
                     let instance = try r.str8(), seq = try r.u64(), sentAtMs = try r.u64()
                     let receivedAtMs = try r.u64(), id = try r.str8(), text = try r.str32()
@@ -693,6 +735,8 @@ public final class MessageStore {
         // Journals written before `announced` records existed (every journal since has one from
         // its creation on): what they hold was announced when it came.
         if !sawAnnouncedMarker { state.unannounced = [] }
+        // Likewise for outcomes, before `outcomesAnnounced` records.
+        if !sawOutcomesMarker { state.outcomesAnnounced(through: state.lastSeq) }
         return state
     }
 
@@ -881,6 +925,11 @@ final class MessageStorePeer {
     /// Received messages the journal does not say were announced, oldest first (a suffix of the
     /// received ones in `history`): announced, their note not yet written, or not announced yet.
     var unannounced: [MessageStoreEntry] = []
+    /// The outcome of every outgoing message up to this seq reached the user.
+    var outcomesAnnouncedThrough: UInt64 = 0
+    /// Outgoing messages delivered or failed after `outcomesAnnouncedThrough`, in sequence order
+    /// (outcomes come in that order: acknowledgements are cumulative, expiry goes in order).
+    var unannouncedOutcomes: [MessageStoreEntry] = []
     /// `RemovePeer` began (`beginForgetting`) and did not finish.
     var removing = false
 
@@ -902,8 +951,9 @@ final class MessageStorePeer {
         if drop > 0 { history.removeFirst(drop) }
     }
 
+    @discardableResult
     func addOutgoing(status: MessageStatus, seq: UInt64, timeMs: UInt64, id: String, text: String, historyLimit: Int,
-                     write: UInt64 = 0) {
+                     write: UInt64 = 0) -> MessageStoreEntry {
         let entry = MessageStoreEntry(
             ordinal: nextOrdinal, outgoing: true, id: id, status: status, timeMs: timeMs, peerTimeMs: timeMs,
             text: text, seq: seq, write: write)
@@ -915,6 +965,7 @@ final class MessageStorePeer {
             queuedCount += 1
             queuedBytes += entry.textBytes
         }
+        return entry
     }
 
     func acknowledge(upTo: UInt64) -> [MessageStoreEntry] {
@@ -931,7 +982,14 @@ final class MessageStorePeer {
             delivered.append(entry)
         }
         tidyOutbox()
+        unannouncedOutcomes += delivered
         return delivered
+    }
+
+    /// The outcomes up to `seq` reached the user.
+    func outcomesAnnounced(through seq: UInt64) {
+        outcomesAnnouncedThrough = max(outcomesAnnouncedThrough, seq)
+        unannouncedOutcomes.removeAll { $0.seq <= outcomesAnnouncedThrough }
     }
 
     /// The queued outgoing message with this seq.
@@ -1022,6 +1080,9 @@ final class MessageStorePeer {
             out += MessageJournalRecord.watermark(instance: instance, seq: mark.seq)
         }
         let firstKept = history.first?.ordinal ?? .max
+        // Older than the window, the outcomes not announced yet (they come before every queued
+        // message), then the queued messages.
+        for entry in unannouncedOutcomes where entry.ordinal < firstKept { out += record(entry) }
         for entry in outbox[outboxHead...] where entry.status == .queued && entry.ordinal < firstKept {
             out += record(entry)
         }
@@ -1032,6 +1093,7 @@ final class MessageStorePeer {
             out += record(entry)
         }
         if firstUnannounced == nil { out += MessageJournalRecord.announced() }
+        out += MessageJournalRecord.outcomesAnnounced(through: outcomesAnnouncedThrough)
         if removing { out += MessageJournalRecord.removing() }
         return out
     }

@@ -57,7 +57,8 @@ public struct MessageStoreLimits: Sendable, Equatable {
     public var maxQueuedPerPeer: Int
     /// Most bytes of unacknowledged text (UTF-8) per peer. Default 64 MiB.
     public var maxQueuedBytesPerPeer: Int
-    /// A queued message older than this fails at the next `expire`. Default 7 days.
+    /// A queued message older than this fails at the next `expire`, with or after those queued
+    /// before it. Default 7 days.
     public var expiryMs: UInt64
     /// Messages per peer kept for `history` (pending ones are kept regardless). Default 1 000.
     public var historyPerPeer: Int

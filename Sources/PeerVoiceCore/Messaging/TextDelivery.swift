@@ -3,19 +3,19 @@
 /// service announces, and confirms nothing that is not on the disk yet: a TEXT is sent, an ACK
 /// given, `MessageDelivered` and `MessageFailed` announced, and a caller's `whenDurable` run
 /// (`Send`'s reply) only once every store write they depend on is durable (`MessageStore`:
-/// `writesDurable`). `MessageReceived` is the exception, announced at least once rather than
-/// after the sync: no order of "synced" and "announced" survives a power loss between the two,
-/// and a message that outlived a crash unannounced would never be announced, its sender's resend
-/// being dropped as a duplicate (found by the simulation, seeds 20 and 141). So a message is
-/// announced as soon as it is written, and noted announced once the announcement has surely
-/// reached the user (`whenAnnounced`: the daemon's signal written to the bus; a kill -9 between
-/// the emit and that write lost the signal: campaign seed 12). What the machine stopped before
-/// noting, or a power loss took the note of, is announced again when the service starts
-/// (`announceUnannounced`); a power loss can also lose the record itself, and then the resend
-/// is announced again. A repeat carries the same message id, and none follows a note that
-/// stayed on the disk. Pure and driven from outside: the
-/// daemon runs it on its links and timers (`MessageDelivery`), the simulation on simulated ones.
-/// Used from one thread.
+/// `writesDurable`). Every announcement is noted once it has surely reached the user
+/// (`whenAnnounced`: the daemon's signal written to the bus; a kill -9 between the emit and that
+/// write lost the signal: campaign seed 12), and what the machine stopped before noting, or a
+/// power loss took the note of, is announced again when the service starts
+/// (`announceUnannounced`), with the same message id; none is repeated after its note stayed on
+/// the disk. (`RemovePeer`'s failures are repeated by the removal a crash interrupted instead.)
+/// `MessageReceived` is announced as soon as it is written rather than after the sync: no order
+/// of "synced" and "announced" survives a power loss between the two, and a message that
+/// outlived a crash unannounced would never be announced, its sender's resend being dropped as a
+/// duplicate (found by the simulation, seeds 20 and 141); a power loss can also lose the record
+/// itself, and then the resend is announced again. Pure and driven from outside: the daemon runs
+/// it on its links and timers (`MessageDelivery`), the simulation on simulated ones. Used from
+/// one thread.
 ///
 /// A message accepted by `enqueue` is delivered exactly once or reported failed: it stays queued
 /// until the peer acknowledges it, is sent again on every new link and after a stall, and fails
@@ -125,17 +125,21 @@ public final class TextDelivery<Link: AnyObject> {
 
     /// Fails everything queued for `peer` and forgets its history (`RemovePeer`), durably, in an
     /// order no crash breaks: the journal notes the removal, the failures are reported,
-    /// `elsewhere` forgets the peer outside the store (its pinned key), then the journal goes. A
-    /// crash on the way leaves the note, and the next start runs the removal again
-    /// (`interruptedRemovals`; its failures reported again, same ids). Returns how many failed.
+    /// `elsewhere` forgets the peer outside the store (its pinned key), then, once the failures
+    /// (and every announcement before them) reached the user, the journal goes. A crash on the way leaves the note, and the next start
+    /// runs the removal again (`interruptedRemovals`; its failures reported again, same ids).
+    /// Returns how many failed.
     public func forget(_ peer: PeerID, elsewhere: () throws -> Void) throws -> Int {
         links[peer] = nil
-        let failed = try store.beginForgetting(peer: peer.description)
+        let key = peer.description
+        let failed = try store.beginForgetting(peer: key)
         for messageID in failed {
             emit(.messageFailed(peer, messageID: messageID, reason: "the peer was removed"))
         }
         try elsewhere()
-        try store.finishForgetting(peer: peer.description)
+        // Also the outcomes announced before the removal reach the user first. A journal that
+        // cannot be deleted then keeps its note: the next start removes it again.
+        whenAnnounced { [store] in try? store.finishForgetting(peer: key) }
         return failed.count
     }
 
@@ -146,18 +150,36 @@ public final class TextDelivery<Link: AnyObject> {
     public func expire() {
         let expired = store.expire(nowMs: nowMs())
         guard !expired.isEmpty else { return }
-        let reason = "not delivered within \(store.limits.expiryMs / 86_400_000) days"
-        whenDurable { [emit] in
-            for (peer, messageID) in expired {
-                guard let id = PeerID(peer) else { continue }
-                emit(.messageFailed(id, messageID: messageID, reason: reason))
+        whenDurable { [weak self] in
+            guard let self else { return }
+            announceOutcomes(expired.map { (peer: $0.peer, id: $0.id, status: .failed) })
+        }
+    }
+
+    /// Why a message that outlived the store's expiry failed.
+    private var expiryReason: String { "not delivered within \(store.limits.expiryMs / 86_400_000) days" }
+
+    /// Emits `MessageDelivered` or `MessageFailed` (expired) for each, in order, and notes each
+    /// peer's announced once that reached the user.
+    private func announceOutcomes(_ outcomes: [(peer: String, id: String, status: MessageStatus)]) {
+        var newest: [String: String] = [:]
+        for outcome in outcomes {
+            guard let peer = PeerID(outcome.peer) else { continue }
+            emit(outcome.status == .delivered ? .messageDelivered(peer, messageID: outcome.id)
+                                              : .messageFailed(peer, messageID: outcome.id, reason: expiryReason))
+            newest[outcome.peer] = outcome.id
+        }
+        guard !newest.isEmpty else { return }
+        whenAnnounced { [store] in
+            for (peer, messageID) in newest.sorted(by: { $0.key < $1.key }) {
+                store.noteOutcomesAnnounced(peer: peer, through: messageID)
             }
         }
     }
 
-    /// At start: announces the messages the journal does not say were announced (the machine
-    /// stopped between storing them and noting their announcement), and notes them once that
-    /// reached the user.
+    /// At start: announces the messages and the outcomes the journal does not say were announced
+    /// (the machine stopped between storing them and noting their announcement), and notes them
+    /// once that reached the user.
     public func announceUnannounced() {
         var newest: [String: String] = [:]
         for (peer, message) in store.unannounced() {
@@ -165,12 +187,14 @@ public final class TextDelivery<Link: AnyObject> {
             emit(.messageReceived(id, messageID: message.id, text: message.text))
             newest[peer] = message.id
         }
-        guard !newest.isEmpty else { return }
-        whenAnnounced { [store] in
-            for (peer, messageID) in newest.sorted(by: { $0.key < $1.key }) {
-                store.noteAnnounced(peer: peer, through: messageID)
+        if !newest.isEmpty {
+            whenAnnounced { [store] in
+                for (peer, messageID) in newest.sorted(by: { $0.key < $1.key }) {
+                    store.noteAnnounced(peer: peer, through: messageID)
+                }
             }
         }
+        announceOutcomes(store.unannouncedOutcomes().map { (peer: $0.peer, id: $0.message.id, status: $0.message.status) })
     }
 
     // MARK: Links
@@ -218,8 +242,8 @@ public final class TextDelivery<Link: AnyObject> {
         guard let open = links[peer] else { return }
         let delivered = store.acknowledge(peer: peer.description, upTo: seq)
         if !delivered.isEmpty {
-            whenDurable(for: peer) { [emit] in
-                for messageID in delivered { emit(.messageDelivered(peer, messageID: messageID)) }
+            whenDurable(for: peer) { [weak self] in
+                self?.announceOutcomes(delivered.map { (peer: peer.description, id: $0, status: .delivered) })
             }
         }
         open.delivery.acknowledged(upTo: seq, now: now())
