@@ -435,10 +435,10 @@ final class SimulatedTransfers {
     }
 
     /// As `Transfers.saved`: written again every 0.5 s; an ended incoming transfer has no record
-    /// until one says how it ended (chaos seeds 3 and 9).
+    /// until one says how it ended (chaos seeds 3 and 9; simulation seed 778).
     private func saveFailed(_ transfer: Transfer) {
         unsaved.insert(transfer.id)
-        if transfer.direction == .incoming, transfer.state.isFinished { store.remove(transfer.id.hex) }
+        if transfer.direction == .incoming, transfer.state.isFinished, !transfer.endRecorded { store.remove(transfer.id.hex) }
         guard saveRetry == nil else { return }
         saveRetry = scheduler.after(Self.saveRetryDelay) { [weak self] in
             guard let self else { return }

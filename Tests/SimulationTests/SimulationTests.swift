@@ -205,6 +205,19 @@ final class SimulationTests: XCTestCase {
         for seed: UInt64 in [73, 119, 134, 530, 910] { assertRunsClean(seed) }
     }
 
+    /// A receiver removed its sender while an offer waited: the transfer failed there, recorded.
+    /// Paired again (its disk full), the receiver could not write the record's next version and
+    /// removed the record, as for an end not recorded yet (chaos seed 9); a power loss, and the
+    /// sender's re-offer was asked anew and completed, after the person had been shown it
+    /// failed. A record that already says how the transfer ended now stays. (Found once the
+    /// simulation modelled `MessageDelivered`'s bus write, which moved the seed's timings.)
+    func testSeed778AnEndedTransferKeepsTheRecordOfItsEndWhenTheDiskRefusesTheNext() {
+        assertRunsClean(778, keeping: [0, 1, 2, 3, 4, 7, 17, 18, 19, 20, 21, 28, 30, 31, 32, 33, 34, 35, 36, 39, 40, 41, 42, 43,
+                                       44, 45, 55, 57, 58, 59, 60, 61, 62, 63, 64, 65, 67, 68, 72, 96, 97, 98, 101, 108, 112,
+                                       113, 114, 132, 135, 142, 166, 176])
+        assertRunsClean(778)
+    }
+
     /// A receiver ended a transfer (declined it; failed it, its disk read-only) and told its
     /// sender at once, which forgot the transfer; the receiver's record was refused, then its
     /// machine stopped, and the transfer came back waiting, was accepted and waited for good

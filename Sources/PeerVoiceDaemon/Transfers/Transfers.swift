@@ -617,8 +617,10 @@ final class Transfers: ChannelHandler, LinkComponent {
         }
         // An incoming transfer that ended: until its record can say so, none is better than the
         // old one (unlinking needs no space), which would bring it back after a kill -9 waiting
-        // for a sender that forgot it (chaos seed 9). A re-offer would then be asked anew.
-        if let transfer = transfers[id], transfer.direction == .incoming, transfer.state.isFinished {
+        // for a sender that forgot it (chaos seed 9). A re-offer would then be asked anew. One
+        // that says so already stays: without it, the sender's re-offer after a restart was
+        // asked anew and completed, after the person had been shown it failed (simulation seed 778).
+        if let transfer = transfers[id], transfer.direction == .incoming, transfer.state.isFinished, !transfer.endRecorded {
             let store = store
             disk.run { store.remove(id.hex) }
         }
