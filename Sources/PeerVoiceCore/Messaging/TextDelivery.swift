@@ -126,9 +126,9 @@ public final class TextDelivery<Link: AnyObject> {
     /// Fails everything queued for `peer` and forgets its history (`RemovePeer`), durably, in an
     /// order no crash breaks: the journal notes the removal, the failures are reported,
     /// `elsewhere` forgets the peer outside the store (its pinned key), then, once the failures
-    /// (and every announcement before them) reached the user, the journal goes. A crash on the way leaves the note, and the next start
-    /// runs the removal again (`interruptedRemovals`; its failures reported again, same ids).
-    /// Returns how many failed.
+    /// (and every announcement before them) reached the user, the journal goes. A crash on the
+    /// way leaves the note, and the next start runs the removal again (`interruptedRemovals`; its
+    /// failures reported again, same ids). Returns how many failed.
     public func forget(_ peer: PeerID, elsewhere: () throws -> Void) throws -> Int {
         links[peer] = nil
         let key = peer.description
