@@ -378,28 +378,10 @@ final class MessagingTests: XCTestCase {
             return Set(logA.delivered.map(\.id)).isSuperset(of: ids)
         }
         XCTAssertTrue(allDelivered, "delivered \(Set(logA.delivered.map(\.id)).intersection(ids).count) of 12")
-        b.kill()
-        b.bus.signal(SIGCONT)
-        busHeld = false
-        dispatchEvents(for: 0.5)
-        logB.update()
-        let beforeRestart = Set(logB.received.map(\.id))
-        XCTAssertLessThan(beforeRestart.count, ids.count, "every signal was written before the kill: this tests nothing")
-
-        try b.restart()
-        let allAnnounced = eventually(timeout: 10) {
+        let (byOld, byNew) = try killAndRestart(b, busHeld: &busHeld, until: ids, oldLife: oldB) {
             logB.update()
-            return Set(logB.received.map(\.id)).isSuperset(of: ids)
+            return logB.received.map { (id: $0.id, life: $0.sender) }
         }
-        XCTAssertTrue(allAnnounced, "announced \(Set(logB.received.map(\.id)).intersection(ids).count) of 12 after the "
-                      + "restart; \(beforeRestart.count) were written before the kill")
-        dispatchEvents(for: 0.3)
-        logB.update()
-        let byOld = logB.received.filter { $0.sender == oldB }.map(\.id)
-        let byNew = logB.received.filter { $0.sender != oldB }.map(\.id)
-        XCTAssertEqual(byOld.count, Set(byOld).count, "the old B announced a message twice")
-        XCTAssertEqual(byNew.count, Set(byNew).count, "the new B announced a message twice")
-        XCTAssertTrue(Set(byNew).isSuperset(of: Set(ids).subtracting(byOld)), "the new B left one unannounced")
         XCTAssertEqual(Set(logB.received.map(\.peer)), [a.id])
         XCTAssertEqual(try history(b, of: a.id, max: 100).map(\.id), ids, "B's History")
         print("seed 12: \(byOld.count) of 12 signals written before the kill, \(byNew.count) announced after the restart")
@@ -408,8 +390,8 @@ final class MessagingTests: XCTestCase {
     /// Seed 12's window on the sender's side: `MessageDelivered` emitted, and the sender killed
     /// before GDBus wrote it, was never reported. A's dbus-daemon is stopped so A's signals back
     /// up unwritten while B acknowledges 1,000 texts (about 250 bytes of signal each, more in the
-    /// kernel: several socket buffers); A is killed. Each delivery is reported once by each of A's lives at most,
-    /// and every one by one of them.
+    /// kernel: several socket buffers); A is killed. Each delivery is reported once by each of A's
+    /// lives at most, and every one by one of them.
     func testSeed12_ADeliveryWhoseSignalAKillCaughtUnwrittenIsReportedAfterTheRestart() throws {
         let a = try makePeer("alice", fixedPort: true)
         let b = try makePeer("bob", fixedPort: true)
@@ -437,27 +419,10 @@ final class MessagingTests: XCTestCase {
         XCTAssertTrue(eventually(timeout: 30) { (try? self.history(b, of: a.id, max: 1_000).count) == ids.count },
                       "B did not store the 1,000 texts")
         dispatchEvents(for: 1)
-        a.kill()
-        a.bus.signal(SIGCONT)
-        aBusHeld = false
-        dispatchEvents(for: 0.5)
-        logA.update()
-        let beforeRestart = Set(logA.delivered.map(\.id))
-        XCTAssertLessThan(beforeRestart.count, ids.count, "every signal was written before the kill: this tests nothing")
-
-        try a.restart()
-        let allReported = eventually(timeout: 20) {
+        let (byOld, byNew) = try killAndRestart(a, busHeld: &aBusHeld, until: ids, oldLife: oldA) {
             logA.update()
-            return Set(logA.delivered.map(\.id)).isSuperset(of: ids)
+            return logA.delivered.map { (id: $0.id, life: $0.sender) }
         }
-        XCTAssertTrue(allReported, "reported \(Set(logA.delivered.map(\.id)).intersection(ids).count) of \(ids.count) "
-                      + "delivered after the restart; \(beforeRestart.count) were written before the kill")
-        dispatchEvents(for: 0.3)
-        logA.update()
-        let byOld = logA.delivered.filter { $0.sender == oldA }.map(\.id)
-        let byNew = logA.delivered.filter { $0.sender != oldA }.map(\.id)
-        XCTAssertEqual(byOld.count, Set(byOld).count, "the old A reported a delivery twice")
-        XCTAssertEqual(byNew.count, Set(byNew).count, "the new A reported a delivery twice")
         XCTAssertEqual(Set(logA.delivered.map(\.peer)), [b.id])
         XCTAssertEqual(logA.failed.count, 0)
         let historyA = try history(a, of: b.id, max: 1_000)
@@ -465,6 +430,36 @@ final class MessagingTests: XCTestCase {
         XCTAssertEqual(Set(historyA.map(\.status)), ["delivered"])
         print("seed 12, sender: \(byOld.count) of \(ids.count) MessageDelivered written before the kill, "
               + "\(byNew.count) reported after the restart")
+    }
+
+    /// Seed 12's kill: `peer`, its dbus-daemon stopped (`busHeld`) so its signals wait unwritten,
+    /// is killed, the bus goes on and `peer` restarts. `reports` are the ids of the signals the
+    /// test watches, with the service's unique name that sent each. Some of `ids` must have been
+    /// unwritten at the kill (else this tests nothing), every one is reported after the restart,
+    /// none twice by one life: returns those the old life and the new one reported.
+    private func killAndRestart(_ peer: TestPeer, busHeld: inout Bool, until ids: [String], oldLife: String,
+                                reports: () -> [(id: String, life: String)],
+                                file: StaticString = #filePath, line: UInt = #line) throws -> (byOld: [String], byNew: [String]) {
+        peer.kill()
+        peer.bus.signal(SIGCONT)
+        busHeld = false
+        dispatchEvents(for: 0.5)
+        let beforeRestart = Set(reports().map(\.id))
+        XCTAssertLessThan(beforeRestart.count, ids.count, "every signal was written before the kill: this tests nothing",
+                          file: file, line: line)
+        try peer.restart()
+        let allReported = eventually(timeout: 20) { Set(reports().map(\.id)).isSuperset(of: ids) }
+        XCTAssertTrue(allReported, "\(Set(reports().map(\.id)).intersection(ids).count) of \(ids.count) reported after the "
+                      + "restart; \(beforeRestart.count) were written before the kill", file: file, line: line)
+        dispatchEvents(for: 0.3)
+        let all = reports()
+        let byOld = all.filter { $0.life == oldLife }.map(\.id)
+        let byNew = all.filter { $0.life != oldLife }.map(\.id)
+        XCTAssertEqual(byOld.count, Set(byOld).count, "the old \(peer.name) reported one twice", file: file, line: line)
+        XCTAssertEqual(byNew.count, Set(byNew).count, "the new \(peer.name) reported one twice", file: file, line: line)
+        XCTAssertTrue(Set(byNew).isSuperset(of: Set(ids).subtracting(byOld)), "the new \(peer.name) left one unreported",
+                      file: file, line: line)
+        return (byOld, byNew)
     }
 
     /// Chaos seed 18: alpha's and bravo's links to charlie flapped, six times in a row: connected,
