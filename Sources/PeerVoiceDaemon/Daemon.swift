@@ -70,6 +70,8 @@ public func runDaemon(arguments: [String]) -> Int32 {
         service.transfers.offered = { notifications.notifyTransferOffer($0) }
         service.transfers.offerSettled = { notifications.withdrawTransferOffer($0) }
     }
+    // Before publishAll: an end the last run did not get onto the bus is noted shown once written.
+    service.eventsWritten = { connection.flush(completion: $0) }
     service.transfers.publishAll()
     service.emit = { [unowned bus, unowned service] event in
         bus.emit(event)
@@ -77,7 +79,6 @@ public func runDaemon(arguments: [String]) -> Int32 {
         event.changedPeerObjects.forEach(service.peerChanged)
         notifications?.handle(event)
     }
-    service.eventsWritten = { connection.flush(completion: $0) }
     Log.info("serving \(BusObject.busName) on the session bus as \(connection.uniqueName)")
     do {
         try service.start()

@@ -138,6 +138,7 @@ final class PeerVoiceService {
             throw .failed("cannot use the state directory \(state): \(error.localizedDescription)")
         }
         transfers.peerName = { [registry] in registry[$0]?.name ?? "" }
+        transfers.eventsWritten = { service?.eventsWritten($0) ?? $0(false) }
         transfers.wantsLink = { [registry, connections] in
             if let peer = registry[$0] { connections.scheduleRedial(peer, immediately: true) }
         }

@@ -427,6 +427,45 @@ final class TransferTests: XCTestCase {
         XCTAssertEqual(watchA.waitForState(outgoing, Self.finished, timeout: 5), "declined", a.log)
     }
 
+    /// Campaign seed 12's window for a transfer's end: the sender's `PropertiesChanged` saying
+    /// `declined` emitted, the sender killed before GDBus wrote it. Its record went with the end,
+    /// so the restarted sender listed nothing, and its person never learned how the transfer
+    /// ended. A's dbus-daemon is stopped and its socket filled (B's 12 texts of 60 KB: A's
+    /// `MessageReceived`) while B declines; A is killed. After the restart A shows the end.
+    func testSeed12_AnEndWhoseSignalAKillCaughtUnwrittenIsShownAfterTheRestart() throws {
+        let (a, b) = try connectedPair()
+        let watchA = TransferWatch(a.client), watchB = TransferWatch(b.client)
+        try Data("declined while A's bus holds still".utf8).write(to: URL(fileURLWithPath: path("note.txt")))
+        let outgoing = try watchA.send([path("note.txt")], to: b.id)
+        let id = try XCTUnwrap(watchA.property(outgoing, "Id")?.string)
+        let incoming = try XCTUnwrap(watchB.waitForIncoming(), b.log)
+
+        a.bus.signal(SIGSTOP)
+        var busHeld = true
+        defer { if busHeld { a.bus.signal(SIGCONT) } }
+        for i in 0..<12 { _ = try b.client.call("Send", [Variant(a.id), Variant("\(i) " + String(repeating: "ü", count: 30_000))]) }
+        try watchB.call("Decline", on: incoming)
+        XCTAssertEqual(watchB.waitForState(incoming, Self.finished, timeout: 10), "declined", b.log.suffix(1_500).description)
+        dispatchEvents(for: 1)  // A heard it, recorded the end and emitted it
+        a.kill()
+        a.bus.signal(SIGCONT)
+        busHeld = false
+        dispatchEvents(for: 0.5)
+        let seenBeforeTheKill = watchA.changes.filter { $0.path == outgoing }.compactMap { $0.properties["State"]?.string }
+        XCTAssertFalse(seenBeforeTheKill.contains("declined"), "the end was written before the kill: this tests nothing")
+
+        try a.restart()
+        let shown = eventually(timeout: 10) {
+            (try? watchA.objects().values.contains { $0.lookup("Id")?.string == id && $0.lookup("State")?.string == "declined" }) ?? false
+        }
+        XCTAssertTrue(shown, "the restarted A does not show how the transfer ended: \((try? watchA.objects()) ?? [:])")
+        // Shown once written: the next start lists it no more.
+        dispatchEvents(for: 0.5)
+        XCTAssertEqual(a.stop(), 0)
+        try a.restart()
+        XCTAssertFalse(try watchA.objects().values.contains { $0.lookup("Id")?.string == id }, "shown again after it was noted shown")
+    }
+
     /// Simulation seeds 119 and 134: A removed B while its offer waited at B, unanswered, and
     /// no stream ran (B was stopped), so B never heard; paired again, B's person could accept it
     /// and it waited for good. A sender owes its ABORT until a stream carried it to a clean end,

@@ -80,6 +80,10 @@ public final class History {
         var endsSaved: Set<String> = []
         /// The receiver found every file in place and said COMPLETE (its end shows once recorded).
         var receiverCompleted = false
+        /// The sides killed after they showed the end, before they noted it shown: shown again.
+        var killedBeforeEndNoted: Set<String> = []
+        /// `SendFiles` answered with an error (a record the stopped disk kept may run anyway).
+        var refused = false
     }
 
     private var transfers: [TransferID: TransferTrack] = [:]
@@ -225,9 +229,11 @@ public final class History {
     /// The receiver `MessageReceived` came from stored it and emitted the signal (the bus writes it later).
     func stored(_ messageID: String) { messages[messageID]?.stored = true }
 
-    /// `peer` was killed (-9) with these messages' announcements, and these outcomes' reports,
-    /// not noted written.
-    func killed(_ peer: SimulatedPeer, announcementsNotNoted messageIDs: [String], outcomesNotNoted outcomeIDs: [String]) {
+    /// `peer` was killed (-9) with these messages' announcements, these outcomes' reports and
+    /// these transfers' ends not noted written.
+    func killed(_ peer: SimulatedPeer, announcementsNotNoted messageIDs: [String], outcomesNotNoted outcomeIDs: [String],
+                transferEndsNotNoted: [(id: TransferID, direction: TransferDirection)]) {
+        for end in transferEndsNotNoted { transfers[end.id]?.killedBeforeEndNoted.insert("\(peer.id)/\(end.direction.rawValue)") }
         for id in messageIDs where messages[id]?.received ?? 0 > 0 { messages[id]!.killedBeforeNote = true }
         for id in outcomeIDs where messages[id].map({ $0.delivered + $0.failed > 0 }) ?? false {
             messages[id]!.outcomeKilledBeforeNote = true
@@ -250,6 +256,7 @@ public final class History {
 
     func transferRefused(_ id: TransferID, by sender: SimulatedPeer, _ error: TransferStoreError) {
         transfersSent -= 1
+        transfers[id]?.refused = true
         note("\(sender.name): SendFiles \(id.hex.prefix(6)) refused: \(error)")
     }
 
@@ -289,8 +296,8 @@ public final class History {
         if let earlier = track.ends[side] {
             if earlier.state != state {
                 violation("\(peer.name) reported transfer \(id.hex.prefix(8)) \(state.rawValue) after reporting it \(earlier.state.rawValue)")
-            } else if earlier.losses == losses {
-                violation("\(peer.name) reported transfer \(id.hex.prefix(8)) \(state.rawValue) twice without losing state in between")
+            } else if earlier.losses == losses && !track.killedBeforeEndNoted.contains(side) {
+                violation("\(peer.name) reported transfer \(id.hex.prefix(8)) \(state.rawValue) twice, its end noted shown before")
             }
         }
         if state == .complete && direction == .outgoing && !track.receiverCompleted {
@@ -304,6 +311,7 @@ public final class History {
             }
         }
         track.ends[side] = (state, losses)
+        track.killedBeforeEndNoted.remove(side)
         transfers[id] = track
     }
 
@@ -401,8 +409,16 @@ public final class History {
     }
 
     /// Every accepted message was announced by its receiver or reported failed, and its sender
-    /// told its user which.
-    func finish() {
+    /// told its user which; every transfer between two current keys showed its end at its sender.
+    func finish(currentPeers: Set<PeerID>) {
+        let endsUnseen = transfers.keys.sorted { $0.hex < $1.hex }.filter { id in
+            let track = transfers[id]!
+            return !track.refused && currentPeers.contains(track.sender) && currentPeers.contains(track.receiver)
+                && track.ends["\(track.sender)/\(TransferDirection.outgoing.rawValue)"] == nil
+        }
+        if let id = endsUnseen.first {
+            violation("\(endsUnseen.count) transfers never showed their end at their sender, e.g. \(id.hex)")
+        }
         var lost: [String] = []
         var unreported: [String] = []
         for key in messageOrder {

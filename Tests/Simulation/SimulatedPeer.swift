@@ -104,7 +104,8 @@ public final class SimulatedPeer {
             network.resetStreams(of: host)
             // Announced perhaps, the note that the signal was written not yet: announced again.
             history.killed(self, announcementsNotNoted: service.store.unannounced().map(\.message.id),
-                           outcomesNotNoted: service.store.unannouncedOutcomes().map(\.message.id))
+                           outcomesNotNoted: service.store.unannouncedOutcomes().map(\.message.id),
+                           transferEndsNotNoted: service.transfers.endsNotNotedShown)
             // Memory held what the disk refused, or a RemovePeer the disk stopped half-way (the
             // next start finishes it, reporting its failures again).
             if service.store.holdsUnrecordedChanges || !service.store.interruptedRemovals.isEmpty

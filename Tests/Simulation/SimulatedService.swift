@@ -92,9 +92,9 @@ final class SimulatedService {
     private(set) var appStreams: SimulatedAppStreams!
     private var syncing = false
     private(set) var isAlive = true
-    /// The bus's model (`emitted`): announcements not yet written, what waits for them, and
-    /// whether a write is on its way.
-    private var unwrittenEvents: [ServiceEvent] = []
+    /// The bus's model (`tell`): what the person is told (signals) not yet written, what waits
+    /// for them, and whether a write is on its way.
+    private var unwritten: [() -> Void] = []
     private var waitingForTheBus: [() -> Void] = []
     private var busWriteScheduled = false
     /// The bus's delays: drawn apart, so they change no other draw of the seed.
@@ -141,6 +141,7 @@ final class SimulatedService {
         perform {
             for id in delivery.interruptedRemovals { forget(id) }
             delivery.announceUnannounced()
+            transfers.showEndsNotShown()
         }
         expire()
         every(Self.stallCheck) {
@@ -200,12 +201,18 @@ final class SimulatedService {
     private func emitted(_ event: ServiceEvent) {
         guard isAlive, !peer.disk.isStopped else { return }
         if case .messageReceived(_, let messageID, _) = event { history.stored(messageID) }
-        unwrittenEvents.append(event)
+        tell { [history, peer] in history.event(event, at: peer) }
+    }
+
+    /// A signal emitted: `report` (what the person learns, to the history) runs once the bus
+    /// write carries it, not at all if the service dies first.
+    func tell(_ report: @escaping () -> Void) {
+        unwritten.append(report)
         scheduleBusWrite()
     }
 
     /// `action` once every announcement emitted so far is written (`g_dbus_connection_flush`).
-    private func whenWrittenToTheBus(_ action: @escaping () -> Void) {
+    func whenWrittenToTheBus(_ action: @escaping () -> Void) {
         waitingForTheBus.append(action)
         scheduleBusWrite()
     }
@@ -223,10 +230,10 @@ final class SimulatedService {
     }
 
     private func writeToTheBus() {
-        let written = unwrittenEvents, waiting = waitingForTheBus
-        unwrittenEvents = []
+        let written = unwritten, waiting = waitingForTheBus
+        unwritten = []
         waitingForTheBus = []
-        for event in written { history.event(event, at: peer) }
+        written.forEach { $0() }
         waiting.forEach { $0() }
     }
 

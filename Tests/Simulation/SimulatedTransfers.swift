@@ -67,7 +67,8 @@ final class SimulatedTransfers {
             guard let id = record.id, let peer = PeerID(record.peer), let manifest = try? record.manifest() else { continue }
             _ = record.lifecycle.handle(.streamClosed)
             let finished = record.lifecycle.state.isFinished
-            if finished && record.lifecycle.direction == .outgoing && !record.lifecycle.owesPeerAbort {
+            if finished && record.endShown == nil { record.endShown = true }
+            if finished && record.endShown == true && record.lifecycle.direction == .outgoing && !record.lifecycle.owesPeerAbort {
                 store.remove(record.idHex)
                 continue
             }
@@ -389,7 +390,33 @@ final class SimulatedTransfers {
         history.transferEndSaved(transfer.id, at: service.peer, direction: transfer.direction)
         guard !transfer.endRecorded else { return }
         transfer.endRecorded = true
-        history.transferEnded(transfer.id, at: service.peer, direction: transfer.direction, state: transfer.state)
+        showEnd(transfer)
+    }
+
+    /// The end's signal, noted shown in the record once written (as `Transfers.noteEndShownOnceWritten`).
+    private func showEnd(_ transfer: Transfer) {
+        let (id, direction, state) = (transfer.id, transfer.direction, transfer.state)
+        service.tell { [history, service] in history.transferEnded(id, at: service.peer, direction: direction, state: state) }
+        service.whenWrittenToTheBus { [weak self] in
+            guard let self, let transfer = transfers[id], transfer.record.endShown == false else { return }
+            transfer.record.endShown = true
+            save(transfer)
+        }
+    }
+
+    /// At start: the ends the last run did not get onto the bus (as `Transfers.publishAll`).
+    func showEndsNotShown() {
+        for id in transfers.keys.sorted(by: Self.byHex) where transfers[id]!.record.endShown == false {
+            showEnd(transfers[id]!)
+        }
+    }
+
+    /// Ended transfers whose end is not noted shown: a kill now shows them again at the next start.
+    var endsNotNotedShown: [(id: TransferID, direction: TransferDirection)] {
+        transfers.keys.sorted(by: Self.byHex).compactMap { id in
+            let transfer = transfers[id]!
+            return transfer.record.endShown == false ? (id, transfer.direction) : nil
+        }
     }
 
     /// What the receiver's download folder holds under each file's saved name.
@@ -414,7 +441,9 @@ final class SimulatedTransfers {
     }
 
     private func save(_ transfer: Transfer) {
+        if transfer.state.isFinished && transfer.record.endShown == nil { transfer.record.endShown = false }
         let forget = transfer.direction == .outgoing && transfer.state.isFinished && !transfer.record.lifecycle.owesPeerAbort
+            && transfer.record.endShown == true
         if forget {
             guard store.remove(transfer.id.hex) else { return saveFailed(transfer) }
             unsaved.remove(transfer.id)

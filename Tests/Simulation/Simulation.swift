@@ -387,7 +387,7 @@ final class World {
         scheduler.stepWallClock(by: 8 * 24 * 3600 * 1000)
         for peer in peers { peer.service?.expireNow() }
         run(until: scheduler.now + .seconds(5))
-        history.finish()
+        history.finish(currentPeers: current)
     }
 
     /// After the healing every transfer is over at both ends, unless the other end cannot be

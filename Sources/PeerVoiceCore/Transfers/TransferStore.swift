@@ -47,6 +47,9 @@ public struct TransferRecord: Codable, Equatable, Sendable {
     /// Outgoing: an OFFER went out on some stream, so the receiver may know of the transfer (and
     /// must hear how it ended).
     public var offered = false
+    /// Ended: whether the end reached the person (its signal written to the bus). One that did
+    /// not is shown again when the service starts. Absent in records written before it: shown.
+    public var endShown: Bool?
 
     public init(id: TransferID, peer: String, createdMs: UInt64, direction: TransferDirection, manifest: TransferManifest) {
         idHex = id.hex

@@ -74,9 +74,12 @@ final class Transfers: ChannelHandler, LinkComponent {
     var offered: (TransferOffer) -> Void = { _ in }
     /// The offer with that number is no longer waiting (answered, or ended by the sender).
     var offerSettled: (Int) -> Void = { _ in }
+    /// Calls back once what was shown so far is written to the bus (true), or cannot be (false).
+    var eventsWritten: (@escaping (Bool) -> Void) -> Void = { $0(true) }
 
     /// Loads the transfers of earlier runs: unfinished ones get objects again (paused, or
-    /// waiting); ended incoming ones are kept, without objects, to answer a re-offer.
+    /// waiting), and so do ended ones whose end never reached the bus; ended incoming ones are
+    /// kept, without objects once shown, to answer a re-offer.
     init(store: TransferStore, links peerLinks: PeerLinks, channels: Channels, hashes: ContentHashes, clock: WallClock,
          downloadFolder: String) {
         self.store = store
@@ -104,11 +107,14 @@ final class Transfers: ChannelHandler, LinkComponent {
             // No stream survived the restart.
             _ = record.lifecycle.handle(.streamClosed)
             let finished = record.lifecycle.state.isFinished
-            if finished && record.lifecycle.direction == .outgoing && !record.lifecycle.owesPeerAbort {
+            if finished && record.endShown == nil { record.endShown = true }  // written before the field: shown
+            let endUnshown = finished && record.endShown == false
+            if finished && !endUnshown && record.lifecycle.direction == .outgoing && !record.lifecycle.owesPeerAbort {
                 store.remove(record.idHex)
                 continue
             }
-            let transfer = Transfer(number: finished ? nil : takeNumber(), id: id, peer: peer, manifest: manifest, record: record)
+            let transfer = Transfer(number: finished && !endUnshown ? nil : takeNumber(), id: id, peer: peer, manifest: manifest,
+                                    record: record)
             if transfer.direction == .incoming, !finished, let progress = store.progress(of: record.idHex),
                manifest.contains(progress.position) {
                 transfer.placed = progress.placed
@@ -119,9 +125,14 @@ final class Transfers: ChannelHandler, LinkComponent {
         if !transfers.isEmpty { Log.info("transfers: \(numbered.count) unfinished from the last run") }
     }
 
-    /// Shows every listed transfer (once the objects can be exported).
+    /// Shows every listed transfer (once the objects can be exported): an end the last run did
+    /// not get onto the bus is shown now, and noted shown once written.
     func publishAll() {
-        numbered.keys.sorted().forEach { publish(numbered[$0]!, withProgress: true) }
+        for number in numbered.keys.sorted() {
+            let transfer = numbered[number]!
+            publish(transfer, withProgress: true)
+            if transfer.record.endShown == false { noteEndShownOnceWritten(transfer) }
+        }
     }
 
     /// Ends every stream (the receivers record how far they came) and the disk thread.
@@ -574,10 +585,12 @@ final class Transfers: ChannelHandler, LinkComponent {
         }
     }
 
-    /// Writes the record on the disk thread (an outgoing one that owes nothing more goes).
+    /// Writes the record on the disk thread (an outgoing one that owes nothing more goes, once
+    /// its end was shown).
     private func save(_ transfer: Transfer) {
+        if transfer.state.isFinished && transfer.record.endShown == nil { transfer.record.endShown = false }
         let (store, record, id, ended) = (store, transfer.record, transfer.id, transfer.state.isFinished)
-        let forget = transfer.direction == .outgoing && ended && !transfer.lifecycle.owesPeerAbort
+        let forget = transfer.direction == .outgoing && ended && !transfer.lifecycle.owesPeerAbort && record.endShown == true
         onDisk({ () -> String? in
             if forget {
                 // A record left behind would bring the ended transfer back at the next start,
@@ -604,6 +617,7 @@ final class Transfers: ChannelHandler, LinkComponent {
             if !transfer.endRecorded {
                 transfer.endRecorded = true
                 publish(transfer, withProgress: true)
+                noteEndShownOnceWritten(transfer)
             }
             if let held = transfer.heldForTheRecord {
                 transfer.heldForTheRecord = nil
@@ -631,6 +645,19 @@ final class Transfers: ChannelHandler, LinkComponent {
             for id in unsaved {
                 if let transfer = transfers[id] { save(transfer) } else { unsaved.remove(id) }
             }
+        }
+    }
+
+    /// GDBus writes the end's `PropertiesChanged` a moment after it is emitted, and a `kill -9` in
+    /// between loses it (as campaign seed 12's `MessageReceived`): only once it is written does the
+    /// record say the end was shown (and an outgoing one that owes nothing go). A restart before
+    /// that shows the end again (`publishAll`).
+    private func noteEndShownOnceWritten(_ transfer: Transfer) {
+        let id = transfer.id
+        eventsWritten { [weak self] written in
+            guard written, let self, let transfer = transfers[id], transfer.record.endShown == false else { return }
+            transfer.record.endShown = true
+            save(transfer)
         }
     }
 
