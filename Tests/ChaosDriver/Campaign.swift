@@ -754,8 +754,12 @@ final class Campaign {
         }
         let transfersDone = transfers.allSatisfy { transfer in
             [transfer.from, transfer.to].allSatisfy { side in
-                seen[side]?[transfer.id].map { Self.finals.contains($0.state) || !(listed[side]?.contains(transfer.id) ?? false) }
-                    ?? (side == transfer.from)
+                seen[side]?[transfer.id].map { view in
+                    // The sender shows how it ended, also after a restart that came before the
+                    // end reached the bus (shown again then).
+                    side == transfer.from ? !view.finals.isEmpty
+                        : Self.finals.contains(view.state) || !(listed[side]?.contains(transfer.id) ?? false)
+                } ?? (side == transfer.from)
             }
         }
         return messagesDone && transfersDone && streams.allSatisfy { !$0.process.isRunning } && (call?.settled ?? true) && avahi.settled
@@ -889,6 +893,9 @@ final class Campaign {
                         + "landed: \(landed)): expected complete or failed")
                 }
                 if view.finals.count > 1 { violation("\(label): the \(side) showed several ends: \(view.finals.sorted())") }
+                if side == "sender" && view.finals.isEmpty {
+                    violation("\(label): the sender never showed how it ended (last '\(view.state)')")
+                }
             }
             if sender?.finals.contains("complete") == true && receiver?.finals.contains("complete") != true && !landed {
                 violation("\(label): complete at the sender, '\(receiver?.state ?? "nothing")' at the receiver, and the files did not land")
