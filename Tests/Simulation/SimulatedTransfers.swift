@@ -67,7 +67,6 @@ final class SimulatedTransfers {
             guard let id = record.id, let peer = PeerID(record.peer), let manifest = try? record.manifest() else { continue }
             _ = record.lifecycle.handle(.streamClosed)
             let finished = record.lifecycle.state.isFinished
-            if finished && record.endShown == nil { record.endShown = true }
             if finished && record.endShown == true && record.lifecycle.direction == .outgoing && !record.lifecycle.owesPeerAbort {
                 store.remove(record.idHex)
                 continue

@@ -169,11 +169,14 @@ public final class TextDelivery<Link: AnyObject> {
                                               : .messageFailed(peer, messageID: outcome.id, reason: expiryReason))
             newest[outcome.peer] = outcome.id
         }
+        noteOnceAnnounced(newest, store.noteOutcomesAnnounced)
+    }
+
+    /// Once what was emitted so far reached the user, `note`s each peer's newest message id.
+    private func noteOnceAnnounced(_ newest: [String: String], _ note: @escaping (_ peer: String, _ through: String) -> Void) {
         guard !newest.isEmpty else { return }
-        whenAnnounced { [store] in
-            for (peer, messageID) in newest.sorted(by: { $0.key < $1.key }) {
-                store.noteOutcomesAnnounced(peer: peer, through: messageID)
-            }
+        whenAnnounced {
+            for (peer, messageID) in newest.sorted(by: { $0.key < $1.key }) { note(peer, messageID) }
         }
     }
 
@@ -187,13 +190,7 @@ public final class TextDelivery<Link: AnyObject> {
             emit(.messageReceived(id, messageID: message.id, text: message.text))
             newest[peer] = message.id
         }
-        if !newest.isEmpty {
-            whenAnnounced { [store] in
-                for (peer, messageID) in newest.sorted(by: { $0.key < $1.key }) {
-                    store.noteAnnounced(peer: peer, through: messageID)
-                }
-            }
-        }
+        noteOnceAnnounced(newest, store.noteAnnounced)
         announceOutcomes(store.unannouncedOutcomes().map { (peer: $0.peer, id: $0.message.id, status: $0.message.status) })
     }
 

@@ -117,7 +117,8 @@ public struct TransferStore: @unchecked Sendable {
     private func progressPath(_ idHex: String) -> String { directory + "/" + idHex + ".progress" }
 
     /// Every record that reads back, and a line for each one that does not (set aside as
-    /// `<name>.unreadable`, never deleted); ended ones older than ``keepFinishedMs`` go.
+    /// `<name>.unreadable`, never deleted); ended ones older than ``keepFinishedMs`` go. An ended
+    /// one written before `endShown` existed says it was shown.
     public func loadAll(nowMs: UInt64) -> (records: [TransferRecord], warnings: [String]) {
         let names = (try? storage.list(directory)) ?? []
         var records: [TransferRecord] = []
@@ -126,12 +127,13 @@ public struct TransferStore: @unchecked Sendable {
             let path = directory + "/" + name
             do {
                 guard let bytes = try storage.read(path) else { continue }
-                let record = try JSONDecoder().decode(TransferRecord.self, from: Data(bytes))
+                var record = try JSONDecoder().decode(TransferRecord.self, from: Data(bytes))
                 guard record.id != nil, record.recordPathName == name else { throw CocoaError(.fileReadCorruptFile) }
                 if record.lifecycle.state.isFinished && nowMs > record.createdMs + Self.keepFinishedMs {
                     remove(record.idHex)
                     continue
                 }
+                if record.lifecycle.state.isFinished && record.endShown == nil { record.endShown = true }
                 records.append(record)
             } catch {
                 warnings.append("\(name) does not read back (\(error.localizedDescription)): set aside as \(name).unreadable")

@@ -107,7 +107,6 @@ final class Transfers: ChannelHandler, LinkComponent {
             // No stream survived the restart.
             _ = record.lifecycle.handle(.streamClosed)
             let finished = record.lifecycle.state.isFinished
-            if finished && record.endShown == nil { record.endShown = true }  // written before the field: shown
             let endUnshown = finished && record.endShown == false
             if finished && !endUnshown && record.lifecycle.direction == .outgoing && !record.lifecycle.owesPeerAbort {
                 store.remove(record.idHex)
